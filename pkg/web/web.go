@@ -1,0 +1,146 @@
+// Package web holds the few HTTP habits every service shares: strict JSON
+// decoding, JSON answers and errors, health endpoints and a server with
+// timeouts that shuts down gracefully.
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Error is an HTTP error with a message safe to show to the client.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Message) }
+
+// Errorf builds an *Error.
+func Errorf(status int, format string, args ...any) *Error {
+	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
+}
+
+// WriteJSON writes v as JSON with the given status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// WriteError answers {"error": "..."}: the message of an *Error with its
+// status, or a generic 500 for anything else (logged once, here, at the edge).
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var we *Error
+	if errors.As(err, &we) {
+		WriteJSON(w, we.Status, map[string]string{"error": we.Message})
+		return
+	}
+	if log != nil {
+		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+}
+
+// DecodeJSON reads a JSON body into v strictly: the content type must be JSON,
+// the body at most maxBytes (413 beyond), no unknown fields, one value only.
+func DecodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != "application/json" {
+			return Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+		}
+	} else {
+		return Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBytes)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+		if err == nil {
+			return Errorf(http.StatusBadRequest, "body must hold a single JSON object")
+		}
+		return decodeError(err)
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var maxErr *http.MaxBytesError
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &maxErr):
+		return Errorf(http.StatusRequestEntityTooLarge, "body larger than %d bytes", maxErr.Limit)
+	case errors.Is(err, io.EOF):
+		return Errorf(http.StatusBadRequest, "empty body")
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return Errorf(http.StatusBadRequest, "malformed JSON")
+	case errors.As(err, &typeErr):
+		return Errorf(http.StatusBadRequest, "field %q has the wrong type", typeErr.Field)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return Errorf(http.StatusBadRequest, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	default:
+		return Errorf(http.StatusBadRequest, "invalid JSON: %v", err)
+	}
+}
+
+// Serve runs an HTTP server on l until ctx ends, then shuts it down, giving
+// in-flight requests up to grace to finish. The timeouts bound how long a
+// slow or idle client can hold a connection.
+func Serve(ctx context.Context, l net.Listener, h http.Handler, grace time.Duration) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	return nil
+}
+
+// Health answers /healthz (the process is up) and /readyz (ready() reports
+// every dependency reachable).
+func Health(mux interface {
+	Get(string, http.HandlerFunc)
+}, ready func(context.Context) error) {
+	mux.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := ready(ctx); err != nil {
+			WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+}
