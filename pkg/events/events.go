@@ -1,0 +1,103 @@
+// Package events is the wire contract between the services: event types
+// (which are also the routing keys), the headers every message carries, and
+// the payload structs. A payload holds the immutable facts a consumer needs
+// (order id, items, quantities, amounts) and no personal data beyond the
+// opaque customer id.
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Type is an event type. It doubles as the routing key on the topic exchange.
+type Type = string
+
+// The saga's event types.
+const (
+	OrderCreated   Type = "order.created"
+	OrderConfirmed Type = "order.confirmed"
+	OrderCancelled Type = "order.cancelled"
+
+	InventoryReserved Type = "inventory.reserved"
+	InventoryRejected Type = "inventory.rejected"
+
+	// PaymentChargeRequested is the payment service's message to itself: the
+	// charge at the external PSP is driven through its own outbox, so that a
+	// crash between "decided to charge" and "charged" is recoverable.
+	PaymentChargeRequested Type = "payment.charge-requested"
+	PaymentSucceeded       Type = "payment.succeeded"
+	PaymentFailed          Type = "payment.failed"
+	PaymentRefunded        Type = "payment.refunded"
+)
+
+// Message headers (SPEC section 3). The AMQP message_id is the event id and
+// the AMQP type property is the event type.
+const (
+	HeaderAggregateID      = "aggregate_id"
+	HeaderAggregateVersion = "aggregate_version"
+	HeaderSchemaVersion    = "schema_version"
+	HeaderCorrelationID    = "correlation_id"
+)
+
+// Envelope is one event with its metadata, as written to the outbox and as
+// read from a delivery.
+type Envelope struct {
+	EventID          string // UUID made once when the event is written; never changes on re-send
+	Type             Type
+	AggregateID      uint64 // the order id for every event in this system
+	AggregateVersion uint64 // 1, 2, 3... per aggregate, assigned with the change
+	SchemaVersion    int
+	CorrelationID    string // the order id, to follow one order across services
+	OccurredAt       time.Time
+	Payload          json.RawMessage
+}
+
+// ErrInvalid marks a payload or envelope that can never be processed: a
+// consumer sends it to dead letters instead of retrying.
+var ErrInvalid = errors.New("invalid event")
+
+// supported lists the schema versions each consumer understands. A message
+// with any other version is dead-lettered with the reason, not guessed at.
+var supported = map[Type][]int{
+	OrderCreated:           {1},
+	OrderConfirmed:         {1},
+	OrderCancelled:         {1},
+	InventoryReserved:      {1},
+	InventoryRejected:      {1},
+	PaymentChargeRequested: {1},
+	PaymentSucceeded:       {1},
+	PaymentFailed:          {1},
+	PaymentRefunded:        {1},
+}
+
+// CurrentSchemaVersion is the version producers write.
+const CurrentSchemaVersion = 1
+
+// CheckVersion reports whether a consumer can read this type at this version.
+func CheckVersion(t Type, version int) error {
+	vs, ok := supported[t]
+	if !ok {
+		return fmt.Errorf("%w: unknown event type %q", ErrInvalid, t)
+	}
+	for _, v := range vs {
+		if v == version {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s schema_version %d not supported (supported: %v)", ErrInvalid, t, version, vs)
+}
+
+// Decode unmarshals a payload and validates it. Any failure wraps ErrInvalid.
+func Decode[T interface{ Validate() error }](raw []byte) (T, error) {
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return v, fmt.Errorf("%w: payload: %v", ErrInvalid, err)
+	}
+	if err := v.Validate(); err != nil {
+		return v, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,227 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+)
+
+// Handler applies one event inside the consumer's transaction: the business
+// change and the consumer's own result events (outbox.Add on the same tx).
+// Return nil for a processed event, business rejections included (they are
+// results, written as events). Wrap an error with Permanent, or return one
+// wrapping events.ErrInvalid, when retrying can never help.
+type Handler func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error
+
+type permanentError struct{ err error }
+
+func (p permanentError) Error() string { return p.err.Error() }
+func (p permanentError) Unwrap() error { return p.err }
+
+// Permanent marks err as not worth retrying: the message goes to dead letters.
+func Permanent(err error) error { return permanentError{err} }
+
+func isPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p) || errors.Is(err, events.ErrInvalid)
+}
+
+// Config describes one consumer.
+type Config struct {
+	// Name is the consumer_name of the inbox key: a constant, because
+	// renaming it would make every past event look new.
+	Name     string
+	DB       *sqlx.DB
+	Handlers map[events.Type]Handler
+	// AfterCommit runs after each committed event, e.g. the outbox
+	// dispatcher's Wake so result events leave at once.
+	AfterCommit func()
+	Backoff     retry.Backoff // between attempts after transient failures [500ms .. 1m]
+	MaxAttempts int           // attempts before a message becomes a dead letter [8]
+	MaxRetryAge time.Duration // time since the first failure after which we stop [15m]
+	Log         *slog.Logger
+	Metrics     *Metrics // shared by the consumers of one service; nil: none
+}
+
+// Consumer runs the chapter's consume sequence for each delivery.
+type Consumer struct {
+	cfg Config
+}
+
+// NewConsumer checks cfg and fills in defaults.
+func NewConsumer(cfg Config) *Consumer {
+	if cfg.Name == "" || cfg.DB == nil {
+		panic("inbox: consumer needs a Name and a DB")
+	}
+	if cfg.Backoff.Base <= 0 {
+		cfg.Backoff.Base = 500 * time.Millisecond
+	}
+	if cfg.Backoff.Cap <= 0 {
+		cfg.Backoff.Cap = time.Minute
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 8
+	}
+	if cfg.MaxRetryAge <= 0 {
+		cfg.MaxRetryAge = 15 * time.Minute
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	return &Consumer{cfg: cfg}
+}
+
+// Name is the consumer name (the inbox key prefix).
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Process runs one event through the inbox: BEGIN; INSERT inbox row;
+// handler (business change + own outbox events); COMMIT. It returns
+// ErrAlreadyProcessed for a duplicate, nil once committed, or the error that
+// rolled the attempt back. It knows nothing about the broker, so the
+// experiments can call it from two connections at once.
+func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
+	h, ok := c.cfg.Handlers[e.Type]
+	if !ok {
+		return fmt.Errorf("%w: consumer %s has no handler for %s", events.ErrInvalid, c.cfg.Name, e.Type)
+	}
+	if err := events.CheckVersion(e.Type, e.SchemaVersion); err != nil {
+		return err
+	}
+	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
+		if err := Claim(ctx, tx, c.cfg.Name, e.EventID); err != nil {
+			return err
+		}
+		if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
+			return err
+		}
+		if err := h(ctx, tx, e); err != nil {
+			return err
+		}
+		// Window: business change made, not committed. Whatever happens
+		// here, the inbox row and the change roll back together.
+		return failpoint.Inject(ctx, "inbox.after-effect-before-commit")
+	})
+	if err != nil {
+		return err
+	}
+	if c.cfg.AfterCommit != nil {
+		c.cfg.AfterCommit()
+	}
+	return nil
+}
+
+// Handle is the rabbit.Handler of this consumer: validate, Process, and turn
+// the outcome into ack, delayed retry or dead letter. ACK only after COMMIT.
+func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
+	m := c.cfg.Metrics
+	m.deliveries.WithLabelValues(c.cfg.Name).Inc()
+	if d.Redelivered {
+		m.redeliveries.WithLabelValues(c.cfg.Name).Inc()
+	}
+	e, err := d.Envelope()
+	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
+		"order_id", e.AggregateID, "attempt", d.Attempt)
+	if err == nil {
+		err = c.Process(ctx, e)
+	}
+	switch {
+	case err == nil:
+		m.processed.WithLabelValues(c.cfg.Name).Inc()
+		log.Debug("event processed")
+		// Window: committed, not acked. A crash here redelivers the
+		// message; the inbox row turns the redelivery into a duplicate.
+		if err := failpoint.Inject(ctx, "inbox.after-commit-before-ack"); err != nil {
+			return rabbit.Abandon(err.Error())
+		}
+		return rabbit.Ack()
+	case errors.Is(err, ErrAlreadyProcessed):
+		m.duplicates.WithLabelValues(c.cfg.Name).Inc()
+		log.Info("duplicate delivery suppressed by the inbox")
+		return rabbit.Ack()
+	case isPermanent(err):
+		return c.deadLetter(ctx, log, d, err.Error())
+	}
+	age := time.Duration(0)
+	if !d.FirstFailedAt.IsZero() {
+		age = time.Since(d.FirstFailedAt)
+	}
+	if d.Attempt >= c.cfg.MaxAttempts || age > c.cfg.MaxRetryAge {
+		return c.deadLetter(ctx, log, d, fmt.Sprintf("gave up after %d attempts over %s: %v", d.Attempt, age.Round(time.Second), err))
+	}
+	delay := c.cfg.Backoff.Delay(d.Attempt)
+	m.retries.WithLabelValues(c.cfg.Name).Inc()
+	log.Warn("event failed; retrying later", "err", err, "transient", sqldb.IsTransient(err), "retry_in", delay.Round(time.Millisecond))
+	return rabbit.RetryAfter(delay, err.Error())
+}
+
+// deadLetter stores the message in dead_letters and acks it. If even that
+// fails (the database is down), retry later; past the attempt limit, hand
+// it to the broker's dead-letter queue so it is still not lost.
+func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.Delivery, reason string) rabbit.Decision {
+	headers, _ := json.Marshal(d.Headers)
+	first := d.FirstFailedAt
+	err := RecordDeadLetter(ctx, c.cfg.DB, DeadLetter{
+		Consumer: c.cfg.Name, EventID: d.MessageId, EventType: d.Type, RoutingKey: d.RoutingKey,
+		Reason: reason, Attempts: d.Attempt, FirstFailedAt: first, Headers: headers, Payload: d.Body,
+	})
+	if err != nil {
+		if d.Attempt < c.cfg.MaxAttempts {
+			log.Warn("could not record dead letter; retrying", "err", err)
+			return rabbit.RetryAfter(c.cfg.Backoff.Delay(d.Attempt), err.Error())
+		}
+		log.Error("could not record dead letter; rejecting to the broker's dead-letter queue", "err", err)
+		return rabbit.Reject(reason)
+	}
+	c.cfg.Metrics.deadLetters.WithLabelValues(c.cfg.Name).Inc()
+	log.Error("event dead-lettered", "reason", reason)
+	return rabbit.Ack()
+}
+
+// HandleBrokerDeadLetter drains the queue's broker-side dead-letter queue
+// (messages past the delivery limit, or rejected) into dead_letters, so
+// every dead letter of this consumer is in one searchable table.
+func (c *Consumer) HandleBrokerDeadLetter(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
+	reason, _ := d.Headers["x-first-death-reason"].(string)
+	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type)
+	return c.deadLetter(ctx, log, d, "broker dead-lettered the message: "+reason)
+}
+
+// Metrics counts what consumers do, labelled by consumer name.
+type Metrics struct {
+	deliveries, redeliveries, processed, duplicates, retries, deadLetters *prometheus.CounterVec
+}
+
+// NewMetrics creates the consumer metrics and registers them on reg (nil:
+// not exported).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer"})
+	}
+	m := &Metrics{
+		deliveries:   counter("consumer_deliveries_total", "Messages delivered to the consumer."),
+		redeliveries: counter("consumer_redeliveries_total", "Deliveries flagged redelivered by the broker (a lost ack or a crash)."),
+		processed:    counter("consumer_processed_total", "Events committed (business change + inbox row)."),
+		duplicates:   counter("consumer_duplicates_suppressed_total", "Deliveries of an event the inbox had already seen."),
+		retries:      counter("consumer_retries_total", "Transient failures scheduled for a delayed retry."),
+		deadLetters:  counter("consumer_dead_letters_total", "Messages stored as dead letters."),
+	}
+	if reg != nil {
+		reg.MustRegister(m.deliveries, m.redeliveries, m.processed, m.duplicates, m.retries, m.deadLetters)
+	}
+	return m
+}

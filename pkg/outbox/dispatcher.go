@@ -1,0 +1,392 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/retry"
+)
+
+// Publisher sends one batch and reports, per message, whether the broker
+// confirmed it (nil) or not. *rabbit.Publisher is the real one.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []rabbit.Message, confirmTimeout time.Duration) []error
+	Close()
+}
+
+// RabbitPublishers is the NewPublisher of a real deployment: one confirming
+// rabbit.Publisher per worker, with the after-publish failpoint wired in.
+func RabbitPublishers(conn *rabbit.Conn) func() Publisher {
+	return func() Publisher {
+		return conn.NewPublisher(rabbit.AfterSendFailpoint("outbox.dispatch.after-publish-before-confirm"))
+	}
+}
+
+// Config tunes a Dispatcher. Zero values take the defaults in brackets.
+type Config struct {
+	Exchange     string           // events go to this exchange, routed by their type
+	NewPublisher func() Publisher // one per worker: each owns its AMQP channel
+	Workers      int              // claim-publish-mark loops in this process [1]
+	BatchSize    int              // rows per claim [100]
+	// Lease is how long a claim is ours before recovery may hand the rows
+	// to another dispatcher [30s]. ConfirmTimeout bounds the wait for
+	// publisher confirms and must stay well inside the lease [5s].
+	Lease           time.Duration
+	ConfirmTimeout  time.Duration
+	PollInterval    time.Duration // fallback poll when no wake-up came [1s]
+	RecoverInterval time.Duration // how often expired leases are recovered [5s]
+	RecoverBatch    int           // rows per recovery statement [500]
+	Backoff         retry.Backoff // between failed attempts [1s .. 5m]
+	MaxAttempts     int           // attempts before 'failed' [10]
+	Log             *slog.Logger
+	Registerer      prometheus.Registerer // nil: metrics are kept but not exported
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Workers, 1)
+	def(&c.BatchSize, 100)
+	def(&c.RecoverBatch, 500)
+	def(&c.MaxAttempts, 10)
+	defDur(&c.Lease, 30*time.Second)
+	defDur(&c.ConfirmTimeout, 5*time.Second)
+	defDur(&c.PollInterval, time.Second)
+	defDur(&c.RecoverInterval, 5*time.Second)
+	defDur(&c.Backoff.Base, time.Second)
+	defDur(&c.Backoff.Cap, 5*time.Minute)
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// Dispatcher moves committed events from outbox_events to the broker. Any
+// number of dispatchers, in any number of processes, may run on one table.
+type Dispatcher struct {
+	db   *sqlx.DB
+	cfg  Config
+	wake []chan struct{} // one per worker, buffered 1
+	m    *metrics
+}
+
+// New returns a dispatcher; Run starts it.
+func New(db *sqlx.DB, cfg Config) *Dispatcher {
+	cfg.setDefaults()
+	d := &Dispatcher{db: db, cfg: cfg, m: newMetrics(db, cfg.Registerer)}
+	for i := 0; i < cfg.Workers; i++ {
+		d.wake = append(d.wake, make(chan struct{}, 1))
+	}
+	return d
+}
+
+// Wake tells the workers that events were just committed. It never blocks:
+// a worker already awake will see them anyway.
+func (d *Dispatcher) Wake() {
+	for _, w := range d.wake {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Result counts what one batch did.
+type Result struct {
+	Claimed int // rows claimed
+	Sent    int // confirmed and marked sent under our token
+	Retried int // handed back to 'pending' with a backoff
+	Failed  int // attempts used up: now 'failed'
+	Lost    int // no longer ours when we came to mark them (lease expired and re-claimed)
+}
+
+// Run runs the workers, the fallback poller and the lease recovery until ctx
+// ends. A worker finishes the batch it is in before returning.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for i := range d.wake {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.work(ctx, i)
+		}()
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); d.poll(ctx) }()
+	go func() { defer wg.Done(); d.recoverLoop(ctx) }()
+	wg.Wait()
+	return nil
+}
+
+func (d *Dispatcher) work(ctx context.Context, i int) {
+	pub := d.cfg.NewPublisher()
+	defer pub.Close()
+	log := d.cfg.Log.With("worker", i)
+	errBackoff := retry.Backoff{Base: 100 * time.Millisecond, Cap: 10 * time.Second}
+	failures := 0
+	for {
+		// The batch itself is not cut short by shutdown: it runs on a
+		// context without cancel, bounded by the confirm timeout.
+		res, err := d.DispatchOnce(context.WithoutCancel(ctx), pub)
+		if err != nil {
+			failures++
+			wait := errBackoff.Delay(failures)
+			log.Warn("dispatch batch failed", "err", err, "retry_in", wait.Round(time.Millisecond))
+			if !sleep(ctx, wait) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		if ctx.Err() != nil {
+			return
+		}
+		if res.Claimed == d.cfg.BatchSize {
+			continue // a full batch: there is probably more
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.wake[i]:
+		}
+	}
+}
+
+// poll is the fallback for events this process was not told about (written
+// by another instance, or due again after a backoff): one cheap query per
+// interval, and a wake-up only when something is due.
+func (d *Dispatcher) poll(ctx context.Context) {
+	t := time.NewTicker(d.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, d.cfg.PollInterval)
+		due, err := anyDue(qctx, d.db)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				d.cfg.Log.Warn("outbox poll failed", "err", err)
+			}
+			continue
+		}
+		if due {
+			d.Wake()
+		}
+	}
+}
+
+func (d *Dispatcher) recoverLoop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.RecoverInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := d.RecoverExpired(ctx); err != nil && ctx.Err() == nil {
+			d.cfg.Log.Warn("lease recovery failed", "err", err)
+		}
+	}
+}
+
+// RecoverExpired returns every row whose lease has expired to 'pending' (or
+// 'failed' when its attempts are used up), in batches, and reports how many.
+// The dispatcher that held them may still be alive and slow: its later
+// mark-sent then changes nothing, because the claim token is gone.
+func (d *Dispatcher) RecoverExpired(ctx context.Context) (int, error) {
+	total := 0
+	for round := 0; round < 100; round++ { // bounded: 100 batches per run
+		n, err := recoverExpired(ctx, d.db, d.cfg.RecoverBatch, d.cfg.MaxAttempts)
+		if err != nil {
+			return total, err
+		}
+		total += int(n)
+		if n < int64(d.cfg.RecoverBatch) {
+			break
+		}
+	}
+	if total > 0 {
+		d.m.recovered.Add(float64(total))
+		d.cfg.Log.Warn("recovered expired outbox leases", "rows", total)
+		d.Wake()
+	}
+	return total, nil
+}
+
+// DispatchOnce claims one batch, publishes it, waits for the confirms and
+// records the outcome of every event. Exported for tests and experiments.
+func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, error) {
+	token, rows, err := claim(ctx, d.db, d.cfg.BatchSize, d.cfg.Lease)
+	if err != nil || len(rows) == 0 {
+		return Result{}, err
+	}
+	res := Result{Claimed: len(rows)}
+	start := time.Now()
+	defer func() { d.m.batchSeconds.Observe(time.Since(start).Seconds()) }()
+
+	// Window: claimed, nothing sent. A crash here leaves the rows 'sending'
+	// until their lease expires; recovery then re-queues them.
+	if err := failpoint.Inject(ctx, "outbox.dispatch.after-claim"); err != nil {
+		return res, fmt.Errorf("after claim: %w", err)
+	}
+
+	msgs := make([]rabbit.Message, len(rows))
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		ids[i] = r.EventID
+		msgs[i] = rabbit.FromEnvelope(d.cfg.Exchange, events.Envelope{
+			EventID:          r.EventID,
+			Type:             r.EventType,
+			AggregateID:      r.AggregateID,
+			AggregateVersion: r.AggregateVersion,
+			SchemaVersion:    r.SchemaVersion,
+			CorrelationID:    strconv.FormatUint(r.AggregateID, 10),
+			OccurredAt:       r.CreatedAt,
+			Payload:          r.Payload,
+		})
+	}
+	stopRenewing := d.renewWhilePublishing(ctx, token, ids)
+	errs := pub.Publish(ctx, msgs, d.cfg.ConfirmTimeout)
+	stopRenewing()
+
+	// Window: the broker has the messages, our table still says 'sending'.
+	// A crash here re-sends them after the lease expires: consumers see the
+	// same event_id twice and their inbox suppresses the second.
+	if err := failpoint.Inject(ctx, "outbox.dispatch.after-confirm-before-mark"); err != nil {
+		return res, fmt.Errorf("after confirm: %w", err)
+	}
+
+	var sent []string
+	for i, r := range rows {
+		if errs[i] == nil {
+			sent = append(sent, r.EventID)
+			d.m.publish.WithLabelValues("confirmed").Inc()
+			continue
+		}
+		d.m.publish.WithLabelValues(publishResult(errs[i])).Inc()
+		if err := d.retryLater(ctx, token, r, errs[i], &res); err != nil {
+			return res, err
+		}
+	}
+	if len(sent) > 0 {
+		// Mark sent only under our claim token (chapter rule), and check the
+		// row count: fewer rows means a lease expired and another dispatcher
+		// owns those events now; we must not overwrite its state.
+		n, err := markSent(ctx, d.db, token, sent)
+		if err != nil {
+			return res, err
+		}
+		res.Sent = int(n)
+		if lost := len(sent) - int(n); lost > 0 {
+			res.Lost += lost
+			d.m.claimsLost.Add(float64(lost))
+			d.cfg.Log.Warn("claim lost before mark-sent: another dispatcher owns these events now",
+				"lost", lost, "claim_token", token)
+		}
+	}
+	return res, nil
+}
+
+func (d *Dispatcher) retryLater(ctx context.Context, token string, r claimed, cause error, res *Result) error {
+	status := "pending"
+	if r.Attempts >= d.cfg.MaxAttempts {
+		status = "failed"
+	}
+	delay := d.cfg.Backoff.Delay(r.Attempts)
+	ours, err := markRetry(ctx, d.db, token, r.EventID, status, delay)
+	if err != nil {
+		return err
+	}
+	log := d.cfg.Log.With("event_id", r.EventID, "event_type", r.EventType,
+		"order_id", r.AggregateID, "attempts", r.Attempts, "err", cause)
+	switch {
+	case !ours:
+		res.Lost++
+		d.m.claimsLost.Inc()
+	case status == "failed":
+		res.Failed++
+		d.m.failed.Inc()
+		log.Error("outbox event failed permanently: kept as 'failed' for an operator")
+	default:
+		res.Retried++
+		log.Warn("publish not confirmed; will retry", "retry_in", delay.Round(time.Millisecond))
+	}
+	return nil
+}
+
+// renewWhilePublishing extends our lease every third of it while a slow
+// publish is in progress, so recovery does not hand a live batch to another
+// dispatcher. It runs only during Publish: a worker that is stuck elsewhere
+// (paused, crashed) stops renewing and loses its claim, as it should.
+func (d *Dispatcher) renewWhilePublishing(ctx context.Context, token string, ids []string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(d.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				n, err := renewLease(ctx, d.db, token, ids, d.cfg.Lease)
+				if err != nil {
+					d.cfg.Log.Warn("lease renewal failed", "err", err)
+					continue
+				}
+				d.m.renewals.Inc()
+				d.cfg.Log.Info("renewed outbox lease during a slow publish", "rows", n)
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+func publishResult(err error) string {
+	switch {
+	case errors.Is(err, rabbit.ErrReturned):
+		return "returned"
+	case errors.Is(err, rabbit.ErrNacked):
+		return "nacked"
+	case errors.Is(err, rabbit.ErrConfirmTimeout):
+		return "timeout"
+	default:
+		return "error"
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,100 @@
+package outbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	publish      *prometheus.CounterVec
+	failed       prometheus.Counter
+	recovered    prometheus.Counter
+	claimsLost   prometheus.Counter
+	renewals     prometheus.Counter
+	batchSeconds prometheus.Histogram
+}
+
+func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		publish: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_publish_total",
+			Help: "Outbox messages published, by outcome: confirmed, returned (unroutable), nacked, timeout (no confirm), error.",
+		}, []string{"result"}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_marked_failed_total",
+			Help: "Outbox events that used up their attempts and became 'failed' (needs an operator).",
+		}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_leases_recovered_total",
+			Help: "Rows whose claim lease expired and were handed back for re-sending.",
+		}),
+		claimsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_claims_lost_total",
+			Help: "Rows that were no longer ours when we came to mark them (the claim-token check held).",
+		}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_lease_renewals_total",
+			Help: "Lease renewals during slow publishes.",
+		}),
+		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "outbox_batch_duration_seconds",
+			Help:    "Time from claim to marks of one batch.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+	}
+	for _, r := range []string{"confirmed", "returned", "nacked", "timeout", "error"} {
+		m.publish.WithLabelValues(r)
+	}
+	if reg != nil {
+		reg.MustRegister(m.publish, m.failed, m.recovered, m.claimsLost, m.renewals, m.batchSeconds,
+			&tableCollector{db: db})
+	}
+	return m
+}
+
+// tableCollector reads the outbox table at scrape time: rows by status
+// (excluding 'sent', which only grows) and the age of the oldest pending
+// event, the chapter's first alarm ("is sending stalled?").
+type tableCollector struct{ db *sqlx.DB }
+
+var (
+	rowsDesc = prometheus.NewDesc("outbox_events", "Outbox rows by status (pending, sending, failed).",
+		[]string{"status"}, nil)
+	oldestDesc = prometheus.NewDesc("outbox_oldest_pending_age_seconds",
+		"Age of the oldest pending outbox event (0 when none).", nil, nil)
+)
+
+func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- rowsDesc
+	ch <- oldestDesc
+}
+
+func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts := map[string]float64{"pending": 0, "sending": 0, "failed": 0}
+	const qCounts = `SELECT status, COUNT(*) AS n FROM outbox_events
+WHERE status IN ('pending', 'sending', 'failed') GROUP BY status`
+	rows, err := c.db.QueryxContext(ctx, qCounts)
+	if err == nil {
+		for rows.Next() {
+			var s string
+			var n float64
+			if rows.Scan(&s, &n) == nil {
+				counts[s] = n
+			}
+		}
+		rows.Close()
+	}
+	for s, n := range counts {
+		ch <- prometheus.MustNewConstMetric(rowsDesc, prometheus.GaugeValue, n, s)
+	}
+	const qOldest = `SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)), 0)
+FROM outbox_events WHERE status = 'pending'`
+	var micros float64
+	_ = c.db.GetContext(ctx, &micros, qOldest)
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, micros/1e6)
+}

@@ -1,0 +1,85 @@
+package outbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+)
+
+// Event is one event to write, in the caller's transaction.
+type Event struct {
+	EventID          string // empty: a new UUID is made here, once; re-sends keep it
+	AggregateID      uint64
+	AggregateVersion uint64 // assigned by the caller in the same transaction as the change
+	Type             events.Type
+	SchemaVersion    int // 0 means events.CurrentSchemaVersion
+	Payload          any // marshalled to JSON; json.RawMessage passes through
+}
+
+// Add writes events into outbox_events on the caller's transaction, so the
+// events exist if and only if the business change commits (the chapter's
+// "same connection, same transaction"). It returns the event ids. After the
+// commit, call Dispatcher.Wake so the events leave within milliseconds.
+func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	const q = `INSERT INTO outbox_events
+  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload)
+VALUES `
+	var sb strings.Builder
+	sb.WriteString(q)
+	args := make([]any, 0, 6*len(evs))
+	ids := make([]string, len(evs))
+	for i, e := range evs {
+		if e.EventID == "" {
+			// UUIDv7 is time ordered: new primary keys land at the end of
+			// the clustered index instead of splitting random pages.
+			id, err := uuid.NewV7()
+			if err != nil {
+				return nil, fmt.Errorf("outbox: new event id: %w", err)
+			}
+			e.EventID = id.String()
+		}
+		if e.SchemaVersion == 0 {
+			e.SchemaVersion = events.CurrentSchemaVersion
+		}
+		if e.Type == "" || e.AggregateID == 0 || e.AggregateVersion == 0 {
+			return nil, fmt.Errorf("outbox: event %q needs a type, an aggregate id and a version", e.EventID)
+		}
+		payload, err := marshal(e.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("outbox: payload of %s: %w", e.Type, err)
+		}
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, ?, ?, ?)")
+		args = append(args, e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload)
+		ids[i] = e.EventID
+	}
+	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+		return nil, fmt.Errorf("outbox: insert %d events: %w", len(evs), err)
+	}
+	return ids, nil
+}
+
+func marshal(p any) ([]byte, error) {
+	switch v := p.(type) {
+	case json.RawMessage:
+		if !json.Valid(v) {
+			return nil, fmt.Errorf("invalid JSON")
+		}
+		return v, nil
+	case nil:
+		return nil, fmt.Errorf("no payload")
+	default:
+		return json.Marshal(v)
+	}
+}

@@ -1,0 +1,520 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// row is what a test reads back from outbox_events.
+type row struct {
+	EventID       string     `db:"event_id"`
+	Status        string     `db:"status"`
+	Attempts      int        `db:"attempts"`
+	ClaimToken    *string    `db:"claim_token"`
+	LeaseUntil    *time.Time `db:"lease_until"`
+	SentAt        *time.Time `db:"sent_at"`
+	NextAttemptAt time.Time  `db:"next_attempt_at"`
+}
+
+func readRows(t *testing.T, db *sqlx.DB) map[string]row {
+	t.Helper()
+	var rows []row
+	const q = `SELECT event_id, status, attempts, claim_token, lease_until, sent_at, next_attempt_at FROM outbox_events`
+	if err := db.Select(&rows, q); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]row{}
+	for _, r := range rows {
+		m[r.EventID] = r
+	}
+	return m
+}
+
+// addEvents commits n events of type typ for aggregates 1..n.
+func addEvents(t *testing.T, db *sqlx.DB, typ string, n int) []string {
+	t.Helper()
+	var ids []string
+	err := sqldb.WithTx(context.Background(), db, func(tx *sqlx.Tx) error {
+		for i := 1; i <= n; i++ {
+			got, err := outbox.Add(context.Background(), tx, outbox.Event{
+				AggregateID: uint64(i), AggregateVersion: 1, Type: typ,
+				Payload: map[string]any{"order_id": fmt.Sprint(i)},
+			})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, got...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+type fixture struct {
+	db    *sqldbtest.DB
+	ns    rabbit.Namespace
+	topo  rabbit.Topology
+	conn  *rabbit.Conn
+	queue string
+}
+
+// newFixture: a database, a namespace with one queue bound to "order.created".
+func newFixture(t *testing.T, queues ...rabbit.Queue) *fixture {
+	t.Helper()
+	if len(queues) == 0 {
+		queues = []rabbit.Queue{{Name: "probe.events", Keys: []string{events.OrderCreated}}}
+	}
+	f := &fixture{db: sqldbtest.New(t, "order"), ns: rabbittest.Namespace(t)}
+	f.topo = rabbittest.Topology(t, f.ns, queues...)
+	f.conn = rabbittest.Conn(t, f.topo)
+	f.queue = f.topo.Queues[0].Name
+	return f
+}
+
+func (f *fixture) dispatcher(cfg outbox.Config) *outbox.Dispatcher {
+	cfg.Exchange = f.ns.Exchange()
+	if cfg.NewPublisher == nil {
+		cfg.NewPublisher = func() outbox.Publisher { return f.conn.NewPublisher() }
+	}
+	cfg.Log = quiet
+	return outbox.New(f.db.DB, cfg)
+}
+
+func TestAddRollbackLeavesNoEvent(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	ctx := context.Background()
+	boom := errors.New("business step failed")
+	err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
+		if _, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: 7, AggregateVersion: 1, Type: events.OrderCreated, Payload: map[string]int{"x": 1}}); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want %v", err, boom)
+	}
+	if n := len(readRows(t, db.DB)); n != 0 {
+		t.Fatalf("outbox rows after rollback = %d, want 0", n)
+	}
+}
+
+func TestAddCommitFailureIsReported(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	ctx := context.Background()
+	err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
+		if _, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: 7, AggregateVersion: 1, Type: events.OrderCreated, Payload: map[string]int{"x": 1}}); err != nil {
+			return err
+		}
+		var id int64
+		if err := tx.Get(&id, "SELECT CONNECTION_ID()"); err != nil {
+			return err
+		}
+		_, err := db.Exec("KILL ?", id) // the COMMIT will run on a dead session
+		return err
+	})
+	if err == nil {
+		t.Fatal("WithTx returned nil for a commit on a killed connection")
+	}
+	if n := len(readRows(t, db.DB)); n != 0 {
+		t.Fatalf("outbox rows after a failed commit = %d, want 0", n)
+	}
+}
+
+func TestAddRejectsIncompleteEvents(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	ctx := context.Background()
+	cases := []outbox.Event{
+		{AggregateID: 1, AggregateVersion: 1, Payload: 1},                                               // no type
+		{AggregateVersion: 1, Type: events.OrderCreated, Payload: 1},                                    // no aggregate
+		{AggregateID: 1, AggregateVersion: 1, Type: events.OrderCreated},                                // no payload
+		{AggregateID: 1, AggregateVersion: 1, Type: events.OrderCreated, Payload: json.RawMessage("{")}, // bad JSON
+		{EventID: "0123456789-0123456789-0123456789-0123456789", AggregateID: 1, AggregateVersion: 1, Type: events.OrderCreated, Payload: 1},
+	}
+	for i, e := range cases {
+		err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
+			_, err := outbox.Add(ctx, tx, e)
+			return err
+		})
+		if err == nil {
+			t.Errorf("case %d: Add(%+v) succeeded, want an error", i, e)
+		}
+	}
+	if n := len(readRows(t, db.DB)); n != 0 {
+		t.Fatalf("outbox rows = %d, want 0", n)
+	}
+}
+
+func TestDispatchPublishesPersistentMessagesAndMarksSent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	ids := addEvents(t, f.db.DB, events.OrderCreated, 3)
+	d := f.dispatcher(outbox.Config{})
+
+	res, err := d.DispatchOnce(ctx, f.conn.NewPublisher())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed != 3 || res.Sent != 3 {
+		t.Fatalf("result = %+v, want 3 claimed and 3 sent", res)
+	}
+	for _, id := range ids {
+		r := readRows(t, f.db.DB)[id]
+		if r.Status != "sent" || r.SentAt == nil || r.ClaimToken != nil || r.LeaseUntil != nil || r.Attempts != 1 {
+			t.Errorf("row %s = %+v, want sent with sent_at, no token, no lease, 1 attempt", id, r)
+		}
+	}
+	msgs := rabbittest.Drain(t, f.queue, 3, 5*time.Second)
+	if len(msgs) != 3 {
+		t.Fatalf("messages in queue = %d, want 3", len(msgs))
+	}
+	byID := map[string]amqp.Delivery{}
+	for _, m := range msgs {
+		byID[m.MessageId] = m
+	}
+	for i, id := range ids {
+		m, ok := byID[id]
+		if !ok {
+			t.Fatalf("no message with message_id %s (the event id)", id)
+		}
+		want := fmt.Sprint(i + 1)
+		if m.DeliveryMode != amqp.Persistent || m.Type != events.OrderCreated || m.ContentType != "application/json" ||
+			m.Headers[events.HeaderAggregateID] != want || m.Headers[events.HeaderAggregateVersion] != int64(1) ||
+			m.Headers[events.HeaderSchemaVersion] != int64(1) || m.Headers[events.HeaderCorrelationID] != want {
+			t.Errorf("message %s: mode=%d type=%q ct=%q headers=%v", id, m.DeliveryMode, m.Type, m.ContentType, m.Headers)
+		}
+	}
+}
+
+func TestUnroutableMessageIsNotMarkedSent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	// Nobody is bound to payment.refunded in this namespace: the broker
+	// confirms the message but returns it first.
+	ids := addEvents(t, f.db.DB, events.PaymentRefunded, 1)
+	routable := addEvents(t, f.db.DB, events.OrderCreated, 1)
+	d := f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Hour, Cap: time.Hour}})
+
+	res, err := d.DispatchOnce(ctx, f.conn.NewPublisher())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 1 || res.Retried != 1 {
+		t.Fatalf("result = %+v, want 1 sent (routable) and 1 retried (returned)", res)
+	}
+	rows := readRows(t, f.db.DB)
+	r := rows[ids[0]]
+	if r.Status != "pending" || r.SentAt != nil || r.ClaimToken != nil || r.Attempts != 1 {
+		t.Fatalf("returned event row = %+v, want pending, never sent, 1 attempt", r)
+	}
+	if wait := time.Until(r.NextAttemptAt); wait < 50*time.Minute {
+		t.Fatalf("next attempt in %v, want about an hour (the backoff)", wait)
+	}
+	if rows[routable[0]].Status != "sent" {
+		t.Fatalf("routable event = %+v, want sent", rows[routable[0]])
+	}
+}
+
+// A queue that refuses new messages (max length 0, reject-publish) makes the
+// broker nack: a real nack, not a simulated one.
+func TestNackedPublishBacksOffThenFails(t *testing.T) {
+	t.Parallel()
+	ns := rabbittest.Namespace(t)
+	topo := rabbittest.Topology(t, ns)
+	conn := rabbittest.Conn(t, topo)
+	full := ns.Queue("full")
+	raw := rabbittest.Dial(t)
+	defer raw.Close()
+	ch, err := raw.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}
+	if _, err := ch.QueueDeclare(full, false, true, false, false, args); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(full, events.OrderCreated, ns.Exchange(), false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	db := sqldbtest.New(t, "order")
+	ids := addEvents(t, db.DB, events.OrderCreated, 1)
+	d := outbox.New(db.DB, outbox.Config{
+		Exchange: ns.Exchange(), NewPublisher: func() outbox.Publisher { return conn.NewPublisher() },
+		MaxAttempts: 3, Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}, Log: quiet,
+	})
+	ctx := context.Background()
+	pub := conn.NewPublisher()
+	var statuses []string
+	for i := 0; i < 3; i++ {
+		waitDue(t, db.DB)
+		res, err := d.DispatchOnce(ctx, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed != 1 {
+			t.Fatalf("round %d: claimed %d, want 1", i, res.Claimed)
+		}
+		r := readRows(t, db.DB)[ids[0]]
+		statuses = append(statuses, fmt.Sprintf("%s/%d", r.Status, r.Attempts))
+	}
+	want := []string{"pending/1", "pending/2", "failed/3"}
+	if fmt.Sprint(statuses) != fmt.Sprint(want) {
+		t.Fatalf("status/attempts after each round = %v, want %v", statuses, want)
+	}
+	// A failed row is kept and never claimed again.
+	res, err := d.DispatchOnce(ctx, pub)
+	if err != nil || res.Claimed != 0 {
+		t.Fatalf("after failing: claimed %d (err %v), want 0", res.Claimed, err)
+	}
+}
+
+func waitDue(t *testing.T, db *sqlx.DB) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var due bool
+		if err := db.Get(&due, "SELECT EXISTS(SELECT 1 FROM outbox_events WHERE status='pending' AND next_attempt_at <= NOW(6))"); err != nil {
+			t.Fatal(err)
+		}
+		if due {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no outbox row became due")
+}
+
+// fakePublisher answers every message with err after blocking until
+// release is closed (if set). Only the dispatcher's bookkeeping is under
+// test here; the broker's answers are covered by the tests above.
+type fakePublisher struct {
+	err     error
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p *fakePublisher) Publish(ctx context.Context, msgs []rabbit.Message, _ time.Duration) []error {
+	if p.entered != nil {
+		close(p.entered)
+	}
+	if p.release != nil {
+		<-p.release
+	}
+	errs := make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = p.err
+	}
+	return errs
+}
+func (p *fakePublisher) Close() {}
+
+func TestUnconfirmedPublishIsRetried(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	ids := addEvents(t, db.DB, events.OrderCreated, 2)
+	d := outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, Backoff: retry.Backoff{Base: time.Minute, Cap: time.Minute}})
+	res, err := d.DispatchOnce(context.Background(), &fakePublisher{err: rabbit.ErrConfirmTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Retried != 2 || res.Sent != 0 {
+		t.Fatalf("result = %+v, want 2 retried, 0 sent", res)
+	}
+	for _, id := range ids {
+		if r := readRows(t, db.DB)[id]; r.Status != "pending" || r.SentAt != nil || time.Until(r.NextAttemptAt) < 50*time.Second {
+			t.Fatalf("row = %+v, want pending with a next attempt about a minute away", r)
+		}
+	}
+}
+
+// The chapter's claim race: many dispatchers (separate connection pools, as
+// separate processes would have) released together on one backlog. Every
+// event must be claimed and published exactly once.
+func TestConcurrentDispatchersNeverOverlap(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const n = 600
+	addEvents(t, f.db.DB, events.OrderCreated, n)
+
+	const dispatchers = 6
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make([][]outbox.Result, dispatchers)
+	for i := 0; i < dispatchers; i++ {
+		pool, err := sqldb.Open(context.Background(), sqldb.Config{DSN: f.db.DSN, MaxOpenConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		d := outbox.New(pool, outbox.Config{Exchange: f.ns.Exchange(), BatchSize: 25, Log: quiet,
+			NewPublisher: func() outbox.Publisher { return f.conn.NewPublisher() }})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pub := f.conn.NewPublisher()
+			defer pub.Close()
+			<-start
+			for {
+				res, err := d.DispatchOnce(context.Background(), pub)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Claimed == 0 {
+					return
+				}
+				results[i] = append(results[i], res)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	claimed, sent := 0, 0
+	for _, rs := range results {
+		for _, r := range rs {
+			claimed += r.Claimed
+			sent += r.Sent
+		}
+	}
+	if claimed != n || sent != n {
+		t.Fatalf("claimed %d, sent %d, want %d each (an overlap would claim more)", claimed, sent, n)
+	}
+	msgs := rabbittest.Drain(t, f.queue, n, 10*time.Second)
+	seen := map[string]int{}
+	for _, m := range msgs {
+		seen[m.MessageId]++
+	}
+	if len(msgs) != n || len(seen) != n {
+		t.Fatalf("queue holds %d messages with %d distinct ids, want %d and %d", len(msgs), len(seen), n, n)
+	}
+	for id, r := range readRows(t, f.db.DB) {
+		if r.Status != "sent" || r.Attempts != 1 {
+			t.Fatalf("row %s = %+v, want sent after exactly 1 attempt", id, r)
+		}
+	}
+}
+
+// Lease expiry: dispatcher A claims and stalls; the lease runs out (database
+// time); recovery re-queues the row; B claims, publishes and marks it. A
+// then tries to mark with its old token and changes nothing.
+func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
+
+	stalled := &fakePublisher{entered: make(chan struct{}), release: make(chan struct{})}
+	a := f.dispatcher(outbox.Config{Lease: 300 * time.Millisecond})
+	var aRes outbox.Result
+	aDone := make(chan error)
+	go func() {
+		var err error
+		aRes, err = a.DispatchOnce(ctx, stalled) // "publishes" successfully, but only when released
+		aDone <- err
+	}()
+	<-stalled.entered
+	var tokenA string
+	if err := f.db.Get(&tokenA, "SELECT claim_token FROM outbox_events WHERE event_id = ?", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	// A's publish is slow but alive: it renews its lease, so recovery must
+	// leave the row alone for now.
+	waitUntil(t, func() bool {
+		var renewed bool
+		_ = f.db.Get(&renewed, "SELECT lease_until > TIMESTAMPADD(MICROSECOND, 250000, NOW(6)) FROM outbox_events WHERE event_id = ?", ids[0])
+		return renewed
+	})
+	// Now A stalls outside the publish (the failpoint case): simulate by
+	// expiring its lease in the table, as time would.
+	if _, err := f.db.Exec("UPDATE outbox_events SET lease_until = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE event_id = ?", ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	b := f.dispatcher(outbox.Config{})
+	n, err := b.RecoverExpired(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("RecoverExpired = %d, %v; want 1 row", n, err)
+	}
+	if r := readRows(t, f.db.DB)[ids[0]]; r.Status != "pending" || r.ClaimToken != nil || r.LeaseUntil != nil {
+		t.Fatalf("after recovery: %+v, want pending without token or lease", r)
+	}
+	resB, err := b.DispatchOnce(ctx, f.conn.NewPublisher())
+	if err != nil || resB.Sent != 1 {
+		t.Fatalf("B: %+v, %v; want 1 sent", resB, err)
+	}
+	rowB := readRows(t, f.db.DB)[ids[0]]
+
+	close(stalled.release) // A wakes up believing its publish was confirmed
+	if err := <-aDone; err != nil {
+		t.Fatal(err)
+	}
+	if aRes.Sent != 0 || aRes.Lost != 1 {
+		t.Fatalf("A: %+v, want 0 sent and 1 lost (its mark-sent must affect 0 rows)", aRes)
+	}
+	rowAfter := readRows(t, f.db.DB)[ids[0]]
+	if rowAfter.Status != "sent" || rowAfter.Attempts != 2 || !rowAfter.SentAt.Equal(*rowB.SentAt) {
+		t.Fatalf("row after A resumed = %+v, want B's state untouched (sent at %v, 2 attempts)", rowAfter, rowB.SentAt)
+	}
+	if tokenA == "" {
+		t.Fatal("A had no claim token")
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Run with wake-up: an event committed while the dispatcher idles is
+// published without waiting for the (here, one hour) poll interval.
+func TestRunPublishesOnWake(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	d := f.dispatcher(outbox.Config{PollInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
+	d.Wake()
+	msgs := rabbittest.Drain(t, f.queue, 1, 10*time.Second)
+	if len(msgs) != 1 || msgs[0].MessageId != ids[0] {
+		t.Fatalf("got %d messages, want the event %s", len(msgs), ids[0])
+	}
+	waitUntil(t, func() bool { return readRows(t, f.db.DB)[ids[0]].Status == "sent" })
+}

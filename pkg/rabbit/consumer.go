@@ -1,0 +1,322 @@
+package rabbit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/retry"
+)
+
+// Headers the retry path adds to a message it re-publishes for later.
+const (
+	HeaderRetryAttempt  = "x-retry-attempt"   // attempts made so far
+	HeaderFirstFailedAt = "x-first-failed-at" // unix milliseconds of the first failure
+)
+
+// Delivery is one received message plus what the retry policy needs.
+type Delivery struct {
+	amqp.Delivery
+	Queue string
+	// Attempt is 1 on the first delivery and grows by one with each delayed
+	// retry. Broker redeliveries (a lost channel, a crash) keep the number;
+	// the queue's delivery limit bounds those.
+	Attempt       int
+	FirstFailedAt time.Time // zero until the first failure
+}
+
+// Decision is what the consume loop does with a delivery once the handler
+// is done. Ack only after the handler's transaction committed.
+type Decision struct {
+	kind   decisionKind
+	delay  time.Duration
+	Reason string
+}
+
+type decisionKind int
+
+const (
+	decideAck decisionKind = iota
+	decideRetry
+	decideReject
+	decideAbandon
+)
+
+// Ack: the message is done (processed, duplicate, or stored as a dead letter).
+func Ack() Decision { return Decision{kind: decideAck} }
+
+// RetryAfter: a transient failure; redeliver the message after delay through
+// a retry queue. The original is acked only once the copy is confirmed.
+func RetryAfter(delay time.Duration, reason string) Decision {
+	return Decision{kind: decideRetry, delay: delay, Reason: reason}
+}
+
+// Reject: hand the message to the queue's dead-letter exchange. Used when the
+// consumer cannot even record the dead letter itself.
+func Reject(reason string) Decision { return Decision{kind: decideReject, Reason: reason} }
+
+// Abandon: neither ack nor reject; close the channel so the broker redelivers
+// every unacked message of it. This is the "ACK lost" window of the chapter,
+// reachable only through a failpoint.
+func Abandon(reason string) Decision { return Decision{kind: decideAbandon, Reason: reason} }
+
+// ConsumeConfig bounds one consume loop.
+type ConsumeConfig struct {
+	Queue          string
+	Prefetch       int           // unacked messages the broker may push at once (default 32)
+	Workers        int           // messages handled in parallel (default 8)
+	HandlerTimeout time.Duration // bound on one handler call (default 30 s)
+	Log            *slog.Logger
+}
+
+// Handler processes one delivery. Its ctx is not cancelled by shutdown: a
+// message being handled finishes its transaction and is acked.
+type Handler func(ctx context.Context, d Delivery) Decision
+
+// Consume runs the consume loop until ctx ends, coming back after lost
+// channels and broker restarts. On shutdown it stops taking deliveries,
+// lets in-flight handlers finish and ack, then closes its channel, which
+// returns any prefetched but unhandled message to the queue.
+func (c *Conn) Consume(ctx context.Context, cfg ConsumeConfig, handle Handler) error {
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = 32
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 8
+	}
+	if cfg.HandlerTimeout <= 0 {
+		cfg.HandlerTimeout = 30 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = c.log
+	}
+	log := cfg.Log.With("queue", cfg.Queue)
+	pub := c.NewPublisher()
+	defer pub.Close()
+	backoff := retry.Backoff{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
+	failures := 0
+	for {
+		err := c.consumeOnce(ctx, cfg, log, pub, handle)
+		if ctx.Err() != nil {
+			return nil
+		}
+		failures++
+		wait := backoff.Delay(failures)
+		log.Warn("consume loop interrupted", "err", err, "retry_in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (c *Conn) consumeOnce(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, handle Handler) error {
+	ch, err := c.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if err := ch.Qos(cfg.Prefetch, 0, false); err != nil {
+		return fmt.Errorf("qos: %w", err)
+	}
+	tag := fmt.Sprintf("%s-%d", cfg.Queue, time.Now().UnixNano())
+	deliveries, err := ch.Consume(cfg.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", cfg.Queue, err)
+	}
+	log.Info("consuming", "prefetch", cfg.Prefetch, "workers", cfg.Workers)
+
+	abandon := make(chan struct{})
+	var abandonOnce sync.Once
+	var wg sync.WaitGroup
+	for i := 0; i < cfg.Workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-abandon:
+					return
+				case d, ok := <-deliveries:
+					if !ok {
+						return
+					}
+					if c.process(ctx, cfg, log, pub, handle, d) {
+						abandonOnce.Do(func() { close(abandon) })
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		// Stop the broker from pushing more before the channel closes.
+		_ = ch.Cancel(tag, false)
+		return nil
+	}
+	select {
+	case <-abandon:
+		return fmt.Errorf("channel abandoned without ack (failpoint)")
+	default:
+		return fmt.Errorf("delivery channel closed")
+	}
+}
+
+// process handles one delivery and carries out the decision. It reports
+// whether the channel must be abandoned.
+func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, handle Handler, d amqp.Delivery) bool {
+	del := Delivery{Delivery: d, Queue: cfg.Queue, Attempt: 1}
+	if n, ok := intHeader(d.Headers, HeaderRetryAttempt); ok && n > 0 {
+		del.Attempt = int(n) + 1
+	}
+	if ms, ok := intHeader(d.Headers, HeaderFirstFailedAt); ok && ms > 0 {
+		del.FirstFailedAt = time.UnixMilli(ms).UTC()
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandlerTimeout)
+	defer cancel()
+	dec := handle(hctx, del)
+
+	switch dec.kind {
+	case decideAck:
+		if err := d.Ack(false); err != nil {
+			log.Warn("ack failed; the broker will redeliver and the inbox will suppress it", "message_id", d.MessageId, "err", err)
+		}
+	case decideReject:
+		if err := d.Nack(false, false); err != nil {
+			log.Warn("reject failed", "message_id", d.MessageId, "err", err)
+		}
+	case decideAbandon:
+		log.Warn("abandoning channel without ack", "message_id", d.MessageId, "reason", dec.Reason)
+		return true
+	case decideRetry:
+		if err := c.scheduleRetry(hctx, pub, del, dec.delay); err != nil {
+			log.Warn("scheduling a retry failed; requeueing", "message_id", d.MessageId, "err", err)
+			// The delivery limit of the quorum queue bounds this path.
+			_ = d.Nack(false, true)
+			return false
+		}
+		if err := d.Ack(false); err != nil {
+			log.Warn("ack after retry scheduling failed; the message may run twice", "message_id", d.MessageId, "err", err)
+		}
+	}
+	return false
+}
+
+// retryTierBase is the delay of retry tier 0; tier k holds delays in
+// [base*2^k, base*2^(k+1)). Expiry is per message, and a queue only expires
+// its head, so one queue per tier keeps a short delay from waiting behind a
+// long one: within a tier delays differ by less than 2x.
+const retryTierBase = 250 * time.Millisecond
+
+const maxRetryTier = 12 // about 17 minutes
+
+// RetryTier returns the retry queue tier for a delay.
+func RetryTier(delay time.Duration) int {
+	if delay < retryTierBase {
+		return 0
+	}
+	t := bits.Len64(uint64(delay/retryTierBase)) - 1
+	if t > maxRetryTier {
+		t = maxRetryTier
+	}
+	return t
+}
+
+// scheduleRetry publishes a copy of the delivery to the retry queue of its
+// tier, with the attempt counter and first-failure time in its headers.
+func (c *Conn) scheduleRetry(ctx context.Context, pub *Publisher, d Delivery, delay time.Duration) error {
+	tier := RetryTier(delay)
+	name, err := c.retryQueue(ctx, d.Queue, tier)
+	if err != nil {
+		return err
+	}
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		if k == "x-death" { // grows with every cycle; the retry headers carry what we need
+			continue
+		}
+		headers[k] = v
+	}
+	headers[HeaderRetryAttempt] = int64(d.Attempt)
+	first := d.FirstFailedAt
+	if first.IsZero() {
+		first = time.Now()
+	}
+	headers[HeaderFirstFailedAt] = first.UnixMilli()
+	ms := delay.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	msg := Message{
+		Exchange:   "",
+		RoutingKey: name,
+		Publishing: amqp.Publishing{
+			Headers:       headers,
+			ContentType:   d.ContentType,
+			DeliveryMode:  amqp.Persistent,
+			CorrelationId: d.CorrelationId,
+			MessageId:     d.MessageId,
+			Timestamp:     d.Timestamp,
+			Type:          d.Type,
+			Expiration:    fmt.Sprint(ms),
+			Body:          d.Body,
+		},
+	}
+	if err := pub.Publish(ctx, []Message{msg}, 5*time.Second)[0]; err != nil {
+		c.forgetRetryQueue(name)
+		return fmt.Errorf("publish to %s: %w", name, err)
+	}
+	return nil
+}
+
+var declaredRetryQueues sync.Map // queue name -> struct{}
+
+func (c *Conn) retryQueue(ctx context.Context, queue string, tier int) (string, error) {
+	name := RetryQueue(queue, tier)
+	if _, ok := declaredRetryQueues.Load(name); ok {
+		return name, nil
+	}
+	ch, err := c.Channel(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer ch.Close()
+	if _, err := declareRetryQueue(ch, queue, tier); err != nil {
+		return "", err
+	}
+	declaredRetryQueues.Store(name, struct{}{})
+	return name, nil
+}
+
+func (c *Conn) forgetRetryQueue(name string) { declaredRetryQueues.Delete(name) }
+
+func intHeader(h amqp.Table, key string) (int64, bool) {
+	switch v := h[key].(type) {
+	case int64:
+		return v, true
+	case int32:
+		return int64(v), true
+	case int16:
+		return int64(v), true
+	case int8:
+		return int64(v), true
+	case int:
+		return int64(v), true
+	case uint8:
+		return int64(v), true
+	case uint16:
+		return int64(v), true
+	case uint32:
+		return int64(v), true
+	}
+	return 0, false
+}

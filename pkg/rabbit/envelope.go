@@ -1,0 +1,64 @@
+package rabbit
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+)
+
+// Envelope reads the event metadata of a delivery. A message without a UUID
+// message_id, a type or the SPEC headers is invalid (events.ErrInvalid): it
+// can never be processed and goes to dead letters.
+func (d Delivery) Envelope() (events.Envelope, error) {
+	e := events.Envelope{
+		EventID:    d.MessageId,
+		Type:       d.Type,
+		OccurredAt: d.Timestamp,
+		Payload:    d.Body,
+	}
+	if _, err := uuid.Parse(d.MessageId); err != nil || len(d.MessageId) != 36 {
+		return e, fmt.Errorf("%w: message_id %q is not a UUID", events.ErrInvalid, d.MessageId)
+	}
+	if e.Type == "" {
+		return e, fmt.Errorf("%w: message has no type", events.ErrInvalid)
+	}
+	if d.ContentType != "application/json" {
+		return e, fmt.Errorf("%w: content_type %q, want application/json", events.ErrInvalid, d.ContentType)
+	}
+	var err error
+	if e.AggregateID, err = uintHeader(d, events.HeaderAggregateID); err != nil {
+		return e, err
+	}
+	if e.AggregateVersion, err = uintHeader(d, events.HeaderAggregateVersion); err != nil {
+		return e, err
+	}
+	sv, err := uintHeader(d, events.HeaderSchemaVersion)
+	if err != nil {
+		return e, err
+	}
+	e.SchemaVersion = int(sv)
+	e.CorrelationID, _ = d.Headers[events.HeaderCorrelationID].(string)
+	return e, nil
+}
+
+func uintHeader(d Delivery, key string) (uint64, error) {
+	switch v := d.Headers[key].(type) {
+	case string:
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%w: header %s=%q is not a number", events.ErrInvalid, key, v)
+		}
+		return n, nil
+	case nil:
+		return 0, fmt.Errorf("%w: header %s missing", events.ErrInvalid, key)
+	default:
+		n, ok := intHeader(d.Headers, key)
+		if !ok || n < 0 {
+			return 0, fmt.Errorf("%w: header %s has type %T", events.ErrInvalid, key, v)
+		}
+		return uint64(n), nil
+	}
+}

@@ -1,0 +1,120 @@
+// Package rabbittest connects integration tests to the real RabbitMQ with a
+// namespace of their own, and deletes what they declared when they end.
+package rabbittest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+)
+
+// URL is the broker the tests use: TEST_AMQP_URL or the local development
+// broker.
+func URL() string {
+	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// Namespace returns a fresh namespace ("t-<hex>.") for one test.
+func Namespace(t testing.TB) rabbit.Namespace {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs RabbitMQ (run without -short)")
+	}
+	b := make([]byte, 5)
+	_, _ = rand.Read(b)
+	return rabbit.Namespace("t-" + hex.EncodeToString(b) + ".")
+}
+
+// Topology builds a test topology in namespace ns with the given queues
+// (names are prefixed here) and deletes it at cleanup.
+func Topology(t testing.TB, ns rabbit.Namespace, queues ...rabbit.Queue) rabbit.Topology {
+	t.Helper()
+	topo := rabbit.Topology{Exchange: ns.Exchange(), DeadLetterExchange: ns.DeadLetterExchange()}
+	for _, q := range queues {
+		q.Name = ns.Queue(q.Name)
+		topo.Queues = append(topo.Queues, q)
+	}
+	Cleanup(t, topo)
+	return topo
+}
+
+// Cleanup deletes the topology's queues and exchanges when the test ends.
+func Cleanup(t testing.TB, topo rabbit.Topology) {
+	t.Cleanup(func() {
+		conn := Dial(t)
+		defer conn.Close()
+		if err := topo.Delete(conn, 12); err != nil {
+			t.Logf("delete test topology: %v", err)
+		}
+	})
+}
+
+// Dial opens a plain AMQP connection for the test to inspect queues with.
+// A broker that cannot be reached fails the test.
+func Dial(t testing.TB) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.Dial(URL())
+	if err != nil {
+		t.Fatalf("RabbitMQ at %s is required for this test (scripts/test.sh starts it): %v", URL(), err)
+	}
+	return conn
+}
+
+// Conn starts a recovering rabbit.Conn for topo, waits until it is
+// connected and stops it at cleanup.
+func Conn(t testing.TB, topo rabbit.Topology) *rabbit.Conn {
+	t.Helper()
+	c := rabbit.New(URL(), topo, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	wctx, wcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer wcancel()
+	if err := c.WaitConnected(wctx); err != nil {
+		t.Fatalf("RabbitMQ at %s is required for this test: %v", URL(), err)
+	}
+	return c
+}
+
+// Drain reads every message currently in queue (basic.get, acked) and
+// returns them. It waits up to wait for at least want messages.
+func Drain(t testing.TB, queue string, want int, wait time.Duration) []amqp.Delivery {
+	t.Helper()
+	conn := Dial(t)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	var got []amqp.Delivery
+	deadline := time.Now().Add(wait)
+	for {
+		d, ok, err := ch.Get(queue, false)
+		if err != nil {
+			t.Fatalf("get from %s: %v", queue, err)
+		}
+		if ok {
+			_ = d.Ack(false)
+			got = append(got, d)
+			continue
+		}
+		if len(got) >= want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,205 @@
+package psp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// ErrOutcomeUnknown marks a call whose outcome the caller cannot know: a
+// timeout, a dropped connection, an unreadable answer or any 5xx. The charge
+// or refund may or may not have happened. Never read it as a decline: query
+// the status with the same idempotency key (GetCharge, GetRefund) before
+// retrying or giving up.
+var ErrOutcomeUnknown = errors.New("outcome unknown (query the status with the same idempotency key)")
+
+// ErrNotFound is returned by GetCharge and GetRefund when the PSP has no
+// record with that idempotency key.
+var ErrNotFound = errors.New("not found")
+
+// APIError is a 4xx answer: the PSP understood the call and refused it
+// (invalid input, key reused with other parameters, refund not allowed).
+// Nothing was charged or refunded by this call; sending it again unchanged
+// gets the same answer.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("psp answered %d: %s", e.Status, e.Message) }
+
+// Client calls a PSP over HTTP.
+//
+// It sends the idempotency key in the body only, never as an
+// "Idempotency-Key" header: with that header net/http's Transport treats a
+// POST as replayable and may silently resend it on a broken keep-alive
+// connection, hiding from the caller exactly the lost answer this PSP lets
+// the course demonstrate.
+type Client struct {
+	baseURL string
+	hc      *http.Client
+}
+
+// NewClient returns a client for the PSP at baseURL (e.g.
+// http://127.0.0.1:8083/psp). httpClient sets the timeout; nil means a client
+// with a 10 s timeout.
+func NewClient(baseURL string, httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	return &Client{baseURL: strings.TrimRight(baseURL, "/"), hc: httpClient}
+}
+
+// Charge asks the PSP to charge, once per req.IdempotencyKey. A declined
+// charge is not an error: it comes back with Status "declined" and a
+// DeclineCode. Errors: ErrOutcomeUnknown (query GetCharge), or *APIError.
+func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
+	var ch Charge
+	if err := c.do(ctx, http.MethodPost, "/charges", req, &ch); err != nil {
+		return Charge{}, fmt.Errorf("psp charge %s: %w", req.IdempotencyKey, err)
+	}
+	return ch, nil
+}
+
+// GetCharge returns the charge made with an idempotency key, or ErrNotFound.
+func (c *Client) GetCharge(ctx context.Context, idempotencyKey string) (Charge, error) {
+	var ch Charge
+	if err := c.do(ctx, http.MethodGet, "/charges/"+url.PathEscape(idempotencyKey), nil, &ch); err != nil {
+		return Charge{}, fmt.Errorf("psp get charge %s: %w", idempotencyKey, notFound(err))
+	}
+	return ch, nil
+}
+
+// ChargesForOrder returns every charge record the PSP holds for an order,
+// oldest first.
+func (c *Client) ChargesForOrder(ctx context.Context, orderRef string) ([]Charge, error) {
+	var out struct {
+		Charges []Charge `json:"charges"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/charges?order_ref="+url.QueryEscape(orderRef), nil, &out); err != nil {
+		return nil, fmt.Errorf("psp charges for order %s: %w", orderRef, err)
+	}
+	return out.Charges, nil
+}
+
+// Refund asks the PSP to refund (part of) a succeeded charge, once per
+// req.IdempotencyKey. Errors: ErrOutcomeUnknown (query GetRefund), or
+// *APIError (422 for a declined or unknown charge or too large an amount).
+func (c *Client) Refund(ctx context.Context, req RefundRequest) (Refund, error) {
+	var f Refund
+	if err := c.do(ctx, http.MethodPost, "/refunds", req, &f); err != nil {
+		return Refund{}, fmt.Errorf("psp refund %s: %w", req.IdempotencyKey, err)
+	}
+	return f, nil
+}
+
+// GetRefund returns the refund made with an idempotency key, or ErrNotFound.
+func (c *Client) GetRefund(ctx context.Context, idempotencyKey string) (Refund, error) {
+	var f Refund
+	if err := c.do(ctx, http.MethodGet, "/refunds/"+url.PathEscape(idempotencyKey), nil, &f); err != nil {
+		return Refund{}, fmt.Errorf("psp get refund %s: %w", idempotencyKey, notFound(err))
+	}
+	return f, nil
+}
+
+// RefundsForCharge returns every refund of a charge, oldest first.
+func (c *Client) RefundsForCharge(ctx context.Context, chargeID string) ([]Refund, error) {
+	var out struct {
+		Refunds []Refund `json:"refunds"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/refunds?charge_id="+url.QueryEscape(chargeID), nil, &out); err != nil {
+		return nil, fmt.Errorf("psp refunds for charge %s: %w", chargeID, err)
+	}
+	return out.Refunds, nil
+}
+
+// SetSwitch sets the PSP's fault switch (PUT /switches).
+func (c *Client) SetSwitch(ctx context.Context, sw Switch) error {
+	if err := c.do(ctx, http.MethodPut, "/switches", sw, nil); err != nil {
+		return fmt.Errorf("psp set switch: %w", err)
+	}
+	return nil
+}
+
+// GetSwitch returns the PSP's fault switch (GET /switches).
+func (c *Client) GetSwitch(ctx context.Context) (Switch, error) {
+	var sw Switch
+	if err := c.do(ctx, http.MethodGet, "/switches", nil, &sw); err != nil {
+		return Switch{}, fmt.Errorf("psp get switch: %w", err)
+	}
+	return sw, nil
+}
+
+// do sends one request and sorts the result into the classes callers act on:
+// nil (2xx, decoded into out), *APIError (4xx: refused, nothing done) or
+// ErrOutcomeUnknown (no complete answer, or 5xx: anything may have happened).
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, body)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%w: read answer (status %d): %w", ErrOutcomeUnknown, resp.StatusCode, err)
+	}
+	switch {
+	case resp.StatusCode >= 500:
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, apiError(resp.StatusCode, data))
+	case resp.StatusCode >= 300:
+		return apiError(resp.StatusCode, data)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%w: decode answer (status %d): %w", ErrOutcomeUnknown, resp.StatusCode, err)
+	}
+	return nil
+}
+
+func apiError(status int, body []byte) *APIError {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+		e.Error = strings.TrimSpace(string(body))
+		if len(e.Error) > 200 {
+			e.Error = e.Error[:200]
+		}
+	}
+	return &APIError{Status: status, Message: e.Error}
+}
+
+// notFound turns the 404 of a status query into ErrNotFound.
+func notFound(err error) error {
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return fmt.Errorf("%w: %s", ErrNotFound, ae.Message)
+	}
+	return err
+}

@@ -1,0 +1,118 @@
+package psp
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+)
+
+// testPSP is one PSP on its own database, served the way the payment-fake
+// service serves it: mounted under /psp with the prefix stripped.
+type testPSP struct {
+	srv    *Server
+	db     *sqldbtest.DB
+	base   string // http://127.0.0.1:port/psp
+	client *Client
+}
+
+func newTestPSP(t *testing.T) *testPSP {
+	t.Helper()
+	db := sqldbtest.New(t, "payment")
+	srv := NewServer(db.DB, slog.New(slog.DiscardHandler))
+	mux := http.NewServeMux()
+	mux.Handle("/psp/", http.StripPrefix("/psp", srv.Handler()))
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close) // runs before the database is dropped
+	base := ts.URL + "/psp"
+	return &testPSP{srv: srv, db: db, base: base, client: NewClient(base, &http.Client{Timeout: 10 * time.Second})}
+}
+
+// call sends one raw request and returns the status, headers and body.
+func (p *testPSP) call(t *testing.T, method, path, body string) (int, http.Header, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, p.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// chargeRows returns every row of psp_charges, oldest first.
+func (p *testPSP) chargeRows(t *testing.T) []chargeRow {
+	t.Helper()
+	const q = `SELECT charge_id, idempotency_key, order_ref, customer_id, amount_cents, currency, status, decline_code, created_at
+FROM psp_charges ORDER BY created_at, charge_id`
+	var rows []chargeRow
+	if err := p.db.SelectContext(context.Background(), &rows, q); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// chargeRowsByKey returns the rows of psp_charges with one idempotency key.
+func (p *testPSP) chargeRowsByKey(t *testing.T, key string) []chargeRow {
+	t.Helper()
+	var out []chargeRow
+	for _, r := range p.chargeRows(t) {
+		if r.IdempotencyKey == key {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// refundRows returns every row of psp_refunds, oldest first.
+func (p *testPSP) refundRows(t *testing.T) []refundRow {
+	t.Helper()
+	const q = `SELECT refund_id, idempotency_key, charge_id, amount_cents, status, created_at
+FROM psp_refunds ORDER BY created_at, refund_id`
+	var rows []refundRow
+	if err := p.db.SelectContext(context.Background(), &rows, q); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// mustCharge charges through the client and fails the test on any error.
+func (p *testPSP) mustCharge(t *testing.T, req ChargeRequest) Charge {
+	t.Helper()
+	c, err := p.client.Charge(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Charge(%+v): %v", req, err)
+	}
+	return c
+}
+
+func (p *testPSP) mustSetSwitch(t *testing.T, sw Switch) {
+	t.Helper()
+	if err := p.client.SetSwitch(context.Background(), sw); err != nil {
+		t.Fatalf("SetSwitch(%+v): %v", sw, err)
+	}
+}
+
+func chargeReq(key string) ChargeRequest {
+	return ChargeRequest{IdempotencyKey: key, OrderRef: "42", CustomerID: "c-1", AmountCents: 1500, Currency: "EUR"}
+}

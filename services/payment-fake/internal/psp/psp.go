@@ -1,0 +1,198 @@
+package psp
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Charge statuses.
+const (
+	StatusSucceeded = "succeeded"
+	StatusDeclined  = "declined"
+)
+
+// Decline codes.
+const (
+	DeclineCardDeclined = "card_declined"
+	DeclineAmountLimit  = "amount_limit"
+)
+
+// MaxAmountCents is the largest amount the PSP charges; above it a charge is
+// declined with DeclineAmountLimit.
+const MaxAmountCents = 500000
+
+// Charge is the PSP's record of one charge attempt, as the API returns it.
+// DeclineCode is empty unless Status is StatusDeclined.
+type Charge struct {
+	ChargeID       string    `json:"charge_id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	OrderRef       string    `json:"order_ref"`
+	CustomerID     string    `json:"customer_id"`
+	AmountCents    int64     `json:"amount_cents"`
+	Currency       string    `json:"currency"`
+	Status         string    `json:"status"`
+	DeclineCode    string    `json:"decline_code"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// Refund is the PSP's record of one refund. Its Status is always
+// StatusSucceeded: a refund the PSP refuses is never stored.
+type Refund struct {
+	RefundID       string    `json:"refund_id"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	ChargeID       string    `json:"charge_id"`
+	AmountCents    int64     `json:"amount_cents"`
+	Status         string    `json:"status"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// ChargeRequest is the body of POST /charges.
+type ChargeRequest struct {
+	IdempotencyKey string `json:"idempotency_key"`
+	OrderRef       string `json:"order_ref"`
+	CustomerID     string `json:"customer_id"`
+	AmountCents    int64  `json:"amount_cents"`
+	Currency       string `json:"currency"`
+}
+
+// RefundRequest is the body of POST /refunds.
+type RefundRequest struct {
+	IdempotencyKey string `json:"idempotency_key"`
+	ChargeID       string `json:"charge_id"`
+	AmountCents    int64  `json:"amount_cents"`
+}
+
+// Mode is what the fault switch does to charge and refund calls.
+type Mode string
+
+// Switch modes; the package comment explains each.
+const (
+	ModeNormal           Mode = "normal"
+	ModeSlow             Mode = "slow"
+	ModeLoseResponse     Mode = "lose-response"
+	ModeFailBeforeCharge Mode = "fail-before-charge"
+	ModeError5xx         Mode = "error-5xx"
+)
+
+// MaxDelayMS bounds the delay of ModeSlow.
+const MaxDelayMS = 120000
+
+// Switch is the fault switch of one PSP instance, the body of PUT /switches
+// and the answer of GET /switches. Count is how many following charge or
+// refund calls it affects (0: all of them, until set back to normal); in
+// GET /switches it is the number of calls left.
+type Switch struct {
+	Mode    Mode `json:"mode"`
+	DelayMS int  `json:"delay_ms"`
+	Count   int  `json:"count"`
+}
+
+// Validate reports what is wrong with s, or nil.
+func (s Switch) Validate() error {
+	switch s.Mode {
+	case ModeNormal, ModeLoseResponse, ModeFailBeforeCharge, ModeError5xx:
+	case ModeSlow:
+		if s.DelayMS <= 0 {
+			return errors.New("mode slow needs delay_ms > 0")
+		}
+	default:
+		return fmt.Errorf("mode must be one of normal, slow, lose-response, fail-before-charge, error-5xx, not %q", s.Mode)
+	}
+	if s.DelayMS < 0 || s.DelayMS > MaxDelayMS {
+		return fmt.Errorf("delay_ms must be between 0 and %d", MaxDelayMS)
+	}
+	if s.Count < 0 {
+		return errors.New("count must not be negative")
+	}
+	return nil
+}
+
+// Validate reports the first thing wrong with r, or nil.
+func (r ChargeRequest) Validate() error {
+	if err := validKey("idempotency_key", r.IdempotencyKey, 128); err != nil {
+		return err
+	}
+	if err := validKey("order_ref", r.OrderRef, 64); err != nil {
+		return err
+	}
+	if r.CustomerID == "" || strings.TrimSpace(r.CustomerID) != r.CustomerID {
+		return errors.New("customer_id is required, without surrounding spaces")
+	}
+	if !utf8.ValidString(r.CustomerID) || utf8.RuneCountInString(r.CustomerID) > 64 {
+		return errors.New("customer_id must be valid UTF-8, at most 64 characters")
+	}
+	if r.AmountCents <= 0 {
+		return errors.New("amount_cents must be a positive number of cents")
+	}
+	if len(r.Currency) != 3 || strings.Trim(r.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" {
+		return errors.New("currency must be a three-letter upper-case ISO 4217 code, e.g. EUR")
+	}
+	return nil
+}
+
+// Validate reports the first thing wrong with r, or nil.
+func (r RefundRequest) Validate() error {
+	if err := validKey("idempotency_key", r.IdempotencyKey, 128); err != nil {
+		return err
+	}
+	if err := validKey("charge_id", r.ChargeID, 64); err != nil {
+		return err
+	}
+	if r.AmountCents <= 0 {
+		return errors.New("amount_cents must be a positive number of cents")
+	}
+	return nil
+}
+
+// validKey accepts 1 to max printable ASCII characters without spaces: keys
+// and references are stored as ASCII and travel in URL paths and queries.
+func validKey(field, v string, max int) error {
+	if v == "" {
+		return fmt.Errorf("%s is required", field)
+	}
+	if len(v) > max {
+		return fmt.Errorf("%s must be at most %d characters", field, max)
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] <= ' ' || v[i] > '~' {
+			return fmt.Errorf("%s must be printable ASCII without spaces", field)
+		}
+	}
+	return nil
+}
+
+// decide applies the decline rules of the package comment to a valid request.
+func decide(r ChargeRequest) (status, declineCode string) {
+	switch {
+	case strings.HasPrefix(r.CustomerID, "decline"):
+		return StatusDeclined, DeclineCardDeclined
+	case r.AmountCents > MaxAmountCents:
+		return StatusDeclined, DeclineAmountLimit
+	default:
+		return StatusSucceeded, ""
+	}
+}
+
+// sameCharge reports whether a stored charge was made by a request with the
+// same parameters as r.
+func sameCharge(c Charge, r ChargeRequest) bool {
+	return c.OrderRef == r.OrderRef && c.CustomerID == r.CustomerID &&
+		c.AmountCents == r.AmountCents && c.Currency == r.Currency
+}
+
+func sameRefund(f Refund, r RefundRequest) bool {
+	return f.ChargeID == r.ChargeID && f.AmountCents == r.AmountCents
+}
+
+// Errors of the PSP's books; Server.httpError maps each to its HTTP answer.
+var (
+	errKeyReused      = errors.New("idempotency key reused with different parameters")
+	errUnknownCharge  = errors.New("no charge with this charge_id")
+	errChargeDeclined = errors.New("charge was declined: nothing to refund")
+	errRefundTooLarge = errors.New("refund exceeds the charged amount")
+	errNoCharge       = errors.New("no charge with this idempotency key")
+	errNoRefund       = errors.New("no refund with this idempotency key")
+)

@@ -1,0 +1,256 @@
+package psp
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/web"
+)
+
+const (
+	maxBodyBytes = 64 << 10
+	// workTimeout bounds the database work of one call. The work runs on a
+	// context the caller cannot cancel: a PSP finishes what it has received.
+	workTimeout = 15 * time.Second
+)
+
+// Server is one fake PSP instance: its HTTP API over its own tables, and its
+// fault switch.
+type Server struct {
+	db       *sqlx.DB
+	log      *slog.Logger
+	switches switchboard
+	handler  http.Handler
+}
+
+// NewServer returns a PSP keeping its books in db (psp_charges, psp_refunds,
+// from migrations/payment). log may be nil.
+func NewServer(db *sqlx.DB, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{db: db, log: log.With("component", "psp")}
+	s.switches.set(Switch{Mode: ModeNormal})
+	s.handler = s.routes()
+	return s
+}
+
+// Handler returns the PSP's HTTP API. Its routes are relative ("/charges"):
+// mount it with the prefix stripped, e.g.
+//
+//	r.Mount("/psp", http.StripPrefix("/psp", pspServer.Handler()))   // chi
+//	mux.Handle("/psp/", http.StripPrefix("/psp", pspServer.Handler())) // net/http
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// SetSwitch sets the fault switch for the following charge and refund calls.
+// An invalid switch is refused and the current one kept.
+func (s *Server) SetSwitch(sw Switch) error {
+	if err := sw.Validate(); err != nil {
+		return err
+	}
+	s.switches.set(sw)
+	s.log.Info("psp switch set", "mode", sw.Mode, "delay_ms", sw.DelayMS, "count", sw.Count)
+	return nil
+}
+
+// CurrentSwitch returns the fault switch, with the number of calls it still
+// affects in Count (0: unlimited).
+func (s *Server) CurrentSwitch() Switch { return s.switches.current() }
+
+func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
+	var req ChargeRequest
+	if err := web.DecodeJSON(w, r, maxBodyBytes, &req); err != nil {
+		web.WriteError(w, r, s.log, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		web.WriteError(w, r, s.log, web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error()))
+		return
+	}
+	log := s.log.With("order_ref", req.OrderRef, "idempotency_key", req.IdempotencyKey)
+	sw := s.switches.take()
+	if !s.beforeCall(w, r, log, sw) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), workTimeout)
+	defer cancel()
+	c, created, err := s.charge(ctx, req)
+	if err != nil {
+		s.afterCall(w, r, log, sw, func() { web.WriteError(w, r, s.log, httpError(err)) })
+		return
+	}
+	log.Info("psp charge", "charge_id", c.ChargeID, "status", c.Status, "decline_code", c.DeclineCode, "replayed", !created)
+	s.afterCall(w, r, log, sw, func() { writeResult(w, created, c) })
+}
+
+func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) {
+	c, err := chargeByKey(r.Context(), s.db, r.PathValue("key"))
+	if err != nil {
+		web.WriteError(w, r, s.log, httpError(err))
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, c)
+}
+
+func (s *Server) handleListCharges(w http.ResponseWriter, r *http.Request) {
+	ref := r.URL.Query().Get("order_ref")
+	if err := validKey("order_ref", ref, 64); err != nil {
+		web.WriteError(w, r, s.log, web.Errorf(http.StatusBadRequest, "query parameter %s", err.Error()))
+		return
+	}
+	cs, err := chargesForOrder(r.Context(), s.db, ref)
+	if err != nil {
+		web.WriteError(w, r, s.log, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string][]Charge{"charges": cs})
+}
+
+func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
+	var req RefundRequest
+	if err := web.DecodeJSON(w, r, maxBodyBytes, &req); err != nil {
+		web.WriteError(w, r, s.log, err)
+		return
+	}
+	if err := req.Validate(); err != nil {
+		web.WriteError(w, r, s.log, web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error()))
+		return
+	}
+	log := s.log.With("charge_id", req.ChargeID, "idempotency_key", req.IdempotencyKey)
+	sw := s.switches.take()
+	if !s.beforeCall(w, r, log, sw) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), workTimeout)
+	defer cancel()
+	f, created, err := s.refund(ctx, req)
+	if err != nil {
+		s.afterCall(w, r, log, sw, func() { web.WriteError(w, r, s.log, httpError(err)) })
+		return
+	}
+	log.Info("psp refund", "refund_id", f.RefundID, "amount_cents", f.AmountCents, "replayed", !created)
+	s.afterCall(w, r, log, sw, func() { writeResult(w, created, f) })
+}
+
+func (s *Server) handleGetRefund(w http.ResponseWriter, r *http.Request) {
+	f, err := refundByKey(r.Context(), s.db, r.PathValue("key"))
+	if err != nil {
+		web.WriteError(w, r, s.log, httpError(err))
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, f)
+}
+
+func (s *Server) handleListRefunds(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("charge_id")
+	if err := validKey("charge_id", id, 64); err != nil {
+		web.WriteError(w, r, s.log, web.Errorf(http.StatusBadRequest, "query parameter %s", err.Error()))
+		return
+	}
+	fs, err := refundsForCharge(r.Context(), s.db, id)
+	if err != nil {
+		web.WriteError(w, r, s.log, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string][]Refund{"refunds": fs})
+}
+
+func (s *Server) handleGetSwitch(w http.ResponseWriter, r *http.Request) {
+	web.WriteJSON(w, http.StatusOK, s.CurrentSwitch())
+}
+
+func (s *Server) handlePutSwitch(w http.ResponseWriter, r *http.Request) {
+	var sw Switch
+	if err := web.DecodeJSON(w, r, maxBodyBytes, &sw); err != nil {
+		web.WriteError(w, r, s.log, err)
+		return
+	}
+	if err := s.SetSwitch(sw); err != nil {
+		web.WriteError(w, r, s.log, web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error()))
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, s.CurrentSwitch())
+}
+
+func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	web.WriteError(w, r, s.log, web.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+}
+
+// beforeCall applies the switch before anything is charged. It reports
+// whether the call goes on.
+func (s *Server) beforeCall(w http.ResponseWriter, r *http.Request, log *slog.Logger, sw Switch) bool {
+	switch sw.Mode {
+	case ModeFailBeforeCharge:
+		log.Warn("psp switch: dropping the connection before charging", "mode", sw.Mode)
+		dropConnection(w)
+		return false
+	case ModeError5xx:
+		log.Warn("psp switch: answering 502 without charging", "mode", sw.Mode)
+		web.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": "payment network unavailable (psp switch error-5xx); nothing was charged or refunded"})
+		return false
+	}
+	return true
+}
+
+// afterCall delivers the answer of a call that has done its work through the
+// switch: slow waits first, lose-response drops the connection instead.
+func (s *Server) afterCall(w http.ResponseWriter, r *http.Request, log *slog.Logger, sw Switch, answer func()) {
+	switch sw.Mode {
+	case ModeLoseResponse:
+		log.Warn("psp switch: work committed, dropping the connection without an answer", "mode", sw.Mode)
+		dropConnection(w)
+		return
+	case ModeSlow:
+		log.Warn("psp switch: work committed, answering late", "mode", sw.Mode, "delay_ms", sw.DelayMS)
+		t := time.NewTimer(time.Duration(sw.DelayMS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			log.Warn("psp switch: caller gave up before the late answer", "err", r.Context().Err())
+			return
+		}
+	}
+	answer()
+}
+
+// dropConnection closes the client's connection without writing a byte of
+// answer, as a network failure or a crashed PSP would.
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// Not hijackable (HTTP/2): abort the stream instead.
+		panic(http.ErrAbortHandler)
+	}
+	conn.Close()
+}
+
+// writeResult answers 201 for what this call created and 200 (with the
+// Idempotent-Replayed header) for the stored result of an earlier call.
+func writeResult(w http.ResponseWriter, created bool, v any) {
+	if created {
+		web.WriteJSON(w, http.StatusCreated, v)
+		return
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	web.WriteJSON(w, http.StatusOK, v)
+}
+
+// httpError maps the errors of the PSP's books to their HTTP answers; any
+// other error becomes a generic 500 in web.WriteError.
+func httpError(err error) error {
+	switch {
+	case errors.Is(err, errKeyReused):
+		return web.Errorf(http.StatusConflict, "%s", errKeyReused.Error())
+	case errors.Is(err, errNoCharge), errors.Is(err, errNoRefund):
+		return web.Errorf(http.StatusNotFound, "%s", err.Error())
+	case errors.Is(err, errUnknownCharge), errors.Is(err, errChargeDeclined), errors.Is(err, errRefundTooLarge):
+		return web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
+	}
+	return err
+}
