@@ -76,6 +76,12 @@ func WithRegistry(ctx context.Context, r *Registry) context.Context {
 	return context.WithValue(ctx, ctxKey{}, r)
 }
 
+// FromContext returns the registry carried by ctx, if any.
+func FromContext(ctx context.Context) (*Registry, bool) {
+	r, ok := ctx.Value(ctxKey{}).(*Registry)
+	return r, ok && r != nil
+}
+
 // Inject evaluates the point name in the registry carried by ctx (Default if
 // none). It returns nil unless the point is armed: then it returns an error,
 // blocks, or kills the process, depending on the action.

@@ -25,6 +25,14 @@ import (
 // wrapping events.ErrInvalid, when retrying can never help.
 type Handler func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error
 
+// ExternalHandler is for an event whose processing calls something outside
+// the database (a payment provider). The call happens first, with no
+// transaction open (no locks held across a network call); the returned
+// Handler then records its outcome inside the inbox transaction. The
+// external system must be idempotent (same key, same answer): a crash
+// between the call and the commit repeats the call on redelivery.
+type ExternalHandler func(ctx context.Context, e events.Envelope) (record Handler, err error)
+
 type permanentError struct{ err error }
 
 func (p permanentError) Error() string { return p.err.Error() }
@@ -45,6 +53,7 @@ type Config struct {
 	Name     string
 	DB       *sqlx.DB
 	Handlers map[events.Type]Handler
+	External map[events.Type]ExternalHandler
 	// AfterCommit runs after each committed event, e.g. the outbox
 	// dispatcher's Wake so result events leave at once.
 	AfterCommit func()
@@ -95,12 +104,27 @@ func (c *Consumer) Name() string { return c.cfg.Name }
 // rolled the attempt back. It knows nothing about the broker, so the
 // experiments can call it from two connections at once.
 func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
-	h, ok := c.cfg.Handlers[e.Type]
-	if !ok {
-		return fmt.Errorf("%w: consumer %s has no handler for %s", events.ErrInvalid, c.cfg.Name, e.Type)
-	}
 	if err := events.CheckVersion(e.Type, e.SchemaVersion); err != nil {
 		return err
+	}
+	h, ok := c.cfg.Handlers[e.Type]
+	if ext, isExt := c.cfg.External[e.Type]; isExt {
+		// Skip the external call for an event we already committed (a
+		// redelivery). Not a correctness check: the inbox INSERT below is.
+		done, err := Processed(ctx, c.cfg.DB, c.cfg.Name, e.EventID)
+		if err != nil {
+			return err
+		}
+		if done {
+			return ErrAlreadyProcessed
+		}
+		if h, err = ext(ctx, e); err != nil {
+			return err
+		}
+		ok = true
+	}
+	if !ok {
+		return fmt.Errorf("%w: consumer %s has no handler for %s", events.ErrInvalid, c.cfg.Name, e.Type)
 	}
 	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
 		if err := Claim(ctx, tx, c.cfg.Name, e.EventID); err != nil {

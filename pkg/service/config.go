@@ -1,0 +1,158 @@
+// Package service is the part of every service's composition root that
+// does not depend on its domain: typed configuration from the environment,
+// the JSON logger, the database (opened and migrated), the broker
+// connection, the outbox dispatcher, the consume loops, the HTTP listener
+// with health, metrics and (demo mode only) failpoint endpoints, and an
+// orderly shutdown. Each service's run function reads top to bottom with it.
+package service
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Env reads typed settings and collects every bad one, so a misconfigured
+// service reports all its mistakes at once.
+type Env struct {
+	getenv func(string) string
+	errs   []error
+}
+
+// NewEnv wraps a getenv function (os.Getenv in main, a map in tests).
+func NewEnv(getenv func(string) string) *Env { return &Env{getenv: getenv} }
+
+// Err joins every problem found so far.
+func (e *Env) Err() error { return errors.Join(e.errs...) }
+
+// String returns the variable or def when unset.
+func (e *Env) String(key, def string) string {
+	if v := e.getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Int returns the variable as an int within [min, max].
+func (e *Env) Int(key string, def, min, max int) int {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: want an integer in [%d, %d]", key, v, min, max))
+		return def
+	}
+	return n
+}
+
+// Bool returns the variable as a bool.
+func (e *Env) Bool(key string, def bool) bool {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: want true or false", key, v))
+		return def
+	}
+	return b
+}
+
+// Duration returns the variable as a positive duration ("250ms", "30s").
+func (e *Env) Duration(key string, def time.Duration) time.Duration {
+	v := e.getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		e.errs = append(e.errs, fmt.Errorf("%s=%q: want a positive duration such as 500ms or 30s", key, v))
+		return def
+	}
+	return d
+}
+
+// Config is what every service reads from the environment.
+type Config struct {
+	Name           string // service name in logs and metrics
+	HTTPAddr       string // HTTP_ADDR
+	MySQLDSN       string // MYSQL_DSN
+	CreateDatabase bool   // MYSQL_CREATE_DATABASE: create the schema if missing (root on a laptop)
+	AMQPURL        string // AMQP_URL
+	// AMQPNamespace prefixes exchange and queue names (AMQP_NAMESPACE);
+	// empty in production, set by tests to isolate them.
+	AMQPNamespace   string
+	DemoMode        bool   // DEMO_MODE: failpoint endpoints and lab switches
+	Failpoints      string // FAILPOINTS: armed at start, see pkg/failpoint
+	LogLevel        slog.Level
+	OutboxWorkers   int           // OUTBOX_WORKERS
+	OutboxBatch     int           // OUTBOX_BATCH
+	OutboxPoll      time.Duration // OUTBOX_POLL_INTERVAL
+	OutboxLease     time.Duration // OUTBOX_LEASE
+	ConsumerWorkers int           // CONSUMER_WORKERS
+	Prefetch        int           // CONSUMER_PREFETCH
+	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
+}
+
+// Load reads the shared settings. defaultAddr and defaultDB are the
+// service's own defaults from the SPEC (":8081", "order_service").
+func Load(env *Env, name, defaultAddr, defaultDB string) Config {
+	c := Config{
+		Name:            name,
+		HTTPAddr:        env.String("HTTP_ADDR", defaultAddr),
+		MySQLDSN:        env.String("MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"+defaultDB),
+		CreateDatabase:  env.Bool("MYSQL_CREATE_DATABASE", true),
+		AMQPURL:         env.String("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		AMQPNamespace:   env.String("AMQP_NAMESPACE", ""),
+		DemoMode:        env.Bool("DEMO_MODE", false),
+		Failpoints:      env.String("FAILPOINTS", ""),
+		OutboxWorkers:   env.Int("OUTBOX_WORKERS", 2, 1, 64),
+		OutboxBatch:     env.Int("OUTBOX_BATCH", 100, 1, 1000),
+		OutboxPoll:      env.Duration("OUTBOX_POLL_INTERVAL", time.Second),
+		OutboxLease:     env.Duration("OUTBOX_LEASE", 30*time.Second),
+		ConsumerWorkers: env.Int("CONSUMER_WORKERS", 16, 1, 256),
+		Prefetch:        env.Int("CONSUMER_PREFETCH", 64, 1, 10000),
+		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(env.String("LOG_LEVEL", "info"))); err != nil {
+		env.errs = append(env.errs, fmt.Errorf("LOG_LEVEL: want debug, info, warn or error"))
+	}
+	if _, err := mysql.ParseDSN(c.MySQLDSN); err != nil {
+		env.errs = append(env.errs, fmt.Errorf("MYSQL_DSN: %v", err))
+	}
+	if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
+		env.errs = append(env.errs, fmt.Errorf("AMQP_URL=%q: want amqp://user:password@host:port/vhost", MaskURL(c.AMQPURL)))
+	}
+	return c
+}
+
+// Masked returns the config for logging, passwords hidden.
+func (c Config) Masked() Config {
+	if mc, err := mysql.ParseDSN(c.MySQLDSN); err == nil && mc.Passwd != "" {
+		mc.Passwd = "xxxxx"
+		c.MySQLDSN = mc.FormatDSN()
+	}
+	c.AMQPURL = MaskURL(c.AMQPURL)
+	return c
+}
+
+// MaskURL hides the password of a URL.
+func MaskURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return strings.Replace(u.String(), "xxxxx", "*****", 1)
+}

@@ -1,0 +1,222 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/relmsg/ordersaga/migrations"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/web"
+)
+
+// Runtime holds a service's infrastructure.
+type Runtime struct {
+	Cfg        Config
+	Log        *slog.Logger
+	DB         *sqlx.DB
+	NS         rabbit.Namespace
+	Broker     *rabbit.Conn
+	Outbox     *outbox.Dispatcher
+	Metrics    *prometheus.Registry
+	Inbox      *inbox.Metrics
+	Failpoints *failpoint.Registry
+
+	consumers []consumer
+	loops     []loop
+}
+
+type consumer struct {
+	queue string
+	c     *inbox.Consumer
+}
+
+type loop struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// Start builds the runtime: logger, database (opened, migrated), broker
+// connection (started by Serve), outbox dispatcher, metrics and the
+// failpoint registry. The returned context carries that registry.
+// migrationsDir is the service's folder under migrations/.
+func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(rabbit.Namespace) rabbit.Topology, stdout io.Writer) (context.Context, *Runtime, error) {
+	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", cfg.Name)
+	log.Info("starting", "config", cfg.Masked())
+
+	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: prometheus.NewRegistry()}
+	r.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Failpoints: a registry already in ctx (in-process tests) wins;
+	// otherwise a fresh one armed from FAILPOINTS.
+	if reg, ok := failpoint.FromContext(ctx); ok {
+		r.Failpoints = reg
+	} else {
+		r.Failpoints = failpoint.NewRegistry()
+		ctx = failpoint.WithRegistry(ctx, r.Failpoints)
+	}
+	if cfg.Failpoints != "" {
+		if err := r.Failpoints.ArmFromSpec(cfg.Failpoints); err != nil {
+			return ctx, nil, fmt.Errorf("FAILPOINTS: %w", err)
+		}
+		log.Warn("failpoints armed", "spec", cfg.Failpoints)
+	}
+
+	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	db, err := sqldb.Open(dctx, sqldb.Config{DSN: cfg.MySQLDSN, CreateDatabase: cfg.CreateDatabase, MaxOpenConns: 32})
+	if err != nil {
+		return ctx, nil, err
+	}
+	r.DB = db
+	fsys, err := migrations.For(migrationsDir)
+	if err != nil {
+		return ctx, nil, err
+	}
+	if err := sqldb.Migrate(dctx, db, fsys, log); err != nil {
+		db.Close()
+		return ctx, nil, err
+	}
+
+	r.Broker = rabbit.New(cfg.AMQPURL, topology(r.NS), log)
+	r.Outbox = outbox.New(db, outbox.Config{
+		Exchange:     r.NS.Exchange(),
+		NewPublisher: outbox.RabbitPublishers(r.Broker),
+		Workers:      cfg.OutboxWorkers,
+		BatchSize:    cfg.OutboxBatch,
+		PollInterval: cfg.OutboxPoll,
+		Lease:        cfg.OutboxLease,
+		Log:          log.With("component", "outbox"),
+		Registerer:   r.Metrics,
+	})
+	r.Inbox = inbox.NewMetrics(r.Metrics)
+	return ctx, r, nil
+}
+
+// Consume registers a consume loop on queue (its namespaced name is made
+// here) and the drain of its broker-side dead-letter queue.
+func (r *Runtime) Consume(queue string, c *inbox.Consumer) {
+	r.consumers = append(r.consumers, consumer{queue: r.NS.Queue(queue), c: c})
+}
+
+// Loop registers a background job that runs until ctx ends.
+func (r *Runtime) Loop(name string, run func(ctx context.Context) error) {
+	r.loops = append(r.loops, loop{name: name, run: run})
+}
+
+// Ready reports whether the database and the broker are reachable.
+func (r *Runtime) Ready(ctx context.Context) error {
+	if err := r.DB.PingContext(ctx); err != nil {
+		return fmt.Errorf("database: %w", err)
+	}
+	if !r.Broker.Connected() {
+		return errors.New("broker: not connected")
+	}
+	return nil
+}
+
+// Router returns a router with the endpoints every service has: /healthz,
+// /readyz, /metrics and, in demo mode only, /debug/failpoints.
+func (r *Runtime) Router() chi.Router {
+	mux := chi.NewRouter()
+	mux.Use(middleware.Recoverer)
+	web.Health(mux, r.Ready)
+	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
+	if r.Cfg.DemoMode {
+		h := http.StripPrefix("/debug/failpoints", r.Failpoints.Handler())
+		mux.Handle("/debug/failpoints", h)
+		mux.Handle("/debug/failpoints/*", h)
+	}
+	mux.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		web.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+	})
+	mux.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		web.WriteJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+	})
+	return mux
+}
+
+// Serve runs everything until ctx ends, then shuts down in reverse order:
+// stop taking HTTP requests and deliveries, let in-flight requests, messages
+// (transaction and ack) and the dispatcher's batch finish, then close the
+// broker connection and the database. Shutdown is bounded by
+// SHUTDOWN_TIMEOUT. If a component fails, the others are stopped too.
+func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
+	defer r.DB.Close()
+	l, err := net.Listen("tcp", r.Cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", r.Cfg.HTTPAddr, err)
+	}
+	r.Log.Info("listening", "addr", l.Addr().String())
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The broker outlives the work that uses it, so acks and confirms of
+	// in-flight messages can still be sent during shutdown.
+	brokerCtx, stopBroker := context.WithCancel(context.WithoutCancel(ctx))
+	var brokerWG sync.WaitGroup
+	brokerWG.Add(1)
+	go func() { defer brokerWG.Done(); _ = r.Broker.Run(brokerCtx) }()
+
+	var wg sync.WaitGroup
+	run := func(name string, fn func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				r.Log.Error("component failed; shutting down", "component", name, "err", err)
+				cancel(fmt.Errorf("%s: %w", name, err))
+			}
+		}()
+	}
+	run("http", func(ctx context.Context) error { return web.Serve(ctx, l, handler, r.Cfg.ShutdownTimeout) })
+	run("outbox", r.Outbox.Run)
+	for _, c := range r.consumers {
+		cfg := rabbit.ConsumeConfig{Queue: c.queue, Prefetch: r.Cfg.Prefetch, Workers: r.Cfg.ConsumerWorkers,
+			Log: r.Log.With("consumer", c.c.Name())}
+		run("consume "+c.queue, func(ctx context.Context) error { return r.Broker.Consume(ctx, cfg, c.c.Handle) })
+		dead := rabbit.ConsumeConfig{Queue: rabbit.Queue{Name: c.queue}.DeadQueue(), Prefetch: 8, Workers: 1,
+			Log: r.Log.With("consumer", c.c.Name())}
+		run("drain "+dead.Queue, func(ctx context.Context) error {
+			return r.Broker.Consume(ctx, dead, c.c.HandleBrokerDeadLetter)
+		})
+	}
+	for _, l := range r.loops {
+		run(l.name, l.run)
+	}
+
+	<-ctx.Done()
+	r.Log.Info("shutting down", "cause", context.Cause(ctx))
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var shutdownErr error
+	select {
+	case <-done:
+	case <-time.After(r.Cfg.ShutdownTimeout):
+		shutdownErr = fmt.Errorf("shutdown: components still running after %s", r.Cfg.ShutdownTimeout)
+	}
+	stopBroker()
+	brokerWG.Wait()
+	r.Log.Info("stopped")
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return errors.Join(cause, shutdownErr)
+	}
+	return shutdownErr
+}

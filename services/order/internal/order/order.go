@@ -1,0 +1,191 @@
+// Package order is the order domain: statuses, the transition table of the
+// saga as seen by the order service, and the rules a new order must meet.
+// It is pure Go: no SQL, no AMQP, no HTTP.
+package order
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Status is where an order stands.
+type Status string
+
+const (
+	PendingInventory Status = "pending_inventory" // accepted; waiting for inventory
+	AwaitingPayment  Status = "awaiting_payment"  // stock reserved; waiting for payment
+	Confirmed        Status = "confirmed"         // paid; stock committed
+	Rejected         Status = "rejected"          // inventory said no; nothing to compensate
+	Cancelled        Status = "cancelled"         // payment failed or cancelled; compensated
+)
+
+// Statuses lists every status, in saga order.
+var Statuses = []Status{PendingInventory, AwaitingPayment, Confirmed, Rejected, Cancelled}
+
+// Valid reports whether s is a known status.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reports whether the saga is over for this order: no event moves
+// it anywhere else.
+func (s Status) Terminal() bool { return s == Confirmed || s == Rejected || s == Cancelled }
+
+// RefundStatus tracks money paid back after a charge (issue: cancellation).
+type RefundStatus string
+
+const (
+	RefundNone     RefundStatus = "none"
+	RefundPending  RefundStatus = "pending"
+	RefundRefunded RefundStatus = "refunded"
+)
+
+// Trigger is something that happened to an order.
+type Trigger string
+
+const (
+	InventoryReserved Trigger = "inventory_reserved"
+	InventoryRejected Trigger = "inventory_rejected"
+	PaymentSucceeded  Trigger = "payment_succeeded"
+	PaymentFailed     Trigger = "payment_failed"
+)
+
+// Triggers lists every trigger.
+var Triggers = []Trigger{InventoryReserved, InventoryRejected, PaymentSucceeded, PaymentFailed}
+
+// transitions is the saga from the order's point of view: for each status,
+// the triggers it accepts and where they lead. Anything not listed is not a
+// legal move; terminal statuses accept nothing.
+var transitions = map[Status]map[Trigger]Status{
+	PendingInventory: {
+		InventoryReserved: AwaitingPayment,
+		InventoryRejected: Rejected,
+	},
+	AwaitingPayment: {
+		PaymentSucceeded: Confirmed,
+		PaymentFailed:    Cancelled,
+	},
+}
+
+// Next returns where trigger t moves an order in status s, and whether the
+// move is legal. An illegal move is a stale or out-of-order event: the
+// caller records it and changes nothing.
+func Next(s Status, t Trigger) (Status, bool) {
+	to, ok := transitions[s][t]
+	return to, ok
+}
+
+// Order is an order as the domain sees it.
+type Order struct {
+	ID           uint64
+	CustomerID   string
+	Status       Status
+	StatusReason string
+	RefundStatus RefundStatus
+	Items        []Item
+	TotalCents   int64
+	Currency     string
+	Version      uint64 // aggregate_version of the last event
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// Item is one priced order line.
+type Item struct {
+	SKU            string
+	Quantity       int
+	UnitPriceCents int64
+}
+
+// Line is one requested line, before pricing.
+type Line struct {
+	SKU      string
+	Quantity int
+}
+
+// Request is a new order as the client asked for it.
+type Request struct {
+	CustomerID string
+	Lines      []Line
+}
+
+// Limits on a request: generous for real use, tight enough that a typo or
+// an attack cannot create an absurd order.
+const (
+	MaxLines    = 50
+	MaxQuantity = 1000
+)
+
+var (
+	idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
+	// ErrInvalid wraps every reason a request is refused before it is
+	// written (HTTP 422).
+	ErrInvalid = errors.New("invalid order")
+	// ErrNotFound: no such order.
+	ErrNotFound = errors.New("order not found")
+	// ErrIdempotencyConflict: the idempotency key was used for a different
+	// request.
+	ErrIdempotencyConflict = errors.New("idempotency key already used for a different request")
+)
+
+// Validate checks a request against the rules that need no database.
+func (r Request) Validate() error {
+	if !idPattern.MatchString(r.CustomerID) {
+		return fmt.Errorf("%w: customer_id must be 1-64 letters, digits or ._:- characters", ErrInvalid)
+	}
+	if len(r.Lines) == 0 {
+		return fmt.Errorf("%w: items must not be empty", ErrInvalid)
+	}
+	if len(r.Lines) > MaxLines {
+		return fmt.Errorf("%w: at most %d items per order", ErrInvalid, MaxLines)
+	}
+	seen := map[string]bool{}
+	for i, l := range r.Lines {
+		if !idPattern.MatchString(l.SKU) {
+			return fmt.Errorf("%w: items[%d].sku must be 1-64 letters, digits or ._:- characters", ErrInvalid, i)
+		}
+		if l.Quantity <= 0 || l.Quantity > MaxQuantity {
+			return fmt.Errorf("%w: items[%d].quantity must be between 1 and %d", ErrInvalid, i, MaxQuantity)
+		}
+		if seen[l.SKU] {
+			return fmt.Errorf("%w: sku %s appears twice; put the total quantity on one line", ErrInvalid, l.SKU)
+		}
+		seen[l.SKU] = true
+	}
+	return nil
+}
+
+// Product is a catalogue entry.
+type Product struct {
+	SKU        string
+	PriceCents int64
+	Currency   string
+}
+
+// Price turns a validated request into priced items and a total, using the
+// catalogue prices. Every SKU must exist and share one currency.
+func Price(r Request, catalogue map[string]Product) ([]Item, int64, string, error) {
+	items := make([]Item, 0, len(r.Lines))
+	var total int64
+	currency := ""
+	for _, l := range r.Lines {
+		p, ok := catalogue[l.SKU]
+		if !ok {
+			return nil, 0, "", fmt.Errorf("%w: unknown sku %s", ErrInvalid, l.SKU)
+		}
+		if currency != "" && p.Currency != currency {
+			return nil, 0, "", fmt.Errorf("%w: items in different currencies", ErrInvalid)
+		}
+		currency = p.Currency
+		items = append(items, Item{SKU: l.SKU, Quantity: l.Quantity, UnitPriceCents: p.PriceCents})
+		total += p.PriceCents * int64(l.Quantity)
+	}
+	return items, total, currency, nil
+}

@@ -1,0 +1,39 @@
+// Package orderamqp lists what the order service consumes: its queue, the
+// routing keys bound to it, its consumer name and the handler of each event.
+package orderamqp
+
+import (
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+)
+
+// ConsumerName is the inbox key of the order service's consumer. Never
+// rename it: every event it processed would look new.
+const ConsumerName = "order"
+
+// Queue receives the participants' results.
+const Queue = "order.saga-results"
+
+// Topology is what the order service declares on the broker.
+func Topology(ns rabbit.Namespace) rabbit.Topology {
+	return rabbit.Topology{
+		Exchange:           ns.Exchange(),
+		DeadLetterExchange: ns.DeadLetterExchange(),
+		Queues: []rabbit.Queue{{
+			Name: ns.Queue(Queue),
+			Keys: []string{events.InventoryReserved, events.InventoryRejected, events.PaymentSucceeded, events.PaymentFailed},
+		}},
+	}
+}
+
+// Handlers maps each consumed event type to its use case.
+func Handlers(app *orderapp.App) map[events.Type]inbox.Handler {
+	return map[events.Type]inbox.Handler{
+		events.InventoryReserved: app.OnInventoryReserved,
+		events.InventoryRejected: app.OnInventoryRejected,
+		events.PaymentSucceeded:  app.OnPaymentSucceeded,
+		events.PaymentFailed:     app.OnPaymentFailed,
+	}
+}

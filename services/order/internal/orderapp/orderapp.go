@@ -1,0 +1,147 @@
+// Package orderapp holds the order service's use cases. Each is exactly one
+// local transaction through sqldb.WithTx: the order change and the events
+// it emits (outbox rows) commit together or not at all.
+package orderapp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
+)
+
+// App is the order service's application layer.
+type App struct {
+	db   *sqlx.DB
+	wake func() // the outbox dispatcher's Wake: events leave right after commit
+	log  *slog.Logger
+}
+
+// New returns the app. wake is called after every commit that wrote events.
+func New(db *sqlx.DB, wake func(), log *slog.Logger) *App {
+	return &App{db: db, wake: wake, log: log}
+}
+
+// Create accepts an order: one transaction inserts the order (its
+// idempotency key is unique), its lines and the OrderCreated event. It
+// answers "accepted" (pending_inventory), never "succeeded". A retry with
+// the same key and the same request returns the existing order and writes
+// nothing (created=false); the same key with another request is
+// order.ErrIdempotencyConflict.
+func (a *App) Create(ctx context.Context, key string, req order.Request) (o order.Order, created bool, err error) {
+	if err := req.Validate(); err != nil {
+		return order.Order{}, false, err
+	}
+	hash := requestHash(req)
+	// Fast path for retries: no catalogue read, no failed insert.
+	if existing, h, err := orderdb.GetByKey(ctx, a.db, key); err == nil {
+		return replay(existing, h, hash)
+	} else if !errors.Is(err, order.ErrNotFound) {
+		return order.Order{}, false, err
+	}
+	skus := make([]string, len(req.Lines))
+	for i, l := range req.Lines {
+		skus[i] = l.SKU
+	}
+	catalogue, err := orderdb.Catalogue(ctx, a.db, skus)
+	if err != nil {
+		return order.Order{}, false, err
+	}
+	items, total, currency, err := order.Price(req, catalogue)
+	if err != nil {
+		return order.Order{}, false, err
+	}
+	o = order.Order{CustomerID: req.CustomerID, Status: order.PendingInventory, RefundStatus: order.RefundNone,
+		Items: items, TotalCents: total, Currency: currency, Version: 1}
+
+	err = sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o)
+		if err != nil {
+			return err
+		}
+		o.ID = id
+		// Window: the order row exists in the transaction, its event not
+		// yet. An error or crash here must leave neither (atomic commit).
+		if err := failpoint.Inject(ctx, "order.create.after-order-insert"); err != nil {
+			return err
+		}
+		if err := orderdb.InsertItems(ctx, tx, id, items); err != nil {
+			return err
+		}
+		_, err = outbox.Add(ctx, tx, outbox.Event{
+			AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated,
+			Payload: events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
+				TotalCents: total, Currency: currency},
+		})
+		return err
+	})
+	if errors.Is(err, orderdb.ErrDuplicateKey) {
+		// A concurrent request with the same key won the unique key.
+		existing, h, gerr := orderdb.GetByKey(ctx, a.db, key)
+		if gerr != nil {
+			return order.Order{}, false, gerr
+		}
+		return replay(existing, h, hash)
+	}
+	if err != nil {
+		return order.Order{}, false, fmt.Errorf("create order: %w", err)
+	}
+	a.wake()
+	a.log.InfoContext(ctx, "order accepted", "order_id", o.ID, "total_cents", total)
+	// Read back for the server-set timestamps.
+	saved, err := orderdb.Get(ctx, a.db, o.ID)
+	if err != nil {
+		return o, true, nil
+	}
+	return saved, true, nil
+}
+
+func replay(existing order.Order, storedHash, hash string) (order.Order, bool, error) {
+	if storedHash != hash {
+		return order.Order{}, false, order.ErrIdempotencyConflict
+	}
+	return existing, false, nil
+}
+
+// requestHash identifies a request independent of line order.
+func requestHash(r order.Request) string {
+	lines := append([]order.Line(nil), r.Lines...)
+	sort.Slice(lines, func(i, j int) bool { return lines[i].SKU < lines[j].SKU })
+	b, _ := json.Marshal(struct {
+		C string
+		L []order.Line
+	}{r.CustomerID, lines})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func eventItems(items []order.Item) []events.Item {
+	out := make([]events.Item, len(items))
+	for i, it := range items {
+		out[i] = events.Item{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: it.UnitPriceCents}
+	}
+	return out
+}
+
+// Get returns one order.
+func (a *App) Get(ctx context.Context, id uint64) (order.Order, error) {
+	return orderdb.Get(ctx, a.db, id)
+}
+
+// List returns orders, newest first.
+func (a *App) List(ctx context.Context, status order.Status, beforeID uint64, limit int) ([]order.Order, error) {
+	return orderdb.List(ctx, a.db, status, beforeID, limit)
+}

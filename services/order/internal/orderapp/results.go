@@ -1,0 +1,107 @@
+package orderapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
+)
+
+// The handlers below run inside the inbox transaction (pkg/inbox): the
+// inbox row, the order's state change and the events it emits commit
+// together. Each moves the order only along the transition table; an event
+// that does not fit the order's current state (a stale or out-of-order
+// result) is recorded in the log and changes nothing.
+
+// OnInventoryReserved: stock is held; wait for payment.
+func (a *App) OnInventoryReserved(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.InventoryReservedV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	return a.apply(ctx, tx, e, p.OrderID, order.InventoryReserved, "", nil)
+}
+
+// OnInventoryRejected: nothing was reserved; the order ends rejected and
+// there is nothing to compensate.
+func (a *App) OnInventoryRejected(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.InventoryRejectedV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	return a.apply(ctx, tx, e, p.OrderID, order.InventoryRejected, p.Reason, nil)
+}
+
+// OnPaymentSucceeded: the order is confirmed and inventory is told to turn
+// the reservation into a sale.
+func (a *App) OnPaymentSucceeded(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.PaymentSucceededV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	return a.apply(ctx, tx, e, p.OrderID, order.PaymentSucceeded, "", func(o order.Order) (events.Type, any) {
+		return events.OrderConfirmed, events.OrderConfirmedV1{OrderID: o.ID}
+	})
+}
+
+// OnPaymentFailed: the charge was declined; the order is cancelled and
+// inventory releases the reservation (the compensation).
+func (a *App) OnPaymentFailed(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.PaymentFailedV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	reason := "payment failed: " + p.Reason
+	return a.apply(ctx, tx, e, p.OrderID, order.PaymentFailed, reason, func(o order.Order) (events.Type, any) {
+		return events.OrderCancelled, events.OrderCancelledV1{OrderID: o.ID, Reason: reason}
+	})
+}
+
+// apply locks the order, asks the domain where the trigger leads, and
+// stores the move (compare-and-set on the status it read) with the event
+// it emits, if any, numbered with the order's next aggregate version.
+func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID uint64, t order.Trigger, reason string,
+	emit func(order.Order) (events.Type, any)) error {
+	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type)
+	o, err := orderdb.Lock(ctx, tx, orderID)
+	if errors.Is(err, order.ErrNotFound) {
+		return inbox.Permanent(fmt.Errorf("%s for unknown order %d", e.Type, orderID))
+	}
+	if err != nil {
+		return err
+	}
+	to, ok := order.Next(o.Status, t)
+	if !ok {
+		log.WarnContext(ctx, "event does not fit the order's state; ignored", "status", o.Status, "trigger", t)
+		return nil
+	}
+	version := o.Version
+	var out *outbox.Event
+	if emit != nil {
+		version++
+		typ, payload := emit(o)
+		out = &outbox.Event{AggregateID: o.ID, AggregateVersion: version, Type: typ, Payload: payload}
+	}
+	moved, err := orderdb.Transition(ctx, tx, o.ID, o.Status, to, reason, version)
+	if err != nil {
+		return err
+	}
+	if !moved {
+		// Impossible while we hold the row lock; treat as a retryable fault.
+		return fmt.Errorf("order %d changed under its row lock", o.ID)
+	}
+	if out != nil {
+		if _, err := outbox.Add(ctx, tx, *out); err != nil {
+			return err
+		}
+	}
+	log.InfoContext(ctx, "order moved", "from", o.Status, "to", to)
+	return nil
+}

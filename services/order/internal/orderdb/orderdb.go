@@ -1,0 +1,216 @@
+// Package orderdb is the order service's SQL: the catalogue, orders and
+// their lines. Row structs stay here; callers get domain types.
+package orderdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+)
+
+// ErrDuplicateKey: an order with this idempotency key already exists.
+var ErrDuplicateKey = errors.New("idempotency key already used")
+
+type orderRow struct {
+	ID             uint64    `db:"id"`
+	IdempotencyKey string    `db:"idempotency_key"`
+	RequestHash    string    `db:"request_hash"`
+	CustomerID     string    `db:"customer_id"`
+	Status         string    `db:"status"`
+	StatusReason   string    `db:"status_reason"`
+	RefundStatus   string    `db:"refund_status"`
+	TotalCents     int64     `db:"total_cents"`
+	Currency       string    `db:"currency"`
+	Version        uint64    `db:"aggregate_version"`
+	CreatedAt      time.Time `db:"created_at"`
+	UpdatedAt      time.Time `db:"updated_at"`
+}
+
+const orderColumns = `id, idempotency_key, request_hash, customer_id, status, status_reason,
+  refund_status, total_cents, currency, aggregate_version, created_at, updated_at`
+
+func (r orderRow) domain() order.Order {
+	return order.Order{
+		ID: r.ID, CustomerID: r.CustomerID, Status: order.Status(r.Status), StatusReason: r.StatusReason,
+		RefundStatus: order.RefundStatus(r.RefundStatus), TotalCents: r.TotalCents, Currency: r.Currency,
+		Version: r.Version, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
+}
+
+// Catalogue returns the products with these SKUs (missing ones are absent).
+func Catalogue(ctx context.Context, db sqlx.QueryerContext, skus []string) (map[string]order.Product, error) {
+	const q = `SELECT sku, price_cents, currency FROM products WHERE sku IN (?)`
+	query, args, err := sqlx.In(q, skus)
+	if err != nil {
+		return nil, fmt.Errorf("catalogue: %w", err)
+	}
+	var rows []struct {
+		SKU        string `db:"sku"`
+		PriceCents int64  `db:"price_cents"`
+		Currency   string `db:"currency"`
+	}
+	if err := sqlx.SelectContext(ctx, db, &rows, query, args...); err != nil {
+		return nil, fmt.Errorf("catalogue: %w", err)
+	}
+	out := make(map[string]order.Product, len(rows))
+	for _, r := range rows {
+		out[r.SKU] = order.Product{SKU: r.SKU, PriceCents: r.PriceCents, Currency: r.Currency}
+	}
+	return out, nil
+}
+
+// InsertOrder inserts a new order with its first event version. A duplicate
+// idempotency key returns ErrDuplicateKey: the unique key, not a prior
+// SELECT, decides who created the order, so concurrent retries of one
+// request create one order.
+func InsertOrder(ctx context.Context, tx *sqlx.Tx, key, hash string, o order.Order) (uint64, error) {
+	const q = `INSERT INTO orders
+  (idempotency_key, request_hash, customer_id, status, total_cents, currency, aggregate_version)
+VALUES (?, ?, ?, ?, ?, ?, ?)`
+	res, err := tx.ExecContext(ctx, q, key, hash, o.CustomerID, o.Status, o.TotalCents, o.Currency, o.Version)
+	if sqldb.IsDuplicateKey(err) {
+		return 0, ErrDuplicateKey
+	}
+	if err != nil {
+		return 0, fmt.Errorf("insert order: %w", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, fmt.Errorf("insert order: %w", err)
+	}
+	return uint64(id), nil
+}
+
+// InsertItems inserts the order's lines.
+func InsertItems(ctx context.Context, tx *sqlx.Tx, orderID uint64, items []order.Item) error {
+	var sb strings.Builder
+	sb.WriteString(`INSERT INTO order_items (order_id, sku, quantity, unit_price_cents) VALUES `)
+	args := make([]any, 0, 4*len(items))
+	for i, it := range items {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, ?)")
+		args = append(args, orderID, it.SKU, it.Quantity, it.UnitPriceCents)
+	}
+	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+		return fmt.Errorf("insert order items: %w", err)
+	}
+	return nil
+}
+
+// GetByKey returns the order created with an idempotency key and the hash of
+// the request that created it.
+func GetByKey(ctx context.Context, db sqlx.QueryerContext, key string) (order.Order, string, error) {
+	const q = `SELECT ` + orderColumns + ` FROM orders WHERE idempotency_key = ?`
+	var r orderRow
+	if err := sqlx.GetContext(ctx, db, &r, q, key); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return order.Order{}, "", order.ErrNotFound
+		}
+		return order.Order{}, "", fmt.Errorf("get order by key: %w", err)
+	}
+	o := r.domain()
+	items, err := Items(ctx, db, o.ID)
+	o.Items = items
+	return o, r.RequestHash, err
+}
+
+// Get returns one order with its lines.
+func Get(ctx context.Context, db sqlx.QueryerContext, id uint64) (order.Order, error) {
+	const q = `SELECT ` + orderColumns + ` FROM orders WHERE id = ?`
+	var r orderRow
+	if err := sqlx.GetContext(ctx, db, &r, q, id); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return order.Order{}, order.ErrNotFound
+		}
+		return order.Order{}, fmt.Errorf("get order %d: %w", id, err)
+	}
+	o := r.domain()
+	items, err := Items(ctx, db, id)
+	o.Items = items
+	return o, err
+}
+
+// Lock reads an order and locks its row until the transaction ends, so the
+// decision made from it cannot race another event for the same order.
+func Lock(ctx context.Context, tx *sqlx.Tx, id uint64) (order.Order, error) {
+	const q = `SELECT ` + orderColumns + ` FROM orders WHERE id = ? FOR UPDATE`
+	var r orderRow
+	if err := tx.GetContext(ctx, &r, q, id); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return order.Order{}, order.ErrNotFound
+		}
+		return order.Order{}, fmt.Errorf("lock order %d: %w", id, err)
+	}
+	return r.domain(), nil
+}
+
+// Items returns an order's lines.
+func Items(ctx context.Context, db sqlx.QueryerContext, id uint64) ([]order.Item, error) {
+	const q = `SELECT sku, quantity, unit_price_cents FROM order_items WHERE order_id = ? ORDER BY sku`
+	var rows []struct {
+		SKU            string `db:"sku"`
+		Quantity       int    `db:"quantity"`
+		UnitPriceCents int64  `db:"unit_price_cents"`
+	}
+	if err := sqlx.SelectContext(ctx, db, &rows, q, id); err != nil {
+		return nil, fmt.Errorf("order items %d: %w", id, err)
+	}
+	items := make([]order.Item, len(rows))
+	for i, r := range rows {
+		items[i] = order.Item{SKU: r.SKU, Quantity: r.Quantity, UnitPriceCents: r.UnitPriceCents}
+	}
+	return items, nil
+}
+
+// List returns orders, newest first, optionally of one status, with ids
+// below beforeID (0: from the newest) for paging.
+func List(ctx context.Context, db sqlx.QueryerContext, status order.Status, beforeID uint64, limit int) ([]order.Order, error) {
+	q := `SELECT ` + orderColumns + ` FROM orders WHERE 1 = 1`
+	var args []any
+	if status != "" {
+		q += ` AND status = ?`
+		args = append(args, status)
+	}
+	if beforeID > 0 {
+		q += ` AND id < ?`
+		args = append(args, beforeID)
+	}
+	q += ` ORDER BY id DESC LIMIT ?`
+	args = append(args, limit)
+	var rows []orderRow
+	if err := sqlx.SelectContext(ctx, db, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("list orders: %w", err)
+	}
+	out := make([]order.Order, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// Transition moves an order from one status to another and records the
+// version of the event the move emits (unchanged when it emits none).
+// Compare-and-set: the WHERE restates the status the decision was made on;
+// zero rows changed means the order moved meanwhile, and that is returned
+// as false, not as success.
+func Transition(ctx context.Context, tx *sqlx.Tx, id uint64, from, to order.Status, reason string, version uint64) (bool, error) {
+	const q = `UPDATE orders
+SET status = ?, status_reason = ?, aggregate_version = ?, updated_at = NOW(6)
+WHERE id = ? AND status = ?`
+	res, err := tx.ExecContext(ctx, q, to, reason, version, id, from)
+	if err != nil {
+		return false, fmt.Errorf("order %d %s -> %s: %w", id, from, to, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
