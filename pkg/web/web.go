@@ -70,7 +70,8 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) e
 	if err := dec.Decode(v); err != nil {
 		return decodeError(err)
 	}
-	if err := dec.Decode(&struct{}{}); !errors.Is(err, io.EOF) {
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		if err == nil {
 			return Errorf(http.StatusBadRequest, "body must hold a single JSON object")
 		}

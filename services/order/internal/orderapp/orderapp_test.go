@@ -1,0 +1,304 @@
+package orderapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type fixture struct {
+	db    *sqlx.DB
+	app   *orderapp.App
+	wakes *atomic.Int32
+	cons  *inbox.Consumer
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	db := sqldbtest.New(t, "order")
+	var wakes atomic.Int32
+	app := orderapp.New(db.DB, func() { wakes.Add(1) }, quiet)
+	cons := inbox.NewConsumer(inbox.Config{Name: orderamqp.ConsumerName, DB: db.DB, Handlers: orderamqp.Handlers(app), Log: quiet})
+	return &fixture{db: db.DB, app: app, wakes: &wakes, cons: cons}
+}
+
+type outboxRow struct {
+	EventID string          `db:"event_id"`
+	Type    string          `db:"event_type"`
+	Agg     uint64          `db:"aggregate_id"`
+	Version uint64          `db:"aggregate_version"`
+	Payload json.RawMessage `db:"payload"`
+	Status  string          `db:"status"`
+}
+
+func (f *fixture) outbox(t *testing.T) []outboxRow {
+	t.Helper()
+	var rows []outboxRow
+	if err := f.db.Select(&rows, `SELECT event_id, event_type, aggregate_id, aggregate_version, payload, status FROM outbox_events ORDER BY aggregate_id, aggregate_version`); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+func (f *fixture) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := f.db.Get(&n, "SELECT COUNT(*) FROM "+table); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var twoKeyboards = order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 2}, {SKU: "SKU-2", Quantity: 1}}}
+
+func TestCreateWritesOrderAndOrderCreatedInOneTransaction(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	o, created, err := f.app.Create(context.Background(), "key-1", twoKeyboards)
+	if err != nil || !created {
+		t.Fatalf("Create = %v, created=%v", err, created)
+	}
+	if o.Status != order.PendingInventory || o.TotalCents != 2*8900+1200 || o.Currency != "EUR" || len(o.Items) != 2 {
+		t.Fatalf("order = %+v, want pending_inventory, 19000 EUR, 2 items", o)
+	}
+	rows := f.outbox(t)
+	if len(rows) != 1 || rows[0].Type != events.OrderCreated || rows[0].Agg != o.ID || rows[0].Version != 1 || rows[0].Status != "pending" {
+		t.Fatalf("outbox = %+v, want one pending order.created v1 for order %d", rows, o.ID)
+	}
+	p, err := events.Decode[events.OrderCreatedV1](rows[0].Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.OrderID != o.ID || p.CustomerID != "c-1" || p.TotalCents != 19000 || len(p.Items) != 2 ||
+		p.Items[0] != (events.Item{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}) {
+		t.Fatalf("payload = %+v", p)
+	}
+	if f.wakes.Load() != 1 {
+		t.Fatalf("dispatcher woken %d times, want 1", f.wakes.Load())
+	}
+}
+
+func TestCreateReplaysTheSameRequest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	first, _, err := f.app.Create(ctx, "key-1", twoKeyboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same lines in another order: the same request.
+	again := order.Request{CustomerID: "c-1", Lines: []order.Line{twoKeyboards.Lines[1], twoKeyboards.Lines[0]}}
+	second, created, err := f.app.Create(ctx, "key-1", again)
+	if err != nil || created || second.ID != first.ID {
+		t.Fatalf("replay = id %d created %v err %v, want id %d, not created", second.ID, created, err, first.ID)
+	}
+	if n := len(f.outbox(t)); n != 1 {
+		t.Fatalf("outbox rows = %d, want 1 (a replay writes no event)", n)
+	}
+	other := order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 3}}}
+	if _, _, err := f.app.Create(ctx, "key-1", other); !errors.Is(err, order.ErrIdempotencyConflict) {
+		t.Fatalf("same key, other body: err = %v, want ErrIdempotencyConflict", err)
+	}
+	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
+		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
+	}
+}
+
+// Twenty concurrent requests with one key, released together: one order,
+// one OrderCreated, and every caller gets that order.
+func TestConcurrentCreatesWithOneKeyMakeOneOrder(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const n = 20
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	ids := make([]uint64, n)
+	errs := make([]error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			o, _, err := f.app.Create(context.Background(), "same-key", twoKeyboards)
+			ids[i], errs[i] = o.ID, err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range ids {
+		if errs[i] != nil || ids[i] != ids[0] || ids[0] == 0 {
+			t.Fatalf("caller %d: id %d err %v, want id %d", i, ids[i], errs[i], ids[0])
+		}
+	}
+	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
+		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
+	}
+}
+
+func TestCreateRefusesBadRequestsAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	bad := []order.Request{
+		{CustomerID: "c-1", Lines: []order.Line{{SKU: "NO-SUCH-SKU", Quantity: 1}}},
+		{CustomerID: "c-1"},
+		{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 0}}},
+	}
+	for i, r := range bad {
+		if _, _, err := f.app.Create(context.Background(), "k"+string(rune('a'+i)), r); !errors.Is(err, order.ErrInvalid) {
+			t.Errorf("request %d: err = %v, want ErrInvalid", i, err)
+		}
+	}
+	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 0 || m != 0 {
+		t.Fatalf("orders=%d outbox=%d, want nothing written", n, m)
+	}
+}
+
+func TestCreateFailureAfterOrderInsertLeavesNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	fp := failpoint.NewRegistry()
+	fp.Error("order.create.after-order-insert", 1)
+	ctx := failpoint.WithRegistry(context.Background(), fp)
+	if _, _, err := f.app.Create(ctx, "key-1", twoKeyboards); !errors.Is(err, failpoint.ErrInjected) {
+		t.Fatalf("err = %v, want the injected fault", err)
+	}
+	if fp.Hits("order.create.after-order-insert") != 1 {
+		t.Fatal("the failpoint was not reached")
+	}
+	if n, m, k := f.count(t, "orders"), len(f.outbox(t)), f.count(t, "order_items"); n+m+k != 0 {
+		t.Fatalf("orders=%d items=%d outbox=%d after the fault, want none", n, k, m)
+	}
+	// The client's retry with the same key succeeds.
+	if _, created, err := f.app.Create(ctx, "key-1", twoKeyboards); err != nil || !created {
+		t.Fatalf("retry: created=%v err=%v", created, err)
+	}
+}
+
+func envelope(t *testing.T, typ string, orderID uint64, payload any) events.Envelope {
+	t.Helper()
+	b, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.Envelope{EventID: uuid.NewString(), Type: typ, AggregateID: orderID, AggregateVersion: 1, SchemaVersion: 1, Payload: b}
+}
+
+func (f *fixture) deliver(t *testing.T, e events.Envelope) {
+	t.Helper()
+	if err := f.cons.Process(context.Background(), e); err != nil {
+		t.Fatalf("process %s: %v", e.Type, err)
+	}
+}
+
+func reserved(t *testing.T, o order.Order) events.Envelope {
+	return envelope(t, events.InventoryReserved, o.ID, events.InventoryReservedV1{OrderID: o.ID, CustomerID: o.CustomerID,
+		Items: []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}}, AmountCents: o.TotalCents, Currency: "EUR"})
+}
+
+func (f *fixture) status(t *testing.T, id uint64) order.Order {
+	t.Helper()
+	o, err := f.app.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestResultsDriveTheOrderToConfirmed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	f.deliver(t, reserved(t, o))
+	if s := f.status(t, o.ID).Status; s != order.AwaitingPayment {
+		t.Fatalf("after inventory.reserved: %s, want awaiting_payment", s)
+	}
+	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents, Currency: "EUR", ChargeID: "ch_1"}))
+	if s := f.status(t, o.ID).Status; s != order.Confirmed {
+		t.Fatalf("after payment.succeeded: %s, want confirmed", s)
+	}
+	rows := f.outbox(t)
+	if len(rows) != 2 || rows[1].Type != events.OrderConfirmed || rows[1].Version != 2 {
+		t.Fatalf("outbox = %+v, want order.created v1 then order.confirmed v2", rows)
+	}
+}
+
+func TestPaymentFailureCancelsAndAsksForRelease(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	f.deliver(t, reserved(t, o))
+	f.deliver(t, envelope(t, events.PaymentFailed, o.ID, events.PaymentFailedV1{OrderID: o.ID, Reason: "card_declined"}))
+	got := f.status(t, o.ID)
+	if got.Status != order.Cancelled || got.StatusReason != "payment failed: card_declined" {
+		t.Fatalf("order = %s (%q), want cancelled because of the decline", got.Status, got.StatusReason)
+	}
+	rows := f.outbox(t)
+	if len(rows) != 2 || rows[1].Type != events.OrderCancelled || rows[1].Version != 2 {
+		t.Fatalf("outbox = %+v, want order.cancelled v2", rows)
+	}
+}
+
+func TestRejectionEndsTheOrderWithNothingToCompensate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	f.deliver(t, envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "insufficient stock"}))
+	got := f.status(t, o.ID)
+	if got.Status != order.Rejected || got.StatusReason != "insufficient stock" {
+		t.Fatalf("order = %s (%q), want rejected", got.Status, got.StatusReason)
+	}
+	if n := len(f.outbox(t)); n != 1 {
+		t.Fatalf("outbox rows = %d, want only order.created", n)
+	}
+}
+
+// Events that do not fit the state change nothing: a payment result while
+// inventory is still pending, and anything after a terminal state.
+func TestStaleEventsChangeNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
+	if s := f.status(t, o.ID).Status; s != order.PendingInventory {
+		t.Fatalf("payment before reservation moved the order to %s", s)
+	}
+	f.deliver(t, envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "x"}))
+	f.deliver(t, reserved(t, o)) // after a terminal state
+	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
+	if s := f.status(t, o.ID).Status; s != order.Rejected {
+		t.Fatalf("terminal order moved to %s", s)
+	}
+	if n := len(f.outbox(t)); n != 1 {
+		t.Fatalf("outbox rows = %d, want 1", n)
+	}
+}
+
+func TestResultForUnknownOrderIsPermanent(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	err := f.cons.Process(context.Background(), envelope(t, events.InventoryRejected, 999, events.InventoryRejectedV1{OrderID: 999}))
+	if err == nil || errors.Is(err, inbox.ErrAlreadyProcessed) {
+		t.Fatalf("err = %v, want a permanent error", err)
+	}
+	if n := f.count(t, "consumer_inbox"); n != 0 {
+		t.Fatalf("inbox rows = %d, want 0", n)
+	}
+}

@@ -1,0 +1,142 @@
+package orderhttp_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
+)
+
+func server(t *testing.T) (*httptest.Server, *sqldbtest.DB) {
+	t.Helper()
+	db := sqldbtest.New(t, "order")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r := chi.NewRouter()
+	orderhttp.Routes(r, orderapp.New(db.DB, func() {}, log), log)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv, db
+}
+
+func do(t *testing.T, method, url, contentType, key, body string) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out, resp.Header
+}
+
+const good = `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":2}]}`
+
+func TestCreateAndGet(t *testing.T) {
+	t.Parallel()
+	srv, _ := server(t)
+	code, body, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "k-1", good)
+	if code != http.StatusAccepted || body["status"] != "pending_inventory" || body["total_cents"] != float64(17800) {
+		t.Fatalf("create: %d %v, want 202 pending_inventory 17800", code, body)
+	}
+	id := body["order_id"].(string)
+	if hdr.Get("Location") != "/orders/"+id || hdr.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("headers: %v", hdr)
+	}
+	code, again, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "k-1", good)
+	if code != http.StatusAccepted || again["order_id"] != id || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %v %v", code, again, hdr)
+	}
+	code, got, _ := do(t, "GET", srv.URL+"/orders/"+id, "", "", "")
+	if code != http.StatusOK || got["order_id"] != id || got["status"] != "pending_inventory" {
+		t.Fatalf("get: %d %v", code, got)
+	}
+	code, list, _ := do(t, "GET", srv.URL+"/orders?status=pending_inventory", "", "", "")
+	if code != http.StatusOK || len(list["orders"].([]any)) != 1 {
+		t.Fatalf("list: %d %v", code, list)
+	}
+	code, list, _ = do(t, "GET", srv.URL+"/orders?status=confirmed", "", "", "")
+	if code != http.StatusOK || len(list["orders"].([]any)) != 0 {
+		t.Fatalf("list confirmed: %d %v", code, list)
+	}
+}
+
+// Bad input gets a JSON error with the fitting status and writes nothing.
+func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	srv, db := server(t)
+	huge := `{"customer_id":"c-1","items":[` + strings.Repeat(`{"sku":"SKU-1","quantity":1},`, 5000) + `{"sku":"SKU-2","quantity":1}]}`
+	tests := []struct {
+		name, ct, key, body string
+		want                int
+		msg                 string
+	}{
+		{"missing key", "application/json", "", good, 400, "Idempotency-Key"},
+		{"oversized key", "application/json", strings.Repeat("k", 129), good, 400, "longer than"},
+		{"key with spaces", "application/json", "a key", good, 400, "printable"},
+		{"wrong content type", "text/plain", "k", good, 415, "Content-Type"},
+		{"no content type", "", "k", good, 415, "Content-Type"},
+		{"malformed JSON", "application/json", "k", `{"customer_id":`, 400, "malformed"},
+		{"unknown field", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":1}],"coupon":"x"}`, 400, "unknown field"},
+		{"wrong type", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":"2"}]}`, 400, "wrong type"},
+		{"two objects", "application/json", "k", good + good, 400, "single JSON object"},
+		{"empty items", "application/json", "k", `{"customer_id":"c-1","items":[]}`, 422, "must not be empty"},
+		{"zero quantity", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":0}]}`, 422, "quantity"},
+		{"negative quantity", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":-3}]}`, 422, "quantity"},
+		{"absurd quantity", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":1000000}]}`, 422, "quantity"},
+		{"unknown sku", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"NOPE","quantity":1}]}`, 422, "unknown sku"},
+		{"duplicate sku", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":1},{"sku":"SKU-1","quantity":1}]}`, 422, "twice"},
+		{"missing customer", "application/json", "k", `{"items":[{"sku":"SKU-1","quantity":1}]}`, 422, "customer_id"},
+		{"oversized body", "application/json", "k", huge, 413, "larger than"},
+	}
+	for _, tt := range tests {
+		code, body, _ := do(t, "POST", srv.URL+"/orders", tt.ct, tt.key, tt.body)
+		msg, _ := body["error"].(string)
+		if code != tt.want || !strings.Contains(msg, tt.msg) {
+			t.Errorf("%s: %d %q, want %d with an error mentioning %q", tt.name, code, msg, tt.want, tt.msg)
+		}
+	}
+	var orders, events int
+	db.Get(&orders, "SELECT COUNT(*) FROM orders")
+	db.Get(&events, "SELECT COUNT(*) FROM outbox_events")
+	if orders != 0 || events != 0 {
+		t.Fatalf("orders=%d outbox=%d after bad requests, want 0 and 0", orders, events)
+	}
+	// Reusing a key for another body is refused too.
+	if code, _, _ := do(t, "POST", srv.URL+"/orders", "application/json", "k2", good); code != 202 {
+		t.Fatal(code)
+	}
+	other := `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":3}]}`
+	if code, body, _ := do(t, "POST", srv.URL+"/orders", "application/json", "k2", other); code != 422 || !strings.Contains(body["error"].(string), "idempotency key") {
+		t.Fatalf("key reuse: %d %v, want 422", code, body)
+	}
+	for _, path := range []string{"/orders/999", "/orders/abc", "/orders/0"} {
+		if code, body, _ := do(t, "GET", srv.URL+path, "", "", ""); code != 404 || body["error"] == nil {
+			t.Errorf("GET %s: %d %v, want 404 JSON", path, code, body)
+		}
+	}
+	for _, q := range []string{"?status=lost", "?limit=0", "?limit=501", "?before=x"} {
+		if code, body, _ := do(t, "GET", srv.URL+"/orders"+q, "", "", ""); code != 400 || body["error"] == nil {
+			t.Errorf("GET /orders%s: %d %v, want 400 JSON", q, code, body)
+		}
+	}
+}
