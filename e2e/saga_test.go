@@ -1,0 +1,247 @@
+// Package e2e runs the whole saga: the three services in-process, each on
+// its own database, talking through the real RabbitMQ. The assertions are
+// what a user would check: order state, stock numbers, reservation and
+// payment records, the PSP's charge count, and the events in the outboxes.
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relmsg/ordersaga/internal/sagatest"
+)
+
+type orderJSON struct {
+	OrderID      string `json:"order_id"`
+	Status       string `json:"status"`
+	StatusReason string `json:"status_reason"`
+	TotalCents   int64  `json:"total_cents"`
+}
+
+type stockJSON struct {
+	SKU       string `json:"sku"`
+	OnHand    int    `json:"on_hand"`
+	Reserved  int    `json:"reserved"`
+	Available int    `json:"available"`
+}
+
+type reservationJSON struct {
+	Status string `json:"status"`
+	Reason string `json:"reason"`
+}
+
+type paymentJSON struct {
+	Status        string `json:"status"`
+	AmountCents   int64  `json:"amount_cents"`
+	PSPChargeID   string `json:"psp_charge_id"`
+	FailureReason string `json:"failure_reason"`
+}
+
+type chargesJSON struct {
+	Charges []struct {
+		ChargeID    string `json:"charge_id"`
+		Status      string `json:"status"`
+		AmountCents int64  `json:"amount_cents"`
+	} `json:"charges"`
+}
+
+func createOrder(t *testing.T, s *sagatest.Stack, key, customer, sku string, qty int) orderJSON {
+	t.Helper()
+	var o orderJSON
+	body := map[string]any{"customer_id": customer, "items": []map[string]any{{"sku": sku, "quantity": qty}}}
+	if code := s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": key}, body, &o); code != 202 {
+		t.Fatalf("POST /orders: %d", code)
+	}
+	if o.Status != "pending_inventory" {
+		t.Fatalf("created order status %q, want pending_inventory (accepted, not done)", o.Status)
+	}
+	return o
+}
+
+func waitStatus(t *testing.T, s *sagatest.Stack, id, want string) orderJSON {
+	t.Helper()
+	var o orderJSON
+	sagatest.Eventually(t, 30*time.Second, "order "+id+" to reach "+want, func() bool {
+		s.Order.Do("GET", "/orders/"+id, nil, nil, &o)
+		return o.Status == want
+	})
+	return o
+}
+
+func stock(t *testing.T, s *sagatest.Stack, sku string) stockJSON {
+	t.Helper()
+	var st stockJSON
+	if code := s.Inventory.Do("GET", "/stock/"+sku, nil, nil, &st); code != 200 {
+		t.Fatalf("GET /stock/%s: %d", sku, code)
+	}
+	return st
+}
+
+func charges(t *testing.T, s *sagatest.Stack, orderID string) chargesJSON {
+	t.Helper()
+	var c chargesJSON
+	if code := s.Payment.Do("GET", "/psp/charges?order_ref="+orderID, nil, nil, &c); code != 200 {
+		t.Fatalf("GET /psp/charges: %d", code)
+	}
+	return c
+}
+
+// outboxTypes lists a service's outbox events for one order as "type/status".
+func outboxTypes(t *testing.T, svc *sagatest.Service, orderID string) []string {
+	t.Helper()
+	var rows []struct {
+		Type   string `db:"event_type"`
+		Status string `db:"status"`
+	}
+	if err := svc.DB.Select(&rows, `SELECT event_type, status FROM outbox_events WHERE aggregate_id = ? ORDER BY aggregate_version`, orderID); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rows {
+		out = append(out, r.Type+"/"+r.Status)
+	}
+	return out
+}
+
+func inboxCount(t *testing.T, svc *sagatest.Service) int {
+	t.Helper()
+	var n int
+	if err := svc.DB.Get(&n, `SELECT COUNT(*) FROM consumer_inbox`); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestSagaHappyPathConfirms(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t)
+	before := stock(t, s, "SKU-1")
+	o := createOrder(t, s, "happy-1", "c-1", "SKU-1", 2)
+	waitStatus(t, s, o.OrderID, "confirmed")
+
+	// Stock: two keyboards sold; the reservation became a sale.
+	sagatest.Eventually(t, 10*time.Second, "the reservation to be committed", func() bool {
+		var r reservationJSON
+		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+		return r.Status == "committed"
+	})
+	after := stock(t, s, "SKU-1")
+	if after.OnHand != before.OnHand-2 || after.Reserved != 0 {
+		t.Fatalf("stock after confirm: %+v, want on_hand %d and nothing reserved", after, before.OnHand-2)
+	}
+	var p paymentJSON
+	s.Payment.Do("GET", "/payments/"+o.OrderID, nil, nil, &p)
+	if p.Status != "succeeded" || p.AmountCents != 17800 || p.PSPChargeID == "" {
+		t.Fatalf("payment = %+v, want succeeded for 17800 with a charge id", p)
+	}
+	c := charges(t, s, o.OrderID)
+	if len(c.Charges) != 1 || c.Charges[0].Status != "succeeded" || c.Charges[0].AmountCents != 17800 {
+		t.Fatalf("PSP charges = %+v, want exactly one succeeded charge of 17800", c.Charges)
+	}
+	sagatest.Eventually(t, 10*time.Second, "every outbox event to be sent", func() bool {
+		return fmt.Sprint(outboxTypes(t, s.Order, o.OrderID)) == "[order.created/sent order.confirmed/sent]" &&
+			fmt.Sprint(outboxTypes(t, s.Inventory, o.OrderID)) == "[inventory.reserved/sent]" &&
+			fmt.Sprint(outboxTypes(t, s.Payment, o.OrderID)) == "[payment.charge-requested/sent payment.succeeded/sent]"
+	})
+	// Each consumer processed each of its events once: order (reserved,
+	// succeeded), inventory (created, confirmed), payment (reserved,
+	// charge-requested).
+	if o, i, p := inboxCount(t, s.Order), inboxCount(t, s.Inventory), inboxCount(t, s.Payment); o != 2 || i != 2 || p != 2 {
+		t.Fatalf("inbox rows order=%d inventory=%d payment=%d, want 2 each", o, i, p)
+	}
+}
+
+func TestSagaInsufficientStockRejects(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t)
+	before := stock(t, s, "SKU-LIMITED")
+	o := createOrder(t, s, "short-1", "c-1", "SKU-LIMITED", 2)
+	got := waitStatus(t, s, o.OrderID, "rejected")
+	if got.StatusReason == "" {
+		t.Fatal("rejected order has no reason")
+	}
+	if after := stock(t, s, "SKU-LIMITED"); after != before {
+		t.Fatalf("stock changed by a rejected order: %+v -> %+v", before, after)
+	}
+	var r reservationJSON
+	s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+	if r.Status != "rejected" {
+		t.Fatalf("reservation = %+v, want rejected", r)
+	}
+	if code := s.Payment.Do("GET", "/payments/"+o.OrderID, nil, nil, nil); code != 404 {
+		t.Fatalf("GET /payments for a rejected order: %d, want 404 (nothing charged)", code)
+	}
+	if c := charges(t, s, o.OrderID); len(c.Charges) != 0 {
+		t.Fatalf("PSP charges = %+v, want none", c.Charges)
+	}
+}
+
+func TestSagaPaymentDeclinedCancelsAndReleases(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t)
+	before := stock(t, s, "SKU-3")
+	o := createOrder(t, s, "declined-1", "decline-1", "SKU-3", 3)
+	got := waitStatus(t, s, o.OrderID, "cancelled")
+	if got.StatusReason == "" {
+		t.Fatal("cancelled order has no reason")
+	}
+	sagatest.Eventually(t, 10*time.Second, "the reservation to be released", func() bool {
+		var r reservationJSON
+		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+		return r.Status == "released"
+	})
+	if after := stock(t, s, "SKU-3"); after != before {
+		t.Fatalf("stock after the release: %+v, want it back to %+v", after, before)
+	}
+	var p paymentJSON
+	s.Payment.Do("GET", "/payments/"+o.OrderID, nil, nil, &p)
+	if p.Status != "failed" || p.FailureReason == "" {
+		t.Fatalf("payment = %+v, want failed with a reason", p)
+	}
+	if c := charges(t, s, o.OrderID); len(c.Charges) != 1 || c.Charges[0].Status != "declined" {
+		t.Fatalf("PSP charges = %+v, want one declined charge", c.Charges)
+	}
+}
+
+// Twenty concurrent POSTs with one key: one order, one OrderCreated, one
+// charge, confirmed once.
+func TestConcurrentCreatesWithOneKeyEndToEnd(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t)
+	const n = 20
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	body := map[string]any{"customer_id": "c-7", "items": []map[string]any{{"sku": "SKU-2", "quantity": 1}}}
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var o orderJSON
+			if code := s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "one-key"}, body, &o); code != 202 {
+				t.Errorf("POST %d: %d", i, code)
+			}
+			ids[i] = o.OrderID
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range ids {
+		if ids[i] != ids[0] {
+			t.Fatalf("caller %d got order %q, caller 0 got %q", i, ids[i], ids[0])
+		}
+	}
+	waitStatus(t, s, ids[0], "confirmed")
+	var orders, created int
+	s.Order.DB.Get(&orders, `SELECT COUNT(*) FROM orders`)
+	s.Order.DB.Get(&created, `SELECT COUNT(*) FROM outbox_events WHERE event_type = 'order.created'`)
+	if orders != 1 || created != 1 {
+		t.Fatalf("orders=%d order.created events=%d, want 1 and 1", orders, created)
+	}
+	if c := charges(t, s, ids[0]); len(c.Charges) != 1 {
+		t.Fatalf("PSP charges = %d, want 1", len(c.Charges))
+	}
+}

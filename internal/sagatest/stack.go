@@ -1,0 +1,270 @@
+// Package sagatest runs the three services in-process for end-to-end tests
+// and experiments: each with its own fresh database, all in one RabbitMQ
+// namespace of their own, each with its own failpoint registry. Services
+// can be stopped and started again, as a crash-and-restart would.
+package sagatest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
+	"github.com/relmsg/ordersaga/services/order/ordersvc"
+	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
+)
+
+// RunFunc is a service's Run.
+type RunFunc func(ctx context.Context, getenv func(string) string, stdout io.Writer) error
+
+// Service is one running service.
+type Service struct {
+	Name       string
+	URL        string // http://127.0.0.1:port
+	DB         *sqldbtest.DB
+	Failpoints *failpoint.Registry
+	Env        map[string]string
+
+	t    testing.TB
+	run  RunFunc
+	logs *logBuffer
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Stack is the three services.
+type Stack struct {
+	NS        rabbit.Namespace
+	Order     *Service
+	Inventory *Service
+	Payment   *Service
+}
+
+// Option changes a service's environment before it starts.
+type Option func(name string, env map[string]string)
+
+// WithEnv sets a variable for one service ("order", "inventory", "payment").
+func WithEnv(service, key, value string) Option {
+	return func(name string, env map[string]string) {
+		if name == service {
+			env[key] = value
+		}
+	}
+}
+
+// Start runs order, inventory and payment-fake and waits until each is ready.
+func Start(t testing.TB, opts ...Option) *Stack {
+	t.Helper()
+	ns := rabbittest.Namespace(t)
+	s := &Stack{NS: ns}
+	s.Order = newService(t, ns, "order", ordersvc.Run, opts)
+	s.Inventory = newService(t, ns, "inventory", inventorysvc.Run, opts)
+	s.Payment = newService(t, ns, "payment", paymentsvc.Run, opts)
+	for _, svc := range []*Service{s.Inventory, s.Payment, s.Order} {
+		svc.Start()
+	}
+	// Delete the namespace's exchanges and queues at the end (registered
+	// after the services' own cleanups, so it runs before them... the
+	// services are stopped first by their own Cleanup: t.Cleanup is LIFO).
+	t.Cleanup(func() {
+		conn := rabbittest.Dial(t)
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			return
+		}
+		defer ch.Close()
+		for _, q := range []string{"order.saga-results", "inventory.order-events", "payment.saga-events", "payment.psp-commands"} {
+			for _, name := range append([]string{q, q + ".dead"}, retryQueues(q)...) {
+				_, _ = ch.QueueDelete(ns.Queue(name), false, false, false)
+			}
+		}
+		_ = ch.ExchangeDelete(ns.Exchange(), false, false)
+		_ = ch.ExchangeDelete(ns.DeadLetterExchange(), false, false)
+	})
+	return s
+}
+
+func retryQueues(q string) []string {
+	var out []string
+	for i := 0; i <= 12; i++ {
+		out = append(out, rabbit.RetryQueue(q, i), rabbit.RetryQueue(q+".dead", i))
+	}
+	return out
+}
+
+func newService(t testing.TB, ns rabbit.Namespace, name string, run RunFunc, opts []Option) *Service {
+	db := sqldbtest.New(t, name)
+	port := freePort(t)
+	env := map[string]string{
+		"HTTP_ADDR":             fmt.Sprintf("127.0.0.1:%d", port),
+		"MYSQL_DSN":             db.DSN,
+		"MYSQL_CREATE_DATABASE": "false",
+		"AMQP_URL":              rabbittest.URL(),
+		"AMQP_NAMESPACE":        string(ns),
+		"DEMO_MODE":             "true",
+		"LOG_LEVEL":             "info",
+		"SHUTDOWN_TIMEOUT":      "10s",
+	}
+	for _, o := range opts {
+		o(name, env)
+	}
+	svc := &Service{Name: name, URL: fmt.Sprintf("http://127.0.0.1:%d", port), DB: db, Env: env,
+		Failpoints: failpoint.NewRegistry(), t: t, run: run, logs: &logBuffer{}}
+	t.Cleanup(func() {
+		svc.Stop()
+		if t.Failed() {
+			t.Logf("---- last log lines of %s ----\n%s", name, svc.logs.tail(40))
+		}
+	})
+	return svc
+}
+
+// Start runs the service (again) and waits until /readyz answers 200.
+func (s *Service) Start() {
+	s.t.Helper()
+	s.mu.Lock()
+	ctx, cancel := context.WithCancel(failpoint.WithRegistry(context.Background(), s.Failpoints))
+	s.cancel = cancel
+	s.done = make(chan error, 1)
+	done := s.done
+	s.mu.Unlock()
+	go func() { done <- s.run(ctx, func(k string) string { return s.Env[k] }, s.logs) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(s.URL + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-done:
+			s.t.Fatalf("%s exited during start: %v\n%s", s.Name, err, s.logs.tail(20))
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s not ready after 30s\n%s", s.Name, s.logs.tail(20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop sends the service its shutdown signal and waits for Run to return.
+func (s *Service) Stop() {
+	s.mu.Lock()
+	cancel, done := s.cancel, s.done
+	s.cancel = nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			s.t.Errorf("%s stopped with an error: %v", s.Name, err)
+		}
+	case <-time.After(30 * time.Second):
+		s.t.Errorf("%s did not stop within 30s", s.Name)
+	}
+}
+
+// Logs returns everything the service logged so far.
+func (s *Service) Logs() string { return s.logs.String() }
+
+// Do sends a JSON request and decodes a JSON answer into out (if not nil).
+func (s *Service) Do(method, path string, headers map[string]string, body any, out any) int {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.URL+path, rd)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil && err != io.EOF {
+			s.t.Fatalf("%s %s: decode: %v", method, path, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// Eventually polls cond until it holds or the wait runs out.
+func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", wait, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// logBuffer collects a service's JSON log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) tail(n int) string {
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
