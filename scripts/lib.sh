@@ -1,0 +1,211 @@
+# shellcheck shell=bash
+# Shared helpers for scripts/*.sh. Source it; it runs nothing by itself.
+#
+#   log MSG...        progress line on stderr, prefixed with the script name
+#   die MSG...        log and exit 1
+#   ensure_go         put /usr/local/go/bin on PATH when go is not found
+#   ensure_mariadb    MariaDB/MySQL answers on MYSQL_HOST:MYSQL_PORT, starting
+#                     a local server if it is installed and stopped
+#   ensure_rabbitmq   RabbitMQ accepts connections on RABBITMQ_HOST:RABBITMQ_PORT,
+#                     starting a local broker if it is installed and stopped
+#   mysql_root ARGS   the mysql client as the admin user (MYSQL_ROOT_USER,
+#                     default root; MYSQL_ROOT_PASSWORD, default empty)
+#
+# Where the servers are (defaults: the local development servers):
+#   MYSQL_HOST=127.0.0.1 MYSQL_PORT=3306 RABBITMQ_HOST=127.0.0.1 RABBITMQ_PORT=5672
+#
+# Both ensure_* return at once, without starting anything, when the server
+# already answers: a ping for MariaDB (about 10 ms), a TCP connect for RabbitMQ
+# (rabbitmqctl takes about half a second, so it is only used after a start).
+
+MYSQL_HOST=${MYSQL_HOST:-127.0.0.1}
+MYSQL_PORT=${MYSQL_PORT:-3306}
+MYSQL_ROOT_USER=${MYSQL_ROOT_USER:-root}
+RABBITMQ_HOST=${RABBITMQ_HOST:-127.0.0.1}
+RABBITMQ_PORT=${RABBITMQ_PORT:-5672}
+MARIADB_START_TIMEOUT=${MARIADB_START_TIMEOUT:-60}
+RABBITMQ_START_TIMEOUT=${RABBITMQ_START_TIMEOUT:-90}
+
+LOG_TAG=${LOG_TAG:-$(basename "$0" .sh)}
+
+log() { printf '[%s] %s\n' "$LOG_TAG" "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+
+ensure_go() {
+	if ! have go; then
+		PATH=$PATH:/usr/local/go/bin
+		export PATH
+	fi
+	have go || die "go not found on PATH or in /usr/local/go/bin (install Go, see go.mod for the version)"
+}
+
+# tcp_open HOST PORT: true when something accepts a TCP connection there.
+# shellcheck disable=SC2016 # $1 and $2 expand in the inner bash
+tcp_open() {
+	if have timeout; then
+		timeout 2 bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
+	else
+		bash -c 'exec 3<>"/dev/tcp/$1/$2"' _ "$1" "$2" 2>/dev/null
+	fi
+}
+
+is_local_host() { [[ $1 == 127.0.0.1 || $1 == localhost || $1 == ::1 ]]; }
+
+# as_root CMD...: run CMD as root: directly when we are root, through
+# password-less sudo otherwise; fails when neither is possible.
+as_root() {
+	if [[ $(id -u) -eq 0 ]]; then
+		"$@"
+	elif have sudo && sudo -n true 2>/dev/null; then
+		sudo -n "$@"
+	else
+		return 1
+	fi
+}
+
+systemd_running() { [[ -d /run/systemd/system ]]; }
+
+# start_log NAME: where the output of a server start goes (never our stdout:
+# a daemon holding it open would keep a `scripts/test.sh | tee` pipe open).
+start_log() { printf '%s/ordersaga-start-%s-%s.log' "${TMPDIR:-/tmp}" "$1" "$(id -u)"; }
+
+# ---------------------------------------------------------------- MariaDB
+
+mysql_client() {
+	if have mariadb; then echo mariadb; elif have mysql; then echo mysql; else return 1; fi
+}
+
+mysql_admin() {
+	if have mariadb-admin; then echo mariadb-admin; elif have mysqladmin; then echo mysqladmin; else return 1; fi
+}
+
+# mysql_root ARGS...: the mysql client as the admin user over TCP. The password goes
+# through an option file on a pipe, never on the command line.
+mysql_root() {
+	local client
+	client=$(mysql_client) || die "the mysql/mariadb client is not installed (apt-get install mariadb-client)"
+	local pw=${MYSQL_ROOT_PASSWORD:-}
+	pw=${pw//\\/\\\\}
+	pw=${pw//\"/\\\"}
+	"$client" --defaults-extra-file=<(printf '[client]\npassword="%s"\n' "$pw") \
+		--protocol=tcp -h"$MYSQL_HOST" -P"$MYSQL_PORT" -u"$MYSQL_ROOT_USER" --connect-timeout=5 "$@"
+}
+
+# mariadb_alive: the server answers (even "access denied" counts as alive).
+mariadb_alive() {
+	local admin
+	if admin=$(mysql_admin); then
+		"$admin" --protocol=tcp -h"$MYSQL_HOST" -P"$MYSQL_PORT" -uroot --connect-timeout=2 ping >/dev/null 2>&1
+	else
+		tcp_open "$MYSQL_HOST" "$MYSQL_PORT"
+	fi
+}
+
+mariadb_start() {
+	local out
+	out=$(start_log mariadb)
+	if systemd_running && have systemctl; then
+		as_root systemctl start mariadb >"$out" 2>&1 </dev/null
+		return
+	fi
+	# /run is a tmpfs: after a reboot the socket/pid directory is gone and
+	# mariadbd refuses to start without it.
+	if [[ ! -d /run/mysqld ]] && id mysql >/dev/null 2>&1; then
+		as_root install -d -o mysql -g mysql -m 0755 /run/mysqld || return 1
+	fi
+	as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd >"$out" 2>&1 </dev/null
+}
+
+ensure_mariadb() {
+	mariadb_alive && return 0
+
+	local where="$MYSQL_HOST:$MYSQL_PORT"
+	local laptop="On a laptop without a local server: docker compose up -d mysql rabbitmq"
+	if ! is_local_host "$MYSQL_HOST" || [[ ! -x /usr/sbin/mariadbd ]]; then
+		die "MariaDB/MySQL does not answer at $where and no local server is installed to start. $laptop"
+	fi
+	log "MariaDB does not answer at $where; starting /usr/sbin/mariadbd"
+	if ! mariadb_start; then
+		local how="sudo start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"
+		systemd_running && how="sudo systemctl start mariadb"
+		die "could not start MariaDB (needs root or password-less sudo; see $(start_log mariadb)). Start it yourself: $how. $laptop"
+	fi
+	local start=$SECONDS waited=0 next_note=5
+	while ! mariadb_alive; do
+		waited=$((SECONDS - start))
+		if ((waited >= MARIADB_START_TIMEOUT)); then
+			log "last lines of /var/log/mysql/error.log:"
+			tail -n 20 /var/log/mysql/error.log >&2 2>/dev/null || true
+			die "MariaDB did not answer at $where within ${MARIADB_START_TIMEOUT}s after starting it"
+		fi
+		if ((waited >= next_note)); then
+			log "waiting for MariaDB at $where (${waited}s/${MARIADB_START_TIMEOUT}s)"
+			next_note=$((next_note + 5))
+		fi
+		sleep 0.5
+	done
+	log "MariaDB is up at $where after $((SECONDS - start))s"
+}
+
+# mariadb_root_ok: we can log in as the admin user (tests and provisioning need it).
+mariadb_root_ok() {
+	local err
+	if ! err=$(mysql_root -N -e 'SELECT 1' 2>&1 >/dev/null); then
+		die "MariaDB at $MYSQL_HOST:$MYSQL_PORT answers but $MYSQL_ROOT_USER cannot log in: $err (set MYSQL_ROOT_PASSWORD)"
+	fi
+}
+
+# --------------------------------------------------------------- RabbitMQ
+
+rabbitmq_start() {
+	local out
+	out=$(start_log rabbitmq)
+	if systemd_running && have systemctl; then
+		as_root systemctl start rabbitmq-server >"$out" 2>&1 </dev/null
+		return
+	fi
+	as_root rabbitmq-server -detached >"$out" 2>&1 </dev/null
+}
+
+ensure_rabbitmq() {
+	tcp_open "$RABBITMQ_HOST" "$RABBITMQ_PORT" && return 0
+
+	local where="$RABBITMQ_HOST:$RABBITMQ_PORT"
+	local laptop="On a laptop without a local broker: docker compose up -d mysql rabbitmq"
+	if ! is_local_host "$RABBITMQ_HOST" || ! have rabbitmq-server; then
+		die "RabbitMQ does not accept connections at $where and no local broker is installed to start. $laptop"
+	fi
+	log "RabbitMQ does not accept connections at $where; starting rabbitmq-server"
+	if ! rabbitmq_start; then
+		local how="sudo rabbitmq-server -detached"
+		systemd_running && how="sudo systemctl start rabbitmq-server"
+		die "could not start RabbitMQ (needs root or password-less sudo; see $(start_log rabbitmq)). Start it yourself: $how. $laptop"
+	fi
+	local start=$SECONDS waited=0 next_note=5
+	while ! tcp_open "$RABBITMQ_HOST" "$RABBITMQ_PORT"; do
+		waited=$((SECONDS - start))
+		if ((waited >= RABBITMQ_START_TIMEOUT)); then
+			log "last lines of /var/log/rabbitmq/*.log and $(start_log rabbitmq):"
+			tail -n 20 "$(start_log rabbitmq)" /var/log/rabbitmq/rabbit@*.log >&2 2>/dev/null || true
+			die "RabbitMQ did not accept connections at $where within ${RABBITMQ_START_TIMEOUT}s after starting it"
+		fi
+		if ((waited >= next_note)); then
+			log "waiting for RabbitMQ at $where (${waited}s/${RABBITMQ_START_TIMEOUT}s)"
+			next_note=$((next_note + 5))
+		fi
+		sleep 0.5
+	done
+	# The listener opens near the end of the boot; await_startup makes sure
+	# the boot has finished (it is slow, so only after a start).
+	if have rabbitmqctl; then
+		local left=$((RABBITMQ_START_TIMEOUT - (SECONDS - start)))
+		if ((left < 5)); then left=5; fi
+		rabbitmqctl -q await_startup --timeout "$left" >/dev/null 2>&1 ||
+			log "warning: rabbitmqctl await_startup failed; the port is open, continuing"
+	fi
+	log "RabbitMQ is up at $where after $((SECONDS - start))s"
+}

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# shellcheck source-path=SCRIPTDIR
+# Run the whole test suite the way CI does: vet, then every test with the race
+# detector against the real MariaDB/MySQL and RabbitMQ (started here when they
+# are installed locally and stopped).
+#
+# Usage: scripts/test.sh [go test flags] [packages]
+#
+#   scripts/test.sh                                  go vet ./... && go test -race -count=1 -timeout 20m ./...
+#   scripts/test.sh -run TestWithTx ./pkg/sqldb/     one test in one package
+#   scripts/test.sh -v -short                        unit tests only (no servers needed)
+#
+# Argument rule: a flag takes its value as -flag=value or as the next argument
+# (-run TestX); the boolean flags below (-v, -short, -race, ...) take none.
+# Every other argument is a package pattern ("pkg/outbox" is read as
+# "./pkg/outbox"); when there is none, the packages are ./... . `go vet` runs
+# on the same packages. Everything from -args on goes to the test binaries.
+# Our defaults come first, so `-timeout 40m` or `-count=3` override them.
+#
+# Environment:
+#   TEST_MYSQL_DSN          server the tests use (default root@tcp(127.0.0.1:3306)/)
+#   TEST_AMQP_URL           broker the tests use (default amqp://guest:guest@127.0.0.1:5672/)
+#   TEST_DB_STALE_MINUTES   leftover test databases older than this are dropped (30)
+#
+# Before the tests, databases left behind by killed runs are dropped: only
+# names matching ^t_(order|inventory|payment)_[0-9a-f]{12}$ whose newest table
+# is older than TEST_DB_STALE_MINUTES (longer than the 20 min test timeout, so
+# a run going on in another terminal keeps its databases). Such databases that
+# have no table at all (age unknown) are dropped at the end of this run if they
+# are still empty then.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+# shellcheck source=lib.sh
+. scripts/lib.sh
+
+MODULE=github.com/relmsg/ordersaga
+STALE_MINUTES=${TEST_DB_STALE_MINUTES:-30}
+TEST_NAME_RE='^t_(order|inventory|payment)_[0-9a-f]{12}$'
+
+# go test and build flags that take no value.
+is_bool_flag() {
+	local f=${1#-}
+	case -${f#-} in
+	-v | -short | -race | -failfast | -json | -cover | -benchmem | -a | -n | -x | -work | \
+		-trimpath | -msan | -asan | -fullpath | -modcacherw | -buildvcs | -linkshared) return 0 ;;
+	*) return 1 ;;
+	esac
+}
+
+flags=() pkgs=() binargs=()
+while (($#)); do
+	a=$1
+	shift
+	case $a in
+	-args | --args)
+		binargs=("$a" "$@")
+		break
+		;;
+	-*=*) flags+=("$a") ;;
+	-*)
+		flags+=("$a")
+		if ! is_bool_flag "$a" && (($#)); then
+			flags+=("$1")
+			shift
+		fi
+		;;
+	./* | ../* | . | .. | /* | "$MODULE" | "$MODULE"/*) pkgs+=("$a") ;;
+	*)
+		if [[ -d ${a%/...} ]]; then pkgs+=("./$a"); else pkgs+=("$a"); fi
+		;;
+	esac
+done
+((${#pkgs[@]})) || pkgs=(./...)
+
+short=false
+for f in "${flags[@]+"${flags[@]}"}"; do
+	[[ $f == -short || $f == --short || $f == -short=true ]] && short=true
+done
+
+# Point the helpers at the test servers when TEST_MYSQL_DSN or TEST_AMQP_URL
+# name other ones: user[:password]@tcp(host[:port])/..., amqp://...@host[:port]/
+if [[ -n ${TEST_MYSQL_DSN:-} ]]; then
+	if [[ $TEST_MYSQL_DSN =~ ^([^:@]*)(:(.*))?@tcp\(([^\)]*)\)/ ]]; then
+		MYSQL_ROOT_USER=${BASH_REMATCH[1]}
+		MYSQL_ROOT_PASSWORD=${BASH_REMATCH[3]}
+		addr=${BASH_REMATCH[4]}
+		MYSQL_HOST=${addr%:*}
+		[[ $addr == *:* ]] && MYSQL_PORT=${addr##*:}
+	else
+		log "warning: TEST_MYSQL_DSN is not user:pw@tcp(host:port)/...; the checks below use $MYSQL_HOST:$MYSQL_PORT"
+	fi
+fi
+if [[ ${TEST_AMQP_URL:-} =~ ^amqps?://([^@/]*@)?([^:/]+)(:([0-9]+))? ]]; then
+	RABBITMQ_HOST=${BASH_REMATCH[2]}
+	RABBITMQ_PORT=${BASH_REMATCH[4]:-5672}
+fi
+
+t0=$SECONDS
+vet_s=- test_s=- result=FAIL
+empty_dbs=()
+
+# test_databases prints "name state" for each test database: state is empty
+# (no table), stale (newest table older than STALE_MINUTES) or live.
+test_databases() {
+	mysql_root -N -B -e "
+SELECT s.SCHEMA_NAME,
+       CASE WHEN COUNT(t.TABLE_NAME) = 0 THEN 'empty'
+            WHEN MAX(t.CREATE_TIME) < NOW() - INTERVAL $STALE_MINUTES MINUTE THEN 'stale'
+            ELSE 'live' END
+  FROM information_schema.SCHEMATA s
+  LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME
+ WHERE s.SCHEMA_NAME LIKE 't\\_%'
+ GROUP BY s.SCHEMA_NAME"
+}
+
+drop_databases() {
+	local name
+	for name in "$@"; do
+		[[ $name =~ $TEST_NAME_RE ]] || continue # never anything else
+		mysql_root -e "DROP DATABASE IF EXISTS \`$name\`" || log "warning: could not drop $name"
+	done
+}
+
+# drop_stale_databases drops stale test databases now and remembers empty ones.
+drop_stale_databases() {
+	local rows name state stale=()
+	rows=$(test_databases) || {
+		log "warning: could not list leftover test databases"
+		return 0
+	}
+	while read -r name state; do
+		[[ -n $name && $name =~ $TEST_NAME_RE ]] || continue
+		case $state in
+		stale) stale+=("$name") ;;
+		empty) empty_dbs+=("$name") ;;
+		esac
+	done <<<"$rows"
+	if ((${#stale[@]})); then
+		log "dropping ${#stale[@]} leftover test database(s) older than ${STALE_MINUTES}m: ${stale[*]}"
+		drop_databases "${stale[@]}"
+	fi
+}
+
+# drop_still_empty drops the databases that were empty at the start and still
+# are: a live test migrates its database within a second of creating it.
+# shellcheck disable=SC2317 # only called from the EXIT trap
+drop_still_empty() {
+	((${#empty_dbs[@]})) || return 0
+	local rows name state drop=() e
+	rows=$(test_databases) || return 0
+	while read -r name state; do
+		[[ $state == empty ]] || continue
+		for e in "${empty_dbs[@]}"; do
+			[[ $e == "$name" ]] && drop+=("$name")
+		done
+	done <<<"$rows"
+	if ((${#drop[@]})); then
+		log "dropping ${#drop[@]} empty leftover test database(s): ${drop[*]}"
+		drop_databases "${drop[@]}"
+	fi
+}
+
+# shellcheck disable=SC2317 # only called from the EXIT trap
+fmt_dur() {
+	local s=$1
+	if [[ $s == - ]]; then echo -; elif ((s >= 60)); then echo "$((s / 60))m$((s % 60))s"; else echo "${s}s"; fi
+}
+
+# shellcheck disable=SC2317 # only called from the EXIT trap
+finish() {
+	local rc=$?
+	if [[ $short == false ]]; then drop_still_empty || true; fi
+	((rc == 0)) && result=PASS
+	log "$result: go vet $(fmt_dur "$vet_s"), go test $(fmt_dur "$test_s"), total wall time $(fmt_dur $((SECONDS - t0)))"
+	exit "$rc"
+}
+trap finish EXIT
+
+ensure_go
+if [[ $short == true ]]; then
+	log "-short: integration tests are skipped, not checking MariaDB/RabbitMQ"
+else
+	ensure_mariadb
+	ensure_rabbitmq
+	mariadb_root_ok
+	drop_stale_databases
+fi
+
+log "go vet ${pkgs[*]}"
+t=$SECONDS rc=0
+go vet "${pkgs[@]}" || rc=$?
+vet_s=$((SECONDS - t))
+((rc == 0)) || exit "$rc"
+
+cmd=(go test -race -count=1 -timeout 20m "${flags[@]+"${flags[@]}"}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
+log "${cmd[*]}"
+t=$SECONDS rc=0
+"${cmd[@]}" || rc=$?
+test_s=$((SECONDS - t))
+exit "$rc"
