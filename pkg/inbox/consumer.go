@@ -16,6 +16,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // Handler applies one event inside the consumer's transaction: the business
@@ -62,6 +63,8 @@ type Config struct {
 	MaxRetryAge time.Duration // time since the first failure after which we stop [15m]
 	Log         *slog.Logger
 	Metrics     *Metrics // shared by the consumers of one service; nil: none
+	// WrongWay turns on deliberate mistakes for the experiments (demo only).
+	WrongWay wrongway.Set
 }
 
 // Consumer runs the chapter's consume sequence for each delivery.
@@ -126,6 +129,9 @@ func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
 	if !ok {
 		return fmt.Errorf("%w: consumer %s has no handler for %s", events.ErrInvalid, c.cfg.Name, e.Type)
 	}
+	if c.cfg.WrongWay.On(wrongway.NoInbox) {
+		return c.processCheckThenInsert(ctx, e, h)
+	}
 	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
 		if err := Claim(ctx, tx, c.cfg.Name, e.EventID); err != nil {
 			return err
@@ -149,6 +155,34 @@ func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
 	return nil
 }
 
+// processCheckThenInsert is the wrong way (wrongway.NoInbox): "SELECT,
+// and if absent, process and record". Two deliveries at once both see
+// "absent" and both apply the effect; INSERT IGNORE then hides the clash.
+func (c *Consumer) processCheckThenInsert(ctx context.Context, e events.Envelope, h Handler) error {
+	done, err := Processed(ctx, c.cfg.DB, c.cfg.Name, e.EventID)
+	if err != nil {
+		return err
+	}
+	if done {
+		return ErrAlreadyProcessed
+	}
+	if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
+		return err
+	}
+	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
+		if err := h(ctx, tx, e); err != nil {
+			return err
+		}
+		const q = `INSERT IGNORE INTO consumer_inbox (consumer_name, event_id) VALUES (?, ?)`
+		_, err := tx.ExecContext(ctx, q, c.cfg.Name, e.EventID)
+		return err
+	})
+	if err == nil && c.cfg.AfterCommit != nil {
+		c.cfg.AfterCommit()
+	}
+	return err
+}
+
 // Handle is the rabbit.Handler of this consumer: validate, Process, and turn
 // the outcome into ack, delayed retry or dead letter. ACK only after COMMIT.
 func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
@@ -156,6 +190,9 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 	m.deliveries.WithLabelValues(c.cfg.Name).Inc()
 	if d.Redelivered {
 		m.redeliveries.WithLabelValues(c.cfg.Name).Inc()
+	}
+	if c.cfg.WrongWay.On(wrongway.AckBeforeCommit) {
+		return c.handleAckFirst(ctx, d)
 	}
 	e, err := d.Envelope()
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
@@ -191,6 +228,23 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 	m.retries.WithLabelValues(c.cfg.Name).Inc()
 	log.Warn("event failed; retrying later", "err", err, "transient", sqldb.IsTransient(err), "retry_in", delay.Round(time.Millisecond))
 	return rabbit.RetryAfter(delay, err.Error())
+}
+
+// handleAckFirst is the wrong way (wrongway.AckBeforeCommit): the message
+// is acked, then processed. If processing fails, nothing brings it back.
+func (c *Consumer) handleAckFirst(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
+	if err := d.Ack(false); err != nil {
+		return rabbit.AlreadyAcked()
+	}
+	e, err := d.Envelope()
+	if err == nil {
+		err = c.Process(ctx, e)
+	}
+	if err != nil && !errors.Is(err, ErrAlreadyProcessed) {
+		c.cfg.Log.Error("processing failed after the message was acked: the event is lost",
+			"consumer", c.cfg.Name, "event_id", d.MessageId, "err", err)
+	}
+	return rabbit.AlreadyAcked()
 }
 
 // deadLetter stores the message in dead_letters and acks it. If even that

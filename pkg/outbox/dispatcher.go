@@ -16,6 +16,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // Publisher sends one batch and reports, per message, whether the broker
@@ -51,6 +52,8 @@ type Config struct {
 	MaxAttempts     int           // attempts before 'failed' [10]
 	Log             *slog.Logger
 	Registerer      prometheus.Registerer // nil: metrics are kept but not exported
+	// WrongWay turns on deliberate mistakes for the experiments (demo only).
+	WrongWay wrongway.Set
 }
 
 func (c *Config) setDefaults() {
@@ -295,7 +298,11 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 		// Mark sent only under our claim token (chapter rule), and check the
 		// row count: fewer rows means a lease expired and another dispatcher
 		// owns those events now; we must not overwrite its state.
-		n, err := markSent(ctx, d.db, token, sent)
+		mark := markSent
+		if d.cfg.WrongWay.On(wrongway.MarkSentWithoutToken) {
+			mark = markSentIgnoringClaim
+		}
+		n, err := mark(ctx, d.db, token, sent)
 		if err != nil {
 			return res, err
 		}

@@ -45,6 +45,7 @@ const (
 	decideRetry
 	decideReject
 	decideAbandon
+	decideNothing
 )
 
 // Ack: the message is done (processed, duplicate, or stored as a dead letter).
@@ -64,6 +65,10 @@ func Reject(reason string) Decision { return Decision{kind: decideReject, Reason
 // every unacked message of it. This is the "ACK lost" window of the chapter,
 // reachable only through a failpoint.
 func Abandon(reason string) Decision { return Decision{kind: decideAbandon, Reason: reason} }
+
+// AlreadyAcked: the handler acked the delivery itself (only the wrong-way
+// "ack before commit" switch does that); do nothing more.
+func AlreadyAcked() Decision { return Decision{kind: decideNothing} }
 
 // ConsumeConfig bounds one consume loop.
 type ConsumeConfig struct {
@@ -194,6 +199,7 @@ func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger,
 		if err := d.Nack(false, false); err != nil {
 			log.Warn("reject failed", "message_id", d.MessageId, "err", err)
 		}
+	case decideNothing:
 	case decideAbandon:
 		log.Warn("abandoning channel without ack", "message_id", d.MessageId, "reason", dec.Reason)
 		return true

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // Env reads typed settings and collects every bad one, so a misconfigured
@@ -101,6 +103,12 @@ type Config struct {
 	ConsumerWorkers int           // CONSUMER_WORKERS
 	Prefetch        int           // CONSUMER_PREFETCH
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
+	// OutboxDispatch=false runs an instance without its dispatcher
+	// (OUTBOX_DISPATCH=off): the "dispatcher stopped" experiment.
+	OutboxDispatch bool
+	// WrongWay: deliberate mistakes for the experiments (WRONG_WAY,
+	// demo mode only).
+	WrongWay wrongway.Set
 }
 
 // Load reads the shared settings. defaultAddr and defaultDB are the
@@ -122,7 +130,16 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		ConsumerWorkers: env.Int("CONSUMER_WORKERS", 16, 1, 256),
 		Prefetch:        env.Int("CONSUMER_PREFETCH", 64, 1, 10000),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+		OutboxDispatch:  env.String("OUTBOX_DISPATCH", "on") != "off",
 	}
+	ww, err := wrongway.Parse(env.String("WRONG_WAY", ""))
+	if err != nil {
+		env.errs = append(env.errs, fmt.Errorf("WRONG_WAY: %w", err))
+	}
+	if len(ww) > 0 && !c.DemoMode {
+		env.errs = append(env.errs, fmt.Errorf("WRONG_WAY=%s needs DEMO_MODE=true: these are deliberate mistakes for the lab", ww))
+	}
+	c.WrongWay = ww
 	if err := c.LogLevel.UnmarshalText([]byte(env.String("LOG_LEVEL", "info"))); err != nil {
 		env.errs = append(env.errs, fmt.Errorf("LOG_LEVEL: want debug, info, warn or error"))
 	}

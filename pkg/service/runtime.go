@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/relmsg/ordersaga/migrations"
+	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
@@ -105,9 +106,28 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		Lease:        cfg.OutboxLease,
 		Log:          log.With("component", "outbox"),
 		Registerer:   r.Metrics,
+		WrongWay:     cfg.WrongWay,
 	})
+	if len(cfg.WrongWay) > 0 {
+		log.Warn("WRONG-WAY SWITCHES ON: this instance makes deliberate mistakes", "wrong_way", cfg.WrongWay.String())
+	}
 	r.Inbox = inbox.NewMetrics(r.Metrics)
 	return ctx, r, nil
+}
+
+// InboxConfig returns an inbox.Config with the runtime's pieces filled in.
+func (r *Runtime) InboxConfig(name string) inbox.Config {
+	return inbox.Config{Name: name, DB: r.DB, AfterCommit: r.Outbox.Wake, Log: r.Log,
+		Metrics: r.Inbox, WrongWay: r.Cfg.WrongWay}
+}
+
+// PublishNow publishes one event straight to the broker and waits for its
+// confirm, bypassing the outbox. Only the wrong-way switch
+// publish-before-commit uses it.
+func (r *Runtime) PublishNow(ctx context.Context, e events.Envelope) error {
+	pub := r.Broker.NewPublisher()
+	defer pub.Close()
+	return pub.Publish(ctx, []rabbit.Message{rabbit.FromEnvelope(r.NS.Exchange(), e)}, 5*time.Second)[0]
 }
 
 // Consume registers a consume loop on queue (its namespaced name is made
@@ -187,7 +207,11 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 		}()
 	}
 	run("http", func(ctx context.Context) error { return web.Serve(ctx, l, handler, r.Cfg.ShutdownTimeout) })
-	run("outbox", r.Outbox.Run)
+	if r.Cfg.OutboxDispatch {
+		run("outbox", r.Outbox.Run)
+	} else {
+		r.Log.Warn("outbox dispatcher disabled (OUTBOX_DISPATCH=off): events stay pending")
+	}
 	for _, c := range r.consumers {
 		cfg := rabbit.ConsumeConfig{Queue: c.queue, Prefetch: r.Cfg.Prefetch, Workers: r.Cfg.ConsumerWorkers,
 			Log: r.Log.With("consumer", c.c.Name())}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/service"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
@@ -28,10 +29,13 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	app := orderapp.New(rt.DB, rt.Outbox.Wake, rt.Log)
 
-	rt.Consume(orderamqp.Queue, inbox.NewConsumer(inbox.Config{
-		Name: orderamqp.ConsumerName, DB: rt.DB, Handlers: orderamqp.Handlers(app),
-		AfterCommit: rt.Outbox.Wake, Log: rt.Log, Metrics: rt.Inbox,
-	}))
+	if cfg.WrongWay.On(wrongway.PublishBeforeCommit) {
+		app.PublishBeforeCommit(rt.PublishNow)
+	}
+
+	consumer := rt.InboxConfig(orderamqp.ConsumerName)
+	consumer.Handlers = orderamqp.Handlers(app)
+	rt.Consume(orderamqp.Queue, inbox.NewConsumer(consumer))
 
 	router := rt.Router()
 	orderhttp.Routes(router, app, rt.Log)

@@ -12,6 +12,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/jmoiron/sqlx"
 
@@ -28,11 +31,21 @@ type App struct {
 	db   *sqlx.DB
 	wake func() // the outbox dispatcher's Wake: events leave right after commit
 	log  *slog.Logger
+
+	// publishNow is set only by the wrong-way switch publish-before-commit.
+	publishNow func(ctx context.Context, e events.Envelope) error
 }
 
 // New returns the app. wake is called after every commit that wrote events.
 func New(db *sqlx.DB, wake func(), log *slog.Logger) *App {
 	return &App{db: db, wake: wake, log: log}
+}
+
+// PublishBeforeCommit turns on the wrong way of wrongway.PublishBeforeCommit:
+// Create publishes OrderCreated with publish inside its transaction, before
+// COMMIT, and writes no outbox row. For the atomic-commit experiment only.
+func (a *App) PublishBeforeCommit(publish func(ctx context.Context, e events.Envelope) error) {
+	a.publishNow = publish
 }
 
 // Create accepts an order: one transaction inserts the order (its
@@ -73,6 +86,15 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 			return err
 		}
 		o.ID = id
+		created := events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
+			TotalCents: total, Currency: currency}
+		if a.publishNow != nil {
+			// The wrong way: the event leaves before we know the order
+			// will commit.
+			if err := a.publishWithoutOutbox(ctx, created); err != nil {
+				return err
+			}
+		}
 		// Window: the order row exists in the transaction, its event not
 		// yet. An error or crash here must leave neither (atomic commit).
 		if err := failpoint.Inject(ctx, "order.create.after-order-insert"); err != nil {
@@ -81,10 +103,11 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		if err := orderdb.InsertItems(ctx, tx, id, items); err != nil {
 			return err
 		}
+		if a.publishNow != nil {
+			return nil
+		}
 		_, err = outbox.Add(ctx, tx, outbox.Event{
-			AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated,
-			Payload: events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
-				TotalCents: total, Currency: currency},
+			AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: created,
 		})
 		return err
 	})
@@ -107,6 +130,20 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		return o, true, nil
 	}
 	return saved, true, nil
+}
+
+func (a *App) publishWithoutOutbox(ctx context.Context, p events.OrderCreatedV1) error {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return err
+	}
+	return a.publishNow(ctx, events.Envelope{EventID: id.String(), Type: events.OrderCreated,
+		AggregateID: p.OrderID, AggregateVersion: 1, SchemaVersion: events.CurrentSchemaVersion,
+		CorrelationID: fmt.Sprint(p.OrderID), OccurredAt: time.Now().UTC(), Payload: body})
 }
 
 func replay(existing order.Order, storedHash, hash string) (order.Order, bool, error) {

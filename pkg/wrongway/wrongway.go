@@ -1,0 +1,94 @@
+// Package wrongway holds the deliberate design mistakes the chapter warns
+// about, each behind its own switch, so that an experiment can be run the
+// wrong way and show the anomaly the right way prevents. They exist for
+// teaching and testing only: a service refuses them unless DEMO_MODE is on,
+// and none is ever on by default.
+package wrongway
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Switch names one mistake.
+type Switch string
+
+// The mistakes, and what each one breaks.
+const (
+	// PublishBeforeCommit: the order service publishes OrderCreated straight
+	// to the broker before its transaction commits, without an outbox. If
+	// the transaction then rolls back, inventory reserves stock for an order
+	// that does not exist.
+	PublishBeforeCommit Switch = "publish-before-commit"
+	// AckBeforeCommit: a consumer acks a message before its transaction
+	// commits. If the transaction then fails, the message is gone and its
+	// effect never happens: a lost event.
+	AckBeforeCommit Switch = "ack-before-commit"
+	// NoInbox: a consumer checks "already processed?" with a SELECT and
+	// records the event afterwards, instead of inserting the inbox row under
+	// its primary key first. Two deliveries at once both see "no" and both
+	// apply the effect.
+	NoInbox Switch = "no-inbox"
+	// MarkSentWithoutToken: the dispatcher marks rows sent by event id only,
+	// without the claim token. A dispatcher whose lease expired overwrites
+	// the state of the one that re-claimed the row.
+	MarkSentWithoutToken Switch = "mark-sent-without-token"
+	// IgnoreOrder: a consumer applies events without checking the
+	// aggregate's state or the cancel marker, so a late event resurrects
+	// what an earlier one ended (a create after its cancel reserves stock
+	// for a cancelled order).
+	IgnoreOrder Switch = "ignore-order"
+)
+
+// All lists every switch with its one-line effect, for docs and errors.
+var All = map[Switch]string{
+	PublishBeforeCommit:  "order publishes OrderCreated before COMMIT, no outbox",
+	AckBeforeCommit:      "consumers ACK before COMMIT",
+	NoInbox:              "consumers check-then-insert instead of inserting the inbox row first",
+	MarkSentWithoutToken: "dispatcher marks sent without the claim-token condition",
+	IgnoreOrder:          "consumers apply events regardless of state, version or cancel marker",
+}
+
+// Set is the switches that are on. The zero value has none on.
+type Set map[Switch]bool
+
+// On reports whether sw is on.
+func (s Set) On(sw Switch) bool { return s[sw] }
+
+// String lists the switches that are on.
+func (s Set) String() string {
+	var names []string
+	for sw := range s {
+		names = append(names, string(sw))
+	}
+	sort.Strings(names)
+	return strings.Join(names, ",")
+}
+
+// Parse reads WRONG_WAY: comma-separated switch names.
+func Parse(spec string) (Set, error) {
+	s := Set{}
+	var errs []error
+	for _, name := range strings.Split(spec, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if _, ok := All[Switch(name)]; !ok {
+			errs = append(errs, fmt.Errorf("unknown wrong-way switch %q", name))
+			continue
+		}
+		s[Switch(name)] = true
+	}
+	if len(errs) > 0 {
+		var known []string
+		for sw := range All {
+			known = append(known, string(sw))
+		}
+		sort.Strings(known)
+		errs = append(errs, fmt.Errorf("known switches: %s", strings.Join(known, ", ")))
+	}
+	return s, errors.Join(errs...)
+}
