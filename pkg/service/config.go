@@ -94,6 +94,7 @@ type Config struct {
 	// empty in production, set by tests to isolate them.
 	AMQPNamespace   string
 	DemoMode        bool   // DEMO_MODE: failpoint endpoints and lab switches
+	AdminToken      string // ADMIN_TOKEN: bearer token of /admin (open without one only in demo mode)
 	Failpoints      string // FAILPOINTS: armed at start, see pkg/failpoint
 	LogLevel        slog.Level
 	OutboxWorkers   int           // OUTBOX_WORKERS
@@ -122,6 +123,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		AMQPURL:         env.String("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		AMQPNamespace:   env.String("AMQP_NAMESPACE", ""),
 		DemoMode:        env.Bool("DEMO_MODE", false),
+		AdminToken:      env.String("ADMIN_TOKEN", ""),
 		Failpoints:      env.String("FAILPOINTS", ""),
 		OutboxWorkers:   env.Int("OUTBOX_WORKERS", 2, 1, 64),
 		OutboxBatch:     env.Int("OUTBOX_BATCH", 100, 1, 1000),
@@ -159,6 +161,9 @@ func (c Config) Masked() Config {
 		c.MySQLDSN = mc.FormatDSN()
 	}
 	c.AMQPURL = MaskURL(c.AMQPURL)
+	if c.AdminToken != "" {
+		c.AdminToken = "*****"
+	}
 	return c
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/relmsg/ordersaga/migrations"
+	"github.com/relmsg/ordersaga/pkg/admin"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
@@ -153,12 +154,21 @@ func (r *Runtime) Ready(ctx context.Context) error {
 }
 
 // Router returns a router with the endpoints every service has: /healthz,
-// /readyz, /metrics and, in demo mode only, /debug/failpoints.
-func (r *Runtime) Router() chi.Router {
+// /readyz, /metrics, /admin (the messaging tables, plus the service's own
+// admin routes, behind ADMIN_TOKEN) and, in demo mode only,
+// /debug/failpoints.
+func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux := chi.NewRouter()
 	mux.Use(middleware.Recoverer)
 	web.Health(mux, r.Ready)
 	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
+	mux.Route("/admin", func(ar chi.Router) {
+		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
+		(&admin.Handler{DB: r.DB, Log: r.Log, Wake: r.Outbox.Wake}).Routes(ar)
+		for _, routes := range adminRoutes {
+			routes(ar)
+		}
+	})
 	if r.Cfg.DemoMode {
 		h := http.StripPrefix("/debug/failpoints", r.Failpoints.Handler())
 		mux.Handle("/debug/failpoints", h)

@@ -1,0 +1,268 @@
+// Package admin is the operator's view of the messaging tables every service
+// has: the outbox (summary, rows, retry of failed events), the inbox, and
+// the dead letters. Services mount it under /admin behind a bearer token.
+package admin
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/web"
+)
+
+// Handler serves the messaging tables of one service's database.
+type Handler struct {
+	DB  *sqlx.DB
+	Log *slog.Logger
+	// Wake is called after failed events were put back to pending.
+	Wake func()
+}
+
+// Routes mounts the endpoints on r (relative paths; mount under /admin).
+func (h *Handler) Routes(r chi.Router) {
+	r.Get("/outbox/summary", h.outboxSummary)
+	r.Get("/outbox", h.outboxRows)
+	r.Post("/outbox/{event_id}/retry", h.outboxRetry)
+	r.Get("/inbox", h.inboxRows)
+	r.Get("/dead-letters", h.deadLetters)
+}
+
+// RequireToken guards next with "Authorization: Bearer <token>". An empty
+// token refuses everything unless open is true (demo mode on a laptop).
+func RequireToken(token string, open bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if token == "" {
+				if open {
+					next.ServeHTTP(w, r)
+					return
+				}
+				web.WriteJSON(w, http.StatusForbidden, map[string]string{"error": "admin endpoints are disabled: set ADMIN_TOKEN"})
+				return
+			}
+			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+				web.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// OutboxRow is one outbox event as operators see it.
+type OutboxRow struct {
+	EventID          string          `db:"event_id" json:"event_id"`
+	AggregateID      uint64          `db:"aggregate_id" json:"aggregate_id,string"`
+	AggregateVersion uint64          `db:"aggregate_version" json:"aggregate_version"`
+	EventType        string          `db:"event_type" json:"event_type"`
+	Status           string          `db:"status" json:"status"`
+	Attempts         int             `db:"attempts" json:"attempts"`
+	NextAttemptAt    time.Time       `db:"next_attempt_at" json:"next_attempt_at"`
+	ClaimToken       *string         `db:"claim_token" json:"claim_token"`
+	LeaseUntil       *time.Time      `db:"lease_until" json:"lease_until"`
+	CreatedAt        time.Time       `db:"created_at" json:"created_at"`
+	SentAt           *time.Time      `db:"sent_at" json:"sent_at"`
+	Payload          json.RawMessage `db:"payload" json:"payload"`
+}
+
+func (h *Handler) outboxSummary(w http.ResponseWriter, r *http.Request) {
+	const qCounts = `SELECT status, COUNT(*) AS n FROM outbox_events GROUP BY status`
+	var rows []struct {
+		Status string `db:"status"`
+		N      int64  `db:"n"`
+	}
+	if err := h.DB.SelectContext(r.Context(), &rows, qCounts); err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	counts := map[string]int64{"pending": 0, "sending": 0, "sent": 0, "failed": 0}
+	for _, row := range rows {
+		counts[row.Status] = row.N
+	}
+	const qOldest = `SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)), 0)
+FROM outbox_events WHERE status = 'pending'`
+	var micros int64
+	if err := h.DB.GetContext(r.Context(), &micros, qOldest); err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]any{
+		"by_status":                  counts,
+		"oldest_pending_age_seconds": float64(micros) / 1e6,
+	})
+}
+
+func (h *Handler) outboxRows(w http.ResponseWriter, r *http.Request) {
+	q := `SELECT event_id, aggregate_id, aggregate_version, event_type, status, attempts, next_attempt_at,
+  claim_token, lease_until, created_at, sent_at, payload FROM outbox_events WHERE 1 = 1`
+	var args []any
+	if v := r.URL.Query().Get("aggregate_id"); v != "" {
+		id, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "aggregate_id must be a number"))
+			return
+		}
+		q += ` AND aggregate_id = ?`
+		args = append(args, id)
+	}
+	if v := r.URL.Query().Get("status"); v != "" {
+		if v != "pending" && v != "sending" && v != "sent" && v != "failed" {
+			web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "status must be pending, sending, sent or failed"))
+			return
+		}
+		q += ` AND status = ?`
+		args = append(args, v)
+	}
+	limit, err := limitParam(r)
+	if err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	q += ` ORDER BY created_at, event_id LIMIT ?`
+	args = append(args, limit)
+	rows := []OutboxRow{}
+	if err := h.DB.SelectContext(r.Context(), &rows, q, args...); err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]any{"events": rows})
+}
+
+// outboxRetry gives a 'failed' event a new round of attempts, keeping its
+// event_id (consumers deduplicate on it).
+func (h *Handler) outboxRetry(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "event_id")
+	const q = `UPDATE outbox_events
+SET status = 'pending', attempts = 0, next_attempt_at = NOW(6)
+WHERE event_id = ? AND status = 'failed'`
+	res, err := h.DB.ExecContext(r.Context(), q, id)
+	if err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		web.WriteError(w, r, h.Log, web.Errorf(http.StatusConflict, "no failed event %s (only failed events can be retried)", id))
+		return
+	}
+	h.Log.Warn("operator retried a failed outbox event", "event_id", id)
+	if h.Wake != nil {
+		h.Wake()
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]string{"event_id": id, "status": "pending"})
+}
+
+// InboxRow is one processed event.
+type InboxRow struct {
+	Consumer    string    `db:"consumer_name" json:"consumer"`
+	EventID     string    `db:"event_id" json:"event_id"`
+	ProcessedAt time.Time `db:"processed_at" json:"processed_at"`
+}
+
+func (h *Handler) inboxRows(w http.ResponseWriter, r *http.Request) {
+	ids := splitList(r.URL.Query().Get("event_id"))
+	if len(ids) == 0 || len(ids) > 200 {
+		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "give 1 to 200 comma-separated event_id values"))
+		return
+	}
+	q, args, err := sqlx.In(`SELECT consumer_name, event_id, processed_at FROM consumer_inbox
+WHERE event_id IN (?) ORDER BY processed_at`, ids)
+	if err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	rows := []InboxRow{}
+	if err := h.DB.SelectContext(r.Context(), &rows, q, args...); err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]any{"inbox": rows})
+}
+
+// DeadLetterRow is a dead letter as operators see it.
+type DeadLetterRow struct {
+	ID            uint64     `db:"id" json:"id"`
+	Consumer      string     `db:"consumer_name" json:"consumer"`
+	EventID       string     `db:"event_id" json:"event_id"`
+	EventType     string     `db:"event_type" json:"event_type"`
+	Reason        string     `db:"reason" json:"reason"`
+	Attempts      int        `db:"attempts" json:"attempts"`
+	FirstFailedAt time.Time  `db:"first_failed_at" json:"first_failed_at"`
+	LastFailedAt  time.Time  `db:"last_failed_at" json:"last_failed_at"`
+	Status        string     `db:"status" json:"status"`
+	RedrivenAt    *time.Time `db:"redriven_at" json:"redriven_at"`
+	Payload       string     `db:"payload" json:"payload"`
+}
+
+// deadLetters lists dead letters; q searches the payload and the reason.
+func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
+	q := `SELECT id, consumer_name, event_id, event_type, reason, attempts, first_failed_at, last_failed_at,
+  status, redriven_at, CAST(payload AS CHAR) AS payload FROM dead_letters WHERE 1 = 1`
+	var args []any
+	query := r.URL.Query()
+	if v := query.Get("consumer"); v != "" {
+		q += ` AND consumer_name = ?`
+		args = append(args, v)
+	}
+	if v := query.Get("status"); v != "" {
+		q += ` AND status = ?`
+		args = append(args, v)
+	}
+	if v := query.Get("event_type"); v != "" {
+		q += ` AND event_type = ?`
+		args = append(args, v)
+	}
+	if v := query.Get("q"); v != "" {
+		q += ` AND (CAST(payload AS CHAR) LIKE ? OR reason LIKE ?)`
+		like := "%" + escapeLike(v) + "%"
+		args = append(args, like, like)
+	}
+	limit, err := limitParam(r)
+	if err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	q += ` ORDER BY last_failed_at DESC LIMIT ?`
+	args = append(args, limit)
+	rows := []DeadLetterRow{}
+	if err := h.DB.SelectContext(r.Context(), &rows, q, args...); err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]any{"dead_letters": rows})
+}
+
+func limitParam(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return 100, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1000 {
+		return 0, web.Errorf(http.StatusBadRequest, "limit must be between 1 and 1000")
+	}
+	return n, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func escapeLike(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+	return r.Replace(s)
+}
