@@ -1,0 +1,218 @@
+package paymentapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+)
+
+// ErrOutcomeUnresolved means the PSP's answer to a charge was lost (timeout,
+// dropped connection, 5xx) and its status query did not settle it: the PSP
+// has no charge with the key yet, or the query failed too. It is transient,
+// never a decline: the consumer retries later with backoff, and the retry
+// sends the charge again with the same idempotency key, which the PSP
+// charges at most once.
+var ErrOutcomeUnresolved = errors.New("charge outcome not known yet")
+
+// ChargeAtPSP is the inbox.ExternalHandler of payment.charge-requested
+// (consumer "payment-psp"). It runs before the inbox transaction, with no
+// transaction open and no lock held across the network call:
+//
+//  1. read the payment; if it is decided already, do not call the PSP;
+//  2. charge at the PSP with the payment's idempotency key;
+//  3. on an unknown outcome, query the charge by the same key; found: that
+//     is the outcome; not found or query failed: ErrOutcomeUnresolved
+//     (retry later); a 4xx refusal is permanent (dead letter);
+//  4. return the Handler that records the outcome in the inbox transaction.
+//
+// The inbox skips this whole function for an event it already committed, so
+// a redelivery does not reach the PSP at all; a crash between the PSP call
+// and the commit does, and the key makes that repeat call harmless.
+func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler, error) {
+	req, err := events.Decode[events.PaymentChargeRequestedV1](e.Payload)
+	if err != nil {
+		return nil, err
+	}
+	log := a.log.With("order_id", req.OrderID, "event_id", e.EventID, "event_type", e.Type,
+		"idempotency_key", req.IdempotencyKey)
+
+	// A plain read: nothing is locked while the PSP is called. The record
+	// step locks the row and re-checks the status.
+	p, err := paymentdb.Get(ctx, a.db, req.OrderID)
+	if errors.Is(err, payment.ErrNotFound) {
+		return nil, inbox.Permanent(fmt.Errorf("charge requested for order %d, which has no payment", req.OrderID))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if p.IdempotencyKey != req.IdempotencyKey || p.AmountCents != req.AmountCents ||
+		p.Currency != req.Currency || p.CustomerID != req.CustomerID {
+		return nil, inbox.Permanent(fmt.Errorf("charge request for order %d (key %s, %d %s) does not match its payment (key %s, %d %s)",
+			req.OrderID, req.IdempotencyKey, req.AmountCents, req.Currency, p.IdempotencyKey, p.AmountCents, p.Currency))
+	}
+	if p.Status != payment.Pending {
+		log.InfoContext(ctx, "payment decided already; PSP not called", "status", p.Status)
+		return func(context.Context, *sqlx.Tx, events.Envelope) error { return nil }, nil
+	}
+
+	c, err := a.charge(ctx, log, req)
+	if err != nil {
+		return nil, err
+	}
+	// Window: the PSP has decided, we have not recorded it. Whatever
+	// happens here, the message comes back and the same key gets the same
+	// charge.
+	if err := failpoint.Inject(ctx, FailpointAfterPSPCall); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		return a.record(ctx, tx, e, req.OrderID, c)
+	}, nil
+}
+
+// charge calls the PSP once and, if the answer is lost, asks for the
+// charge's status with the same key. It returns the PSP's charge record
+// (succeeded or declined) or an error: ErrOutcomeUnresolved (transient), a
+// Permanent refusal, or another transient error.
+func (a *App) charge(ctx context.Context, log *slog.Logger, req events.PaymentChargeRequestedV1) (psp.Charge, error) {
+	creq := psp.ChargeRequest{
+		IdempotencyKey: req.IdempotencyKey,
+		OrderRef:       strconv.FormatUint(req.OrderID, 10),
+		CustomerID:     req.CustomerID,
+		AmountCents:    req.AmountCents,
+		Currency:       req.Currency,
+	}
+	c, err := a.psp.Charge(ctx, creq)
+	a.metrics.observe("charge", err)
+	var refused *psp.APIError
+	switch {
+	case err == nil:
+		return checkCharge(c, creq)
+
+	case errors.Is(err, psp.ErrOutcomeUnknown):
+		// Maybe charged, maybe not: never read this as a decline. Ask.
+		log.WarnContext(ctx, "PSP charge outcome unknown; querying its status with the same key", "err", err)
+		c, qerr := a.psp.GetCharge(ctx, creq.IdempotencyKey)
+		a.metrics.observe("status", qerr)
+		switch {
+		case qerr == nil:
+			log.InfoContext(ctx, "status query found the charge", "charge_id", c.ChargeID, "psp_status", c.Status)
+			return checkCharge(c, creq)
+		case errors.Is(qerr, psp.ErrNotFound):
+			// Not charged yet, not "never will be": the lost request may
+			// still arrive. Charging again with the same key is safe.
+			return psp.Charge{}, fmt.Errorf("%w: the PSP has no charge with key %s (charge call: %v)",
+				ErrOutcomeUnresolved, creq.IdempotencyKey, err)
+		default:
+			return psp.Charge{}, fmt.Errorf("%w: charge call: %v; status query: %w", ErrOutcomeUnresolved, err, qerr)
+		}
+
+	case errors.As(err, &refused):
+		// 4xx: the PSP understood and refused (bad request, key reused with
+		// other parameters). Nothing was charged; the same call gets the
+		// same answer, so retrying cannot help.
+		return psp.Charge{}, inbox.Permanent(fmt.Errorf("PSP refused the charge: %w", err))
+
+	default:
+		return psp.Charge{}, fmt.Errorf("psp charge: %w", err)
+	}
+}
+
+// checkCharge makes sure the PSP's record is the charge we asked for, with
+// an outcome we understand. A mismatch is a broken contract with the PSP:
+// no retry repairs it, a person must look (dead letter).
+func checkCharge(c psp.Charge, req psp.ChargeRequest) (psp.Charge, error) {
+	if c.IdempotencyKey != req.IdempotencyKey || c.OrderRef != req.OrderRef ||
+		c.AmountCents != req.AmountCents || c.Currency != req.Currency {
+		return psp.Charge{}, inbox.Permanent(fmt.Errorf("PSP charge %s (key %s, order %s, %d %s) does not match the request (key %s, order %s, %d %s)",
+			c.ChargeID, c.IdempotencyKey, c.OrderRef, c.AmountCents, c.Currency,
+			req.IdempotencyKey, req.OrderRef, req.AmountCents, req.Currency))
+	}
+	if _, ok := trigger(c); !ok {
+		return psp.Charge{}, inbox.Permanent(fmt.Errorf("PSP charge %s has unknown status %q", c.ChargeID, c.Status))
+	}
+	return c, nil
+}
+
+// trigger translates the PSP's charge status into the domain's trigger.
+func trigger(c psp.Charge) (payment.Trigger, bool) {
+	switch c.Status {
+	case psp.StatusSucceeded:
+		return payment.ChargeSucceeded, true
+	case psp.StatusDeclined:
+		return payment.ChargeDeclined, true
+	}
+	return "", false
+}
+
+// record runs inside the inbox transaction: lock the payment, ask the
+// domain where the PSP's outcome leads, store the move (compare-and-set on
+// pending) with its result event, numbered with the payment's next
+// aggregate version. A payment decided already changes nothing.
+func (a *App) record(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID uint64, c psp.Charge) error {
+	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type, "charge_id", c.ChargeID)
+	p, err := paymentdb.Lock(ctx, tx, orderID)
+	if errors.Is(err, payment.ErrNotFound) {
+		return inbox.Permanent(fmt.Errorf("charge outcome for order %d, which has no payment", orderID))
+	}
+	if err != nil {
+		return err
+	}
+	t, _ := trigger(c) // checked in checkCharge
+	to, ok := payment.Next(p.Status, t)
+	if !ok {
+		if p.PSPChargeID != c.ChargeID {
+			log.WarnContext(ctx, "payment decided already with another charge; changed nothing",
+				"status", p.Status, "recorded_charge_id", p.PSPChargeID)
+		} else {
+			log.InfoContext(ctx, "payment decided already; changed nothing", "status", p.Status)
+		}
+		return nil
+	}
+
+	version := p.Version + 1
+	d := paymentdb.Decision{From: p.Status, To: to, PSPChargeID: c.ChargeID, Version: version}
+	out := outbox.Event{AggregateID: p.OrderID, AggregateVersion: version}
+	switch to {
+	case payment.Succeeded:
+		out.Type = events.PaymentSucceeded
+		out.Payload = events.PaymentSucceededV1{OrderID: p.OrderID, AmountCents: p.AmountCents,
+			Currency: p.Currency, ChargeID: c.ChargeID}
+	case payment.Failed:
+		d.FailureReason = c.DeclineCode
+		if d.FailureReason == "" {
+			d.FailureReason = "declined"
+		}
+		out.Type = events.PaymentFailed
+		out.Payload = events.PaymentFailedV1{OrderID: p.OrderID, Reason: d.FailureReason}
+	default:
+		return fmt.Errorf("payment %d: no event for status %s", p.OrderID, to)
+	}
+
+	moved, err := paymentdb.Decide(ctx, tx, p.OrderID, d)
+	if err != nil {
+		return err
+	}
+	if !moved {
+		// Impossible while we hold the row lock; treat as a retryable fault.
+		return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
+	}
+	if _, err := outbox.Add(ctx, tx, out); err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "payment decided", "from", p.Status, "to", to, "amount_cents", p.AmountCents,
+		"failure_reason", d.FailureReason)
+	return nil
+}

@@ -1,0 +1,111 @@
+// Package paymentsvc is the payment service's composition root. main calls
+// Run; the end-to-end tests call it too, to run the service in-process.
+package paymentsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/service"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentamqp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenthttp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+)
+
+// Run runs the payment service, with the fake PSP mounted at /psp on the
+// same listener, until ctx ends.
+func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
+	env := service.NewEnv(getenv)
+	cfg := service.Load(env, "payment-fake", ":8083", "payment_service")
+	pcfg, perr := loadPSPConfig(env, cfg.HTTPAddr)
+	if err := errors.Join(env.Err(), perr); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+
+	ctx, rt, err := service.Start(ctx, cfg, "payment", paymentamqp.Topology, stdout)
+	if err != nil {
+		return err
+	}
+	rt.Log.Info("psp client", "psp_url", service.MaskURL(pcfg.URL), "psp_timeout", pcfg.Timeout)
+
+	// The fake PSP keeps its books in its own tables of this schema and is
+	// served under /psp; the app reaches it only through the HTTP client.
+	pspServer := psp.NewServer(rt.DB, rt.Log)
+	pspClient := psp.NewClient(pcfg.URL, &http.Client{Timeout: pcfg.Timeout})
+	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics)
+
+	saga := rt.InboxConfig(paymentamqp.SagaConsumer)
+	saga.Handlers = paymentamqp.SagaHandlers(app)
+	rt.Consume(paymentamqp.SagaQueue, inbox.NewConsumer(saga))
+
+	charges := rt.InboxConfig(paymentamqp.PSPConsumer)
+	charges.External = paymentamqp.PSPHandlers(app)
+	rt.Consume(paymentamqp.PSPQueue, inbox.NewConsumer(charges))
+
+	router := rt.Router()
+	paymenthttp.Routes(router, app, pspServer.Handler(), cfg.DemoMode, rt.Log)
+	return rt.Serve(ctx, router)
+}
+
+// pspConfig is how the payment app reaches the PSP.
+type pspConfig struct {
+	URL     string        // PSP_URL; default http://127.0.0.1:<HTTP_ADDR port>/psp
+	Timeout time.Duration // PSP_TIMEOUT, per HTTP call
+}
+
+// maxPSPTimeout keeps a charge and its status query (two calls, each up to
+// PSP_TIMEOUT) inside the consumer's 30 s handler timeout (pkg/rabbit), so
+// an unknown outcome is always followed by its status query.
+const maxPSPTimeout = 12 * time.Second
+
+func loadPSPConfig(env *service.Env, httpAddr string) (pspConfig, error) {
+	c := pspConfig{
+		URL:     env.String("PSP_URL", ""),
+		Timeout: env.Duration("PSP_TIMEOUT", 5*time.Second),
+	}
+	var errs []error
+	if c.Timeout > maxPSPTimeout {
+		errs = append(errs, fmt.Errorf("PSP_TIMEOUT=%s: at most %s (a charge and its status query must fit in the 30 s handler timeout)", c.Timeout, maxPSPTimeout))
+	}
+	if c.URL == "" {
+		u, err := localPSPURL(httpAddr)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		c.URL = u
+	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("PSP_URL=%q: want http://host:port/path", service.MaskURL(c.URL)))
+	}
+	return c, errors.Join(errs...)
+}
+
+// localPSPURL is the default PSP_URL: the PSP mounted on this service's own
+// listener. It is derived from HTTP_ADDR before listening (pkg/service
+// listens inside Serve): an unspecified host (":8083", "0.0.0.0:8083",
+// "[::]:8083") means loopback; a named port ("http") is resolved. Port 0
+// (any free port) is only known after listening, so it needs PSP_URL.
+func localPSPURL(httpAddr string) (string, error) {
+	host, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		return "", fmt.Errorf("HTTP_ADDR=%q: %v", httpAddr, err)
+	}
+	n, err := net.LookupPort("tcp", port)
+	if err != nil {
+		return "", fmt.Errorf("HTTP_ADDR=%q: port: %v", httpAddr, err)
+	}
+	if n == 0 {
+		return "", fmt.Errorf("HTTP_ADDR=%q: with port 0 the PSP's address is not known in advance; set PSP_URL", httpAddr)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, fmt.Sprint(n)) + "/psp", nil
+}

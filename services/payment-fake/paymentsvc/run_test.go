@@ -1,0 +1,259 @@
+package paymentsvc_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentamqp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
+)
+
+// The whole service in-process against the real database and broker:
+// inventory.reserved in, through the outbox to the service's own PSP
+// consumer, over HTTP to the PSP mounted on the same listener (PSP_URL is
+// left to its default), and payment.succeeded / payment.failed out.
+func TestRunChargesReservedOrders(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "payment")
+	ns := rabbittest.Namespace(t)
+	rabbittest.Cleanup(t, paymentamqp.Topology(ns))
+	const probeQueue = "probe.payment-results"
+	probe := rabbittest.Topology(t, ns, rabbit.Queue{Name: probeQueue,
+		Keys: []string{events.PaymentSucceeded, events.PaymentFailed}})
+	broker := rabbittest.Conn(t, probe) // declares the exchange and the probe queue
+
+	addr := freeAddr(t)
+	base := "http://" + addr
+	env := map[string]string{
+		"HTTP_ADDR":            addr,
+		"MYSQL_DSN":            db.DSN,
+		"AMQP_URL":             rabbittest.URL(),
+		"AMQP_NAMESPACE":       string(ns),
+		"LOG_LEVEL":            "warn",
+		"OUTBOX_POLL_INTERVAL": "250ms",
+		"SHUTDOWN_TIMEOUT":     "10s",
+	}
+	startService(t, env)
+	waitFor(t, "the service to be ready", 30*time.Second, func() bool {
+		status, _ := get(base + "/readyz")
+		return status == http.StatusOK
+	})
+
+	publish(t, broker, ns, reserved(42, "c-1", 1500), reserved(43, "decline-1", 2500))
+
+	var p42, p43 map[string]any
+	waitFor(t, "both payments to be decided", 30*time.Second, func() bool {
+		p42, p43 = payment(t, base, 42), payment(t, base, 43)
+		return p42["status"] == "succeeded" && p43["status"] == "failed"
+	})
+	charge42, _ := p42["psp_charge_id"].(string)
+	if !strings.HasPrefix(charge42, "ch_") || p42["amount_cents"] != 1500.0 || p42["idempotency_key"] != "charge-42" {
+		t.Errorf("payment 42 = %v, want succeeded, 1500, key charge-42, a ch_ charge id", p42)
+	}
+	if p43["failure_reason"] != psp.DeclineCardDeclined {
+		t.Errorf("payment 43 = %v, want failed with %s", p43, psp.DeclineCardDeclined)
+	}
+
+	// The results left through the outbox and were routed.
+	msgs := rabbittest.Drain(t, ns.Queue(probeQueue), 2, 15*time.Second)
+	byType := map[string]amqp.Delivery{}
+	for _, m := range msgs {
+		byType[m.Type] = m
+	}
+	if len(msgs) != 2 || len(byType) != 2 {
+		t.Fatalf("probe got %d messages %v, want one payment.succeeded and one payment.failed", len(msgs), byType)
+	}
+	ok := byType[events.PaymentSucceeded]
+	var succeeded events.PaymentSucceededV1
+	if err := json.Unmarshal(ok.Body, &succeeded); err != nil {
+		t.Fatal(err)
+	}
+	if want := (events.PaymentSucceededV1{OrderID: 42, AmountCents: 1500, Currency: "EUR", ChargeID: charge42}); succeeded != want {
+		t.Errorf("payment.succeeded = %+v, want %+v", succeeded, want)
+	}
+	if _, err := uuid.Parse(ok.MessageId); err != nil || ok.ContentType != "application/json" ||
+		ok.Headers[events.HeaderAggregateID] != "42" || ok.Headers[events.HeaderAggregateVersion] != int64(2) ||
+		ok.Headers[events.HeaderCorrelationID] != "42" || ok.DeliveryMode != amqp.Persistent {
+		t.Errorf("payment.succeeded message: id %q, content type %q, persistent %v, headers %v",
+			ok.MessageId, ok.ContentType, ok.DeliveryMode == amqp.Persistent, ok.Headers)
+	}
+	var failed events.PaymentFailedV1
+	if err := json.Unmarshal(byType[events.PaymentFailed].Body, &failed); err != nil {
+		t.Fatal(err)
+	}
+	if failed != (events.PaymentFailedV1{OrderID: 43, Reason: psp.DeclineCardDeclined}) {
+		t.Errorf("payment.failed = %+v", failed)
+	}
+
+	// Money: exactly one charge per order at the PSP, reached over HTTP.
+	pspClient := psp.NewClient(base+"/psp", nil)
+	for order, status := range map[string]string{"42": psp.StatusSucceeded, "43": psp.StatusDeclined} {
+		cs, err := pspClient.ChargesForOrder(context.Background(), order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cs) != 1 || cs[0].Status != status {
+			t.Errorf("PSP charges for order %s = %+v, want one %s", order, cs, status)
+		}
+	}
+
+	// Every outbox row was sent: two charge requests and two results.
+	waitFor(t, "every outbox row to be marked sent", 15*time.Second, func() bool {
+		var sent, all int
+		_ = db.Get(&all, `SELECT COUNT(*) FROM outbox_events`)
+		_ = db.Get(&sent, `SELECT COUNT(*) FROM outbox_events WHERE status = 'sent'`)
+		return all == 4 && sent == 4
+	})
+
+	_, metrics := get(base + "/metrics")
+	if !strings.Contains(metrics, `payment_psp_calls_total{call="charge",result="ok"} 2`) {
+		t.Errorf("metrics lack the two successful PSP charge calls:\n%s", grep(metrics, "payment_psp"))
+	}
+	if status, body := get(base + "/payments/44"); status != http.StatusNotFound {
+		t.Errorf("GET /payments/44 = %d %s, want 404", status, body)
+	}
+}
+
+// startService runs paymentsvc.Run until the test ends and checks that it
+// then stops cleanly. Its logs are shown if the test fails.
+func startService(t *testing.T, env map[string]string) {
+	t.Helper()
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- paymentsvc.Run(ctx, func(k string) string { return env[k] }, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v after shutdown, want nil", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30 s of shutdown")
+		}
+		if t.Failed() {
+			t.Logf("service logs:\n%s", logs.String())
+		}
+	})
+}
+
+func reserved(orderID uint64, customer string, amount int64) events.Envelope {
+	body, err := json.Marshal(events.InventoryReservedV1{OrderID: orderID, CustomerID: customer,
+		Items: []events.Item{{SKU: "SKU-1", Quantity: 1, UnitPriceCents: amount}}, AmountCents: amount, Currency: "EUR"})
+	if err != nil {
+		panic(err)
+	}
+	return events.Envelope{EventID: uuid.NewString(), Type: events.InventoryReserved, AggregateID: orderID,
+		AggregateVersion: 2, SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(orderID, 10),
+		OccurredAt: time.Now().UTC(), Payload: body}
+}
+
+// publish sends the events as inventory would, with publisher confirms.
+func publish(t *testing.T, broker *rabbit.Conn, ns rabbit.Namespace, evs ...events.Envelope) {
+	t.Helper()
+	pub := broker.NewPublisher()
+	defer pub.Close()
+	msgs := make([]rabbit.Message, len(evs))
+	for i, e := range evs {
+		msgs[i] = rabbit.FromEnvelope(ns.Exchange(), e)
+	}
+	for i, err := range pub.Publish(context.Background(), msgs, 10*time.Second) {
+		if err != nil {
+			t.Fatalf("publish %s: %v", evs[i].Type, err)
+		}
+	}
+}
+
+func payment(t *testing.T, base string, orderID int) map[string]any {
+	t.Helper()
+	status, body := get(base + "/payments/" + strconv.Itoa(orderID))
+	if status != http.StatusOK {
+		return nil
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatalf("GET /payments/%d: %v in %s", orderID, err, body)
+	}
+	return p
+}
+
+func get(url string) (int, string) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after %s waiting for %s", limit, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func grep(s, substr string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// syncBuffer collects the service's logs from its goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
