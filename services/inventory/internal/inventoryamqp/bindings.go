@@ -1,0 +1,42 @@
+// Package inventoryamqp lists what the inventory service consumes: its
+// queue, the routing keys bound to it, its consumer name and the handler of
+// each event.
+package inventoryamqp
+
+import (
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
+)
+
+// ConsumerName is the inbox key of the inventory service's consumer. Never
+// rename it: every event it processed would look new.
+const ConsumerName = "inventory"
+
+// Queue receives the order's lifecycle events.
+const Queue = "inventory.order-events"
+
+// Topology is what the inventory service declares on the broker.
+func Topology(ns rabbit.Namespace) rabbit.Topology {
+	return rabbit.Topology{
+		Exchange:           ns.Exchange(),
+		DeadLetterExchange: ns.DeadLetterExchange(),
+		Queues: []rabbit.Queue{{
+			Name: ns.Queue(Queue),
+			Keys: []string{events.OrderCreated, events.OrderConfirmed, events.OrderCancelled},
+		}},
+	}
+}
+
+// Handlers maps each consumed event type to its use case. Each is a state
+// transition (SPEC section 5): a conditional update on the legal prior
+// status, so an event that arrives out of order changes nothing it should
+// not.
+func Handlers(app *inventoryapp.App) map[events.Type]inbox.Handler {
+	return map[events.Type]inbox.Handler{
+		events.OrderCreated:   app.OnOrderCreated,
+		events.OrderConfirmed: app.OnOrderConfirmed,
+		events.OrderCancelled: app.OnOrderCancelled,
+	}
+}

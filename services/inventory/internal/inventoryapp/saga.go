@@ -1,0 +1,305 @@
+package inventoryapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
+)
+
+// The handlers below run inside the inbox transaction (pkg/inbox): the
+// inbox row, the stock and reservation changes and the events they emit
+// commit together. Idempotency keys: the inbox key (consumer "inventory",
+// event_id) stops a redelivered event; the reservation's primary key (the
+// order id) stops a second event for the same step, so the reserve step and
+// each compensation happen at most once per order whatever the event ids.
+//
+// Lock order: confirm and cancel lock the reservation row, then stock rows
+// in SKU order; create holds stock rows in SKU order and only then inserts
+// its reservation row (the row records the outcome of the holds). Two
+// creates, or two moves, therefore never wait for each other in a cycle;
+// a create and a move can only in one rare race, noted at OnOrderCreated,
+// which InnoDB breaks with a deadlock error that the consumer retries.
+
+// FailpointAfterHold is the window between holding an order's stock and
+// inserting its reservation row.
+const FailpointAfterHold = "inventory.reserve.after-hold"
+
+func init() {
+	failpoint.Register(FailpointAfterHold, "inventory held an order's stock, its reservation row is not inserted yet: "+
+		"if a cancel commits its marker now, the create must undo its holds and reserve nothing")
+}
+
+// holdSavepoint is where a rejected or lost reservation returns to: after
+// the inbox claim, before the first stock change.
+const holdSavepoint = "hold_items"
+
+// OnOrderCreated reserves every item of the order or none (SPEC section 2)
+// and emits the result: InventoryReserved or InventoryRejected, version 1
+// of the reservation. Insufficient stock is a business result, committed and
+// acked like a success. An order that already has a reservation row (a
+// second OrderCreated for it, or the marker of a cancel that overtook the
+// create) changes nothing.
+func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.OrderCreatedV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	log := a.log.With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	lines := make([]inventory.Line, len(p.Items))
+	for i, it := range p.Items {
+		lines[i] = inventory.Line{SKU: it.SKU, Quantity: it.Quantity}
+	}
+	plan, err := inventory.Plan(lines)
+	if err != nil {
+		return inbox.Permanent(err)
+	}
+
+	if a.ignoreOrder {
+		// The wrong way: act as if the cancel had left no marker.
+		if err := inventorydb.DeleteMarker(ctx, tx, p.OrderID); err != nil {
+			return err
+		}
+	}
+
+	// Fast path for an order id already taken: no stock row is touched.
+	// Not the correctness check; the reservation's primary key is (below).
+	if r, err := inventorydb.GetReservation(ctx, tx, p.OrderID); err == nil {
+		return a.createNotApplied(ctx, tx, log, e, r)
+	} else if !errors.Is(err, inventory.ErrNoReservation) {
+		return err
+	}
+
+	// All or none: hold each line with a conditional UPDATE, in SKU order;
+	// if one cannot be held, undo the ones before it.
+	if err := inventorydb.Savepoint(ctx, tx, holdSavepoint); err != nil {
+		return err
+	}
+	short, err := hold(ctx, tx, plan)
+	if err != nil {
+		return err
+	}
+	trigger, reason := inventory.Reserve, ""
+	if short != nil {
+		if err := inventorydb.RollbackTo(ctx, tx, holdSavepoint); err != nil {
+			return err
+		}
+		// Read only to word the reason; Hold made the decision.
+		if short.Available, short.Known, err = inventorydb.Available(ctx, tx, short.SKU); err != nil {
+			return err
+		}
+		trigger, reason = inventory.Reject, short.Reason()
+	}
+	to, ok := inventory.Next(inventory.NoReservation, trigger)
+	if !ok {
+		return fmt.Errorf("transition table: no %s from a missing reservation", trigger)
+	}
+
+	// The reservation row claims the order id. If another event for this
+	// order committed its row since the fast path looked (a cancel, or a
+	// second create), the INSERT waits for it and then fails: undo the holds
+	// and let that row stand. (The rare race of the lock order: our INSERT
+	// waits for a row that a cancel has locked, and that cancel waits for
+	// the stock rows we hold. It needs a second create for the same order
+	// under another event id; InnoDB aborts one side with a deadlock error,
+	// a transient failure that the consumer retries.)
+	if err := failpoint.Inject(ctx, FailpointAfterHold); err != nil {
+		return err
+	}
+	err = inventorydb.InsertReservation(ctx, tx, inventory.Reservation{OrderID: p.OrderID, Status: to, Reason: reason, Version: 1})
+	if errors.Is(err, inventorydb.ErrReservationExists) {
+		if err := inventorydb.RollbackTo(ctx, tx, holdSavepoint); err != nil {
+			return err
+		}
+		r, err := inventorydb.GetReservation(ctx, tx, p.OrderID)
+		if err != nil {
+			return err
+		}
+		return a.createNotApplied(ctx, tx, log, e, r)
+	}
+	if err != nil {
+		return err
+	}
+
+	out := outbox.Event{AggregateID: p.OrderID, AggregateVersion: 1}
+	if to == inventory.Reserved {
+		if err := inventorydb.InsertItems(ctx, tx, p.OrderID, plan); err != nil {
+			return err
+		}
+		out.Type = events.InventoryReserved
+		out.Payload = events.InventoryReservedV1{OrderID: p.OrderID, CustomerID: p.CustomerID, Items: p.Items,
+			AmountCents: p.TotalCents, Currency: p.Currency}
+	} else {
+		out.Type = events.InventoryRejected
+		out.Payload = events.InventoryRejectedV1{OrderID: p.OrderID, Reason: inventory.ClipReason(reason)}
+	}
+	if _, err := outbox.Add(ctx, tx, out); err != nil {
+		return err
+	}
+	if to == inventory.Reserved {
+		log.InfoContext(ctx, "stock reserved", "items", len(plan))
+	} else {
+		log.InfoContext(ctx, "reservation rejected", "reason", reason)
+	}
+	return nil
+}
+
+// hold holds each line in plan order and stops at the first that cannot be
+// held (short or unknown), returning it. The caller undoes the others.
+func hold(ctx context.Context, tx *sqlx.Tx, plan []inventory.Line) (*inventory.Shortage, error) {
+	for _, l := range plan {
+		ok, err := inventorydb.Hold(ctx, tx, l.SKU, l.Quantity)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return &inventory.Shortage{SKU: l.SKU, Requested: l.Quantity}, nil
+		}
+	}
+	return nil, nil
+}
+
+// lateCreate marks the reason of a marker row that a late create was seen.
+const lateCreate = "late OrderCreated"
+
+// createNotApplied handles an OrderCreated whose order id already has a
+// reservation row: the reserve step already ran (a second event for the same
+// order), or the cancel overtook the create. Nothing is held and nothing is
+// emitted; a late create after a cancel is recorded on the marker row.
+func (a *App) createNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e events.Envelope, r inventory.Reservation) error {
+	if r.Status != inventory.CancelledBeforeReserve {
+		log.InfoContext(ctx, "order already has a reservation; nothing changed", "status", r.Status)
+		return nil
+	}
+	if !strings.Contains(r.Reason, lateCreate) {
+		note := fmt.Sprintf("%s; %s %s ignored, nothing reserved", r.Reason, lateCreate, e.EventID)
+		if _, err := inventorydb.Note(ctx, tx, r.OrderID, r.Status, note); err != nil {
+			return err
+		}
+	}
+	log.WarnContext(ctx, "OrderCreated arrived after the order's cancel; recorded as stale, nothing reserved", "status", r.Status)
+	return nil
+}
+
+// OnOrderConfirmed turns the reservation into a sale: reserved -> committed,
+// the held items leave on_hand and reserved. It emits no event.
+func (a *App) OnOrderConfirmed(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.OrderConfirmedV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	log := a.log.With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	r, err := inventorydb.LockReservation(ctx, tx, p.OrderID)
+	if errors.Is(err, inventory.ErrNoReservation) {
+		// The order is confirmed only after payment, which starts only from
+		// the InventoryReserved that this service commits together with the
+		// reservation. A confirm without one is a fault upstream: park it as
+		// a dead letter, visible and redrivable, rather than guess.
+		return inbox.Permanent(fmt.Errorf("%s for order %d, which has no reservation", e.Type, p.OrderID))
+	}
+	if err != nil {
+		return err
+	}
+	return a.move(ctx, tx, log, r, inventory.Confirm, "")
+}
+
+// OnOrderCancelled is the compensation: a reserved reservation is released,
+// a committed one restocked. A rejected, released or restocked one changes
+// nothing. With no reservation yet (the cancel overtook the create) there is
+// nothing to undo, a "null compensation", but it leaves the reservation row
+// as a marker in status cancelled_before_reserve: the late create then
+// finds the order id taken and reserves nothing (the "hanging" protection).
+// The marker lives in reservations rather than a table of its own because
+// that row's primary key is exactly what the create must collide with.
+func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.OrderCancelledV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	log := a.log.With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	reason := "order cancelled"
+	if p.Reason != "" {
+		reason += ": " + p.Reason
+	}
+	r, err := inventorydb.LockReservation(ctx, tx, p.OrderID)
+	if errors.Is(err, inventory.ErrNoReservation) {
+		to, _ := inventory.Next(inventory.NoReservation, inventory.Cancel)
+		marker := inventory.Reservation{OrderID: p.OrderID, Status: to, Version: 0,
+			Reason: "cancelled before OrderCreated arrived (" + reason + ")"}
+		err = inventorydb.InsertReservation(ctx, tx, marker)
+		if err == nil {
+			log.WarnContext(ctx, "cancel arrived before create: nothing to release; marker left so a late create reserves nothing")
+			return nil
+		}
+		if !errors.Is(err, inventorydb.ErrReservationExists) {
+			return err
+		}
+		// A create committed its reservation since we looked: compensate it.
+		r, err = inventorydb.LockReservation(ctx, tx, p.OrderID)
+	}
+	if err != nil {
+		return err
+	}
+	return a.move(ctx, tx, log, r, inventory.Cancel, reason)
+}
+
+// move applies trigger t to the locked reservation r: it asks the domain
+// where t leads, changes the status by compare-and-set on the status it
+// read, then applies the move's stock effect to every held item in SKU
+// order. A trigger that does not fit the status (a duplicate or stale
+// event) is logged and changes nothing.
+func (a *App) move(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, r inventory.Reservation, t inventory.Trigger, reason string) error {
+	to, ok := inventory.Next(r.Status, t)
+	if !ok {
+		log.InfoContext(ctx, "event does not fit the reservation's state; nothing changed", "status", r.Status, "trigger", t)
+		return nil
+	}
+	moved, err := inventorydb.Transition(ctx, tx, r.OrderID, r.Status, to, reason)
+	if err != nil {
+		return err
+	}
+	if !moved {
+		// Impossible while we hold the row lock; treat as a retryable fault.
+		return fmt.Errorf("reservation %d changed under its row lock", r.OrderID)
+	}
+	effect := inventory.Effect(r.Status, to)
+	var apply func(context.Context, *sqlx.Tx, string, int) (bool, error)
+	switch effect {
+	case inventory.EffectCommit:
+		apply = inventorydb.Commit
+	case inventory.EffectRelease:
+		apply = inventorydb.Release
+	case inventory.EffectRestock:
+		apply = inventorydb.Restock
+	case inventory.EffectNone:
+	default:
+		return fmt.Errorf("reservation %d %s -> %s: unexpected stock effect %q", r.OrderID, r.Status, to, effect)
+	}
+	for _, l := range r.Items {
+		if apply == nil {
+			break // a move without stock effect
+		}
+		ok, err := apply(ctx, tx, l.SKU, l.Quantity)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// The stock row does not cover what the reservation says it
+			// holds: the tables disagree, and retrying cannot fix that.
+			return inbox.Permanent(fmt.Errorf("reservation %d %s -> %s: %s of %d %s failed: stock and reservation disagree",
+				r.OrderID, r.Status, to, effect, l.Quantity, l.SKU))
+		}
+	}
+	log.InfoContext(ctx, "reservation moved", "from", r.Status, "to", to, "stock_effect", effect, "items", len(r.Items))
+	return nil
+}

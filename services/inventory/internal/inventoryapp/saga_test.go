@@ -1,0 +1,320 @@
+package inventoryapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
+)
+
+func TestReserveHoldsEveryItem(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	// Lines out of SKU order: the reservation holds them sorted.
+	e := created(t, 1, item("SKU-3", 5), item("SKU-1", 2))
+	f.process(t, e)
+
+	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 2}, "SKU-3": {0, 5}})
+	r := f.reservation(t, 1)
+	wantItems := []inventory.Line{{SKU: "SKU-1", Quantity: 2}, {SKU: "SKU-3", Quantity: 5}}
+	if r.Status != inventory.Reserved || r.Version != 1 || r.Reason != "" || !reflect.DeepEqual(r.Items, wantItems) {
+		t.Errorf("reservation = %+v, want reserved, version 1, items %v", r, wantItems)
+	}
+
+	out := f.outbox(t, 1)
+	if len(out) != 1 || out[0].Type != events.InventoryReserved || out[0].AggregateVersion != 1 || out[0].AggregateID != 1 {
+		t.Fatalf("outbox = %+v, want one inventory.reserved, aggregate 1 version 1", out)
+	}
+	var p events.InventoryReservedV1
+	if err := json.Unmarshal(out[0].Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	want := events.InventoryReservedV1{OrderID: 1, CustomerID: "c-1", Items: []events.Item{item("SKU-3", 5), item("SKU-1", 2)},
+		AmountCents: 7 * 250, Currency: "EUR"}
+	if !reflect.DeepEqual(p, want) {
+		t.Errorf("InventoryReserved payload = %+v, want %+v", p, want)
+	}
+	if err := p.Validate(); err != nil {
+		t.Errorf("InventoryReserved payload does not validate: %v", err)
+	}
+	if n := f.count(t, `SELECT COUNT(*) FROM consumer_inbox WHERE consumer_name = 'inventory' AND event_id = ?`, e.EventID); n != 1 {
+		t.Errorf("inbox rows for the event = %d, want 1", n)
+	}
+}
+
+// All or none: when one line cannot be held, the lines held before it (in
+// SKU order) are undone, and the rejection is a committed result event.
+func TestRejectionHoldsNothing(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		items  []events.Item
+		reason string
+	}{
+		{"one item short, after two that fit",
+			[]events.Item{item("SKU-LIMITED", 2), item("SKU-1", 3), item("SKU-4", 1)},
+			"insufficient stock for SKU-LIMITED: requested 2, available 1"},
+		{"unknown sku, after one that fits",
+			[]events.Item{item("SKU-NOPE", 1), item("SKU-2", 4)},
+			"unknown SKU SKU-NOPE: requested 1"},
+		{"sold out, listed before one that fits",
+			[]events.Item{item("SKU-SOLDOUT", 1), item("SKU-4", 1)},
+			"insufficient stock for SKU-SOLDOUT: requested 1, available 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			f.process(t, created(t, 9, tt.items...))
+
+			f.wantStock(t, nil)
+			r := f.reservation(t, 9)
+			if r.Status != inventory.Rejected || r.Reason != tt.reason || r.Version != 1 || len(r.Items) != 0 {
+				t.Errorf("reservation = %+v, want rejected with reason %q, version 1, no items", r, tt.reason)
+			}
+			out := f.outbox(t, 9)
+			if len(out) != 1 || out[0].Type != events.InventoryRejected || out[0].AggregateVersion != 1 {
+				t.Fatalf("outbox = %+v, want one inventory.rejected version 1", out)
+			}
+			var p events.InventoryRejectedV1
+			if err := json.Unmarshal(out[0].Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			if p.OrderID != 9 || p.Reason != tt.reason {
+				t.Errorf("InventoryRejected payload = %+v, want order 9, reason %q", p, tt.reason)
+			}
+			if n := f.count(t, `SELECT COUNT(*) FROM reservation_items`); n != 0 {
+				t.Errorf("reservation_items rows = %d, want 0", n)
+			}
+		})
+	}
+}
+
+func TestConfirmCommitsTheSale(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.process(t, created(t, 2, item("SKU-1", 2), item("SKU-2", 10)))
+	f.process(t, confirmed(t, 2))
+
+	f.wantStock(t, map[string][2]int64{"SKU-1": {-2, 0}, "SKU-2": {-10, 0}})
+	if r := f.reservation(t, 2); r.Status != inventory.Committed || r.Version != 1 {
+		t.Errorf("reservation = %+v, want committed, version 1", r)
+	}
+	if out := f.outbox(t, 2); len(out) != 1 {
+		t.Errorf("outbox has %d events, want only the InventoryReserved", len(out))
+	}
+}
+
+func TestCancelReleasesTheReservation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.process(t, created(t, 3, item("SKU-1", 2), item("SKU-LIMITED", 1)))
+	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 2}, "SKU-LIMITED": {0, 1}})
+	f.process(t, cancelled(t, 3))
+
+	f.wantStock(t, nil) // back to the seed, exactly
+	r := f.reservation(t, 3)
+	if r.Status != inventory.Released || !strings.Contains(r.Reason, "card declined") {
+		t.Errorf("reservation = %+v, want released with the cancel's reason", r)
+	}
+	// A second cancel (another event id) releases nothing more.
+	f.process(t, cancelled(t, 3))
+	f.wantStock(t, nil)
+}
+
+func TestCancelAfterConfirmRestocks(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.process(t, created(t, 4, item("SKU-3", 7)))
+	f.process(t, confirmed(t, 4))
+	f.wantStock(t, map[string][2]int64{"SKU-3": {-7, 0}})
+	f.process(t, cancelled(t, 4))
+
+	f.wantStock(t, nil)
+	if r := f.reservation(t, 4); r.Status != inventory.Restocked {
+		t.Errorf("status = %s, want restocked", r.Status)
+	}
+	f.process(t, cancelled(t, 4))
+	f.wantStock(t, nil)
+}
+
+func TestSameEventTwiceReservesOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	e := created(t, 5, item("SKU-1", 3))
+	f.process(t, e)
+	if err := f.c.Process(context.Background(), e); !errors.Is(err, inbox.ErrAlreadyProcessed) {
+		t.Fatalf("second delivery: err = %v, want ErrAlreadyProcessed", err)
+	}
+	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 3}})
+	if out := f.outbox(t, 5); len(out) != 1 {
+		t.Errorf("outbox has %d events, want 1", len(out))
+	}
+}
+
+// The reservation's primary key, not the event id, is the idempotency key
+// of the reserve step: a second OrderCreated for the order holds nothing.
+func TestTwoCreatesForOneOrderReserveOnce(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.process(t, created(t, 6, item("SKU-1", 3)))
+	f.process(t, created(t, 6, item("SKU-1", 3)))
+
+	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 3}})
+	if out := f.outbox(t, 6); len(out) != 1 {
+		t.Errorf("outbox has %d events, want 1", len(out))
+	}
+	if n := f.count(t, `SELECT COUNT(*) FROM consumer_inbox`); n != 2 {
+		t.Errorf("inbox rows = %d, want 2 (both events processed)", n)
+	}
+}
+
+// Cancel overtakes create: the cancel leaves a marker (null compensation);
+// the late create is recorded as stale and holds nothing (no hanging
+// reservation), and no InventoryReserved goes out.
+func TestCancelBeforeCreate(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.process(t, cancelled(t, 7))
+	if r := f.reservation(t, 7); r.Status != inventory.CancelledBeforeReserve || r.Version != 0 {
+		t.Fatalf("after the cancel: reservation = %+v, want cancelled_before_reserve, version 0", r)
+	}
+	late := created(t, 7, item("SKU-1", 2), item("SKU-LIMITED", 1))
+	f.process(t, late)
+
+	f.wantStock(t, nil)
+	r := f.reservation(t, 7)
+	if r.Status != inventory.CancelledBeforeReserve || len(r.Items) != 0 || !strings.Contains(r.Reason, late.EventID) {
+		t.Errorf("reservation = %+v, want cancelled_before_reserve, no items, reason naming the late event", r)
+	}
+	if out := f.outbox(t, 7); len(out) != 0 {
+		t.Errorf("outbox = %+v, want no event", out)
+	}
+	// Neither a confirm nor another cancel moves it.
+	f.process(t, confirmed(t, 7))
+	f.process(t, cancelled(t, 7))
+	f.wantStock(t, nil)
+	if r := f.reservation(t, 7); r.Status != inventory.CancelledBeforeReserve {
+		t.Errorf("status = %s, want cancelled_before_reserve", r.Status)
+	}
+}
+
+// Events that do not fit the reservation's status change nothing.
+func TestStaleEventsChangeNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	// Rejected: a cancel and a confirm have nothing to act on.
+	f.process(t, created(t, 10, item("SKU-LIMITED", 5)))
+	f.process(t, cancelled(t, 10))
+	f.process(t, confirmed(t, 10))
+	if r := f.reservation(t, 10); r.Status != inventory.Rejected {
+		t.Errorf("order 10: status = %s, want rejected", r.Status)
+	}
+	// Released: a late confirm does not sell released stock.
+	f.process(t, created(t, 11, item("SKU-2", 5)))
+	f.process(t, cancelled(t, 11))
+	f.process(t, confirmed(t, 11))
+	if r := f.reservation(t, 11); r.Status != inventory.Released {
+		t.Errorf("order 11: status = %s, want released", r.Status)
+	}
+	// Committed: a second confirm sells nothing more.
+	f.process(t, created(t, 12, item("SKU-4", 5)))
+	f.process(t, confirmed(t, 12))
+	f.process(t, confirmed(t, 12))
+	f.wantStock(t, map[string][2]int64{"SKU-4": {-5, 0}})
+}
+
+// A confirm for an order with no reservation can never succeed: it becomes
+// a dead letter at once (no retries), and the inbox does not record it.
+func TestConfirmWithoutReservationIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	tests := []struct {
+		name   string
+		e      events.Envelope
+		reason string
+	}{
+		{"no reservation", confirmed(t, 13), "no reservation"},
+		{"invalid payload", envelope(t, events.OrderCreated, 14, map[string]any{"order_id": "14"}), "invalid event"},
+		{"unsupported version", func() events.Envelope { e := created(t, 15, item("SKU-1", 1)); e.SchemaVersion = 9; return e }(), "schema_version 9"},
+	}
+	for _, tt := range tests {
+		dec := f.c.Handle(context.Background(), delivery(tt.e))
+		if dec.Reason != "" {
+			t.Errorf("%s: decision reason %q, want an ack after recording the dead letter", tt.name, dec.Reason)
+		}
+		var reason string
+		if err := f.db.Get(&reason, `SELECT reason FROM dead_letters WHERE event_id = ?`, tt.e.EventID); err != nil {
+			t.Fatalf("%s: dead letter: %v", tt.name, err)
+		}
+		if !strings.Contains(reason, tt.reason) {
+			t.Errorf("%s: dead letter reason %q, want it to mention %q", tt.name, reason, tt.reason)
+		}
+	}
+	f.wantStock(t, nil)
+	if n := f.count(t, `SELECT COUNT(*) FROM consumer_inbox`); n != 0 {
+		t.Errorf("inbox rows = %d, want 0", n)
+	}
+}
+
+// delivery is what the broker hands the consumer for e.
+func delivery(e events.Envelope) rabbit.Delivery {
+	m := rabbit.FromEnvelope("saga.events", e)
+	return rabbit.Delivery{Queue: "inventory.order-events", Attempt: 1, Delivery: amqp.Delivery{
+		MessageId: m.Publishing.MessageId, Type: m.Publishing.Type, ContentType: m.Publishing.ContentType,
+		Headers: m.Publishing.Headers, Body: m.Publishing.Body, RoutingKey: m.RoutingKey,
+	}}
+}
+
+// An error after the business SQL, before commit, rolls back the holds, the
+// reservation, the outbox row and the inbox row together; the redelivery
+// then reserves once.
+func TestFailureBeforeCommitLeavesNothing(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	reg := failpoint.NewRegistry()
+	reg.Error("inbox.after-effect-before-commit", 1)
+	ctx := failpoint.WithRegistry(context.Background(), reg)
+	e := created(t, 16, item("SKU-1", 2), item("SKU-2", 2))
+	if err := f.c.Process(ctx, e); !errors.Is(err, failpoint.ErrInjected) {
+		t.Fatalf("Process = %v, want the injected error", err)
+	}
+	f.wantStock(t, nil)
+	if n := f.count(t, `SELECT COUNT(*) FROM reservations`) + f.count(t, `SELECT COUNT(*) FROM outbox_events`) +
+		f.count(t, `SELECT COUNT(*) FROM consumer_inbox`); n != 0 {
+		t.Errorf("rows left after the rollback: %d, want 0", n)
+	}
+	if err := f.c.Process(ctx, e); err != nil {
+		t.Fatalf("redelivery: %v", err)
+	}
+	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 2}, "SKU-2": {0, 2}})
+}
+
+// The wrong way (wrongway.IgnoreOrder): without the cancel marker, the late
+// create reserves stock for an order that is already cancelled, and no event
+// will ever release it. This is the anomaly TestCancelBeforeCreate rules out.
+func TestIgnoreOrderLeavesAHangingReservation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.app.IgnoreOrder()
+	f.process(t, cancelled(t, 17))
+	f.process(t, created(t, 17, item("SKU-1", 2)))
+
+	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 2}}) // held for a cancelled order
+	if r := f.reservation(t, 17); r.Status != inventory.Reserved {
+		t.Errorf("status = %s, want reserved (the anomaly)", r.Status)
+	}
+	if out := f.outbox(t, 17); len(out) != 1 || out[0].Type != events.InventoryReserved {
+		t.Errorf("outbox = %+v, want the InventoryReserved of a cancelled order", out)
+	}
+}

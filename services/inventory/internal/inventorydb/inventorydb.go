@@ -1,0 +1,292 @@
+// Package inventorydb is the inventory service's SQL: stock, reservations
+// and their items. Every stock change is one conditional UPDATE whose WHERE
+// states what must still be true (never read, compute, write back); the
+// caller learns from rows affected whether it happened. Row structs stay
+// here; callers get domain types.
+package inventorydb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
+)
+
+// ErrReservationExists: the order already has a reservation row. The
+// primary key (order_id), not a prior SELECT, decides which event created
+// it, so concurrent deliveries for one order reserve once.
+var ErrReservationExists = errors.New("reservation already exists")
+
+// --- stock ---
+
+type stockRow struct {
+	SKU       string    `db:"sku"`
+	OnHand    int64     `db:"on_hand"`
+	Reserved  int64     `db:"reserved"`
+	UpdatedAt time.Time `db:"updated_at"`
+}
+
+func (r stockRow) domain() inventory.Stock {
+	return inventory.Stock{SKU: r.SKU, OnHand: r.OnHand, Reserved: r.Reserved, UpdatedAt: r.UpdatedAt}
+}
+
+// ListStock returns every SKU's stock, sorted by SKU.
+func ListStock(ctx context.Context, db sqlx.QueryerContext) ([]inventory.Stock, error) {
+	const q = `SELECT sku, on_hand, reserved, updated_at FROM stock ORDER BY sku`
+	var rows []stockRow
+	if err := sqlx.SelectContext(ctx, db, &rows, q); err != nil {
+		return nil, fmt.Errorf("list stock: %w", err)
+	}
+	out := make([]inventory.Stock, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// GetStock returns one SKU's stock, or inventory.ErrUnknownSKU.
+func GetStock(ctx context.Context, db sqlx.QueryerContext, sku string) (inventory.Stock, error) {
+	const q = `SELECT sku, on_hand, reserved, updated_at FROM stock WHERE sku = ?`
+	var r stockRow
+	if err := sqlx.GetContext(ctx, db, &r, q, sku); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return inventory.Stock{}, inventory.ErrUnknownSKU
+		}
+		return inventory.Stock{}, fmt.Errorf("get stock %s: %w", sku, err)
+	}
+	return r.domain(), nil
+}
+
+// Hold reserves quantity of sku if that much is available. It reports
+// false, changing nothing, when the SKU is short or unknown. The check and
+// the change are one statement: two reservations racing for the last unit
+// serialise on the row lock and the second finds the condition false.
+func Hold(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {
+	const q = `UPDATE stock SET reserved = reserved + ?, updated_at = NOW(6)
+WHERE sku = ? AND on_hand - reserved >= ?`
+	res, err := tx.ExecContext(ctx, q, quantity, sku, quantity)
+	return changed(res, err, "hold %d of %s", quantity, sku)
+}
+
+// Available returns on_hand - reserved for sku as this transaction now sees
+// it, and whether the SKU exists. Only the rejection path uses it, to word
+// the reason: the decision itself was Hold's.
+func Available(ctx context.Context, tx *sqlx.Tx, sku string) (int64, bool, error) {
+	const q = `SELECT CAST(on_hand AS SIGNED) - CAST(reserved AS SIGNED) FROM stock WHERE sku = ?`
+	var n int64
+	if err := tx.GetContext(ctx, &n, q, sku); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return 0, false, nil
+		}
+		return 0, false, fmt.Errorf("available %s: %w", sku, err)
+	}
+	return n, true, nil
+}
+
+// Commit turns quantity of held sku into a sale: it leaves on_hand and
+// reserved. False means the stock row no longer covers the reservation.
+func Commit(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {
+	const q = `UPDATE stock SET on_hand = on_hand - ?, reserved = reserved - ?, updated_at = NOW(6)
+WHERE sku = ? AND reserved >= ? AND on_hand >= ?`
+	res, err := tx.ExecContext(ctx, q, quantity, quantity, sku, quantity, quantity)
+	return changed(res, err, "commit %d of %s", quantity, sku)
+}
+
+// Release makes quantity of held sku available again. False means the stock
+// row no longer covers the reservation.
+func Release(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {
+	const q = `UPDATE stock SET reserved = reserved - ?, updated_at = NOW(6)
+WHERE sku = ? AND reserved >= ?`
+	res, err := tx.ExecContext(ctx, q, quantity, sku, quantity)
+	return changed(res, err, "release %d of %s", quantity, sku)
+}
+
+// Restock puts quantity of sold sku back on hand (a cancel after the sale).
+// False means the SKU is gone.
+func Restock(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {
+	const q = `UPDATE stock SET on_hand = on_hand + ?, updated_at = NOW(6) WHERE sku = ?`
+	res, err := tx.ExecContext(ctx, q, quantity, sku)
+	return changed(res, err, "restock %d of %s", quantity, sku)
+}
+
+// Receive adds a goods receipt to on_hand unless that would pass
+// inventory.MaxOnHand. False means the SKU is unknown or the ceiling would
+// be passed; the caller tells the two apart.
+func Receive(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {
+	const q = `UPDATE stock SET on_hand = on_hand + ?, updated_at = NOW(6)
+WHERE sku = ? AND on_hand <= ?`
+	res, err := tx.ExecContext(ctx, q, quantity, sku, inventory.MaxOnHand-int64(quantity))
+	return changed(res, err, "receive %d of %s", quantity, sku)
+}
+
+// Savepoint marks a point in tx that RollbackTo can return to: the undo of
+// an all-or-none step that must not undo the inbox claim before it.
+func Savepoint(ctx context.Context, tx *sqlx.Tx, name string) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+sqldb.QuoteIdent(name)); err != nil {
+		return fmt.Errorf("savepoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// RollbackTo undoes everything tx did since the savepoint, which stays
+// set.
+func RollbackTo(ctx context.Context, tx *sqlx.Tx, name string) error {
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+sqldb.QuoteIdent(name)); err != nil {
+		return fmt.Errorf("rollback to savepoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// --- reservations ---
+
+type reservationRow struct {
+	OrderID   uint64    `db:"order_id"`
+	Status    string    `db:"status"`
+	Reason    string    `db:"reason"`
+	Version   uint64    `db:"aggregate_version"`
+	CreatedAt time.Time `db:"created_at"`
+	UpdatedAt time.Time `db:"updated_at"`
+}
+
+const reservationColumns = `order_id, status, reason, aggregate_version, created_at, updated_at`
+
+func (r reservationRow) domain() inventory.Reservation {
+	return inventory.Reservation{OrderID: r.OrderID, Status: inventory.Status(r.Status), Reason: r.Reason,
+		Version: r.Version, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+}
+
+// InsertReservation inserts an order's reservation. A reservation that
+// already exists returns ErrReservationExists: a second insert for the same
+// order waits for the first to commit or roll back, then fails or proceeds.
+func InsertReservation(ctx context.Context, tx *sqlx.Tx, r inventory.Reservation) error {
+	const q = `INSERT INTO reservations (order_id, status, reason, aggregate_version) VALUES (?, ?, ?, ?)`
+	_, err := tx.ExecContext(ctx, q, r.OrderID, r.Status, inventory.ClipReason(r.Reason), r.Version)
+	if sqldb.IsDuplicateKey(err) {
+		return ErrReservationExists
+	}
+	if err != nil {
+		return fmt.Errorf("insert reservation %d: %w", r.OrderID, err)
+	}
+	return nil
+}
+
+// InsertItems inserts what a reservation holds.
+func InsertItems(ctx context.Context, tx *sqlx.Tx, orderID uint64, lines []inventory.Line) error {
+	var sb strings.Builder
+	sb.WriteString(`INSERT INTO reservation_items (order_id, sku, quantity) VALUES `)
+	args := make([]any, 0, 3*len(lines))
+	for i, l := range lines {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?)")
+		args = append(args, orderID, l.SKU, l.Quantity)
+	}
+	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+		return fmt.Errorf("insert reservation items %d: %w", orderID, err)
+	}
+	return nil
+}
+
+// GetReservation returns an order's reservation with its items, or
+// inventory.ErrNoReservation.
+func GetReservation(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (inventory.Reservation, error) {
+	const q = `SELECT ` + reservationColumns + ` FROM reservations WHERE order_id = ?`
+	var r reservationRow
+	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return inventory.Reservation{}, inventory.ErrNoReservation
+		}
+		return inventory.Reservation{}, fmt.Errorf("get reservation %d: %w", orderID, err)
+	}
+	res := r.domain()
+	items, err := Items(ctx, db, orderID)
+	res.Items = items
+	return res, err
+}
+
+// LockReservation reads an order's reservation with its items and locks its
+// row until the transaction ends, so the decision made from it cannot race
+// another event for the same order. The reservation row is always locked
+// before any stock row, and stock rows in SKU order: one lock order for
+// every use case.
+func LockReservation(ctx context.Context, tx *sqlx.Tx, orderID uint64) (inventory.Reservation, error) {
+	const q = `SELECT ` + reservationColumns + ` FROM reservations WHERE order_id = ? FOR UPDATE`
+	var r reservationRow
+	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return inventory.Reservation{}, inventory.ErrNoReservation
+		}
+		return inventory.Reservation{}, fmt.Errorf("lock reservation %d: %w", orderID, err)
+	}
+	res := r.domain()
+	items, err := Items(ctx, tx, orderID)
+	res.Items = items
+	return res, err
+}
+
+// Items returns what a reservation holds, sorted by SKU (the lock order).
+func Items(ctx context.Context, db sqlx.QueryerContext, orderID uint64) ([]inventory.Line, error) {
+	const q = `SELECT sku, quantity FROM reservation_items WHERE order_id = ? ORDER BY sku`
+	var rows []struct {
+		SKU      string `db:"sku"`
+		Quantity int    `db:"quantity"`
+	}
+	if err := sqlx.SelectContext(ctx, db, &rows, q, orderID); err != nil {
+		return nil, fmt.Errorf("reservation items %d: %w", orderID, err)
+	}
+	out := make([]inventory.Line, len(rows))
+	for i, r := range rows {
+		out[i] = inventory.Line{SKU: r.SKU, Quantity: r.Quantity}
+	}
+	return out, nil
+}
+
+// Transition moves a reservation from one status to another.
+// Compare-and-set: the WHERE restates the status the decision was made on;
+// zero rows changed means the reservation moved meanwhile, returned as
+// false, not as success. The moves it makes emit no event, so
+// aggregate_version stays.
+func Transition(ctx context.Context, tx *sqlx.Tx, orderID uint64, from, to inventory.Status, reason string) (bool, error) {
+	const q = `UPDATE reservations SET status = ?, reason = ?, updated_at = NOW(6)
+WHERE order_id = ? AND status = ?`
+	res, err := tx.ExecContext(ctx, q, to, inventory.ClipReason(reason), orderID, from)
+	return changed(res, err, "reservation %d %s -> %s", orderID, from, to)
+}
+
+// Note replaces the reason of a reservation still in status, without moving
+// it: how a stale event is recorded on the row it could not change.
+func Note(ctx context.Context, tx *sqlx.Tx, orderID uint64, status inventory.Status, reason string) (bool, error) {
+	const q = `UPDATE reservations SET reason = ?, updated_at = NOW(6) WHERE order_id = ? AND status = ?`
+	res, err := tx.ExecContext(ctx, q, inventory.ClipReason(reason), orderID, status)
+	return changed(res, err, "note on reservation %d", orderID)
+}
+
+// DeleteMarker deletes the marker a cancel left for an order it had not
+// seen. Only the wrong-way switch ignore-order uses it.
+func DeleteMarker(ctx context.Context, tx *sqlx.Tx, orderID uint64) error {
+	const q = `DELETE FROM reservations WHERE order_id = ? AND status = ?`
+	if _, err := tx.ExecContext(ctx, q, orderID, inventory.CancelledBeforeReserve); err != nil {
+		return fmt.Errorf("delete marker %d: %w", orderID, err)
+	}
+	return nil
+}
+
+// changed turns the result of a one-row UPDATE into "did the row change";
+// an error is wrapped with what was tried.
+func changed(res sql.Result, err error, format string, args ...any) (bool, error) {
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil {
+			return n == 1, nil
+		}
+	}
+	return false, fmt.Errorf(format+": %w", append(args, err)...)
+}

@@ -1,0 +1,219 @@
+package inventorysvc_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryamqp"
+	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
+)
+
+// syncBuffer collects the service's log lines for the failure message.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// The service end to end, in process, on the real database and broker: an
+// OrderCreated published to the exchange becomes a reservation, and the
+// InventoryReserved result leaves through the outbox with the SPEC's
+// message properties.
+func TestRunReservesAndPublishesTheResult(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ns := rabbittest.Namespace(t)
+	rabbittest.Cleanup(t, inventoryamqp.Topology(ns))
+	// A queue of the test's own, standing in for the order service.
+	results := rabbittest.Topology(t, ns, rabbit.Queue{Name: "test.inventory-results",
+		Keys: []string{events.InventoryReserved, events.InventoryRejected}})
+	conn := rabbittest.Conn(t, results)
+
+	addr := freeAddr(t)
+	env := map[string]string{
+		"HTTP_ADDR":             addr,
+		"MYSQL_DSN":             db.DSN,
+		"MYSQL_CREATE_DATABASE": "false",
+		"AMQP_URL":              rabbittest.URL(),
+		"AMQP_NAMESPACE":        string(ns),
+		"OUTBOX_POLL_INTERVAL":  "200ms",
+		"SHUTDOWN_TIMEOUT":      "10s",
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inventorysvc.Run(ctx, func(k string) string { return env[k] }, logs) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run returned %v, want nil after ctx ends", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of ctx ending")
+		}
+	}
+	t.Cleanup(stop)
+	base := "http://" + addr
+	defer func() {
+		if t.Failed() {
+			t.Logf("service log:\n%s", logs.String())
+		}
+	}()
+
+	waitFor(t, 30*time.Second, "ready", func() (bool, error) {
+		code, _, err := get(base + "/readyz")
+		return code == http.StatusOK, err
+	})
+
+	const orderID = 42
+	payload, _ := json.Marshal(events.OrderCreatedV1{OrderID: orderID, CustomerID: "c-1", TotalCents: 750, Currency: "EUR",
+		Items: []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 250}, {SKU: "SKU-3", Quantity: 1, UnitPriceCents: 250}}})
+	e := events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: orderID, AggregateVersion: 1,
+		SchemaVersion: 1, CorrelationID: strconv.Itoa(orderID), OccurredAt: time.Now(), Payload: payload}
+	pub := conn.NewPublisher()
+	defer pub.Close()
+	// Ready means connected, and the topology is declared on connect, so
+	// the message routes; a return would still be retried.
+	waitFor(t, 15*time.Second, "publish OrderCreated", func() (bool, error) {
+		errs := pub.Publish(context.Background(), []rabbit.Message{rabbit.FromEnvelope(ns.Exchange(), e)}, 5*time.Second)
+		return errs[0] == nil, nil
+	})
+
+	var res map[string]any
+	waitFor(t, 15*time.Second, "reservation 42", func() (bool, error) {
+		code, body, err := get(fmt.Sprintf("%s/reservations/%d", base, orderID))
+		if err != nil || code != http.StatusOK {
+			return false, err
+		}
+		return true, json.Unmarshal(body, &res)
+	})
+	if res["status"] != "reserved" || res["order_id"] != "42" {
+		t.Errorf("reservation = %v, want order 42 reserved", res)
+	}
+	code, body, err := get(base + "/stock/SKU-1")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /stock/SKU-1 = %d, %v", code, err)
+	}
+	var s map[string]any
+	_ = json.Unmarshal(body, &s)
+	if s["reserved"] != float64(2) || s["available"] != float64(98) {
+		t.Errorf("stock SKU-1 = %v, want reserved 2, available 98", s)
+	}
+
+	msgs := rabbittest.Drain(t, ns.Queue("test.inventory-results"), 1, 15*time.Second)
+	if len(msgs) != 1 {
+		t.Fatalf("results queue: %d messages, want 1 InventoryReserved", len(msgs))
+	}
+	m := msgs[0]
+	if m.Type != events.InventoryReserved || m.ContentType != "application/json" || m.DeliveryMode != 2 {
+		t.Errorf("message type %q, content type %q, delivery mode %d; want inventory.reserved, JSON, persistent",
+			m.Type, m.ContentType, m.DeliveryMode)
+	}
+	if _, err := uuid.Parse(m.MessageId); err != nil || m.MessageId == e.EventID {
+		t.Errorf("message_id %q: want a new event id (UUID) for the result", m.MessageId)
+	}
+	if m.Headers[events.HeaderAggregateID] != "42" || fmt.Sprint(m.Headers[events.HeaderAggregateVersion]) != "1" ||
+		m.Headers[events.HeaderCorrelationID] != "42" {
+		t.Errorf("headers = %v, want aggregate_id 42, aggregate_version 1, correlation_id 42", m.Headers)
+	}
+	var p events.InventoryReservedV1
+	if err := json.Unmarshal(m.Body, &p); err != nil || p.OrderID != orderID || p.AmountCents != 750 || p.CustomerID != "c-1" {
+		t.Errorf("body = %s (%v), want order 42, amount 750, customer c-1", m.Body, err)
+	}
+
+	for _, path := range []string{"/healthz", "/metrics", "/stock"} {
+		if code, _, err := get(base + path); err != nil || code != http.StatusOK {
+			t.Errorf("GET %s = %d, %v; want 200", path, code, err)
+		}
+	}
+	stop()
+}
+
+func get(url string) (int, []byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok && err == nil {
+			return
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			last = err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not reached within %s (last error: %v)", what, d, last)
+}
+
+// Every bad setting is reported at once, before anything is opened.
+func TestRunReportsEveryBadSetting(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"OUTBOX_WORKERS": "0", "LOG_LEVEL": "loud", "AMQP_URL": "http://broker", "SHUTDOWN_TIMEOUT": "-1s"}
+	err := inventorysvc.Run(context.Background(), func(k string) string { return env[k] }, io.Discard)
+	if err == nil {
+		t.Fatal("Run with bad settings returned nil")
+	}
+	for _, key := range []string{"OUTBOX_WORKERS", "LOG_LEVEL", "AMQP_URL", "SHUTDOWN_TIMEOUT"} {
+		if !strings.Contains(err.Error(), key) {
+			t.Errorf("error %q does not mention %s", err, key)
+		}
+	}
+}
