@@ -18,6 +18,7 @@ type Point struct {
 // README copies this list. Register adds to it; read it only after init.
 var Points = []Point{
 	{"order.create.after-order-insert", "order row inserted, its outbox row not yet: an error here must roll both back"},
+	{"outbox.dispatch.before-claim", "dispatcher about to claim: pause here to stop dispatching while events pile up as pending"},
 	{"outbox.dispatch.after-claim", "dispatcher claimed a batch, nothing published yet: the claim must expire and be recovered"},
 	{"outbox.dispatch.after-publish-before-confirm", "message published, broker confirm not yet received: the row stays pending and is republished"},
 	{"outbox.dispatch.after-confirm-before-mark", "broker confirmed, row not yet marked sent: the message is published twice"},

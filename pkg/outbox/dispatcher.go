@@ -242,6 +242,10 @@ func (d *Dispatcher) RecoverExpired(ctx context.Context) (int, error) {
 // DispatchOnce claims one batch, publishes it, waits for the confirms and
 // records the outcome of every event. Exported for tests and experiments.
 func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, error) {
+	// "Dispatcher stopped": a pause here keeps committed events pending.
+	if err := failpoint.Inject(ctx, "outbox.dispatch.before-claim"); err != nil {
+		return Result{}, fmt.Errorf("before claim: %w", err)
+	}
 	token, rows, err := claim(ctx, d.db, d.cfg.BatchSize, d.cfg.Lease)
 	if err != nil || len(rows) == 0 {
 		return Result{}, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/web"
 )
 
@@ -200,6 +201,13 @@ func (s *Server) beforeCall(w http.ResponseWriter, r *http.Request, log *slog.Lo
 // afterCall delivers the answer of a call that has done its work through the
 // switch: slow waits first, lose-response drops the connection instead.
 func (s *Server) afterCall(w http.ResponseWriter, r *http.Request, log *slog.Logger, sw Switch, answer func()) {
+	// The same window as lose-response, as a named failpoint: "error"
+	// drops the answer, "crash" kills the PSP's process after the charge.
+	if err := failpoint.Inject(r.Context(), "psp.charge.after-charge-before-response"); err != nil {
+		log.Warn("failpoint: work committed, dropping the connection without an answer", "err", err)
+		dropConnection(w)
+		return
+	}
 	switch sw.Mode {
 	case ModeLoseResponse:
 		log.Warn("psp switch: work committed, dropping the connection without an answer", "mode", sw.Mode)
