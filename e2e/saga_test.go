@@ -6,11 +6,13 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
 type orderJSON struct {
@@ -243,5 +245,33 @@ func TestConcurrentCreatesWithOneKeyEndToEnd(t *testing.T) {
 	}
 	if c := charges(t, s, ids[0]); len(c.Charges) != 1 {
 		t.Fatalf("PSP charges = %d, want 1", len(c.Charges))
+	}
+}
+
+// The broker closes every connection of the three services (as a broker
+// restart or an operator would). They reconnect with backoff, redeclare
+// their topology and resume consuming and dispatching: an order placed
+// right after the cut still completes, with one charge.
+func TestSagaSurvivesBrokerConnectionLoss(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t)
+	first := createOrder(t, s, "before-cut", "c-1", "SKU-4", 1)
+	waitStatus(t, s, first.OrderID, "confirmed")
+
+	if n := rabbittest.CloseConnections(t, string(s.NS)); n < 3 {
+		t.Fatalf("closed %d connections, want at least one per service", n)
+	}
+	second := createOrder(t, s, "after-cut", "c-1", "SKU-4", 2)
+	waitStatus(t, s, second.OrderID, "confirmed")
+	if c := charges(t, s, second.OrderID); len(c.Charges) != 1 {
+		t.Fatalf("PSP charges for the second order = %d, want 1", len(c.Charges))
+	}
+	if st := stock(t, s, "SKU-4"); st.OnHand != 50-3 || st.Reserved != 0 {
+		t.Fatalf("stock = %+v, want on_hand 47 and nothing reserved", st)
+	}
+	for _, svc := range []*sagatest.Service{s.Order, s.Inventory, s.Payment} {
+		if !strings.Contains(svc.Logs(), "broker connection lost") {
+			t.Errorf("%s never saw its connection drop: the test did not cut it", svc.Name)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
@@ -517,4 +518,39 @@ func TestRunPublishesOnWake(t *testing.T) {
 		t.Fatalf("got %d messages, want the event %s", len(msgs), ids[0])
 	}
 	waitUntil(t, func() bool { return readRows(t, f.db.DB)[ids[0]].Status == "sent" })
+}
+
+// The chapter's "broker received it, the confirm was lost": the outcome is
+// unknown, so the row is not marked sent; the next attempt re-sends it with
+// the same event_id, and the queue holds two copies of one event, which is
+// what consumer inboxes are for.
+func TestLostConfirmIsResentWithTheSameEventID(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
+	fp := failpoint.NewRegistry()
+	fp.Error("outbox.dispatch.after-publish-before-confirm", 1)
+	ctx := failpoint.WithRegistry(context.Background(), fp)
+	d := f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
+	pub := outbox.RabbitPublishers(f.conn)()
+	defer pub.Close()
+
+	res, err := d.DispatchOnce(ctx, pub)
+	if err != nil || res.Retried != 1 || res.Sent != 0 {
+		t.Fatalf("first attempt: %+v, %v; want 1 retried, 0 sent", res, err)
+	}
+	if r := readRows(t, f.db.DB)[ids[0]]; r.Status != "pending" || r.Attempts != 1 {
+		t.Fatalf("after the lost confirm: %+v, want pending after 1 attempt", r)
+	}
+	waitDue(t, f.db.DB)
+	if res, err := d.DispatchOnce(ctx, pub); err != nil || res.Sent != 1 {
+		t.Fatalf("second attempt: %+v, %v; want 1 sent", res, err)
+	}
+	msgs := rabbittest.Drain(t, f.queue, 2, 5*time.Second)
+	if len(msgs) != 2 || msgs[0].MessageId != ids[0] || msgs[1].MessageId != ids[0] {
+		t.Fatalf("queue holds %d messages, want 2 copies of event %s", len(msgs), ids[0])
+	}
+	if fp.Hits("outbox.dispatch.after-publish-before-confirm") != 2 {
+		t.Fatalf("failpoint hits = %d, want 2 (both attempts passed the window)", fp.Hits("outbox.dispatch.after-publish-before-confirm"))
+	}
 }

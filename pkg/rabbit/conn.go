@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -90,6 +92,8 @@ func (c *Conn) connect(ctx context.Context) (*amqp.Connection, error) {
 		Heartbeat: 10 * time.Second,
 		Locale:    "en_US",
 		Dial:      amqp.DefaultDial(5 * time.Second),
+		// Shown in the management UI and rabbitmqctl list_connections.
+		Properties: amqp.Table{"connection_name": fmt.Sprintf("%s pid %d (%s)", filepath.Base(os.Args[0]), os.Getpid(), c.topo.Exchange)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +89,31 @@ func Conn(t testing.TB, topo rabbit.Topology) *rabbit.Conn {
 		t.Fatalf("RabbitMQ at %s is required for this test: %v", URL(), err)
 	}
 	return c
+}
+
+// CloseConnections makes the broker close every client connection whose
+// connection_name contains substr (pkg/rabbit names connections after the
+// process and the exchange, so a test's namespace selects its own
+// connections only). This is what clients see when the broker restarts or
+// an operator kills a connection. It returns how many were closed.
+func CloseConnections(t testing.TB, substr string) int {
+	t.Helper()
+	out, err := exec.Command("rabbitmqctl", "-q", "list_connections", "pid", "client_properties").CombinedOutput()
+	if err != nil {
+		t.Fatalf("rabbitmqctl list_connections: %v\n%s", err, out)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		pid, props, ok := strings.Cut(line, "\t")
+		if !ok || !strings.Contains(props, substr) {
+			continue
+		}
+		if out, err := exec.Command("rabbitmqctl", "-q", "close_connection", pid, "test: simulated broker-side close").CombinedOutput(); err != nil {
+			t.Fatalf("rabbitmqctl close_connection %s: %v\n%s", pid, err, out)
+		}
+		n++
+	}
+	return n
 }
 
 // Drain reads every message currently in queue (basic.get, acked) and
