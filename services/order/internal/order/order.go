@@ -34,8 +34,9 @@ func (s Status) Valid() bool {
 	return false
 }
 
-// Terminal reports whether the saga is over for this order: no event moves
-// it anywhere else.
+// Terminal reports whether the saga is over for this order. Rejected and
+// cancelled accept no transition; confirmed accepts only a cancel, which is
+// a new business transaction (refund and restock), not a way back.
 func (s Status) Terminal() bool { return s == Confirmed || s == Rejected || s == Cancelled }
 
 // RefundStatus tracks money paid back after a charge (issue: cancellation).
@@ -55,10 +56,15 @@ const (
 	InventoryRejected Trigger = "inventory_rejected"
 	PaymentSucceeded  Trigger = "payment_succeeded"
 	PaymentFailed     Trigger = "payment_failed"
+	// CancelRequested: the customer (or a deadline) cancels. After
+	// confirmed this is a new business transaction (refund and restock),
+	// not an undo.
+	CancelRequested Trigger = "cancel_requested"
+	PaymentRefunded Trigger = "payment_refunded"
 )
 
 // Triggers lists every trigger.
-var Triggers = []Trigger{InventoryReserved, InventoryRejected, PaymentSucceeded, PaymentFailed}
+var Triggers = []Trigger{InventoryReserved, InventoryRejected, PaymentSucceeded, PaymentFailed, CancelRequested, PaymentRefunded}
 
 // transitions is the saga from the order's point of view: for each status,
 // the triggers it accepts and where they lead. Anything not listed is not a
@@ -67,19 +73,43 @@ var transitions = map[Status]map[Trigger]Status{
 	PendingInventory: {
 		InventoryReserved: AwaitingPayment,
 		InventoryRejected: Rejected,
+		CancelRequested:   Cancelled,
 	},
 	AwaitingPayment: {
 		PaymentSucceeded: Confirmed,
 		PaymentFailed:    Cancelled,
+		CancelRequested:  Cancelled,
+	},
+	Confirmed: {
+		CancelRequested: Cancelled,
 	},
 }
 
 // Next returns where trigger t moves an order in status s, and whether the
 // move is legal. An illegal move is a stale or out-of-order event: the
-// caller records it and changes nothing.
+// caller records it and changes nothing. Rejected and cancelled accept
+// nothing; confirmed accepts only a cancel (refund and restock).
 func Next(s Status, t Trigger) (Status, bool) {
 	to, ok := transitions[s][t]
 	return to, ok
+}
+
+// Refund says how a trigger changes the refund status of an order, given
+// its status before the trigger. Money paid for an order that ends
+// cancelled must come back: a cancel after confirm, or a payment that
+// succeeds after the order was cancelled (the late payment of the chapter),
+// sets the refund to pending; the payment service refunds, and its
+// PaymentRefunded closes it.
+func Refund(from Status, current RefundStatus, t Trigger) RefundStatus {
+	switch {
+	case t == CancelRequested && from == Confirmed:
+		return RefundPending
+	case t == PaymentSucceeded && from == Cancelled && current == RefundNone:
+		return RefundPending
+	case t == PaymentRefunded && from == Cancelled:
+		return RefundRefunded
+	}
+	return current
 }
 
 // Order is an order as the domain sees it.

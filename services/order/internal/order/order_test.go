@@ -10,8 +10,9 @@ import (
 // nothing else moves an order. Terminal statuses accept nothing.
 func TestTransitionTable(t *testing.T) {
 	want := map[Status]map[Trigger]Status{
-		PendingInventory: {InventoryReserved: AwaitingPayment, InventoryRejected: Rejected},
-		AwaitingPayment:  {PaymentSucceeded: Confirmed, PaymentFailed: Cancelled},
+		PendingInventory: {InventoryReserved: AwaitingPayment, InventoryRejected: Rejected, CancelRequested: Cancelled},
+		AwaitingPayment:  {PaymentSucceeded: Confirmed, PaymentFailed: Cancelled, CancelRequested: Cancelled},
+		Confirmed:        {CancelRequested: Cancelled},
 	}
 	for _, s := range Statuses {
 		for _, tr := range Triggers {
@@ -20,9 +21,38 @@ func TestTransitionTable(t *testing.T) {
 			if ok != wantOK || got != wantTo {
 				t.Errorf("Next(%s, %s) = (%q, %v), want (%q, %v)", s, tr, got, ok, wantTo, wantOK)
 			}
-			if s.Terminal() && ok {
+			// Terminal statuses accept nothing, except the cancel of a
+			// confirmed order (a new business transaction: refund and
+			// restock). Nothing ever leads back to a non-terminal status.
+			if s.Terminal() && ok && !(s == Confirmed && tr == CancelRequested) {
 				t.Errorf("terminal status %s accepted %s", s, tr)
 			}
+			if s.Terminal() && ok && !got.Terminal() {
+				t.Errorf("terminal status %s moved back to %s", s, got)
+			}
+		}
+	}
+}
+
+func TestRefund(t *testing.T) {
+	tests := []struct {
+		from    Status
+		current RefundStatus
+		t       Trigger
+		want    RefundStatus
+	}{
+		{Confirmed, RefundNone, CancelRequested, RefundPending},
+		{AwaitingPayment, RefundNone, CancelRequested, RefundNone}, // payment decides
+		{PendingInventory, RefundNone, CancelRequested, RefundNone},
+		{Cancelled, RefundNone, PaymentSucceeded, RefundPending}, // late payment after cancel
+		{Cancelled, RefundPending, PaymentSucceeded, RefundPending},
+		{Cancelled, RefundPending, PaymentRefunded, RefundRefunded},
+		{Cancelled, RefundRefunded, PaymentSucceeded, RefundRefunded},
+		{AwaitingPayment, RefundNone, PaymentSucceeded, RefundNone},
+	}
+	for _, tt := range tests {
+		if got := Refund(tt.from, tt.current, tt.t); got != tt.want {
+			t.Errorf("Refund(%s, %s, %s) = %s, want %s", tt.from, tt.current, tt.t, got, tt.want)
 		}
 	}
 }

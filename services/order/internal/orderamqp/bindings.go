@@ -23,7 +23,8 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 		DeadLetterExchange: ns.DeadLetterExchange(),
 		Queues: []rabbit.Queue{{
 			Name: ns.Queue(Queue),
-			Keys: []string{events.InventoryReserved, events.InventoryRejected, events.PaymentSucceeded, events.PaymentFailed},
+			Keys: []string{events.InventoryReserved, events.InventoryRejected, events.PaymentSucceeded, events.PaymentFailed,
+				events.PaymentRefunded},
 		}},
 	}
 }
@@ -35,5 +36,6 @@ func Handlers(app *orderapp.App) map[events.Type]inbox.Handler {
 		events.InventoryRejected: app.OnInventoryRejected,
 		events.PaymentSucceeded:  app.OnPaymentSucceeded,
 		events.PaymentFailed:     app.OnPaymentFailed,
+		events.PaymentRefunded:   app.OnPaymentRefunded,
 	}
 }

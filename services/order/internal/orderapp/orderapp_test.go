@@ -302,3 +302,70 @@ func TestResultForUnknownOrderIsPermanent(t *testing.T) {
 		t.Fatalf("inbox rows = %d, want 0", n)
 	}
 }
+
+func TestCancelInEveryState(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+
+	// pending_inventory: cancelled, OrderCancelled v2, nothing to refund.
+	o, _, _ := f.app.Create(ctx, "k1", twoKeyboards)
+	got, res, err := f.app.Cancel(ctx, o.ID, "changed my mind")
+	if err != nil || res != orderapp.Cancelled || got.Status != order.Cancelled || got.RefundStatus != order.RefundNone {
+		t.Fatalf("cancel pending: %+v %s %v", got, res, err)
+	}
+	// Again: an idempotent no-op with a clear answer, no new event.
+	if _, res, err := f.app.Cancel(ctx, o.ID, "again"); err != nil || res != orderapp.AlreadyCancelled {
+		t.Fatalf("second cancel: %s %v, want already_cancelled", res, err)
+	}
+	// A late reservation does not resurrect it.
+	f.deliver(t, reserved(t, o))
+	if s := f.status(t, o.ID).Status; s != order.Cancelled {
+		t.Fatalf("late inventory.reserved moved a cancelled order to %s", s)
+	}
+
+	// confirmed: cancelled with a refund pending (a new business transaction).
+	c, _, _ := f.app.Create(ctx, "k2", twoKeyboards)
+	f.deliver(t, reserved(t, c))
+	f.deliver(t, envelope(t, events.PaymentSucceeded, c.ID, events.PaymentSucceededV1{OrderID: c.ID, AmountCents: c.TotalCents}))
+	got, res, err = f.app.Cancel(ctx, c.ID, "returned")
+	if err != nil || res != orderapp.Cancelled || got.Status != order.Cancelled || got.RefundStatus != order.RefundPending {
+		t.Fatalf("cancel confirmed: %+v %s %v, want cancelled with refund pending", got, res, err)
+	}
+	f.deliver(t, envelope(t, events.PaymentRefunded, c.ID, events.PaymentRefundedV1{OrderID: c.ID, AmountCents: c.TotalCents, RefundID: "re_1"}))
+	if got := f.status(t, c.ID); got.RefundStatus != order.RefundRefunded || got.Status != order.Cancelled {
+		t.Fatalf("after the refund: %s/%s, want cancelled/refunded", got.Status, got.RefundStatus)
+	}
+
+	// awaiting_payment, then the payment succeeds after the cancel: the
+	// order stays cancelled and its money is owed back.
+	p, _, _ := f.app.Create(ctx, "k3", twoKeyboards)
+	f.deliver(t, reserved(t, p))
+	if _, res, err := f.app.Cancel(ctx, p.ID, "too slow"); err != nil || res != orderapp.Cancelled {
+		t.Fatalf("cancel awaiting_payment: %s %v", res, err)
+	}
+	f.deliver(t, envelope(t, events.PaymentSucceeded, p.ID, events.PaymentSucceededV1{OrderID: p.ID, AmountCents: p.TotalCents}))
+	if got := f.status(t, p.ID); got.Status != order.Cancelled || got.RefundStatus != order.RefundPending {
+		t.Fatalf("late payment: %s/%s, want cancelled/pending", got.Status, got.RefundStatus)
+	}
+
+	var cancels []uint64
+	for _, r := range f.outbox(t) {
+		if r.Type == events.OrderCancelled {
+			cancels = append(cancels, r.Agg)
+		}
+	}
+	if len(cancels) != 3 {
+		t.Fatalf("OrderCancelled events for orders %v, want one for each of the three", cancels)
+	}
+
+	// rejected: an idempotent no-op.
+	r, _, _ := f.app.Create(ctx, "k4", twoKeyboards)
+	f.deliver(t, envelope(t, events.InventoryRejected, r.ID, events.InventoryRejectedV1{OrderID: r.ID, Reason: "short"}))
+	if _, res, err := f.app.Cancel(ctx, r.ID, "x"); err != nil || res != orderapp.AlreadyRejected {
+		t.Fatalf("cancel rejected: %s %v, want already_rejected", res, err)
+	}
+	if _, _, err := f.app.Cancel(ctx, 9999, "x"); !errors.Is(err, order.ErrNotFound) {
+		t.Fatalf("cancel unknown: %v, want ErrNotFound", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jmoiron/sqlx"
 
@@ -64,9 +65,16 @@ func (a *App) OnPaymentFailed(ctx context.Context, tx *sqlx.Tx, e events.Envelop
 	})
 }
 
-// apply locks the order, asks the domain where the trigger leads, and
-// stores the move (compare-and-set on the status it read) with the event
-// it emits, if any, numbered with the order's next aggregate version.
+// OnPaymentRefunded: the money of a cancelled order is back.
+func (a *App) OnPaymentRefunded(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.PaymentRefundedV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	return a.apply(ctx, tx, e, p.OrderID, order.PaymentRefunded, "", nil)
+}
+
+// apply locks the order and runs the trigger on it.
 func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID uint64, t order.Trigger, reason string,
 	emit func(order.Order) (events.Type, any)) error {
 	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type)
@@ -77,10 +85,28 @@ func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID
 	if err != nil {
 		return err
 	}
-	to, ok := order.Next(o.Status, t)
-	if !ok {
+	changed, err := a.decide(ctx, tx, log, o, t, reason, emit)
+	if err == nil && !changed {
 		log.WarnContext(ctx, "event does not fit the order's state; ignored", "status", o.Status, "trigger", t)
-		return nil
+	}
+	return err
+}
+
+// decide asks the domain where the trigger leads from the locked order o,
+// and stores the move (compare-and-set on the status it read) with its
+// refund status and the event it emits, if any, numbered with the order's
+// next aggregate version. It reports whether anything changed.
+func (a *App) decide(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o order.Order, t order.Trigger, reason string,
+	emit func(order.Order) (events.Type, any)) (bool, error) {
+	to, moves := order.Next(o.Status, t)
+	refund := order.Refund(o.Status, o.RefundStatus, t)
+	if !moves {
+		if refund == o.RefundStatus {
+			return false, nil
+		}
+		// No move, but money to return or returned (a payment that
+		// succeeded after the cancel, or its refund).
+		to, reason, emit = o.Status, o.StatusReason, nil
 	}
 	version := o.Version
 	var out *outbox.Event
@@ -89,19 +115,19 @@ func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID
 		typ, payload := emit(o)
 		out = &outbox.Event{AggregateID: o.ID, AggregateVersion: version, Type: typ, Payload: payload}
 	}
-	moved, err := orderdb.Transition(ctx, tx, o.ID, o.Status, to, reason, version)
+	moved, err := orderdb.Transition(ctx, tx, o.ID, o.Status, to, refund, reason, version)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !moved {
 		// Impossible while we hold the row lock; treat as a retryable fault.
-		return fmt.Errorf("order %d changed under its row lock", o.ID)
+		return false, fmt.Errorf("order %d changed under its row lock", o.ID)
 	}
 	if out != nil {
 		if _, err := outbox.Add(ctx, tx, *out); err != nil {
-			return err
+			return false, err
 		}
 	}
-	log.InfoContext(ctx, "order moved", "from", o.Status, "to", to)
-	return nil
+	log.InfoContext(ctx, "order moved", "from", o.Status, "to", to, "refund_status", refund)
+	return true, nil
 }

@@ -203,11 +203,11 @@ func List(ctx context.Context, db sqlx.QueryerContext, status order.Status, befo
 // Compare-and-set: the WHERE restates the status the decision was made on;
 // zero rows changed means the order moved meanwhile, and that is returned
 // as false, not as success.
-func Transition(ctx context.Context, tx *sqlx.Tx, id uint64, from, to order.Status, reason string, version uint64) (bool, error) {
+func Transition(ctx context.Context, tx *sqlx.Tx, id uint64, from, to order.Status, refund order.RefundStatus, reason string, version uint64) (bool, error) {
 	const q = `UPDATE orders
-SET status = ?, status_reason = ?, aggregate_version = ?, updated_at = NOW(6)
+SET status = ?, refund_status = ?, status_reason = ?, aggregate_version = ?, updated_at = NOW(6)
 WHERE id = ? AND status = ?`
-	res, err := tx.ExecContext(ctx, q, to, reason, version, id, from)
+	res, err := tx.ExecContext(ctx, q, to, refund, reason, version, id, from)
 	if err != nil {
 		return false, fmt.Errorf("order %d %s -> %s: %w", id, from, to, err)
 	}

@@ -90,6 +90,49 @@ func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, toJSON(o))
 }
 
+type cancelRequest struct {
+	Reason string `json:"reason"`
+}
+
+// cancel answers 202 with the order and what the request did: "cancelled"
+// (the compensations are under way), or "already_cancelled" /
+// "already_rejected" (nothing to do; a repeated cancel is not an error).
+func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) {
+	if err := checkKey(r.Header.Get("Idempotency-Key")); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	id, err := strconv.ParseUint(chi.URLParam(r, "id"), 10, 64)
+	if err != nil || id == 0 {
+		h.fail(w, r, web.Errorf(http.StatusNotFound, "order not found"))
+		return
+	}
+	body := cancelRequest{Reason: "cancelled by the customer"}
+	if r.ContentLength != 0 {
+		if err := web.DecodeJSON(w, r, 4<<10, &body); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if len(body.Reason) > 200 {
+			h.fail(w, r, web.Errorf(http.StatusUnprocessableEntity, "reason longer than 200 characters"))
+			return
+		}
+		if body.Reason == "" {
+			body.Reason = "cancelled by the customer"
+		}
+	}
+	o, result, err := h.app.Cancel(r.Context(), id, body.Reason)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	status := http.StatusAccepted
+	if result != orderapp.Cancelled {
+		status = http.StatusOK
+	}
+	web.WriteJSON(w, status, map[string]any{"result": result, "order": toJSON(o)})
+}
+
 func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	status := order.Status(q.Get("status"))

@@ -15,4 +15,5 @@ func Routes(r chi.Router, app *orderapp.App, log *slog.Logger) {
 	r.Post("/orders", h.create)
 	r.Get("/orders", h.list)
 	r.Get("/orders/{id}", h.get)
+	r.Post("/orders/{id}/cancel", h.cancel)
 }
