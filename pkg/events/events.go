@@ -23,6 +23,13 @@ const (
 
 	InventoryReserved Type = "inventory.reserved"
 	InventoryRejected Type = "inventory.rejected"
+	// InventoryReservationExpired: a reservation's lease ran out before the
+	// order was confirmed; its stock is available again.
+	InventoryReservationExpired Type = "inventory.reservation-expired"
+	// InventoryCommitFailed: a confirm arrived for a reservation that had
+	// expired and the stock could not be taken again; the order must be
+	// cancelled and refunded.
+	InventoryCommitFailed Type = "inventory.commit-failed"
 
 	// PaymentChargeRequested is the payment service's message to itself: the
 	// charge at the external PSP is driven through its own outbox, so that a
@@ -31,6 +38,9 @@ const (
 	PaymentSucceeded       Type = "payment.succeeded"
 	PaymentFailed          Type = "payment.failed"
 	PaymentRefunded        Type = "payment.refunded"
+	// PaymentRefundRequested is the payment service's message to itself to
+	// call the PSP's refund, like PaymentChargeRequested.
+	PaymentRefundRequested Type = "payment.refund-requested"
 )
 
 // Message headers (SPEC section 3). The AMQP message_id is the event id and
@@ -71,6 +81,44 @@ var supported = map[Type][]int{
 	PaymentSucceeded:       {1},
 	PaymentFailed:          {1},
 	PaymentRefunded:        {1},
+
+	InventoryReservationExpired: {1},
+	InventoryCommitFailed:       {1},
+	PaymentRefundRequested:      {1},
+}
+
+// Strategy is how a consumer must treat an event that arrives out of order
+// (the chapter: dedupe does not solve ordering).
+type Strategy string
+
+const (
+	// Snapshot: the event carries the full state; apply it only if its
+	// aggregate_version is newer than the one applied, ignore older ones.
+	Snapshot Strategy = "snapshot"
+	// Delta: the event carries a change relative to the previous version;
+	// never skip a missing version: park it (with a deadline) until the gap
+	// fills, and alert with a recovery record when it does not.
+	Delta Strategy = "delta"
+	// StateTransition: the event moves an aggregate between states; apply
+	// it with a conditional update on the legal prior states, so a late
+	// event can never move a finished aggregate back.
+	StateTransition Strategy = "state-transition"
+)
+
+// Strategies declares the ordering strategy of every event type.
+var Strategies = map[Type]Strategy{
+	OrderCreated:                StateTransition,
+	OrderConfirmed:              StateTransition,
+	OrderCancelled:              StateTransition,
+	InventoryReserved:           StateTransition,
+	InventoryRejected:           StateTransition,
+	InventoryReservationExpired: StateTransition,
+	InventoryCommitFailed:       StateTransition,
+	PaymentChargeRequested:      StateTransition,
+	PaymentSucceeded:            StateTransition,
+	PaymentFailed:               StateTransition,
+	PaymentRefunded:             StateTransition,
+	PaymentRefundRequested:      StateTransition,
 }
 
 // CurrentSchemaVersion is the version producers write.

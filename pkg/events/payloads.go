@@ -148,3 +148,40 @@ type PaymentRefundedV1 struct {
 }
 
 func (e PaymentRefundedV1) Validate() error { return validateOrderID(e.OrderID) }
+
+// InventoryReservationExpiredV1: the reservation's lease ran out; the stock
+// it held is available again.
+type InventoryReservationExpiredV1 struct {
+	OrderID uint64 `json:"order_id,string"`
+	Reason  string `json:"reason"`
+}
+
+func (e InventoryReservationExpiredV1) Validate() error { return validateOrderID(e.OrderID) }
+
+// InventoryCommitFailedV1: the order was confirmed after its reservation
+// expired, and its stock could not be taken again.
+type InventoryCommitFailedV1 struct {
+	OrderID uint64 `json:"order_id,string"`
+	Reason  string `json:"reason"`
+}
+
+func (e InventoryCommitFailedV1) Validate() error { return validateOrderID(e.OrderID) }
+
+// PaymentRefundRequestedV1 is the payment service's own command to refund a
+// charge at the PSP, carried by its outbox.
+type PaymentRefundRequestedV1 struct {
+	OrderID        uint64 `json:"order_id,string"`
+	ChargeID       string `json:"charge_id"`
+	AmountCents    int64  `json:"amount_cents"`
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+func (e PaymentRefundRequestedV1) Validate() error {
+	if err := validateOrderID(e.OrderID); err != nil {
+		return err
+	}
+	if e.ChargeID == "" || e.IdempotencyKey == "" || e.AmountCents <= 0 {
+		return errors.New("charge_id, idempotency_key and amount_cents are required")
+	}
+	return nil
+}
