@@ -64,7 +64,7 @@ type Config struct {
 	Log         *slog.Logger
 	Metrics     *Metrics // shared by the consumers of one service; nil: none
 	// WrongWay turns on deliberate mistakes for the experiments (demo only).
-	WrongWay wrongway.Set
+	WrongWay *wrongway.Set
 }
 
 // Consumer runs the chapter's consume sequence for each delivery.

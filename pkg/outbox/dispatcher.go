@@ -46,14 +46,14 @@ type Config struct {
 	Lease           time.Duration
 	ConfirmTimeout  time.Duration
 	PollInterval    time.Duration // fallback poll when no wake-up came [1s]
-	RecoverInterval time.Duration // how often expired leases are recovered [5s]
+	RecoverInterval time.Duration // how often expired leases are recovered [min(5s, Lease/3)]
 	RecoverBatch    int           // rows per recovery statement [500]
 	Backoff         retry.Backoff // between failed attempts [1s .. 5m]
 	MaxAttempts     int           // attempts before 'failed' [10]
 	Log             *slog.Logger
 	Registerer      prometheus.Registerer // nil: metrics are kept but not exported
 	// WrongWay turns on deliberate mistakes for the experiments (demo only).
-	WrongWay wrongway.Set
+	WrongWay *wrongway.Set
 }
 
 func (c *Config) setDefaults() {
@@ -74,7 +74,8 @@ func (c *Config) setDefaults() {
 	defDur(&c.Lease, 30*time.Second)
 	defDur(&c.ConfirmTimeout, 5*time.Second)
 	defDur(&c.PollInterval, time.Second)
-	defDur(&c.RecoverInterval, 5*time.Second)
+	// Recover soon after a lease can have expired, at most every 5 s.
+	defDur(&c.RecoverInterval, min(5*time.Second, c.Lease/3))
 	defDur(&c.Backoff.Base, time.Second)
 	defDur(&c.Backoff.Cap, 5*time.Minute)
 	if c.Log == nil {

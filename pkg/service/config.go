@@ -109,7 +109,7 @@ type Config struct {
 	OutboxDispatch bool
 	// WrongWay: deliberate mistakes for the experiments (WRONG_WAY,
 	// demo mode only).
-	WrongWay wrongway.Set
+	WrongWay *wrongway.Set
 }
 
 // Load reads the shared settings. defaultAddr and defaultDB are the
@@ -138,10 +138,10 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 	if err != nil {
 		env.errs = append(env.errs, fmt.Errorf("WRONG_WAY: %w", err))
 	}
-	if len(ww) > 0 && !c.DemoMode {
-		env.errs = append(env.errs, fmt.Errorf("WRONG_WAY=%s needs DEMO_MODE=true: these are deliberate mistakes for the lab", ww))
+	c.WrongWay = wrongway.NewSet(ww)
+	if c.WrongWay.Any() && !c.DemoMode {
+		env.errs = append(env.errs, fmt.Errorf("WRONG_WAY=%s needs DEMO_MODE=true: these are deliberate mistakes for the lab", c.WrongWay))
 	}
-	c.WrongWay = ww
 	if err := c.LogLevel.UnmarshalText([]byte(env.String("LOG_LEVEL", "info"))); err != nil {
 		env.errs = append(env.errs, fmt.Errorf("LOG_LEVEL: want debug, info, warn or error"))
 	}

@@ -109,7 +109,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		Registerer:   r.Metrics,
 		WrongWay:     cfg.WrongWay,
 	})
-	if len(cfg.WrongWay) > 0 {
+	if cfg.WrongWay.Any() {
 		log.Warn("WRONG-WAY SWITCHES ON: this instance makes deliberate mistakes", "wrong_way", cfg.WrongWay.String())
 	}
 	r.Inbox = inbox.NewMetrics(r.Metrics)
@@ -173,6 +173,7 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 		h := http.StripPrefix("/debug/failpoints", r.Failpoints.Handler())
 		mux.Handle("/debug/failpoints", h)
 		mux.Handle("/debug/failpoints/*", h)
+		mux.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
 	}
 	mux.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		web.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})

@@ -8,8 +8,13 @@ package wrongway
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
+
+	"github.com/relmsg/ordersaga/pkg/web"
 )
 
 // Switch names one mistake.
@@ -51,25 +56,66 @@ var All = map[Switch]string{
 	IgnoreOrder:          "consumers apply events regardless of state, version or cancel marker",
 }
 
-// Set is the switches that are on. The zero value has none on.
-type Set map[Switch]bool
+// Set is the switches that are on. It can change at run time (the demo
+// endpoint), so it is read atomically; a nil *Set has every switch off.
+type Set struct {
+	on atomic.Pointer[map[Switch]bool]
+}
+
+// NewSet returns a set with the given switches on.
+func NewSet(on map[Switch]bool) *Set {
+	s := &Set{}
+	s.Replace(on)
+	return s
+}
 
 // On reports whether sw is on.
-func (s Set) On(sw Switch) bool { return s[sw] }
+func (s *Set) On(sw Switch) bool {
+	if s == nil {
+		return false
+	}
+	m := s.on.Load()
+	return m != nil && (*m)[sw]
+}
+
+// Any reports whether any switch is on.
+func (s *Set) Any() bool {
+	if s == nil {
+		return false
+	}
+	m := s.on.Load()
+	return m != nil && len(*m) > 0
+}
+
+// Replace turns on exactly the given switches.
+func (s *Set) Replace(on map[Switch]bool) {
+	m := map[Switch]bool{}
+	for sw, v := range on {
+		if v {
+			m[sw] = true
+		}
+	}
+	s.on.Store(&m)
+}
 
 // String lists the switches that are on.
-func (s Set) String() string {
+func (s *Set) String() string {
+	if s == nil {
+		return ""
+	}
 	var names []string
-	for sw := range s {
-		names = append(names, string(sw))
+	if m := s.on.Load(); m != nil {
+		for sw := range *m {
+			names = append(names, string(sw))
+		}
 	}
 	sort.Strings(names)
 	return strings.Join(names, ",")
 }
 
 // Parse reads WRONG_WAY: comma-separated switch names.
-func Parse(spec string) (Set, error) {
-	s := Set{}
+func Parse(spec string) (map[Switch]bool, error) {
+	s := map[Switch]bool{}
 	var errs []error
 	for _, name := range strings.Split(spec, ",") {
 		name = strings.TrimSpace(name)
@@ -83,12 +129,52 @@ func Parse(spec string) (Set, error) {
 		s[Switch(name)] = true
 	}
 	if len(errs) > 0 {
-		var known []string
-		for sw := range All {
-			known = append(known, string(sw))
-		}
-		sort.Strings(known)
-		errs = append(errs, fmt.Errorf("known switches: %s", strings.Join(known, ", ")))
+		errs = append(errs, fmt.Errorf("known switches: %s", strings.Join(known(), ", ")))
 	}
 	return s, errors.Join(errs...)
+}
+
+func known() []string {
+	var names []string
+	for sw := range All {
+		names = append(names, string(sw))
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Handler serves the set for the demo-mode lab: GET lists the switches on
+// and the known ones; PUT {"on":["no-inbox"]} replaces the set ({"on":[]}
+// turns every switch off).
+func (s *Set) Handler(log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet:
+		case http.MethodPut:
+			var body struct {
+				On []string `json:"on"`
+			}
+			if err := web.DecodeJSON(w, r, 4<<10, &body); err != nil {
+				web.WriteError(w, r, log, err)
+				return
+			}
+			parsed, err := Parse(strings.Join(body.On, ","))
+			if err != nil {
+				web.WriteError(w, r, log, web.Errorf(http.StatusBadRequest, "%v", err))
+				return
+			}
+			s.Replace(parsed)
+			if log != nil {
+				log.Warn("wrong-way switches changed", "wrong_way", s.String())
+			}
+		default:
+			web.WriteError(w, r, log, web.Errorf(http.StatusMethodNotAllowed, "use GET or PUT"))
+			return
+		}
+		on := []string{}
+		if str := s.String(); str != "" {
+			on = strings.Split(str, ",")
+		}
+		web.WriteJSON(w, http.StatusOK, map[string]any{"on": on, "known": All})
+	})
 }

@@ -14,12 +14,14 @@ func TestParse(t *testing.T) {
 		{"no-inbox,typo", "no-inbox", true},
 	}
 	for _, tt := range tests {
-		got, err := Parse(tt.spec)
+		on, err := Parse(tt.spec)
+		got := NewSet(on)
 		if (err != nil) != tt.wantErr || got.String() != tt.want {
 			t.Errorf("Parse(%q) = %q, %v; want %q, error %v", tt.spec, got, err, tt.want, tt.wantErr)
 		}
 	}
-	if (Set{}).On(NoInbox) {
+	var none *Set
+	if none.On(NoInbox) || NewSet(nil).On(NoInbox) {
 		t.Fatal("empty set has a switch on")
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/service"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
@@ -29,9 +28,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	}
 	app := orderapp.New(rt.DB, rt.Outbox.Wake, rt.Log)
 
-	if cfg.WrongWay.On(wrongway.PublishBeforeCommit) {
-		app.PublishBeforeCommit(rt.PublishNow)
-	}
+	app.WrongWay(cfg.WrongWay, rt.PublishNow)
 
 	consumer := rt.InboxConfig(orderamqp.ConsumerName)
 	consumer.Handlers = orderamqp.Handlers(app)

@@ -22,6 +22,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )
@@ -32,8 +33,9 @@ type App struct {
 	wake func() // the outbox dispatcher's Wake: events leave right after commit
 	log  *slog.Logger
 
-	// publishNow is set only by the wrong-way switch publish-before-commit.
+	// publishNow and wrong serve the wrong-way switch publish-before-commit.
 	publishNow func(ctx context.Context, e events.Envelope) error
+	wrong      *wrongway.Set
 }
 
 // New returns the app. wake is called after every commit that wrote events.
@@ -41,11 +43,12 @@ func New(db *sqlx.DB, wake func(), log *slog.Logger) *App {
 	return &App{db: db, wake: wake, log: log}
 }
 
-// PublishBeforeCommit turns on the wrong way of wrongway.PublishBeforeCommit:
-// Create publishes OrderCreated with publish inside its transaction, before
-// COMMIT, and writes no outbox row. For the atomic-commit experiment only.
-func (a *App) PublishBeforeCommit(publish func(ctx context.Context, e events.Envelope) error) {
-	a.publishNow = publish
+// WrongWay wires the wrong-way switches (demo mode only): while
+// publish-before-commit is on, Create publishes OrderCreated with publish
+// inside its transaction, before COMMIT, and writes no outbox row. For the
+// atomic-commit experiment only.
+func (a *App) WrongWay(set *wrongway.Set, publish func(ctx context.Context, e events.Envelope) error) {
+	a.wrong, a.publishNow = set, publish
 }
 
 // Create accepts an order: one transaction inserts the order (its
@@ -80,6 +83,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	o = order.Order{CustomerID: req.CustomerID, Status: order.PendingInventory, RefundStatus: order.RefundNone,
 		Items: items, TotalCents: total, Currency: currency, Version: 1}
 
+	publishFirst := a.wrong.On(wrongway.PublishBeforeCommit)
 	err = sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
 		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o)
 		if err != nil {
@@ -88,7 +92,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		o.ID = id
 		created := events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
 			TotalCents: total, Currency: currency}
-		if a.publishNow != nil {
+		if publishFirst {
 			// The wrong way: the event leaves before we know the order
 			// will commit.
 			if err := a.publishWithoutOutbox(ctx, created); err != nil {
@@ -103,7 +107,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		if err := orderdb.InsertItems(ctx, tx, id, items); err != nil {
 			return err
 		}
-		if a.publishNow != nil {
+		if publishFirst {
 			return nil
 		}
 		_, err = outbox.Add(ctx, tx, outbox.Event{
