@@ -305,6 +305,7 @@ start_service() {
 		export HTTP_ADDR="$UP_HTTP_HOST:$port" MYSQL_DSN="$dsn" AMQP_URL="$amqp"
 		export MYSQL_CREATE_DATABASE=false FAILPOINTS="${failpoints:-${FAILPOINTS:-}}"
 		export DEMO_MODE="${DEMO_MODE:-true}" LOG_LEVEL="${LOG_LEVEL:-info}"
+		export ADMIN_TOKEN="${ADMIN_TOKEN:-}" OUTBOX_LEASE="${OUTBOX_LEASE:-5s}"
 		case $svc in
 		order) export INVENTORY_URL=http://127.0.0.1:8082 PAYMENT_URL=http://127.0.0.1:8083 ;;
 		payment-fake) export PSP_URL=http://127.0.0.1:8083/psp ;;
@@ -313,7 +314,9 @@ start_service() {
 		# which then stops the services with SIGTERM; a closed terminal
 		# does not stop detached services.
 		trap '' HUP
-		if have setsid; then exec setsid "$ROOT/bin/$svc"; else exec "$ROOT/bin/$svc"; fi
+		# Under a supervisor that restarts a crashed service (the failure
+		# lab crashes them on purpose), as docker compose does.
+		if have setsid; then exec setsid "$ROOT/scripts/supervise.sh" "$ROOT/bin/$svc"; else exec "$ROOT/scripts/supervise.sh" "$ROOT/bin/$svc"; fi
 	) </dev/null >>"$log" 2>&1 &
 	PIDS+=($!)
 	echo "$!" >"$(pid_file "$svc")"
@@ -565,7 +568,8 @@ fi
 echo "  Ctrl-C stops all three."
 [[ $follow_logs == true ]] || echo "  Logs: .run/<service>.log"
 
-# Foreground: stop everything when one service dies on its own.
+# Foreground: a crashed service is restarted by its supervisor; stop
+# everything if a supervisor itself dies.
 while :; do
 	for i in "${!SERVICES[@]}"; do
 		if ! kill -0 "${PIDS[i]}" 2>/dev/null; then

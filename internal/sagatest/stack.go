@@ -71,40 +71,17 @@ func Start(t testing.TB, opts ...Option) *Stack {
 	t.Helper()
 	ns := rabbittest.Namespace(t)
 	s := &Stack{NS: ns}
+	// Delete the namespace's exchanges and queues at the end. Registered
+	// before the services exist: t.Cleanup runs last-in first-out, so the
+	// services stop first and the queues go after.
+	t.Cleanup(func() { rabbittest.DeleteNamespace(t, ns) })
 	s.Order = newService(t, ns, "order", ordersvc.Run, opts)
 	s.Inventory = newService(t, ns, "inventory", inventorysvc.Run, opts)
 	s.Payment = newService(t, ns, "payment", paymentsvc.Run, opts)
 	for _, svc := range []*Service{s.Inventory, s.Payment, s.Order} {
 		svc.Start()
 	}
-	// Delete the namespace's exchanges and queues at the end (registered
-	// after the services' own cleanups, so it runs before them... the
-	// services are stopped first by their own Cleanup: t.Cleanup is LIFO).
-	t.Cleanup(func() {
-		conn := rabbittest.Dial(t)
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		defer ch.Close()
-		for _, q := range []string{"order.saga-results", "inventory.order-events", "payment.saga-events", "payment.psp-commands"} {
-			for _, name := range append([]string{q, q + ".dead"}, retryQueues(q)...) {
-				_, _ = ch.QueueDelete(ns.Queue(name), false, false, false)
-			}
-		}
-		_ = ch.ExchangeDelete(ns.Exchange(), false, false)
-		_ = ch.ExchangeDelete(ns.DeadLetterExchange(), false, false)
-	})
 	return s
-}
-
-func retryQueues(q string) []string {
-	var out []string
-	for i := 0; i <= 12; i++ {
-		out = append(out, rabbit.RetryQueue(q, i), rabbit.RetryQueue(q+".dead", i))
-	}
-	return out
 }
 
 func newService(t testing.TB, ns rabbit.Namespace, name string, run RunFunc, opts []Option) *Service {

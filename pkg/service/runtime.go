@@ -43,6 +43,7 @@ type Runtime struct {
 
 	consumers []consumer
 	loops     []loop
+	started   time.Time
 }
 
 type consumer struct {
@@ -63,7 +64,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", cfg.Name)
 	log.Info("starting", "config", cfg.Masked())
 
-	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: prometheus.NewRegistry()}
+	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: prometheus.NewRegistry(), started: time.Now().UTC()}
 	r.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// Failpoints: a registry already in ctx (in-process tests) wins;
@@ -160,7 +161,7 @@ func (r *Runtime) Ready(ctx context.Context) error {
 func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux := chi.NewRouter()
 	mux.Use(middleware.Recoverer)
-	web.Health(mux, r.Ready)
+	web.Health(mux, r.started, r.Ready)
 	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
 	mux.Route("/admin", func(ar chi.Router) {
 		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))

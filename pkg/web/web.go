@@ -127,13 +127,14 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler, grace time.Durat
 	return nil
 }
 
-// Health answers /healthz (the process is up) and /readyz (ready() reports
-// every dependency reachable).
+// Health answers /healthz (the process is up, and since when: a restart
+// shows as a new started_at) and /readyz (ready() reports every dependency
+// reachable).
 func Health(mux interface {
 	Get(string, http.HandlerFunc)
-}, ready func(context.Context) error) {
+}, started time.Time, ready func(context.Context) error) {
 	mux.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		WriteJSON(w, http.StatusOK, map[string]any{"status": "ok", "started_at": started})
 	})
 	mux.Get("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -116,6 +116,43 @@ func CloseConnections(t testing.TB, substr string) int {
 	return n
 }
 
+// DeleteNamespace deletes every queue and exchange whose name starts with
+// the namespace (found with rabbitmqctl), whoever declared them: retry
+// tiers and dead-letter queues included.
+func DeleteNamespace(t testing.TB, ns rabbit.Namespace) {
+	t.Helper()
+	conn := Dial(t)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Logf("delete namespace %s: %v", ns, err)
+		return
+	}
+	defer ch.Close()
+	for _, kind := range []string{"list_queues", "list_exchanges"} {
+		out, err := exec.Command("rabbitmqctl", "-q", kind, "name").CombinedOutput()
+		if err != nil {
+			t.Logf("rabbitmqctl %s: %v\n%s", kind, err, out)
+			continue
+		}
+		for _, name := range strings.Split(string(out), "\n") {
+			name = strings.TrimSpace(name)
+			if !strings.HasPrefix(name, string(ns)) {
+				continue
+			}
+			if kind == "list_queues" {
+				_, err = ch.QueueDelete(name, false, false, false)
+			} else {
+				err = ch.ExchangeDelete(name, false, false)
+			}
+			if err != nil {
+				t.Logf("delete %s: %v", name, err)
+				return
+			}
+		}
+	}
+}
+
 // Drain reads every message currently in queue (basic.get, acked) and
 // returns them. It waits up to wait for at least want messages.
 func Drain(t testing.TB, queue string, want int, wait time.Duration) []amqp.Delivery {

@@ -1,0 +1,421 @@
+// Package lab runs the chapter's fault experiments against a running stack,
+// over HTTP only, so the same code serves the Go tests (TestExperiment*,
+// against services started in-process or as child processes) and the live
+// lab (scripts/experiment.sh, against scripts/up.sh or docker compose).
+//
+// Each experiment records the rows that matter (order, outbox and inbox
+// rows, stock, reservation, payment, PSP charges) before the fault, after
+// the fault and after recovery, checks states, quantities, amounts and side
+// effects, checks that the fault window was really hit, and ends with a
+// verdict naming the constraint or recovery job that held. Run with a
+// wrong-way switch on, the same experiment checks that the anomaly the
+// mechanism prevents really appears.
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+)
+
+// Target is a running stack.
+type Target interface {
+	// URL is the base URL of "order", "inventory" or "payment".
+	URL(service string) string
+	// Publish sends an event straight to the saga exchange, as a duplicate
+	// delivery or a reordering network would.
+	Publish(ctx context.Context, e events.Envelope) error
+	// PrepareCrash makes sure a "crash" failpoint in service kills a real
+	// process (tests swap an in-process service for a child process).
+	PrepareCrash(ctx context.Context, service string) error
+	// AwaitRestart returns once a crashed service serves again: tests start
+	// it again; on a live stack the supervisor (up.sh, docker compose)
+	// restarts it.
+	AwaitRestart(ctx context.Context, service string) error
+}
+
+// Lab drives one target.
+type Lab struct {
+	T     Target
+	Token string    // ADMIN_TOKEN, if the stack uses one
+	Out   io.Writer // progress lines; nil for none
+	// Patience bounds every wait for recovery.
+	Patience time.Duration
+
+	client http.Client
+}
+
+// New returns a lab for target t.
+func New(t Target, token string, out io.Writer) *Lab {
+	return &Lab{T: t, Token: token, Out: out, Patience: 90 * time.Second, client: http.Client{Timeout: 10 * time.Second}}
+}
+
+// call sends a JSON request to a service and decodes a JSON answer.
+func (l *Lab) call(ctx context.Context, svc, method, path string, headers map[string]string, body, out any) (int, http.Header, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, l.T.URL(svc)+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if l.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+l.Token)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %s %s: %w", svc, method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, resp.Header, err
+	}
+	if out != nil && len(data) > 0 && resp.StatusCode < 300 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, resp.Header, fmt.Errorf("%s %s %s: decode %q: %w", svc, method, path, data, err)
+		}
+	}
+	if resp.StatusCode >= 500 && out != nil {
+		return resp.StatusCode, resp.Header, nil
+	}
+	return resp.StatusCode, resp.Header, nil
+}
+
+// get is call for GETs that must answer 200.
+func (l *Lab) get(ctx context.Context, svc, path string, out any) error {
+	code, _, err := l.call(ctx, svc, http.MethodGet, path, nil, nil, out)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return fmt.Errorf("%s GET %s: status %d", svc, path, code)
+	}
+	return nil
+}
+
+// progress prints a line that is overwritten by the next one.
+func (l *Lab) progress(format string, args ...any) {
+	if l.Out != nil {
+		fmt.Fprintf(l.Out, "\r\033[K  ... "+format, args...)
+	}
+}
+
+func (l *Lab) progressDone() {
+	if l.Out != nil {
+		fmt.Fprint(l.Out, "\r\033[K")
+	}
+}
+
+// waitFor polls cond until it holds, showing what it waits for and for how
+// long, up to l.Patience.
+func (l *Lab) waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
+	start := time.Now()
+	defer l.progressDone()
+	for {
+		ok, err := cond()
+		if err == nil && ok {
+			return nil
+		}
+		if time.Since(start) > l.Patience {
+			if err != nil {
+				return fmt.Errorf("waiting for %s: %w", what, err)
+			}
+			return fmt.Errorf("gave up waiting for %s after %s", what, l.Patience)
+		}
+		l.progress("waiting for %s (%.1fs)", what, time.Since(start).Seconds())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// --- domain calls -------------------------------------------------------
+
+// Order is an order as the API shows it.
+type Order struct {
+	OrderID      string `json:"order_id"`
+	Status       string `json:"status"`
+	StatusReason string `json:"status_reason"`
+	RefundStatus string `json:"refund_status"`
+	TotalCents   int64  `json:"total_cents"`
+}
+
+func (l *Lab) createOrder(ctx context.Context, key, customer, sku string, qty int) (Order, int, http.Header, error) {
+	var o Order
+	body := map[string]any{"customer_id": customer, "items": []map[string]any{{"sku": sku, "quantity": qty}}}
+	code, hdr, err := l.call(ctx, "order", http.MethodPost, "/orders", map[string]string{"Idempotency-Key": key}, body, &o)
+	return o, code, hdr, err
+}
+
+func (l *Lab) order(ctx context.Context, id string) (Order, int, error) {
+	var o Order
+	code, _, err := l.call(ctx, "order", http.MethodGet, "/orders/"+id, nil, nil, &o)
+	return o, code, err
+}
+
+func (l *Lab) waitOrder(ctx context.Context, id, status string) error {
+	return l.waitFor(ctx, "order "+id+" to be "+status, func() (bool, error) {
+		o, _, err := l.order(ctx, id)
+		return o.Status == status, err
+	})
+}
+
+func (l *Lab) lastOrderID(ctx context.Context) (uint64, error) {
+	var list struct {
+		Orders []Order `json:"orders"`
+	}
+	if err := l.get(ctx, "order", "/orders?limit=1", &list); err != nil {
+		return 0, err
+	}
+	if len(list.Orders) == 0 {
+		return 0, nil
+	}
+	var id uint64
+	_, err := fmt.Sscan(list.Orders[0].OrderID, &id)
+	return id, err
+}
+
+// Stock is one SKU's stock.
+type Stock struct {
+	SKU       string `json:"sku"`
+	OnHand    int    `json:"on_hand"`
+	Reserved  int    `json:"reserved"`
+	Available int    `json:"available"`
+}
+
+func (l *Lab) stock(ctx context.Context, sku string) (Stock, error) {
+	var s Stock
+	return s, l.get(ctx, "inventory", "/stock/"+url.PathEscape(sku), &s)
+}
+
+// Reservation is an order's reservation ("" status when there is none).
+type Reservation struct {
+	Status string `json:"status"`
+	Reason string `json:"reason"`
+}
+
+func (l *Lab) reservation(ctx context.Context, id string) (Reservation, error) {
+	var r Reservation
+	code, _, err := l.call(ctx, "inventory", http.MethodGet, "/reservations/"+id, nil, nil, &r)
+	if code == http.StatusNotFound {
+		return Reservation{}, nil
+	}
+	return r, err
+}
+
+// Payment is an order's payment ("" status when there is none).
+type Payment struct {
+	Status      string `json:"status"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+func (l *Lab) payment(ctx context.Context, id string) (Payment, error) {
+	var p Payment
+	code, _, err := l.call(ctx, "payment", http.MethodGet, "/payments/"+id, nil, nil, &p)
+	if code == http.StatusNotFound {
+		return Payment{}, nil
+	}
+	return p, err
+}
+
+// Charge is one charge in the PSP's books.
+type Charge struct {
+	ChargeID    string `json:"charge_id"`
+	Status      string `json:"status"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+func (l *Lab) charges(ctx context.Context, id string) ([]Charge, error) {
+	var c struct {
+		Charges []Charge `json:"charges"`
+	}
+	return c.Charges, l.get(ctx, "payment", "/psp/charges?order_ref="+url.QueryEscape(id), &c)
+}
+
+// --- messaging tables (admin endpoints) ----------------------------------
+
+// OutboxRow is one outbox row.
+type OutboxRow struct {
+	EventID          string          `json:"event_id"`
+	AggregateID      string          `json:"aggregate_id"`
+	AggregateVersion uint64          `json:"aggregate_version"`
+	EventType        string          `json:"event_type"`
+	Status           string          `json:"status"`
+	Attempts         int             `json:"attempts"`
+	ClaimToken       *string         `json:"claim_token"`
+	CreatedAt        time.Time       `json:"created_at"`
+	SentAt           *time.Time      `json:"sent_at"`
+	Payload          json.RawMessage `json:"payload"`
+}
+
+func (l *Lab) outbox(ctx context.Context, svc, orderID string) ([]OutboxRow, error) {
+	var out struct {
+		Events []OutboxRow `json:"events"`
+	}
+	return out.Events, l.get(ctx, svc, "/admin/outbox?aggregate_id="+orderID, &out)
+}
+
+func (l *Lab) outboxEvent(ctx context.Context, svc, orderID, typ string) (OutboxRow, error) {
+	rows, err := l.outbox(ctx, svc, orderID)
+	if err != nil {
+		return OutboxRow{}, err
+	}
+	for _, r := range rows {
+		if r.EventType == typ {
+			return r, nil
+		}
+	}
+	return OutboxRow{}, fmt.Errorf("no %s event for order %s in the %s outbox", typ, orderID, svc)
+}
+
+// InboxRow is one processed event.
+type InboxRow struct {
+	Consumer    string    `json:"consumer"`
+	EventID     string    `json:"event_id"`
+	ProcessedAt time.Time `json:"processed_at"`
+}
+
+func (l *Lab) inbox(ctx context.Context, svc string, ids []string) ([]InboxRow, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var out struct {
+		Inbox []InboxRow `json:"inbox"`
+	}
+	return out.Inbox, l.get(ctx, svc, "/admin/inbox?event_id="+url.QueryEscape(strings.Join(ids, ",")), &out)
+}
+
+// --- failpoints, switches, metrics --------------------------------------
+
+// FailpointStatus is an armed failpoint.
+type FailpointStatus struct {
+	Name      string `json:"name"`
+	Action    string `json:"action"`
+	Remaining int    `json:"remaining"`
+	Hits      int    `json:"hits"`
+	Paused    int    `json:"paused"`
+}
+
+func (l *Lab) arm(ctx context.Context, svc, point, action string, count int) error {
+	code, _, err := l.call(ctx, svc, http.MethodPut, "/debug/failpoints/"+point, nil,
+		map[string]any{"action": action, "count": count}, nil)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("arm %s on %s: status %d (is DEMO_MODE on?)", point, svc, code)
+	}
+	return err
+}
+
+func (l *Lab) release(ctx context.Context, svc, point string) error {
+	code, _, err := l.call(ctx, svc, http.MethodPost, "/debug/failpoints/"+point+"/release", nil, nil, nil)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("release %s on %s: status %d", point, svc, code)
+	}
+	return err
+}
+
+func (l *Lab) disarm(ctx context.Context, svc, point string) error {
+	_, _, err := l.call(ctx, svc, http.MethodDelete, "/debug/failpoints/"+point, nil, nil, nil)
+	return err
+}
+
+func (l *Lab) failpoint(ctx context.Context, svc, point string) (FailpointStatus, error) {
+	var list struct {
+		Armed []FailpointStatus `json:"armed"`
+	}
+	if err := l.get(ctx, svc, "/debug/failpoints", &list); err != nil {
+		return FailpointStatus{}, err
+	}
+	for _, st := range list.Armed {
+		if st.Name == point {
+			return st, nil
+		}
+	}
+	return FailpointStatus{Name: point}, nil
+}
+
+func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) error {
+	if switches == nil {
+		switches = []string{}
+	}
+	code, _, err := l.call(ctx, svc, http.MethodPut, "/debug/wrong-way", nil, map[string]any{"on": switches}, nil)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("wrong-way switches on %s: status %d (is DEMO_MODE on?)", svc, code)
+	}
+	return err
+}
+
+// metric reads one sample from a service's /metrics: the sum over every
+// series of name whose labels include the given ones.
+func (l *Lab) metric(ctx context.Context, svc, name string, labels ...string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.T.URL(svc)+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	var sum float64
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		match := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			if !strings.Contains(rest, labels[i]+`="`+labels[i+1]+`"`) {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		var v float64
+		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		if len(fields) > 0 {
+			fmt.Sscan(fields[0], &v)
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+// envelopeOf rebuilds the envelope of an outbox row, to publish it again
+// with its original event_id.
+func envelopeOf(r OutboxRow) events.Envelope {
+	var id uint64
+	fmt.Sscan(r.AggregateID, &id)
+	return events.Envelope{EventID: r.EventID, Type: r.EventType, AggregateID: id,
+		AggregateVersion: r.AggregateVersion, SchemaVersion: events.CurrentSchemaVersion,
+		CorrelationID: r.AggregateID, OccurredAt: r.CreatedAt, Payload: r.Payload}
+}

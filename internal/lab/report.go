@@ -1,0 +1,197 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what one experiment found.
+type Report struct {
+	Name     string
+	Title    string
+	WrongWay string // the wrong-way switch the run used, "" for the right way
+	Sections []Section
+	Checks   []Check
+	Verdict  string
+	Took     time.Duration
+}
+
+// Passed reports whether every check held. For a wrong-way run the checks
+// assert that the anomaly appeared.
+func (r *Report) Passed() bool {
+	if len(r.Checks) == 0 {
+		return false
+	}
+	for _, c := range r.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// Failures lists the checks that did not hold.
+func (r *Report) Failures() []string {
+	var out []string
+	for _, c := range r.Checks {
+		if !c.OK {
+			out = append(out, c.What+": "+c.Detail)
+		}
+	}
+	return out
+}
+
+// Section is the evidence at one moment.
+type Section struct {
+	Title  string
+	Tables []Table
+}
+
+// Table is an aligned table of rows.
+type Table struct {
+	Title  string
+	Header []string
+	Rows   [][]string
+}
+
+// Check is one assertion a reader would make.
+type Check struct {
+	What   string
+	OK     bool
+	Detail string
+}
+
+func (r *Report) check(ok bool, what, format string, args ...any) {
+	r.Checks = append(r.Checks, Check{What: what, OK: ok, Detail: fmt.Sprintf(format, args...)})
+}
+
+// Print writes the report as aligned tables, the checks and the verdict.
+func (r *Report) Print(w io.Writer) {
+	mode := ""
+	if r.WrongWay != "" {
+		mode = "  [wrong way: " + r.WrongWay + "]"
+	}
+	fmt.Fprintf(w, "\n=== %s: %s%s\n", r.Name, r.Title, mode)
+	for _, s := range r.Sections {
+		fmt.Fprintf(w, "\n--- %s\n", s.Title)
+		for _, t := range s.Tables {
+			fmt.Fprintf(w, "\n  %s\n", t.Title)
+			if len(t.Rows) == 0 {
+				fmt.Fprintln(w, "    (no rows)")
+				continue
+			}
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "    "+strings.Join(t.Header, "\t"))
+			for _, row := range t.Rows {
+				fmt.Fprintln(tw, "    "+strings.Join(row, "\t"))
+			}
+			tw.Flush()
+		}
+	}
+	fmt.Fprintln(w, "\n--- checks")
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(w, "  [%s] %s: %s\n", mark, c.What, c.Detail)
+	}
+	result := "PASSED"
+	if !r.Passed() {
+		result = "FAILED"
+	}
+	fmt.Fprintf(w, "\nverdict (%s in %s): %s\n", result, r.Took.Round(10*time.Millisecond), r.Verdict)
+}
+
+// snapshot records the rows of one order across the three services.
+func (l *Lab) snapshot(ctx context.Context, title, orderID string, skus ...string) Section {
+	s := Section{Title: title}
+	if orderID != "" {
+		o, code, err := l.order(ctx, orderID)
+		t := Table{Title: "order service: orders", Header: []string{"order_id", "status", "refund_status", "status_reason"}}
+		switch {
+		case err != nil:
+			t.Rows = append(t.Rows, []string{orderID, "error: " + err.Error(), "", ""})
+		case code == 404:
+			t.Rows = append(t.Rows, []string{orderID, "(no such order)", "", ""})
+		default:
+			t.Rows = append(t.Rows, []string{o.OrderID, o.Status, o.RefundStatus, o.StatusReason})
+		}
+		s.Tables = append(s.Tables, t)
+
+		var ids []string
+		for _, svc := range []string{"order", "inventory", "payment"} {
+			rows, err := l.outbox(ctx, svc, orderID)
+			t := Table{Title: svc + " service: outbox_events", Header: []string{"event_id", "event_type", "version", "status", "attempts", "claim_token", "sent_at"}}
+			if err != nil {
+				t.Rows = append(t.Rows, []string{"error: " + err.Error()})
+			}
+			for _, r := range rows {
+				ids = append(ids, r.EventID)
+				token := "-"
+				if r.ClaimToken != nil {
+					token = short(*r.ClaimToken)
+				}
+				sent := "-"
+				if r.SentAt != nil {
+					sent = r.SentAt.Format("15:04:05.000")
+				}
+				t.Rows = append(t.Rows, []string{short(r.EventID), r.EventType, fmt.Sprint(r.AggregateVersion), r.Status, fmt.Sprint(r.Attempts), token, sent})
+			}
+			s.Tables = append(s.Tables, t)
+		}
+		t = Table{Title: "consumer_inbox (all services)", Header: []string{"consumer", "event_id", "processed_at"}}
+		for _, svc := range []string{"order", "inventory", "payment"} {
+			rows, err := l.inbox(ctx, svc, ids)
+			if err != nil {
+				t.Rows = append(t.Rows, []string{svc, "error: " + err.Error(), ""})
+			}
+			for _, r := range rows {
+				t.Rows = append(t.Rows, []string{r.Consumer, short(r.EventID), r.ProcessedAt.Format("15:04:05.000")})
+			}
+		}
+		s.Tables = append(s.Tables, t)
+
+		res, _ := l.reservation(ctx, orderID)
+		pay, _ := l.payment(ctx, orderID)
+		ch, _ := l.charges(ctx, orderID)
+		charged := []string{}
+		for _, c := range ch {
+			charged = append(charged, fmt.Sprintf("%s %d", c.Status, c.AmountCents))
+		}
+		s.Tables = append(s.Tables, Table{Title: "inventory reservation, payment and PSP charges",
+			Header: []string{"reservation", "payment", "amount_cents", "psp_charges"},
+			Rows:   [][]string{{orNone(res.Status), orNone(pay.Status), fmt.Sprint(pay.AmountCents), fmt.Sprintf("%d %v", len(ch), charged)}}})
+	}
+	if len(skus) > 0 {
+		t := Table{Title: "inventory: stock", Header: []string{"sku", "on_hand", "reserved", "available"}}
+		for _, sku := range skus {
+			st, err := l.stock(ctx, sku)
+			if err != nil {
+				t.Rows = append(t.Rows, []string{sku, "error: " + err.Error()})
+				continue
+			}
+			t.Rows = append(t.Rows, []string{sku, fmt.Sprint(st.OnHand), fmt.Sprint(st.Reserved), fmt.Sprint(st.Available)})
+		}
+		s.Tables = append(s.Tables, t)
+	}
+	return s
+}
+
+func short(id string) string {
+	if len(id) > 13 {
+		return id[:8] + "…" + id[len(id)-4:]
+	}
+	return id
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
