@@ -266,7 +266,13 @@ func TestSagaSurvivesBrokerConnectionLoss(t *testing.T) {
 	if c := charges(t, s, second.OrderID); len(c.Charges) != 1 {
 		t.Fatalf("PSP charges for the second order = %d, want 1", len(c.Charges))
 	}
-	if st := stock(t, s, "SKU-4"); st.OnHand != 50-3 || st.Reserved != 0 {
+	// The order is confirmed before inventory has committed the sale.
+	var st stockJSON
+	sagatest.Eventually(t, 10*time.Second, "inventory to commit both sales", func() bool {
+		st = stock(t, s, "SKU-4")
+		return st.Reserved == 0
+	})
+	if st.OnHand != 50-3 {
 		t.Fatalf("stock = %+v, want on_hand 47 and nothing reserved", st)
 	}
 	for _, svc := range []*sagatest.Service{s.Order, s.Inventory, s.Payment} {

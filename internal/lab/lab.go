@@ -182,6 +182,19 @@ func (l *Lab) waitOrder(ctx context.Context, id, status string) error {
 	})
 }
 
+// waitSettled waits until the order is confirmed and inventory has
+// committed its reservation: the order's state and the stock numbers come
+// from two services, and the second lags the first.
+func (l *Lab) waitSettled(ctx context.Context, id string) error {
+	if err := l.waitOrder(ctx, id, "confirmed"); err != nil {
+		return err
+	}
+	return l.waitFor(ctx, "inventory to commit order "+id, func() (bool, error) {
+		res, err := l.reservation(ctx, id)
+		return res.Status == "committed", err
+	})
+}
+
 func (l *Lab) lastOrderID(ctx context.Context) (uint64, error) {
 	var list struct {
 		Orders []Order `json:"orders"`

@@ -6,19 +6,52 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"time"
 
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/service"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryamqp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryhttp"
 )
 
+// settings are the inventory service's own configuration, beyond the
+// shared service.Config.
+type settings struct {
+	ReservationTTL   time.Duration // RESERVATION_TTL: how long a reservation holds its stock
+	SweepInterval    time.Duration // RESERVATION_SWEEP_INTERVAL: how often the lease sweep runs
+	SweepBatch       int           // RESERVATION_SWEEP_BATCH: reservations per sweep round
+	GapDeadline      time.Duration // GAP_DEADLINE: how long an event gap may stay open before it is overdue
+	GapCheckInterval time.Duration // GAP_CHECK_INTERVAL: how often overdue gaps are looked for
+}
+
+// LogValue shows the durations as "15m0s", not nanoseconds.
+func (s settings) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("reservation_ttl", s.ReservationTTL.String()),
+		slog.String("reservation_sweep_interval", s.SweepInterval.String()),
+		slog.Int("reservation_sweep_batch", s.SweepBatch),
+		slog.String("gap_deadline", s.GapDeadline.String()),
+		slog.String("gap_check_interval", s.GapCheckInterval.String()),
+	)
+}
+
+func loadSettings(env *service.Env) settings {
+	return settings{
+		ReservationTTL:   env.Duration("RESERVATION_TTL", inventoryapp.DefaultLease),
+		SweepInterval:    env.Duration("RESERVATION_SWEEP_INTERVAL", 5*time.Second),
+		SweepBatch:       env.Int("RESERVATION_SWEEP_BATCH", 100, 1, 1000),
+		GapDeadline:      env.Duration("GAP_DEADLINE", inventoryapp.DefaultGapDeadline),
+		GapCheckInterval: env.Duration("GAP_CHECK_INTERVAL", 30*time.Second),
+	}
+}
+
 // Run runs the inventory service until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	env := service.NewEnv(getenv)
 	cfg := service.Load(env, "inventory", ":8082", "inventory_service")
+	own := loadSettings(env)
 	if err := env.Err(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -27,17 +60,28 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	app := inventoryapp.New(rt.DB, rt.Log)
-
-	if cfg.WrongWay.On(wrongway.IgnoreOrder) {
-		app.IgnoreOrder()
-	}
+	rt.Log.Info("inventory settings", "settings", own)
+	app := inventoryapp.New(rt.DB, rt.Log, inventoryapp.Config{
+		Consumer:    inventoryamqp.ConsumerName,
+		Lease:       own.ReservationTTL,
+		GapDeadline: own.GapDeadline,
+		Wake:        rt.Outbox.Wake,
+		WrongWay:    cfg.WrongWay,
+	})
 
 	consumer := rt.InboxConfig(inventoryamqp.ConsumerName)
 	consumer.Handlers = inventoryamqp.Handlers(app)
 	rt.Consume(inventoryamqp.Queue, inbox.NewConsumer(consumer))
 
-	router := rt.Router()
+	rt.Loop("lease-sweep", func(ctx context.Context) error {
+		return app.RunLeaseSweep(ctx, own.SweepInterval, own.SweepBatch)
+	})
+	rt.Loop("gap-check", func(ctx context.Context) error {
+		return app.RunGapCheck(ctx, own.GapCheckInterval)
+	})
+	rt.Metrics.MustRegister(app.Collector())
+
+	router := rt.Router(inventoryhttp.AdminRoutes(app, rt.Log))
 	inventoryhttp.Routes(router, app, rt.Log)
 	return rt.Serve(ctx, router)
 }

@@ -54,20 +54,12 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// The service end to end, in process, on the real database and broker: an
-// OrderCreated published to the exchange becomes a reservation, and the
-// InventoryReserved result leaves through the outbox with the SPEC's
-// message properties.
-func TestRunReservesAndPublishesTheResult(t *testing.T) {
-	t.Parallel()
-	db := sqldbtest.New(t, "inventory")
-	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, inventoryamqp.Topology(ns))
-	// A queue of the test's own, standing in for the order service.
-	results := rabbittest.Topology(t, ns, rabbit.Queue{Name: "test.inventory-results",
-		Keys: []string{events.InventoryReserved, events.InventoryRejected}})
-	conn := rabbittest.Conn(t, results)
-
+// start runs the service in process on db and ns with env added to the
+// test defaults, waits until it is ready, and stops it at cleanup (or when
+// the returned stop is called), checking that Run returns nil. It returns
+// the service's base URL.
+func start(t *testing.T, db *sqldbtest.DB, ns rabbit.Namespace, extra map[string]string) (string, func()) {
+	t.Helper()
 	addr := freeAddr(t)
 	env := map[string]string{
 		"HTTP_ADDR":             addr,
@@ -77,6 +69,9 @@ func TestRunReservesAndPublishesTheResult(t *testing.T) {
 		"AMQP_NAMESPACE":        string(ns),
 		"OUTBOX_POLL_INTERVAL":  "200ms",
 		"SHUTDOWN_TIMEOUT":      "10s",
+	}
+	for k, v := range extra {
+		env[k] = v
 	}
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,18 +93,34 @@ func TestRunReservesAndPublishesTheResult(t *testing.T) {
 			t.Errorf("Run did not return within 30s of ctx ending")
 		}
 	}
-	t.Cleanup(stop)
-	base := "http://" + addr
-	defer func() {
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			t.Logf("service log:\n%s", logs.String())
 		}
-	}()
-
+	})
+	base := "http://" + addr
 	waitFor(t, 30*time.Second, "ready", func() (bool, error) {
 		code, _, err := get(base + "/readyz")
 		return code == http.StatusOK, err
 	})
+	return base, stop
+}
+
+// The service end to end, in process, on the real database and broker: an
+// OrderCreated published to the exchange becomes a reservation, and the
+// InventoryReserved result leaves through the outbox with the SPEC's
+// message properties.
+func TestRunReservesAndPublishesTheResult(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ns := rabbittest.Namespace(t)
+	rabbittest.Cleanup(t, inventoryamqp.Topology(ns))
+	// A queue of the test's own, standing in for the order service.
+	results := rabbittest.Topology(t, ns, rabbit.Queue{Name: "test.inventory-results",
+		Keys: []string{events.InventoryReserved, events.InventoryRejected}})
+	conn := rabbittest.Conn(t, results)
+	base, stop := start(t, db, ns, nil)
 
 	const orderID = 42
 	payload, _ := json.Marshal(events.OrderCreatedV1{OrderID: orderID, CustomerID: "c-1", TotalCents: 750, Currency: "EUR",
@@ -206,14 +217,109 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, erro
 // Every bad setting is reported at once, before anything is opened.
 func TestRunReportsEveryBadSetting(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"OUTBOX_WORKERS": "0", "LOG_LEVEL": "loud", "AMQP_URL": "http://broker", "SHUTDOWN_TIMEOUT": "-1s"}
+	env := map[string]string{"OUTBOX_WORKERS": "0", "LOG_LEVEL": "loud", "AMQP_URL": "http://broker", "SHUTDOWN_TIMEOUT": "-1s",
+		"RESERVATION_TTL": "0s", "RESERVATION_SWEEP_INTERVAL": "soon", "RESERVATION_SWEEP_BATCH": "0",
+		"GAP_DEADLINE": "-5m", "GAP_CHECK_INTERVAL": "1"}
 	err := inventorysvc.Run(context.Background(), func(k string) string { return env[k] }, io.Discard)
 	if err == nil {
 		t.Fatal("Run with bad settings returned nil")
 	}
-	for _, key := range []string{"OUTBOX_WORKERS", "LOG_LEVEL", "AMQP_URL", "SHUTDOWN_TIMEOUT"} {
+	for _, key := range []string{"OUTBOX_WORKERS", "LOG_LEVEL", "AMQP_URL", "SHUTDOWN_TIMEOUT",
+		"RESERVATION_TTL", "RESERVATION_SWEEP_INTERVAL", "RESERVATION_SWEEP_BATCH", "GAP_DEADLINE", "GAP_CHECK_INTERVAL"} {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error %q does not mention %s", err, key)
 		}
+	}
+}
+
+// publish sends e to the exchange, retrying until it routes.
+func publish(t *testing.T, pub *rabbit.Publisher, ns rabbit.Namespace, e events.Envelope) {
+	t.Helper()
+	waitFor(t, 15*time.Second, "publish "+e.Type, func() (bool, error) {
+		errs := pub.Publish(context.Background(), []rabbit.Message{rabbit.FromEnvelope(ns.Exchange(), e)}, 5*time.Second)
+		return errs[0] == nil, nil
+	})
+}
+
+func getJSON(t *testing.T, url, token string, v any) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode
+}
+
+// The background jobs and the operator surface, wired: with a lease and a
+// gap deadline of a millisecond, the sweep expires a reservation and its
+// InventoryReservationExpired leaves through the outbox; a cancel for an
+// unknown order records a gap that the gap check reports as overdue, listed
+// by GET /admin/gaps?open=true and counted in /metrics.
+func TestRunExpiresLeasesAndReportsGaps(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ns := rabbittest.Namespace(t)
+	rabbittest.Cleanup(t, inventoryamqp.Topology(ns))
+	results := rabbittest.Topology(t, ns, rabbit.Queue{Name: "test.inventory-results",
+		Keys: []string{events.InventoryReserved, events.InventoryReservationExpired}})
+	conn := rabbittest.Conn(t, results)
+	const token = "test-admin-token"
+	base, _ := start(t, db, ns, map[string]string{
+		"RESERVATION_TTL": "1ms", "RESERVATION_SWEEP_INTERVAL": "50ms",
+		"GAP_DEADLINE": "1ms", "GAP_CHECK_INTERVAL": "50ms", "ADMIN_TOKEN": token,
+	})
+	pub := conn.NewPublisher()
+	defer pub.Close()
+
+	created, _ := json.Marshal(events.OrderCreatedV1{OrderID: 43, CustomerID: "c-1", TotalCents: 250, Currency: "EUR",
+		Items: []events.Item{{SKU: "SKU-3", Quantity: 1, UnitPriceCents: 250}}})
+	publish(t, pub, ns, events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: 43,
+		AggregateVersion: 1, SchemaVersion: 1, CorrelationID: "43", OccurredAt: time.Now(), Payload: created})
+	cancelled, _ := json.Marshal(events.OrderCancelledV1{OrderID: 44, Reason: "user cancel"})
+	cancelID := uuid.NewString()
+	publish(t, pub, ns, events.Envelope{EventID: cancelID, Type: events.OrderCancelled, AggregateID: 44,
+		AggregateVersion: 2, SchemaVersion: 1, CorrelationID: "44", OccurredAt: time.Now(), Payload: cancelled})
+
+	msgs := rabbittest.Drain(t, ns.Queue("test.inventory-results"), 2, 15*time.Second)
+	if len(msgs) != 2 || msgs[0].Type != events.InventoryReserved || msgs[1].Type != events.InventoryReservationExpired ||
+		fmt.Sprint(msgs[1].Headers[events.HeaderAggregateVersion]) != "2" {
+		t.Fatalf("results = %d messages %v, want inventory.reserved then inventory.reservation-expired at version 2", len(msgs), msgs)
+	}
+	var res map[string]any
+	if code := getJSON(t, base+"/reservations/43", "", &res); code != http.StatusOK || res["status"] != "expired" || res["expired_at"] == nil {
+		t.Errorf("reservation 43 = %d %v, want expired", code, res)
+	}
+
+	waitFor(t, 15*time.Second, "overdue gap reported", func() (bool, error) {
+		var v struct {
+			Gaps []map[string]any `json:"gaps"`
+		}
+		if code := getJSON(t, base+"/admin/gaps?open=true", token, &v); code != http.StatusOK {
+			return false, fmt.Errorf("GET /admin/gaps: %d", code)
+		}
+		return len(v.Gaps) == 1 && v.Gaps[0]["event_id"] == cancelID && v.Gaps[0]["overdue"] == true &&
+			v.Gaps[0]["alerted_at"] != nil, nil
+	})
+	_, body, err := get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"inventory_reservations_expired_total 1", `inventory_event_gaps{state="overdue"} 1`,
+		`inventory_event_gaps{state="open"} 0`, "inventory_commit_failed_total 0"} {
+		if !strings.Contains(string(body), "\n"+line+"\n") {
+			t.Errorf("/metrics has no line %q", line)
+		}
+	}
+	if code := getJSON(t, base+"/admin/gaps", "wrong", &map[string]any{}); code != http.StatusUnauthorized {
+		t.Errorf("GET /admin/gaps with a wrong token = %d, want 401", code)
 	}
 }

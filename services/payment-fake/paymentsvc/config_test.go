@@ -3,6 +3,7 @@ package paymentsvc
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/relmsg/ordersaga/pkg/service"
 )
@@ -57,5 +58,44 @@ func TestRunReportsBadConfiguration(t *testing.T) {
 		if !strings.Contains(err.Error(), key) {
 			t.Errorf("error %q does not mention %s", err, key)
 		}
+	}
+}
+
+func TestLoadSagaConfig(t *testing.T) {
+	env := service.NewEnv(func(string) string { return "" })
+	c, err := loadSagaConfig(env)
+	if err != nil || env.Err() != nil {
+		t.Fatalf("defaults: %v %v", err, env.Err())
+	}
+	if c.App.ChargeDeadline != 10*time.Minute || c.App.RefundDeadline != 30*time.Minute ||
+		c.SweepInterval != 5*time.Second || c.App.Grace != 30*time.Second || c.App.SweepBatch != 20 ||
+		c.App.Backoff.Base != 30*time.Second || c.App.Backoff.Cap != 5*time.Minute {
+		t.Errorf("defaults = %+v", c)
+	}
+
+	set := map[string]string{"PAYMENT_DEADLINE": "2m", "REFUND_DEADLINE": "1h", "PAYMENT_SWEEP_INTERVAL": "250ms",
+		"PAYMENT_SWEEP_GRACE": "1s", "PAYMENT_SWEEP_BATCH": "5", "PAYMENT_RETRY_BASE": "2s", "PAYMENT_RETRY_CAP": "20s"}
+	env = service.NewEnv(func(k string) string { return set[k] })
+	c, err = loadSagaConfig(env)
+	if err != nil || env.Err() != nil {
+		t.Fatalf("set: %v %v", err, env.Err())
+	}
+	if c.App.ChargeDeadline != 2*time.Minute || c.App.RefundDeadline != time.Hour || c.SweepInterval != 250*time.Millisecond ||
+		c.App.Grace != time.Second || c.App.SweepBatch != 5 || c.App.Backoff.Base != 2*time.Second || c.App.Backoff.Cap != 20*time.Second {
+		t.Errorf("set = %+v", c)
+	}
+
+	bad := map[string]string{"PAYMENT_DEADLINE": "soon", "REFUND_DEADLINE": "-1m", "PAYMENT_SWEEP_BATCH": "0"}
+	env = service.NewEnv(func(k string) string { return bad[k] })
+	_, _ = loadSagaConfig(env)
+	for _, key := range []string{"PAYMENT_DEADLINE", "REFUND_DEADLINE", "PAYMENT_SWEEP_BATCH"} {
+		if env.Err() == nil || !strings.Contains(env.Err().Error(), key) {
+			t.Errorf("error %v does not mention %s", env.Err(), key)
+		}
+	}
+	inverted := map[string]string{"PAYMENT_RETRY_BASE": "1m", "PAYMENT_RETRY_CAP": "10s"}
+	if _, err := loadSagaConfig(service.NewEnv(func(k string) string { return inverted[k] })); err == nil ||
+		!strings.Contains(err.Error(), "PAYMENT_RETRY_CAP") {
+		t.Errorf("cap below base: %v, want an error", err)
 	}
 }

@@ -26,7 +26,8 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	env := service.NewEnv(getenv)
 	cfg := service.Load(env, "payment-fake", ":8083", "payment_service")
 	pcfg, perr := loadPSPConfig(env, cfg.HTTPAddr)
-	if err := errors.Join(env.Err(), perr); err != nil {
+	scfg, serr := loadSagaConfig(env)
+	if err := errors.Join(env.Err(), perr, serr); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 
@@ -35,12 +36,17 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return err
 	}
 	rt.Log.Info("psp client", "psp_url", service.MaskURL(pcfg.URL), "psp_timeout", pcfg.Timeout)
+	rt.Log.Info("payment deadlines and sweep", "payment_deadline", scfg.App.ChargeDeadline,
+		"refund_deadline", scfg.App.RefundDeadline, "sweep_interval", scfg.SweepInterval,
+		"sweep_grace", scfg.App.Grace, "sweep_batch", scfg.App.SweepBatch,
+		"retry_base", scfg.App.Backoff.Base, "retry_cap", scfg.App.Backoff.Cap)
 
 	// The fake PSP keeps its books in its own tables of this schema and is
 	// served under /psp; the app reaches it only through the HTTP client.
 	pspServer := psp.NewServer(rt.DB, rt.Log)
 	pspClient := psp.NewClient(pcfg.URL, &http.Client{Timeout: pcfg.Timeout})
-	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics)
+	scfg.App.Wake = rt.Outbox.Wake
+	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics, scfg.App)
 
 	saga := rt.InboxConfig(paymentamqp.SagaConsumer)
 	saga.Handlers = paymentamqp.SagaHandlers(app)
@@ -50,9 +56,42 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	charges.External = paymentamqp.PSPHandlers(app)
 	rt.Consume(paymentamqp.PSPQueue, inbox.NewConsumer(charges))
 
-	router := rt.Router()
+	refunds := rt.InboxConfig(paymentamqp.RefundConsumer)
+	refunds.External = paymentamqp.RefundHandlers(app)
+	rt.Consume(paymentamqp.RefundQueue, inbox.NewConsumer(refunds))
+
+	// The persistent driver of every open charge and refund: a table scan,
+	// not a timer in memory (see paymentapp/sweep.go).
+	rt.Loop("payment-sweep", func(ctx context.Context) error { return app.RunSweeper(ctx, scfg.SweepInterval) })
+
+	router := rt.Router(paymenthttp.AdminRoutes(app, rt.Log))
 	paymenthttp.Routes(router, app, pspServer.Handler(), cfg.DemoMode, rt.Log)
 	return rt.Serve(ctx, router)
+}
+
+// sagaConfig is the payment service's business timing: deadlines and the
+// sweep that enforces them.
+type sagaConfig struct {
+	App           paymentapp.Config // deadlines, grace, backoff, batch
+	SweepInterval time.Duration     // PAYMENT_SWEEP_INTERVAL
+}
+
+func loadSagaConfig(env *service.Env) (sagaConfig, error) {
+	c := sagaConfig{
+		App: paymentapp.Config{
+			ChargeDeadline: env.Duration("PAYMENT_DEADLINE", 10*time.Minute),
+			RefundDeadline: env.Duration("REFUND_DEADLINE", 30*time.Minute),
+			Grace:          env.Duration("PAYMENT_SWEEP_GRACE", 30*time.Second),
+			SweepBatch:     env.Int("PAYMENT_SWEEP_BATCH", 20, 1, 1000),
+		},
+		SweepInterval: env.Duration("PAYMENT_SWEEP_INTERVAL", 5*time.Second),
+	}
+	c.App.Backoff.Base = env.Duration("PAYMENT_RETRY_BASE", 30*time.Second)
+	c.App.Backoff.Cap = env.Duration("PAYMENT_RETRY_CAP", 5*time.Minute)
+	if c.App.Backoff.Cap < c.App.Backoff.Base {
+		return c, fmt.Errorf("PAYMENT_RETRY_CAP=%s: must not be below PAYMENT_RETRY_BASE=%s", c.App.Backoff.Cap, c.App.Backoff.Base)
+	}
+	return c, nil
 }
 
 // pspConfig is how the payment app reaches the PSP.

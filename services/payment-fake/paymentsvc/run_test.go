@@ -131,6 +131,140 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	}
 }
 
+// The compensation through the real broker: a charged order is cancelled
+// (order.cancelled on the saga exchange), the payment service refunds it
+// through its own payment.refund-requested and "payment-refunds" consumer,
+// and payment.refunded goes out to the order service. A cancel that
+// overtakes inventory.reserved leaves a marker, and the late event charges
+// nothing. The parked list is reachable under /admin with the token, and
+// the new metrics are exported.
+func TestRunRefundsCancelledOrders(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "payment")
+	ns := rabbittest.Namespace(t)
+	rabbittest.Cleanup(t, paymentamqp.Topology(ns))
+	const probeQueue = "probe.payment-refunds"
+	probe := rabbittest.Topology(t, ns, rabbit.Queue{Name: probeQueue,
+		Keys: []string{events.PaymentSucceeded, events.PaymentRefunded}})
+	broker := rabbittest.Conn(t, probe)
+
+	addr := freeAddr(t)
+	base := "http://" + addr
+	env := map[string]string{
+		"HTTP_ADDR":              addr,
+		"MYSQL_DSN":              db.DSN,
+		"AMQP_URL":               rabbittest.URL(),
+		"AMQP_NAMESPACE":         string(ns),
+		"LOG_LEVEL":              "warn",
+		"OUTBOX_POLL_INTERVAL":   "250ms",
+		"SHUTDOWN_TIMEOUT":       "10s",
+		"ADMIN_TOKEN":            "t0ken",
+		"PAYMENT_SWEEP_INTERVAL": "100ms",
+	}
+	startService(t, env)
+	waitFor(t, "the service to be ready", 30*time.Second, func() bool {
+		status, _ := get(base + "/readyz")
+		return status == http.StatusOK
+	})
+
+	publish(t, broker, ns, reserved(42, "c-1", 1500))
+	waitFor(t, "the charge", 30*time.Second, func() bool { return payment(t, base, 42)["status"] == "succeeded" })
+	publish(t, broker, ns, cancelled(42))
+	var p42 map[string]any
+	waitFor(t, "the refund", 30*time.Second, func() bool {
+		p42 = payment(t, base, 42)
+		return p42["status"] == "refunded"
+	})
+	refund, _ := p42["refund"].(map[string]any)
+	if p42["cancel_requested"] != true || refund["status"] != "succeeded" || refund["amount_cents"] != 1500.0 ||
+		refund["idempotency_key"] != "refund-42" {
+		t.Errorf("payment 42 = %v, want refunded with a succeeded refund of 1500", p42)
+	}
+
+	msgs := rabbittest.Drain(t, ns.Queue(probeQueue), 2, 15*time.Second)
+	byType := map[string]amqp.Delivery{}
+	for _, m := range msgs {
+		byType[m.Type] = m
+	}
+	var refunded events.PaymentRefundedV1
+	if err := json.Unmarshal(byType[events.PaymentRefunded].Body, &refunded); err != nil {
+		t.Fatalf("payment.refunded: %v (got %d messages)", err, len(msgs))
+	}
+	if refunded.OrderID != 42 || refunded.AmountCents != 1500 || refunded.RefundID != refund["psp_refund_id"] {
+		t.Errorf("payment.refunded = %+v, want order 42, 1500, refund %v", refunded, refund["psp_refund_id"])
+	}
+	if v := byType[events.PaymentRefunded].Headers[events.HeaderAggregateVersion]; v != int64(4) {
+		t.Errorf("payment.refunded aggregate_version = %v, want 4 (requested, succeeded, refund requested, refunded)", v)
+	}
+	pspClient := psp.NewClient(base+"/psp", nil)
+	charges, err := pspClient.ChargesForOrder(context.Background(), "42")
+	if err != nil || len(charges) != 1 {
+		t.Fatalf("PSP charges = %v, %v; want 1", charges, err)
+	}
+	if refunds, err := pspClient.RefundsForCharge(context.Background(), charges[0].ChargeID); err != nil || len(refunds) != 1 ||
+		refunds[0].AmountCents != 1500 {
+		t.Errorf("PSP refunds = %+v, %v; want one of 1500", refunds, err)
+	}
+
+	// Cancel first, then the late inventory.reserved.
+	publish(t, broker, ns, cancelled(50))
+	waitFor(t, "the cancel marker", 30*time.Second, func() bool {
+		return payment(t, base, 50)["status"] == "cancelled_before_charge"
+	})
+	late := reserved(50, "c-1", 900)
+	publish(t, broker, ns, late)
+	waitFor(t, "the late event to be recorded as stale", 30*time.Second, func() bool {
+		reason, _ := payment(t, base, 50)["cancel_reason"].(string)
+		return strings.Contains(reason, late.EventID)
+	})
+	if cs, err := pspClient.ChargesForOrder(context.Background(), "50"); err != nil || len(cs) != 0 {
+		t.Errorf("PSP charges for order 50 = %v, %v; want none", cs, err)
+	}
+
+	if status, body := getWithToken(base+"/admin/needs-attention", "t0ken"); status != http.StatusOK ||
+		!strings.Contains(body, `"charges": []`) || !strings.Contains(body, `"refunds": []`) {
+		t.Errorf("GET /admin/needs-attention = %d %s", status, body)
+	}
+	if status, _ := getWithToken(base+"/admin/needs-attention", ""); status != http.StatusUnauthorized {
+		t.Errorf("GET /admin/needs-attention without the token = %d, want 401", status)
+	}
+	_, metrics := get(base + "/metrics")
+	for _, want := range []string{`payment_needs_attention{kind="charge"} 0`, `payment_needs_attention{kind="refund"} 0`,
+		`payment_refunds_total{result="succeeded"} 1`, `payment_compensation_failures_total 0`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grep(metrics, "payment_"))
+		}
+	}
+}
+
+func cancelled(orderID uint64) events.Envelope {
+	body, err := json.Marshal(events.OrderCancelledV1{OrderID: orderID, Reason: "customer asked"})
+	if err != nil {
+		panic(err)
+	}
+	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCancelled, AggregateID: orderID,
+		AggregateVersion: 3, SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(orderID, 10),
+		OccurredAt: time.Now().UTC(), Payload: body}
+}
+
+func getWithToken(url, token string) (int, string) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // startService runs paymentsvc.Run until the test ends and checks that it
 // then stops cleanly. Its logs are shown if the test fails.
 func startService(t *testing.T, env map[string]string) {

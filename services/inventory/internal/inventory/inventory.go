@@ -2,6 +2,39 @@
 // transition table of the saga as seen by the inventory service, the
 // all-or-none plan of a reservation and the rules of a goods receipt.
 // It is pure Go: no SQL, no AMQP, no HTTP.
+//
+// # Reservation expiry vs late payment
+//
+// A reservation holds stock for a lease (RESERVATION_TTL), not forever: a
+// payment that never resolves must not hide stock from other customers. When
+// the lease runs out the stock is released (reserved -> expired) and
+// InventoryReservationExpired is emitted. The payment may still be in flight
+// and succeed afterwards; the order then confirms an order whose stock is no
+// longer held. Two answers are possible: refund and cancel at once, or try
+// to take the stock again. This service tries first:
+//
+//   - OrderConfirmed for an expired reservation takes every item again in
+//     one go, all or none, with the same conditional decrement a reservation
+//     uses (only while on_hand - reserved covers it). If that works the sale
+//     happens as if the lease had not run out (expired -> committed): the
+//     customer paid and gets the goods, and nothing has to be undone.
+//   - If some item is gone (another order took the released stock), nothing
+//     is taken (expired -> commit_failed) and InventoryCommitFailed is
+//     emitted with the reason: the order service cancels the order and the
+//     payment service refunds the charge. That compensation is a new
+//     business transaction, decided from this persisted status.
+//
+// Why not always refund: most late payments find their stock still there
+// (the lease is a backstop, longer than the order's payment deadline), and a
+// refund of a customer who paid in time for goods on the shelf is the worse
+// outcome. Why not always re-reserve: stock may be gone, and overselling is
+// not an option; so the attempt is a conditional update, never a blind
+// decrement, and its failure is a result event, not a retry.
+//
+// An OrderCancelled for an expired reservation releases nothing (the expiry
+// already did) but moves it to released, so that a late OrderConfirmed
+// arriving after the cancel (cancel-after-confirm overtaking its confirm)
+// finds a terminal status and cannot take stock for a cancelled order.
 package inventory
 
 import (
@@ -43,16 +76,25 @@ const (
 	// finds the order id taken and reserves nothing (the "hanging"
 	// protection). Terminal.
 	CancelledBeforeReserve Status = "cancelled_before_reserve"
+	// Expired: the lease ran out before the order was confirmed; the held
+	// items are available again. Not terminal: a late confirm may still
+	// take them again (see the package comment).
+	Expired Status = "expired"
+	// CommitFailed: the order was confirmed after its lease ran out and some
+	// item was gone by then; nothing was taken. InventoryCommitFailed tells
+	// the order to cancel and refund. Terminal.
+	CommitFailed Status = "commit_failed"
 )
 
 // Statuses lists every status, the unstored start first.
-var Statuses = []Status{NoReservation, Reserved, Rejected, Committed, Released, Restocked, CancelledBeforeReserve}
+var Statuses = []Status{NoReservation, Reserved, Rejected, Committed, Released, Restocked, CancelledBeforeReserve,
+	Expired, CommitFailed}
 
 // Terminal reports whether the reservation's saga is over: no trigger moves
 // it anywhere else.
 func (s Status) Terminal() bool {
 	switch s {
-	case Rejected, Released, Restocked, CancelledBeforeReserve:
+	case Rejected, Released, Restocked, CancelledBeforeReserve, CommitFailed:
 		return true
 	}
 	return false
@@ -70,10 +112,16 @@ const (
 	Confirm Trigger = "confirm"
 	// Cancel: OrderCancelled (payment failed, user cancel, deadline).
 	Cancel Trigger = "cancel"
+	// Expire: the reservation's lease ran out (the sweep, not an event).
+	Expire Trigger = "expire"
+	// ConfirmShort: OrderConfirmed arrived for an expired reservation and
+	// some item could not be taken again. (Confirm from expired means every
+	// item could.)
+	ConfirmShort Trigger = "confirm-short"
 )
 
 // Triggers lists every trigger.
-var Triggers = []Trigger{Reserve, Reject, Confirm, Cancel}
+var Triggers = []Trigger{Reserve, Reject, Confirm, Cancel, Expire, ConfirmShort}
 
 // transitions is the saga from the inventory's point of view: for each
 // status, the triggers it accepts and where they lead. Anything not listed
@@ -88,9 +136,15 @@ var transitions = map[Status]map[Trigger]Status{
 	Reserved: {
 		Confirm: Committed,
 		Cancel:  Released,
+		Expire:  Expired,
 	},
 	Committed: {
 		Cancel: Restocked,
+	},
+	Expired: {
+		Confirm:      Committed,
+		ConfirmShort: CommitFailed,
+		Cancel:       Released,
 	},
 }
 
@@ -111,15 +165,20 @@ const (
 	EffectCommit  StockEffect = "commit"  // on_hand -= q and reserved -= q: the goods are sold
 	EffectRelease StockEffect = "release" // reserved -= q: the goods are available again
 	EffectRestock StockEffect = "restock" // on_hand += q: sold goods come back
+	// EffectTake sells goods that are not held: on_hand -= q, only while
+	// on_hand - reserved >= q (a late confirm after the lease ran out).
+	EffectTake StockEffect = "take"
 )
 
 // effects completes the transition table: what each legal move does to the
-// stock. A move that is not listed (a rejection, the cancel marker) touches
-// no stock.
+// stock. A move that is not listed (a rejection, the cancel marker, a failed
+// late commit, a cancel after the expiry released everything) touches no
+// stock.
 var effects = map[Status]map[Status]StockEffect{
 	NoReservation: {Reserved: EffectHold},
-	Reserved:      {Committed: EffectCommit, Released: EffectRelease},
+	Reserved:      {Committed: EffectCommit, Released: EffectRelease, Expired: EffectRelease},
 	Committed:     {Restocked: EffectRestock},
+	Expired:       {Committed: EffectTake},
 }
 
 // Effect returns what the move from -> to does to the stock of each held
@@ -139,10 +198,43 @@ type Reservation struct {
 	Reason  string // why it was rejected, released or restocked
 	Items   []Line // what is (or was) held; empty unless it was reserved
 	Version uint64 // aggregate_version of the last event it emitted (0: none)
+	// ExpiresAt is the end of the lease of a reservation that held stock
+	// (zero for one that never did); ExpiredAt is when the sweep released
+	// it (zero unless the lease ran out). Both are database time.
+	ExpiresAt time.Time
+	ExpiredAt time.Time
 	// CreatedAt and UpdatedAt are set by the database.
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
+
+// CreatedVersion is the aggregate_version of OrderCreated: the first event
+// of every order. An order event that finds no reservation row (and is not
+// the create) shows that version was not seen: a gap.
+const CreatedVersion = 1
+
+// Gap records that an event arrived whose aggregate_version showed that an
+// earlier event of the same order had not been seen. It is open until the
+// missing event arrives (or an operator resolves it), and overdue once
+// DeadlineAt has passed while open.
+type Gap struct {
+	ID              uint64
+	Consumer        string
+	OrderID         uint64
+	EventID         string // the event that revealed the gap
+	EventType       string
+	ReceivedVersion uint64
+	ExpectedVersion uint64 // the first version that should have come before
+	DetectedAt      time.Time
+	DeadlineAt      time.Time
+	AlertedAt       time.Time // zero until the gap check logged it as overdue
+	ResolvedAt      time.Time // zero while open
+	Resolution      string
+	Overdue         bool // open and past its deadline, in database time
+}
+
+// Open reports whether the gap is not resolved yet.
+func (g Gap) Open() bool { return g.ResolvedAt.IsZero() }
 
 // Stock is one SKU's stock. Available is what a new reservation may take.
 type Stock struct {
@@ -163,6 +255,10 @@ var (
 	ErrUnknownSKU = errors.New("unknown sku")
 	// ErrNoReservation: no reservation for this order.
 	ErrNoReservation = errors.New("reservation not found")
+	// ErrNoGap: no event gap with this id.
+	ErrNoGap = errors.New("gap not found")
+	// ErrGapResolved: the gap is already resolved.
+	ErrGapResolved = errors.New("gap already resolved")
 )
 
 var skuPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)

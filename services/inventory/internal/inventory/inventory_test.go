@@ -13,8 +13,15 @@ import (
 func TestTransitionTable(t *testing.T) {
 	want := map[Status]map[Trigger]Status{
 		NoReservation: {Reserve: Reserved, Reject: Rejected, Cancel: CancelledBeforeReserve},
-		Reserved:      {Confirm: Committed, Cancel: Released},
+		Reserved:      {Confirm: Committed, Cancel: Released, Expire: Expired},
 		Committed:     {Cancel: Restocked},
+		// The late payment: take the stock again or fail; a cancel finds
+		// nothing to release but closes the reservation, so that a confirm
+		// overtaken by its cancel cannot take stock afterwards.
+		Expired: {Confirm: Committed, ConfirmShort: CommitFailed, Cancel: Released},
+	}
+	if len(Statuses) != 9 || len(Triggers) != 6 {
+		t.Fatalf("%d statuses and %d triggers: a new one needs its row and column in want", len(Statuses), len(Triggers))
 	}
 	for _, s := range Statuses {
 		for _, tr := range Triggers {
@@ -52,7 +59,9 @@ func TestEffects(t *testing.T) {
 		{NoReservation, Reserved}: EffectHold,
 		{Reserved, Committed}:     EffectCommit,
 		{Reserved, Released}:      EffectRelease,
+		{Reserved, Expired}:       EffectRelease,
 		{Committed, Restocked}:    EffectRestock,
+		{Expired, Committed}:      EffectTake,
 	}
 	for _, from := range Statuses {
 		for _, to := range Statuses {
@@ -61,28 +70,65 @@ func TestEffects(t *testing.T) {
 			}
 		}
 	}
+	// The legal moves that touch no stock, and why.
+	none := map[[2]Status]string{
+		{NoReservation, Rejected}:               "all or none: nothing was held",
+		{NoReservation, CancelledBeforeReserve}: "null compensation: nothing was held",
+		{Expired, CommitFailed}:                 "the late take failed: nothing taken",
+		{Expired, Released}:                     "the expiry already released it",
+	}
 	for _, s := range Statuses {
 		for _, tr := range Triggers {
 			to, ok := Next(s, tr)
 			if !ok {
 				continue
 			}
-			if to == Rejected || to == CancelledBeforeReserve {
-				if Effect(s, to) != EffectNone {
-					t.Errorf("%q -%s-> %q must touch no stock", s, tr, to)
-				}
-			} else if Effect(s, to) == EffectNone {
+			_, isNone := none[[2]Status{s, to}]
+			if isNone && Effect(s, to) != EffectNone {
+				t.Errorf("%q -%s-> %q must touch no stock (%s)", s, tr, to, none[[2]Status{s, to}])
+			}
+			if !isNone && Effect(s, to) == EffectNone {
 				t.Errorf("%q -%s-> %q has no stock effect", s, tr, to)
 			}
 		}
 	}
 }
 
+// Every status the stock of an order can be in is reachable, and each
+// ends somewhere terminal or waits for a named trigger.
+func TestEveryStatusIsReachable(t *testing.T) {
+	seen := map[Status]bool{NoReservation: true}
+	for changed := true; changed; {
+		changed = false
+		for s := range seen {
+			for _, tr := range Triggers {
+				if to, ok := Next(s, tr); ok && !seen[to] {
+					seen[to], changed = true, true
+				}
+			}
+		}
+	}
+	for _, s := range Statuses {
+		if !seen[s] {
+			t.Errorf("status %q cannot be reached from no reservation", s)
+		}
+	}
+}
+
 func TestTerminal(t *testing.T) {
-	want := map[Status]bool{Rejected: true, Released: true, Restocked: true, CancelledBeforeReserve: true}
+	want := map[Status]bool{Rejected: true, Released: true, Restocked: true, CancelledBeforeReserve: true, CommitFailed: true}
 	for _, s := range Statuses {
 		if s.Terminal() != want[s] {
 			t.Errorf("%q.Terminal() = %v, want %v", s, s.Terminal(), want[s])
+		}
+		// A status that is not terminal must wait for something.
+		accepts := false
+		for _, tr := range Triggers {
+			_, ok := Next(s, tr)
+			accepts = accepts || ok
+		}
+		if !s.Terminal() && !accepts {
+			t.Errorf("%q is not terminal but accepts no trigger", s)
 		}
 	}
 }

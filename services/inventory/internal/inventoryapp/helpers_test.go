@@ -13,6 +13,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryamqp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
@@ -34,8 +35,17 @@ type fixture struct {
 
 func setup(t *testing.T) *fixture {
 	t.Helper()
+	return setupWrongWay(t, nil)
+}
+
+// setupWrongWay is setup with the wrong-way switches of ww (which the test
+// may flip while it runs).
+func setupWrongWay(t *testing.T, ww *wrongway.Set) *fixture {
+	t.Helper()
 	db := sqldbtest.New(t, "inventory")
-	app := inventoryapp.New(db.DB, quiet)
+	// The default lease (15m) and gap deadline (5m): no test waits for
+	// either; a test that needs one over moves it into the past.
+	app := inventoryapp.New(db.DB, quiet, inventoryapp.Config{Consumer: inventoryamqp.ConsumerName, WrongWay: ww})
 	c := inbox.NewConsumer(inbox.Config{Name: inventoryamqp.ConsumerName, DB: db.DB,
 		Handlers: inventoryamqp.Handlers(app), Log: quiet})
 	return &fixture{db: db, app: app, c: c}
@@ -76,12 +86,18 @@ func created(t testing.TB, orderID uint64, items ...events.Item) events.Envelope
 	return envelope(t, events.OrderCreated, orderID, createdPayload(orderID, items...))
 }
 
+// confirmed and cancelled are version 2 of the order, as the order service
+// numbers them (OrderCreated is 1).
 func confirmed(t testing.TB, orderID uint64) events.Envelope {
-	return envelope(t, events.OrderConfirmed, orderID, events.OrderConfirmedV1{OrderID: orderID})
+	e := envelope(t, events.OrderConfirmed, orderID, events.OrderConfirmedV1{OrderID: orderID})
+	e.AggregateVersion = 2
+	return e
 }
 
 func cancelled(t testing.TB, orderID uint64) events.Envelope {
-	return envelope(t, events.OrderCancelled, orderID, events.OrderCancelledV1{OrderID: orderID, Reason: "payment failed: card declined"})
+	e := envelope(t, events.OrderCancelled, orderID, events.OrderCancelledV1{OrderID: orderID, Reason: "payment failed: card declined"})
+	e.AggregateVersion = 2
+	return e
 }
 
 // stock returns every SKU's {on_hand, reserved}.
@@ -153,4 +169,34 @@ func (f *fixture) count(t *testing.T, q string, args ...any) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// endLease moves the lease of an order's reservation into the past, as if
+// RESERVATION_TTL had gone by: no test sleeps for a lease.
+func (f *fixture) endLease(t *testing.T, orderID uint64) {
+	t.Helper()
+	const q = `UPDATE reservations SET expires_at = NOW(6) - INTERVAL 1 SECOND WHERE order_id = ?`
+	if _, err := f.db.Exec(q, orderID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sweep runs one round of the lease sweep and fails the test on an error.
+func (f *fixture) sweep(t *testing.T) inventoryapp.SweepRound {
+	t.Helper()
+	round, err := f.app.ExpireLeases(context.Background(), 100)
+	if err != nil {
+		t.Fatalf("ExpireLeases: %v", err)
+	}
+	return round
+}
+
+// gaps returns the gaps recorded for an order.
+func (f *fixture) gaps(t *testing.T, orderID uint64) []inventory.Gap {
+	t.Helper()
+	g, err := f.app.OrderGaps(context.Background(), orderID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

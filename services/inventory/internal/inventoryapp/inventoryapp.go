@@ -2,41 +2,85 @@
 // exactly one local transaction through sqldb.WithTx (the saga handlers run
 // in the inbox's): the stock change, the reservation's state and the events
 // it emits (outbox rows) commit together or not at all.
+//
+// Besides the saga handlers (saga.go) it runs two background jobs: the
+// lease sweep, which expires reservations whose lease ran out (lease.go),
+// and the gap check, which raises the alarm about events whose predecessor
+// never arrived (gaps.go). Both are safe with any number of instances: every
+// change they make is a compare-and-set.
 package inventoryapp
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
 )
+
+// Defaults of Config.
+const (
+	DefaultLease       = 15 * time.Minute // RESERVATION_TTL
+	DefaultGapDeadline = 5 * time.Minute  // GAP_DEADLINE
+)
+
+// Config is what the app needs beyond the database.
+type Config struct {
+	// Consumer is the name event gaps are recorded under: the inbox
+	// consumer name of the saga handlers (inventoryamqp.ConsumerName).
+	Consumer string
+	// Lease is how long a reservation holds its stock before the sweep may
+	// release it (RESERVATION_TTL). Zero means DefaultLease.
+	Lease time.Duration
+	// GapDeadline is how long a gap may stay open before it is overdue
+	// (GAP_DEADLINE). Zero means DefaultGapDeadline.
+	GapDeadline time.Duration
+	// Wake, if set, runs after a background job committed outbox events
+	// (the outbox dispatcher's Wake). The saga handlers' commits are the
+	// inbox consumer's to report (inbox.Config.AfterCommit).
+	Wake func()
+	// WrongWay holds the wrong-way switches (demo mode only; they can
+	// change at run time). This service reads wrongway.IgnoreOrder: see
+	// ignoringOrder. Nil: every switch off.
+	WrongWay *wrongway.Set
+}
 
 // App is the inventory service's application layer.
 type App struct {
 	db  *sqlx.DB
 	log *slog.Logger
-
-	// ignoreOrder is set only by the wrong-way switch ignore-order.
-	ignoreOrder bool
+	cfg Config
 }
 
 // New returns the app. Its saga handlers are run by an inbox.Consumer (see
 // inventoryamqp.Handlers), whose AfterCommit wakes the outbox dispatcher.
-func New(db *sqlx.DB, log *slog.Logger) *App {
-	return &App{db: db, log: log}
+func New(db *sqlx.DB, log *slog.Logger, cfg Config) *App {
+	if cfg.Consumer == "" {
+		panic("inventoryapp: Config.Consumer is required")
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.GapDeadline <= 0 {
+		cfg.GapDeadline = DefaultGapDeadline
+	}
+	return &App{db: db, log: log, cfg: cfg}
 }
 
-// IgnoreOrder turns on the wrong way of wrongway.IgnoreOrder: OnOrderCreated
-// disregards the marker a cancel left for an order it had not seen, so a
-// create that arrives after its cancel reserves stock for a cancelled order,
-// and no later event will ever release it (a "hanging" reservation). For
-// the out-of-order experiment only.
-func (a *App) IgnoreOrder() { a.ignoreOrder = true }
+// ignoringOrder reports whether the wrong way of wrongway.IgnoreOrder is on:
+// OnOrderCreated then disregards the marker a cancel left for an order it
+// had not seen, so a create that arrives after its cancel reserves stock for
+// a cancelled order, and no later event will ever release it (a "hanging"
+// reservation). No gap is recorded or resolved either: the wrong way does
+// not look at order at all. For the out-of-order experiment only; each
+// handler reads it once, so one event sees one setting.
+func (a *App) ignoringOrder() bool { return a.cfg.WrongWay.On(wrongway.IgnoreOrder) }
 
 // Stock returns every SKU's stock, sorted by SKU.
 func (a *App) Stock(ctx context.Context) ([]inventory.Stock, error) {

@@ -140,6 +140,13 @@ func TestCreateAndCancelRacing(t *testing.T) {
 	if got := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReserved); got != released {
 		t.Errorf("InventoryReserved events = %d, want one per released reservation (%d)", got, released)
 	}
+	// A gap for each cancel that won, every one resolved by its late create.
+	if got := f.count(t, `SELECT COUNT(*) FROM event_gaps`); got != n-released {
+		t.Errorf("gaps = %d, want one per cancel that came first (%d)", got, n-released)
+	}
+	if got := f.count(t, `SELECT COUNT(*) FROM event_gaps WHERE resolved_at IS NULL`); got != 0 {
+		t.Errorf("open gaps = %d, want 0: every create arrived", got)
+	}
 	t.Logf("%d of %d creates won the race", released, n)
 }
 
@@ -175,5 +182,10 @@ func TestCancelCommitsWhileCreateHoldsStock(t *testing.T) {
 	}
 	if n := f.count(t, `SELECT COUNT(*) FROM consumer_inbox`); n != 2 {
 		t.Errorf("inbox rows = %d, want 2 (both events processed)", n)
+	}
+	// The cancel recorded the gap; the create, retrying its INSERT into
+	// the marker, resolved it.
+	if gaps := f.gaps(t, 500); len(gaps) != 1 || gaps[0].Open() {
+		t.Errorf("gaps = %+v, want one, resolved", gaps)
 	}
 }

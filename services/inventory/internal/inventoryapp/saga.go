@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -24,8 +25,8 @@ import (
 // order id) stops a second event for the same step, so the reserve step and
 // each compensation happen at most once per order whatever the event ids.
 //
-// Lock order: confirm and cancel lock the reservation row, then stock rows
-// in SKU order; create holds stock rows in SKU order and only then inserts
+// Lock order: confirm and cancel (and the lease sweep, lease.go) lock the
+// reservation row, then stock rows in SKU order; create holds stock rows in SKU order and only then inserts
 // its reservation row (the row records the outcome of the holds). Two
 // creates, or two moves, therefore never wait for each other in a cycle;
 // a create and a move can only in one rare race, noted at OnOrderCreated,
@@ -65,7 +66,8 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 		return inbox.Permanent(err)
 	}
 
-	if a.ignoreOrder {
+	ignoreOrder := a.ignoringOrder()
+	if ignoreOrder {
 		// The wrong way: act as if the cancel had left no marker.
 		if err := inventorydb.DeleteMarker(ctx, tx, p.OrderID); err != nil {
 			return err
@@ -75,7 +77,7 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 	// Fast path for an order id already taken: no stock row is touched.
 	// Not the correctness check; the reservation's primary key is (below).
 	if r, err := inventorydb.GetReservation(ctx, tx, p.OrderID); err == nil {
-		return a.createNotApplied(ctx, tx, log, e, r)
+		return a.createNotApplied(ctx, tx, log, e, r, ignoreOrder)
 	} else if !errors.Is(err, inventory.ErrNoReservation) {
 		return err
 	}
@@ -116,7 +118,11 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 	if err := failpoint.Inject(ctx, FailpointAfterHold); err != nil {
 		return err
 	}
-	err = inventorydb.InsertReservation(ctx, tx, inventory.Reservation{OrderID: p.OrderID, Status: to, Reason: reason, Version: 1})
+	var lease time.Duration // only a reservation that holds stock has a lease
+	if to == inventory.Reserved {
+		lease = a.cfg.Lease
+	}
+	err = inventorydb.InsertReservation(ctx, tx, inventory.Reservation{OrderID: p.OrderID, Status: to, Reason: reason, Version: 1}, lease)
 	if errors.Is(err, inventorydb.ErrReservationExists) {
 		if err := inventorydb.RollbackTo(ctx, tx, holdSavepoint); err != nil {
 			return err
@@ -125,7 +131,7 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 		if err != nil {
 			return err
 		}
-		return a.createNotApplied(ctx, tx, log, e, r)
+		return a.createNotApplied(ctx, tx, log, e, r, ignoreOrder)
 	}
 	if err != nil {
 		return err
@@ -175,8 +181,10 @@ const lateCreate = "late OrderCreated"
 // createNotApplied handles an OrderCreated whose order id already has a
 // reservation row: the reserve step already ran (a second event for the same
 // order), or the cancel overtook the create. Nothing is held and nothing is
-// emitted; a late create after a cancel is recorded on the marker row.
-func (a *App) createNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e events.Envelope, r inventory.Reservation) error {
+// emitted; a late create after a cancel is recorded on the marker row, and
+// it closes the gap the cancel recorded: the missing event did arrive.
+func (a *App) createNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e events.Envelope, r inventory.Reservation,
+	ignoreOrder bool) error {
 	if r.Status != inventory.CancelledBeforeReserve {
 		log.InfoContext(ctx, "order already has a reservation; nothing changed", "status", r.Status)
 		return nil
@@ -187,12 +195,22 @@ func (a *App) createNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logge
 			return err
 		}
 	}
-	log.WarnContext(ctx, "OrderCreated arrived after the order's cancel; recorded as stale, nothing reserved", "status", r.Status)
+	resolved := int64(0)
+	if !ignoreOrder {
+		resolution := fmt.Sprintf("late %s %s recorded as stale: cancel marker kept, nothing reserved", e.Type, e.EventID)
+		var err error
+		if resolved, err = inventorydb.ResolveGaps(ctx, tx, a.cfg.Consumer, r.OrderID, inventory.CreatedVersion, resolution); err != nil {
+			return err
+		}
+	}
+	log.WarnContext(ctx, "OrderCreated arrived after the order's cancel; recorded as stale, nothing reserved",
+		"status", r.Status, "gaps_resolved", resolved)
 	return nil
 }
 
 // OnOrderConfirmed turns the reservation into a sale: reserved -> committed,
-// the held items leave on_hand and reserved. It emits no event.
+// the held items leave on_hand and reserved. It emits no event. A
+// reservation whose lease ran out is taken again or fails (confirmExpired).
 func (a *App) OnOrderConfirmed(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 	p, err := events.Decode[events.OrderConfirmedV1](e.Payload)
 	if err != nil {
@@ -203,14 +221,84 @@ func (a *App) OnOrderConfirmed(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 	if errors.Is(err, inventory.ErrNoReservation) {
 		// The order is confirmed only after payment, which starts only from
 		// the InventoryReserved that this service commits together with the
-		// reservation. A confirm without one is a fault upstream: park it as
-		// a dead letter, visible and redrivable, rather than guess.
-		return inbox.Permanent(fmt.Errorf("%s for order %d, which has no reservation", e.Type, p.OrderID))
+		// reservation. So a confirm without one is not a reordering that
+		// waiting could fix (unlike a cancel, which may overtake the create):
+		// it means lost state or a fault upstream. Park it as a dead letter,
+		// visible and redrivable once the reservation exists, rather than
+		// record a gap and guess; the dead letter is its recovery record.
+		return inbox.Permanent(fmt.Errorf("%s for order %d, which has no reservation "+
+			"(its InventoryReserved, which the confirm follows, was never committed here)", e.Type, p.OrderID))
 	}
 	if err != nil {
 		return err
 	}
+	if r.Status == inventory.Expired {
+		return a.confirmExpired(ctx, tx, log, r)
+	}
 	return a.move(ctx, tx, log, r, inventory.Confirm, "")
+}
+
+// takeSavepoint is where a late commit that finds an item gone returns to.
+const takeSavepoint = "take_items"
+
+// confirmExpired is the late payment after the lease ran out (see the
+// package comment of inventory): take every item again, all or none, with
+// the conditional decrement of EffectTake in SKU order. If all are there the
+// reservation becomes committed (no event, like any commit); if one is
+// short, the takes before it are undone, the reservation becomes
+// commit_failed and InventoryCommitFailed (next aggregate_version) tells the
+// order to cancel and refund. Either way it is one decision under the
+// reservation's row lock, so a redelivered or duplicate confirm finds a
+// terminal or committed status and changes nothing.
+func (a *App) confirmExpired(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, r inventory.Reservation) error {
+	if err := inventorydb.Savepoint(ctx, tx, takeSavepoint); err != nil {
+		return err
+	}
+	var short *inventory.Shortage
+	for _, l := range r.Items {
+		ok, err := inventorydb.Take(ctx, tx, l.SKU, l.Quantity)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			short = &inventory.Shortage{SKU: l.SKU, Requested: l.Quantity}
+			break
+		}
+	}
+	trigger, reason, version := inventory.Confirm, "order confirmed after the lease expired: stock taken again", r.Version
+	if short != nil {
+		if err := inventorydb.RollbackTo(ctx, tx, takeSavepoint); err != nil {
+			return err
+		}
+		var err error
+		if short.Available, short.Known, err = inventorydb.Available(ctx, tx, short.SKU); err != nil {
+			return err
+		}
+		trigger, reason, version = inventory.ConfirmShort, "order confirmed after the lease expired; "+short.Reason(), r.Version+1
+	}
+	to, ok := inventory.Next(r.Status, trigger)
+	if !ok {
+		return fmt.Errorf("transition table: no %s from %s", trigger, r.Status)
+	}
+	moved, err := inventorydb.Transition(ctx, tx, r.OrderID, r.Status, to, reason, version)
+	if err != nil {
+		return err
+	}
+	if !moved {
+		return fmt.Errorf("reservation %d changed under its row lock", r.OrderID)
+	}
+	if to == inventory.CommitFailed {
+		_, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: r.OrderID, AggregateVersion: version,
+			Type: events.InventoryCommitFailed, Payload: events.InventoryCommitFailedV1{OrderID: r.OrderID, Reason: inventory.ClipReason(reason)}})
+		if err != nil {
+			return err
+		}
+		log.WarnContext(ctx, "late confirm after the lease expired: stock gone, commit failed; the order must be cancelled and refunded",
+			"reason", reason)
+		return nil
+	}
+	log.InfoContext(ctx, "late confirm after the lease expired: stock taken again, committed", "items", len(r.Items))
+	return nil
 }
 
 // OnOrderCancelled is the compensation: a reserved reservation is released,
@@ -236,10 +324,10 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 		to, _ := inventory.Next(inventory.NoReservation, inventory.Cancel)
 		marker := inventory.Reservation{OrderID: p.OrderID, Status: to, Version: 0,
 			Reason: "cancelled before OrderCreated arrived (" + reason + ")"}
-		err = inventorydb.InsertReservation(ctx, tx, marker)
+		err = inventorydb.InsertReservation(ctx, tx, marker, 0)
 		if err == nil {
 			log.WarnContext(ctx, "cancel arrived before create: nothing to release; marker left so a late create reserves nothing")
-			return nil
+			return a.recordGap(ctx, tx, log, e)
 		}
 		if !errors.Is(err, inventorydb.ErrReservationExists) {
 			return err
@@ -250,7 +338,32 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 	if err != nil {
 		return err
 	}
+	if r.Status == inventory.Expired {
+		reason += " (after the lease expired; its stock was released then)"
+	}
 	return a.move(ctx, tx, log, r, inventory.Cancel, reason)
+}
+
+// recordGap records, in the inbox transaction of e, that e arrived for an
+// order whose OrderCreated (version 1) this consumer has not seen. Only an
+// event that finds no reservation row reveals a gap here: inventory consumes
+// a subset of the order's events, so a jump between the versions it does
+// see (a cancel at version 3 after a create at 1) is not evidence of a loss,
+// while the create is the first event of every order and always comes here.
+// The wrong way ignore-order keeps no such books.
+func (a *App) recordGap(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e events.Envelope) error {
+	if a.ignoringOrder() {
+		return nil
+	}
+	g := inventory.Gap{Consumer: a.cfg.Consumer, OrderID: e.AggregateID, EventID: e.EventID, EventType: e.Type,
+		ReceivedVersion: e.AggregateVersion, ExpectedVersion: inventory.CreatedVersion}
+	added, err := inventorydb.InsertGap(ctx, tx, g, a.cfg.GapDeadline)
+	if err != nil {
+		return err
+	}
+	log.WarnContext(ctx, "event gap recorded: an earlier event of the order has not arrived",
+		"expected_version", g.ExpectedVersion, "received_version", g.ReceivedVersion, "new", added, "deadline", a.cfg.GapDeadline)
+	return nil
 }
 
 // move applies trigger t to the locked reservation r: it asks the domain
@@ -264,7 +377,7 @@ func (a *App) move(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, r invento
 		log.InfoContext(ctx, "event does not fit the reservation's state; nothing changed", "status", r.Status, "trigger", t)
 		return nil
 	}
-	moved, err := inventorydb.Transition(ctx, tx, r.OrderID, r.Status, to, reason)
+	moved, err := inventorydb.Transition(ctx, tx, r.OrderID, r.Status, to, reason, r.Version)
 	if err != nil {
 		return err
 	}
@@ -273,33 +386,47 @@ func (a *App) move(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, r invento
 		return fmt.Errorf("reservation %d changed under its row lock", r.OrderID)
 	}
 	effect := inventory.Effect(r.Status, to)
+	if err := applyEffect(ctx, tx, r, to, effect); err != nil {
+		if errors.Is(err, errDisagree) {
+			// Retrying cannot make the tables agree.
+			return inbox.Permanent(err)
+		}
+		return err
+	}
+	log.InfoContext(ctx, "reservation moved", "from", r.Status, "to", to, "stock_effect", effect, "items", len(r.Items))
+	return nil
+}
+
+// errDisagree: a stock row does not cover what a reservation says it holds.
+var errDisagree = errors.New("stock and reservation disagree")
+
+// applyEffect applies the stock effect of the move of r to each item it
+// holds, in SKU order. A move without effect touches nothing; EffectTake,
+// whose failure is a business answer, is confirmExpired's and never comes
+// here.
+func applyEffect(ctx context.Context, tx *sqlx.Tx, r inventory.Reservation, to inventory.Status, effect inventory.StockEffect) error {
 	var apply func(context.Context, *sqlx.Tx, string, int) (bool, error)
 	switch effect {
+	case inventory.EffectNone:
+		return nil
 	case inventory.EffectCommit:
 		apply = inventorydb.Commit
 	case inventory.EffectRelease:
 		apply = inventorydb.Release
 	case inventory.EffectRestock:
 		apply = inventorydb.Restock
-	case inventory.EffectNone:
 	default:
 		return fmt.Errorf("reservation %d %s -> %s: unexpected stock effect %q", r.OrderID, r.Status, to, effect)
 	}
 	for _, l := range r.Items {
-		if apply == nil {
-			break // a move without stock effect
-		}
 		ok, err := apply(ctx, tx, l.SKU, l.Quantity)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			// The stock row does not cover what the reservation says it
-			// holds: the tables disagree, and retrying cannot fix that.
-			return inbox.Permanent(fmt.Errorf("reservation %d %s -> %s: %s of %d %s failed: stock and reservation disagree",
-				r.OrderID, r.Status, to, effect, l.Quantity, l.SKU))
+			return fmt.Errorf("reservation %d %s -> %s: %s of %d %s failed: %w",
+				r.OrderID, r.Status, to, effect, l.Quantity, l.SKU, errDisagree)
 		}
 	}
-	log.InfoContext(ctx, "reservation moved", "from", r.Status, "to", to, "stock_effect", effect, "items", len(r.Items))
 	return nil
 }

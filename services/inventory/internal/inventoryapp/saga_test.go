@@ -14,7 +14,9 @@ import (
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 )
 
 func TestReserveHoldsEveryItem(t *testing.T) {
@@ -182,13 +184,29 @@ func TestTwoCreatesForOneOrderReserveOnce(t *testing.T) {
 // Cancel overtakes create: the cancel leaves a marker (null compensation);
 // the late create is recorded as stale and holds nothing (no hanging
 // reservation), and no InventoryReserved goes out.
+//
+// The cancel also records the gap it reveals (version 1 of the order was not
+// seen), in its own inbox transaction; the late create resolves it in its.
+// This is what the failure lab's out-of-order experiment asserts.
 func TestCancelBeforeCreate(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.process(t, cancelled(t, 7))
+	cancel := cancelled(t, 7)
+	f.process(t, cancel)
 	if r := f.reservation(t, 7); r.Status != inventory.CancelledBeforeReserve || r.Version != 0 {
 		t.Fatalf("after the cancel: reservation = %+v, want cancelled_before_reserve, version 0", r)
 	}
+	gaps := f.gaps(t, 7)
+	if len(gaps) != 1 {
+		t.Fatalf("gaps after the cancel = %+v, want 1", gaps)
+	}
+	g := gaps[0]
+	if g.Consumer != "inventory" || g.EventID != cancel.EventID || g.EventType != events.OrderCancelled ||
+		g.ExpectedVersion != 1 || g.ReceivedVersion != 2 || !g.Open() || g.Overdue ||
+		!g.DeadlineAt.Equal(g.DetectedAt.Add(inventoryapp.DefaultGapDeadline)) {
+		t.Errorf("gap = %+v, want the cancel (version 2) waiting for version 1, open, due in %s", g, inventoryapp.DefaultGapDeadline)
+	}
+
 	late := created(t, 7, item("SKU-1", 2), item("SKU-LIMITED", 1))
 	f.process(t, late)
 
@@ -196,6 +214,11 @@ func TestCancelBeforeCreate(t *testing.T) {
 	r := f.reservation(t, 7)
 	if r.Status != inventory.CancelledBeforeReserve || len(r.Items) != 0 || !strings.Contains(r.Reason, late.EventID) {
 		t.Errorf("reservation = %+v, want cancelled_before_reserve, no items, reason naming the late event", r)
+	}
+	gaps = f.gaps(t, 7)
+	if len(gaps) != 1 || gaps[0].Open() || !strings.Contains(gaps[0].Resolution, "recorded as stale") ||
+		!strings.Contains(gaps[0].Resolution, late.EventID) {
+		t.Errorf("gaps after the late create = %+v, want the one gap resolved, naming the late event", gaps)
 	}
 	if out := f.outbox(t, 7); len(out) != 0 {
 		t.Errorf("outbox = %+v, want no event", out)
@@ -265,6 +288,11 @@ func TestConfirmWithoutReservationIsDeadLettered(t *testing.T) {
 	if n := f.count(t, `SELECT COUNT(*) FROM consumer_inbox`); n != 0 {
 		t.Errorf("inbox rows = %d, want 0", n)
 	}
+	// The dead letter is the record of a confirm without a reservation, not
+	// a gap: it is not a reordering that waiting could resolve.
+	if n := f.count(t, `SELECT COUNT(*) FROM event_gaps`) + f.count(t, `SELECT COUNT(*) FROM reservations`); n != 0 {
+		t.Errorf("gap and reservation rows = %d, want 0", n)
+	}
 }
 
 // delivery is what the broker hands the consumer for e.
@@ -305,8 +333,9 @@ func TestFailureBeforeCommitLeavesNothing(t *testing.T) {
 // will ever release it. This is the anomaly TestCancelBeforeCreate rules out.
 func TestIgnoreOrderLeavesAHangingReservation(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.app.IgnoreOrder()
+	ww := wrongway.NewSet(nil)
+	f := setupWrongWay(t, ww)
+	ww.Replace(map[wrongway.Switch]bool{wrongway.IgnoreOrder: true}) // flipped at run time, as the lab does
 	f.process(t, cancelled(t, 17))
 	f.process(t, created(t, 17, item("SKU-1", 2)))
 
@@ -316,5 +345,9 @@ func TestIgnoreOrderLeavesAHangingReservation(t *testing.T) {
 	}
 	if out := f.outbox(t, 17); len(out) != 1 || out[0].Type != events.InventoryReserved {
 		t.Errorf("outbox = %+v, want the InventoryReserved of a cancelled order", out)
+	}
+	// Nor does the wrong way keep books of what it did not see.
+	if n := f.count(t, `SELECT COUNT(*) FROM event_gaps`); n != 0 {
+		t.Errorf("gap rows = %d, want 0: ignore-order skips the gap bookkeeping", n)
 	}
 }

@@ -1,8 +1,9 @@
 // Package inventorydb is the inventory service's SQL: stock, reservations
-// and their items. Every stock change is one conditional UPDATE whose WHERE
-// states what must still be true (never read, compute, write back); the
-// caller learns from rows affected whether it happened. Row structs stay
-// here; callers get domain types.
+// with their items and leases, and the event gaps the consumer recorded.
+// Every stock change is one conditional UPDATE whose WHERE states what must
+// still be true (never read, compute, write back); the caller learns from
+// rows affected whether it happened. Row structs stay here; callers get
+// domain types.
 package inventorydb
 
 import (
@@ -108,6 +109,17 @@ WHERE sku = ? AND reserved >= ?`
 	return changed(res, err, "release %d of %s", quantity, sku)
 }
 
+// Take sells quantity of sku that is not held: it leaves on_hand only while
+// the unheld stock covers it, so it never takes what other reservations
+// hold. A late confirm uses it for a reservation whose lease ran out. False
+// means the SKU is short or unknown, changing nothing.
+func Take(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {
+	const q = `UPDATE stock SET on_hand = on_hand - ?, updated_at = NOW(6)
+WHERE sku = ? AND on_hand - reserved >= ?`
+	res, err := tx.ExecContext(ctx, q, quantity, sku, quantity)
+	return changed(res, err, "take %d of %s", quantity, sku)
+}
+
 // Restock puts quantity of sold sku back on hand (a cancel after the sale).
 // False means the SKU is gone.
 func Restock(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {
@@ -147,27 +159,38 @@ func RollbackTo(ctx context.Context, tx *sqlx.Tx, name string) error {
 // --- reservations ---
 
 type reservationRow struct {
-	OrderID   uint64    `db:"order_id"`
-	Status    string    `db:"status"`
-	Reason    string    `db:"reason"`
-	Version   uint64    `db:"aggregate_version"`
-	CreatedAt time.Time `db:"created_at"`
-	UpdatedAt time.Time `db:"updated_at"`
+	OrderID   uint64       `db:"order_id"`
+	Status    string       `db:"status"`
+	Reason    string       `db:"reason"`
+	Version   uint64       `db:"aggregate_version"`
+	ExpiresAt sql.NullTime `db:"expires_at"`
+	ExpiredAt sql.NullTime `db:"expired_at"`
+	CreatedAt time.Time    `db:"created_at"`
+	UpdatedAt time.Time    `db:"updated_at"`
 }
 
-const reservationColumns = `order_id, status, reason, aggregate_version, created_at, updated_at`
+const reservationColumns = `order_id, status, reason, aggregate_version, expires_at, expired_at, created_at, updated_at`
 
 func (r reservationRow) domain() inventory.Reservation {
 	return inventory.Reservation{OrderID: r.OrderID, Status: inventory.Status(r.Status), Reason: r.Reason,
-		Version: r.Version, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		Version: r.Version, ExpiresAt: r.ExpiresAt.Time, ExpiredAt: r.ExpiredAt.Time,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 }
 
-// InsertReservation inserts an order's reservation. A reservation that
-// already exists returns ErrReservationExists: a second insert for the same
-// order waits for the first to commit or roll back, then fails or proceeds.
-func InsertReservation(ctx context.Context, tx *sqlx.Tx, r inventory.Reservation) error {
-	const q = `INSERT INTO reservations (order_id, status, reason, aggregate_version) VALUES (?, ?, ?, ?)`
-	_, err := tx.ExecContext(ctx, q, r.OrderID, r.Status, inventory.ClipReason(r.Reason), r.Version)
+// InsertReservation inserts an order's reservation. A positive lease sets
+// expires_at to the database's NOW(6) plus the lease (a reservation that
+// holds stock); zero leaves it NULL (a rejection, a marker). A reservation
+// that already exists returns ErrReservationExists: a second insert for the
+// same order waits for the first to commit or roll back, then fails or
+// proceeds.
+func InsertReservation(ctx context.Context, tx *sqlx.Tx, r inventory.Reservation, lease time.Duration) error {
+	const q = `INSERT INTO reservations (order_id, status, reason, aggregate_version, expires_at)
+VALUES (?, ?, ?, ?, DATE_ADD(NOW(6), INTERVAL ? MICROSECOND))`
+	var micros any // nil: a NULL interval makes expires_at NULL
+	if lease > 0 {
+		micros = lease.Microseconds()
+	}
+	_, err := tx.ExecContext(ctx, q, r.OrderID, r.Status, inventory.ClipReason(r.Reason), r.Version, micros)
 	if sqldb.IsDuplicateKey(err) {
 		return ErrReservationExists
 	}
@@ -249,16 +272,48 @@ func Items(ctx context.Context, db sqlx.QueryerContext, orderID uint64) ([]inven
 	return out, nil
 }
 
-// Transition moves a reservation from one status to another.
+// Transition moves a reservation from one status to another and stores
+// version as its aggregate_version (the caller's current version for a move
+// that emits no event, the next one for a move that does).
 // Compare-and-set: the WHERE restates the status the decision was made on;
 // zero rows changed means the reservation moved meanwhile, returned as
-// false, not as success. The moves it makes emit no event, so
-// aggregate_version stays.
-func Transition(ctx context.Context, tx *sqlx.Tx, orderID uint64, from, to inventory.Status, reason string) (bool, error) {
-	const q = `UPDATE reservations SET status = ?, reason = ?, updated_at = NOW(6)
+// false, not as success.
+func Transition(ctx context.Context, tx *sqlx.Tx, orderID uint64, from, to inventory.Status, reason string, version uint64) (bool, error) {
+	const q = `UPDATE reservations SET status = ?, reason = ?, aggregate_version = ?, updated_at = NOW(6)
 WHERE order_id = ? AND status = ?`
-	res, err := tx.ExecContext(ctx, q, to, inventory.ClipReason(reason), orderID, from)
+	res, err := tx.ExecContext(ctx, q, to, inventory.ClipReason(reason), version, orderID, from)
 	return changed(res, err, "reservation %d %s -> %s", orderID, from, to)
+}
+
+// --- leases ---
+
+// LeaseExpired returns up to limit orders whose reservation is still
+// reserved with its lease run out (database time), oldest lease first. A
+// plain read: it only proposes candidates; Expire decides, row by row.
+func LeaseExpired(ctx context.Context, db sqlx.QueryerContext, limit int) ([]uint64, error) {
+	const q = `SELECT order_id FROM reservations
+WHERE status = ? AND expires_at < NOW(6)
+ORDER BY expires_at, order_id LIMIT ?`
+	var ids []uint64
+	if err := sqlx.SelectContext(ctx, db, &ids, q, inventory.Reserved, limit); err != nil {
+		return nil, fmt.Errorf("expired leases: %w", err)
+	}
+	return ids, nil
+}
+
+// Expire moves a reserved reservation whose lease has run out to to
+// (inventory.Expired), stamps expired_at and bumps aggregate_version for
+// the event it will emit. Compare-and-set on status and lease, both
+// re-checked under the row lock: if a confirm, a cancel or another sweeper
+// got there first, or the lease is not over, nothing changes and it
+// returns false. Two sweepers racing over the same row therefore release
+// its stock once.
+func Expire(ctx context.Context, tx *sqlx.Tx, orderID uint64, to inventory.Status, reason string) (bool, error) {
+	const q = `UPDATE reservations
+SET status = ?, reason = ?, expired_at = NOW(6), aggregate_version = aggregate_version + 1, updated_at = NOW(6)
+WHERE order_id = ? AND status = ? AND expires_at < NOW(6)`
+	res, err := tx.ExecContext(ctx, q, to, inventory.ClipReason(reason), orderID, inventory.Reserved)
+	return changed(res, err, "expire reservation %d", orderID)
 }
 
 // Note replaces the reason of a reservation still in status, without moving

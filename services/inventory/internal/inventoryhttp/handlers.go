@@ -77,6 +77,74 @@ func (h *handlers) getReservation(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, toReservationJSON(res))
 }
 
+// listGaps lists event gaps, newest first. open=true: only the unresolved
+// ones; aggregate_id: only one order's, all of them, oldest first (as
+// /admin/outbox?aggregate_id=); limit: 1 to 1000 (100).
+func (h *handlers) listGaps(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var (
+		gaps []inventory.Gap
+		err  error
+	)
+	if v := q.Get("aggregate_id"); v != "" {
+		id, perr := strconv.ParseUint(v, 10, 64)
+		if perr != nil || id == 0 {
+			h.fail(w, r, web.Errorf(http.StatusBadRequest, "aggregate_id must be a positive number"))
+			return
+		}
+		gaps, err = h.app.OrderGaps(r.Context(), id)
+	} else {
+		open := false
+		if v := q.Get("open"); v != "" {
+			if open, err = strconv.ParseBool(v); err != nil {
+				h.fail(w, r, web.Errorf(http.StatusBadRequest, "open must be true or false"))
+				return
+			}
+		}
+		limit := 100
+		if v := q.Get("limit"); v != "" {
+			if limit, err = strconv.Atoi(v); err != nil {
+				h.fail(w, r, web.Errorf(http.StatusBadRequest, "limit must be a number"))
+				return
+			}
+		}
+		gaps, err = h.app.Gaps(r.Context(), open, limit)
+	}
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := make([]gapJSON, len(gaps))
+	for i, g := range gaps {
+		out[i] = toGapJSON(g)
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]any{"gaps": out})
+}
+
+type resolveRequest struct {
+	Resolution string `json:"resolution"`
+}
+
+// resolveGap closes an open gap by hand, with the operator's reason.
+func (h *handlers) resolveGap(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseUint(chi.URLParam(r, "id"), 10, 64)
+	if err != nil || id == 0 {
+		h.fail(w, r, inventory.ErrNoGap)
+		return
+	}
+	var body resolveRequest
+	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	g, err := h.app.ResolveGap(r.Context(), id, body.Resolution)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, toGapJSON(g))
+}
+
 // fail is the one place domain errors become HTTP answers.
 func (h *handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
@@ -86,6 +154,10 @@ func (h *handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
 		err = web.Errorf(http.StatusNotFound, "sku not found")
 	case errors.Is(err, inventory.ErrNoReservation):
 		err = web.Errorf(http.StatusNotFound, "reservation not found")
+	case errors.Is(err, inventory.ErrNoGap):
+		err = web.Errorf(http.StatusNotFound, "gap not found")
+	case errors.Is(err, inventory.ErrGapResolved):
+		err = web.Errorf(http.StatusConflict, "gap already resolved")
 	}
 	web.WriteError(w, r, h.log, err)
 }
@@ -111,17 +183,51 @@ type reservationJSON struct {
 	Status    string     `json:"status"`
 	Reason    string     `json:"reason"`
 	Items     []lineJSON `json:"items"`
+	ExpiresAt *time.Time `json:"expires_at"` // end of the lease; null if it never held stock
+	ExpiredAt *time.Time `json:"expired_at"` // when the sweep released it; null unless the lease ran out
 	CreatedAt time.Time  `json:"created_at"`
 	UpdatedAt time.Time  `json:"updated_at"`
+}
+
+// optTime is nil for the zero time: JSON null rather than year 1.
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 func toReservationJSON(r inventory.Reservation) reservationJSON {
 	j := reservationJSON{
 		OrderID: strconv.FormatUint(r.OrderID, 10), Status: string(r.Status), Reason: r.Reason,
-		Items: make([]lineJSON, len(r.Items)), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		Items: make([]lineJSON, len(r.Items)), ExpiresAt: optTime(r.ExpiresAt), ExpiredAt: optTime(r.ExpiredAt),
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 	for i, l := range r.Items {
 		j.Items[i] = lineJSON{SKU: l.SKU, Quantity: l.Quantity}
 	}
 	return j
+}
+
+type gapJSON struct {
+	ID              uint64     `json:"id"`
+	Consumer        string     `json:"consumer"`
+	AggregateID     string     `json:"aggregate_id"` // the order id
+	EventID         string     `json:"event_id"`
+	EventType       string     `json:"event_type"`
+	ReceivedVersion uint64     `json:"received_version"`
+	ExpectedVersion uint64     `json:"expected_version"`
+	DetectedAt      time.Time  `json:"detected_at"`
+	DeadlineAt      time.Time  `json:"deadline_at"`
+	Overdue         bool       `json:"overdue"`
+	AlertedAt       *time.Time `json:"alerted_at"`
+	ResolvedAt      *time.Time `json:"resolved_at"`
+	Resolution      string     `json:"resolution"`
+}
+
+func toGapJSON(g inventory.Gap) gapJSON {
+	return gapJSON{ID: g.ID, Consumer: g.Consumer, AggregateID: strconv.FormatUint(g.OrderID, 10), EventID: g.EventID,
+		EventType: g.EventType, ReceivedVersion: g.ReceivedVersion, ExpectedVersion: g.ExpectedVersion,
+		DetectedAt: g.DetectedAt, DeadlineAt: g.DeadlineAt, Overdue: g.Overdue, AlertedAt: optTime(g.AlertedAt),
+		ResolvedAt: optTime(g.ResolvedAt), Resolution: g.Resolution}
 }

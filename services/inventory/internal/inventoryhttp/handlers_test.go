@@ -34,9 +34,12 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	db := sqldbtest.New(t, "inventory")
-	app := inventoryapp.New(db.DB, quiet)
+	app := inventoryapp.New(db.DB, quiet, inventoryapp.Config{Consumer: inventoryamqp.ConsumerName})
 	r := chi.NewRouter()
 	inventoryhttp.Routes(r, app, quiet)
+	// The service mounts these under /admin behind ADMIN_TOKEN
+	// (service.Runtime.Router); the token is the runtime's concern.
+	r.Route("/admin", inventoryhttp.AdminRoutes(app, quiet))
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	c := inbox.NewConsumer(inbox.Config{Name: inventoryamqp.ConsumerName, DB: db.DB,
@@ -134,21 +137,29 @@ func TestGetReservation(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("status %d, want 200: %v", status, v)
 	}
-	for _, k := range []string{"created_at", "updated_at"} {
+	times := map[string]time.Time{}
+	for _, k := range []string{"created_at", "updated_at", "expires_at"} {
 		s, _ := v[k].(string)
-		if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+		ts, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
 			t.Errorf("%s = %v, want an RFC 3339 time", k, v[k])
 		}
+		times[k] = ts
 		delete(v, k)
 	}
-	want := map[string]any{"order_id": "42", "status": "reserved", "reason": "",
+	// The lease is the default RESERVATION_TTL from the reservation's
+	// database time (the same statement's NOW(6)).
+	if lease := times["expires_at"].Sub(times["created_at"]); lease != 15*time.Minute {
+		t.Errorf("expires_at - created_at = %s, want the 15m lease", lease)
+	}
+	want := map[string]any{"order_id": "42", "status": "reserved", "reason": "", "expired_at": nil,
 		"items": []any{map[string]any{"sku": "SKU-1", "quantity": float64(2)}}}
 	if !reflect.DeepEqual(v, want) {
 		t.Errorf("reservation = %v, want %v", v, want)
 	}
 
 	status, v = f.do(t, "GET", "/reservations/43", "", "")
-	if status != http.StatusOK || v["status"] != "rejected" ||
+	if status != http.StatusOK || v["status"] != "rejected" || v["expires_at"] != nil ||
 		v["reason"] != "insufficient stock for SKU-LIMITED: requested 2, available 1" || !reflect.DeepEqual(v["items"], []any{}) {
 		t.Errorf("rejected reservation = %d %v", status, v)
 	}

@@ -17,3 +17,14 @@ func Routes(r chi.Router, app *inventoryapp.App, log *slog.Logger) {
 	r.Post("/stock/{sku}/receipts", h.receive)
 	r.Get("/reservations/{order_id}", h.getReservation)
 }
+
+// AdminRoutes lists the inventory's own operator routes. service.Runtime's
+// Router mounts them under /admin, behind ADMIN_TOKEN, next to the
+// messaging tables.
+func AdminRoutes(app *inventoryapp.App, log *slog.Logger) func(chi.Router) {
+	h := &handlers{app: app, log: log}
+	return func(r chi.Router) {
+		r.Get("/gaps", h.listGaps)                 // ?open=true&aggregate_id=&limit=
+		r.Post("/gaps/{id}/resolve", h.resolveGap) // {"resolution":"why the missing event will not come"}
+	}
+}

@@ -35,8 +35,9 @@ func (s Status) Valid() bool {
 }
 
 // Terminal reports whether the saga is over for this order. Rejected and
-// cancelled accept no transition; confirmed accepts only a cancel, which is
-// a new business transaction (refund and restock), not a way back.
+// cancelled accept no transition; confirmed accepts only a cancel (a new
+// business transaction: refund and restock, not a way back) or the news
+// that its stock could not be committed (cancel and refund).
 func (s Status) Terminal() bool { return s == Confirmed || s == Rejected || s == Cancelled }
 
 // RefundStatus tracks money paid back after a charge (issue: cancellation).
@@ -61,18 +62,32 @@ const (
 	// not an undo.
 	CancelRequested Trigger = "cancel_requested"
 	PaymentRefunded Trigger = "payment_refunded"
+	// InventoryCommitFailed: the order was paid after its reservation
+	// expired, and the stock was gone: cancel and refund.
+	InventoryCommitFailed Trigger = "inventory_commit_failed"
 )
 
 // Triggers lists every trigger.
-var Triggers = []Trigger{InventoryReserved, InventoryRejected, PaymentSucceeded, PaymentFailed, CancelRequested, PaymentRefunded}
+var Triggers = []Trigger{InventoryReserved, InventoryRejected, PaymentSucceeded, PaymentFailed, CancelRequested,
+	PaymentRefunded, InventoryCommitFailed}
 
 // transitions is the saga from the order's point of view: for each status,
 // the triggers it accepts and where they lead. Anything not listed is not a
 // legal move; terminal statuses accept nothing.
+//
+// Events of different services can overtake each other on the way to the
+// order's queue (several consumers, retries, redeliveries): a payment
+// result may arrive before the InventoryReserved that caused it. A payment
+// result implies the reservation happened, so pending_inventory accepts it
+// too, and the late InventoryReserved then finds a later state and changes
+// nothing. This is how the order service tolerates reordering instead of
+// relying on delivery order.
 var transitions = map[Status]map[Trigger]Status{
 	PendingInventory: {
 		InventoryReserved: AwaitingPayment,
 		InventoryRejected: Rejected,
+		PaymentSucceeded:  Confirmed,
+		PaymentFailed:     Cancelled,
 		CancelRequested:   Cancelled,
 	},
 	AwaitingPayment: {
@@ -81,7 +96,8 @@ var transitions = map[Status]map[Trigger]Status{
 		CancelRequested:  Cancelled,
 	},
 	Confirmed: {
-		CancelRequested: Cancelled,
+		CancelRequested:       Cancelled,
+		InventoryCommitFailed: Cancelled,
 	},
 }
 
@@ -102,7 +118,7 @@ func Next(s Status, t Trigger) (Status, bool) {
 // PaymentRefunded closes it.
 func Refund(from Status, current RefundStatus, t Trigger) RefundStatus {
 	switch {
-	case t == CancelRequested && from == Confirmed:
+	case (t == CancelRequested || t == InventoryCommitFailed) && from == Confirmed:
 		return RefundPending
 	case t == PaymentSucceeded && from == Cancelled && current == RefundNone:
 		return RefundPending

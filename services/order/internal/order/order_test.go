@@ -10,9 +10,10 @@ import (
 // nothing else moves an order. Terminal statuses accept nothing.
 func TestTransitionTable(t *testing.T) {
 	want := map[Status]map[Trigger]Status{
-		PendingInventory: {InventoryReserved: AwaitingPayment, InventoryRejected: Rejected, CancelRequested: Cancelled},
-		AwaitingPayment:  {PaymentSucceeded: Confirmed, PaymentFailed: Cancelled, CancelRequested: Cancelled},
-		Confirmed:        {CancelRequested: Cancelled},
+		PendingInventory: {InventoryReserved: AwaitingPayment, InventoryRejected: Rejected, CancelRequested: Cancelled,
+			PaymentSucceeded: Confirmed, PaymentFailed: Cancelled},
+		AwaitingPayment: {PaymentSucceeded: Confirmed, PaymentFailed: Cancelled, CancelRequested: Cancelled},
+		Confirmed:       {CancelRequested: Cancelled, InventoryCommitFailed: Cancelled},
 	}
 	for _, s := range Statuses {
 		for _, tr := range Triggers {
@@ -24,7 +25,7 @@ func TestTransitionTable(t *testing.T) {
 			// Terminal statuses accept nothing, except the cancel of a
 			// confirmed order (a new business transaction: refund and
 			// restock). Nothing ever leads back to a non-terminal status.
-			if s.Terminal() && ok && !(s == Confirmed && tr == CancelRequested) {
+			if s.Terminal() && ok && !(s == Confirmed && (tr == CancelRequested || tr == InventoryCommitFailed)) {
 				t.Errorf("terminal status %s accepted %s", s, tr)
 			}
 			if s.Terminal() && ok && !got.Terminal() {
@@ -42,6 +43,7 @@ func TestRefund(t *testing.T) {
 		want    RefundStatus
 	}{
 		{Confirmed, RefundNone, CancelRequested, RefundPending},
+		{Confirmed, RefundNone, InventoryCommitFailed, RefundPending},
 		{AwaitingPayment, RefundNone, CancelRequested, RefundNone}, // payment decides
 		{PendingInventory, RefundNone, CancelRequested, RefundNone},
 		{Cancelled, RefundNone, PaymentSucceeded, RefundPending}, // late payment after cancel

@@ -23,8 +23,8 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 		DeadLetterExchange: ns.DeadLetterExchange(),
 		Queues: []rabbit.Queue{{
 			Name: ns.Queue(Queue),
-			Keys: []string{events.InventoryReserved, events.InventoryRejected, events.PaymentSucceeded, events.PaymentFailed,
-				events.PaymentRefunded},
+			Keys: []string{events.InventoryReserved, events.InventoryRejected, events.InventoryReservationExpired,
+				events.InventoryCommitFailed, events.PaymentSucceeded, events.PaymentFailed, events.PaymentRefunded},
 		}},
 	}
 }
@@ -37,5 +37,8 @@ func Handlers(app *orderapp.App) map[events.Type]inbox.Handler {
 		events.PaymentSucceeded:  app.OnPaymentSucceeded,
 		events.PaymentFailed:     app.OnPaymentFailed,
 		events.PaymentRefunded:   app.OnPaymentRefunded,
+
+		events.InventoryReservationExpired: app.OnInventoryReservationExpired,
+		events.InventoryCommitFailed:       app.OnInventoryCommitFailed,
 	}
 }

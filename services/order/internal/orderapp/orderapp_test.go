@@ -270,16 +270,34 @@ func TestRejectionEndsTheOrderWithNothingToCompensate(t *testing.T) {
 	}
 }
 
-// Events that do not fit the state change nothing: a payment result while
-// inventory is still pending, and anything after a terminal state.
+// A payment result can overtake the InventoryReserved that caused it (they
+// come from different services). The order tolerates it: the payment
+// implies the reservation, so it confirms, and the late reservation finds a
+// later state and changes nothing.
+func TestPaymentOvertakingTheReservationConfirms(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents}))
+	if s := f.status(t, o.ID).Status; s != order.Confirmed {
+		t.Fatalf("payment.succeeded before inventory.reserved: %s, want confirmed", s)
+	}
+	f.deliver(t, reserved(t, o))
+	if s := f.status(t, o.ID).Status; s != order.Confirmed {
+		t.Fatalf("the late inventory.reserved moved the order to %s", s)
+	}
+	rows := f.outbox(t)
+	if len(rows) != 2 || rows[1].Type != events.OrderConfirmed {
+		t.Fatalf("outbox = %+v, want order.created and one order.confirmed", rows)
+	}
+}
+
+// Events that do not fit the state change nothing: anything after a
+// terminal state.
 func TestStaleEventsChangeNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
-	if s := f.status(t, o.ID).Status; s != order.PendingInventory {
-		t.Fatalf("payment before reservation moved the order to %s", s)
-	}
 	f.deliver(t, envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "x"}))
 	f.deliver(t, reserved(t, o)) // after a terminal state
 	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
@@ -367,5 +385,28 @@ func TestCancelInEveryState(t *testing.T) {
 	}
 	if _, _, err := f.app.Cancel(ctx, 9999, "x"); !errors.Is(err, order.ErrNotFound) {
 		t.Fatalf("cancel unknown: %v, want ErrNotFound", err)
+	}
+}
+
+// Late payment after the reservation expired and the stock was sold: the
+// confirmed order is cancelled with its refund pending.
+func TestCommitFailureCancelsAndRefunds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	f.deliver(t, reserved(t, o))
+	f.deliver(t, envelope(t, events.InventoryReservationExpired, o.ID, events.InventoryReservationExpiredV1{OrderID: o.ID, Reason: "lease"}))
+	if s := f.status(t, o.ID).Status; s != order.AwaitingPayment {
+		t.Fatalf("expiry moved the order to %s; it should wait for the payment", s)
+	}
+	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents}))
+	f.deliver(t, envelope(t, events.InventoryCommitFailed, o.ID, events.InventoryCommitFailedV1{OrderID: o.ID, Reason: "SKU-1 gone"}))
+	got := f.status(t, o.ID)
+	if got.Status != order.Cancelled || got.RefundStatus != order.RefundPending {
+		t.Fatalf("order = %s/%s, want cancelled with a refund pending", got.Status, got.RefundStatus)
+	}
+	rows := f.outbox(t)
+	if last := rows[len(rows)-1]; last.Type != events.OrderCancelled || last.Version != 3 {
+		t.Fatalf("last event = %s v%d, want order.cancelled v3", last.Type, last.Version)
 	}
 }

@@ -65,6 +65,34 @@ func (a *App) OnPaymentFailed(ctx context.Context, tx *sqlx.Tx, e events.Envelop
 	})
 }
 
+// OnInventoryCommitFailed: the order was paid after its reservation had
+// expired and the stock was gone. The order is cancelled and, because it
+// was paid, its refund is pending: payment refunds on OrderCancelled.
+func (a *App) OnInventoryCommitFailed(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.InventoryCommitFailedV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	reason := "stock gone after the reservation expired: " + p.Reason
+	return a.apply(ctx, tx, e, p.OrderID, order.InventoryCommitFailed, reason, func(o order.Order) (events.Type, any) {
+		return events.OrderCancelled, events.OrderCancelledV1{OrderID: o.ID, Reason: reason}
+	})
+}
+
+// OnInventoryReservationExpired is recorded only: the order keeps waiting
+// for its payment. If the payment succeeds, inventory takes the stock
+// again when it sees OrderConfirmed, or reports commit-failed; if it
+// fails, the cancel finds the reservation already released.
+func (a *App) OnInventoryReservationExpired(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	p, err := events.Decode[events.InventoryReservationExpiredV1](e.Payload)
+	if err != nil {
+		return err
+	}
+	a.log.InfoContext(ctx, "reservation expired while the order waits for its payment", "order_id", p.OrderID,
+		"event_id", e.EventID, "reason", p.Reason)
+	return nil
+}
+
 // OnPaymentRefunded: the money of a cancelled order is back.
 func (a *App) OnPaymentRefunded(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 	p, err := events.Decode[events.PaymentRefundedV1](e.Payload)

@@ -6,24 +6,31 @@ import (
 	"testing"
 )
 
-// Every (status, trigger) pair: the legal moves go where the saga says, and
-// nothing else moves a payment. Terminal statuses accept nothing.
+// Every (status, trigger) pair, the unstored start included: the legal
+// moves go where the saga says, and nothing else moves a payment. Terminal
+// statuses accept nothing.
 func TestTransitionTable(t *testing.T) {
 	want := map[Status]map[Trigger]Status{
-		Pending: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed},
+		NoPayment: {Reserve: Pending, Cancel: CancelledBeforeCharge},
+		Pending: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed, Cancel: Pending,
+			Park: NeedsAttention, Void: CancelledBeforeCharge},
+		NeedsAttention: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed, Cancel: NeedsAttention,
+			Retry: Pending},
+		Succeeded:             {Cancel: Succeeded, RefundCompleted: Refunded},
+		CancelledBeforeCharge: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed},
 	}
-	for _, s := range Statuses {
+	for _, s := range append([]Status{NoPayment}, Statuses...) {
 		for _, tr := range Triggers {
 			got, ok := Next(s, tr)
 			wantTo, wantOK := want[s][tr]
 			if ok != wantOK || got != wantTo {
-				t.Errorf("Next(%s, %s) = (%q, %v), want (%q, %v)", s, tr, got, ok, wantTo, wantOK)
+				t.Errorf("Next(%q, %s) = (%q, %v), want (%q, %v)", s, tr, got, ok, wantTo, wantOK)
 			}
 			if s.Terminal() && ok {
 				t.Errorf("terminal status %s accepted %s", s, tr)
 			}
 			if ok && !got.Valid() {
-				t.Errorf("Next(%s, %s) leads to unknown status %q", s, tr, got)
+				t.Errorf("Next(%q, %s) leads to unknown status %q", s, tr, got)
 			}
 		}
 	}
@@ -31,19 +38,95 @@ func TestTransitionTable(t *testing.T) {
 
 func TestTerminal(t *testing.T) {
 	for _, s := range Statuses {
-		want := s == Succeeded || s == Failed
+		want := s == Failed || s == Refunded
 		if s.Terminal() != want {
 			t.Errorf("%s.Terminal() = %v, want %v", s, s.Terminal(), want)
 		}
 	}
-	if Status("refunded").Valid() {
-		t.Errorf("refunded is not a status yet")
+	if NoPayment.Valid() || Status("cancelled").Valid() {
+		t.Errorf("the unstored start or an unknown status is valid")
 	}
 }
 
-func TestChargeKey(t *testing.T) {
+func TestRefundTransitionTable(t *testing.T) {
+	want := map[RefundStatus]map[RefundTrigger]RefundStatus{
+		NoRefund:             {RequestRefund: RefundRequested},
+		RefundRequested:      {RefundDone: RefundSucceeded, RefundPark: RefundNeedsAttention},
+		RefundNeedsAttention: {RefundDone: RefundSucceeded, RefundRetry: RefundRequested},
+	}
+	for _, s := range append([]RefundStatus{NoRefund}, RefundStatuses...) {
+		for _, tr := range RefundTriggers {
+			got, ok := NextRefund(s, tr)
+			wantTo, wantOK := want[s][tr]
+			if ok != wantOK || got != wantTo {
+				t.Errorf("NextRefund(%q, %s) = (%q, %v), want (%q, %v)", s, tr, got, ok, wantTo, wantOK)
+			}
+			if s.Terminal() && ok {
+				t.Errorf("terminal refund status %s accepted %s", s, tr)
+			}
+		}
+	}
+}
+
+// A payment owes a refund exactly when it was charged and its order was
+// cancelled, whichever of the two came first.
+func TestRefundDue(t *testing.T) {
+	for _, s := range Statuses {
+		for _, cancelled := range []bool{false, true} {
+			p := Payment{Status: s, CancelRequested: cancelled}
+			if got, want := p.RefundDue(), s == Succeeded && cancelled; got != want {
+				t.Errorf("RefundDue(%s, cancelled=%v) = %v, want %v", s, cancelled, got, want)
+			}
+		}
+	}
+}
+
+// At the deadline only a cancelled order the PSP has no charge for is
+// closed; every other unknown outcome is parked, never failed.
+func TestAtDeadline(t *testing.T) {
+	tests := []struct {
+		cancelled, noCharge bool
+		want                Trigger
+	}{
+		{false, false, Park},
+		{false, true, Park},
+		{true, false, Park},
+		{true, true, Void},
+	}
+	for _, tt := range tests {
+		if got := AtDeadline(Payment{Status: Pending, CancelRequested: tt.cancelled}, tt.noCharge); got != tt.want {
+			t.Errorf("AtDeadline(cancelled=%v, no charge=%v) = %s, want %s", tt.cancelled, tt.noCharge, got, tt.want)
+		}
+	}
+}
+
+func TestMarker(t *testing.T) {
+	m := Marker(7, "cancelled before inventory.reserved")
+	if !m.IsMarker() || m.Status != CancelledBeforeCharge || !m.CancelRequested || m.IdempotencyKey != "charge-7" {
+		t.Errorf("Marker = %+v", m)
+	}
+	p, _ := New(7, "c-1", 100, "EUR")
+	p.Status = CancelledBeforeCharge
+	if p.IsMarker() {
+		t.Errorf("a voided payment with an amount is not a marker")
+	}
+}
+
+func TestClip(t *testing.T) {
+	if got := Clip("héllo", 2); got != "h" {
+		t.Errorf("Clip = %q, want %q (no half character)", got, "h")
+	}
+	if got := Clip("abc", 5); got != "abc" {
+		t.Errorf("Clip = %q", got)
+	}
+}
+
+func TestKeys(t *testing.T) {
 	if got := ChargeKey(42); got != "charge-42" {
 		t.Errorf("ChargeKey(42) = %q, want charge-42", got)
+	}
+	if got := RefundKey(42); got != "refund-42" {
+		t.Errorf("RefundKey(42) = %q, want refund-42", got)
 	}
 }
 

@@ -2,13 +2,14 @@
 // the routing keys bound to each, the consumer names (inbox keys) and the
 // handler of each event.
 //
-// Two consumers, on purpose. "payment" turns the saga's events into local
+// Three consumers, on purpose. "payment" turns the saga's events into local
 // decisions, in one transaction each, and never calls out. "payment-psp"
 // consumes the payment service's own payment.charge-requested (written by
-// "payment" into its outbox) and is the only one that calls the PSP. Its own
-// queue keeps the slow, retried external calls from holding up the saga
-// events, and its own consumer name keeps "charge requested" and "charged"
-// two separately recorded steps.
+// "payment" into its outbox, or by the sweep) and is the only one that
+// charges at the PSP; "payment-refunds" does the same for
+// payment.refund-requested and the PSP's refunds. Their own queues keep the
+// slow, retried external calls from holding up the saga events, and their
+// own consumer names keep "requested" and "done" separately recorded steps.
 package paymentamqp
 
 import (
@@ -21,14 +22,16 @@ import (
 // Consumer names are the inbox keys. Never rename them: every event they
 // processed would look new.
 const (
-	SagaConsumer = "payment"     // saga events -> payments and charge requests
-	PSPConsumer  = "payment-psp" // charge requests -> PSP calls and their outcomes
+	SagaConsumer   = "payment"         // saga events -> payments, cancels, charge and refund requests
+	PSPConsumer    = "payment-psp"     // charge requests -> PSP charges and their outcomes
+	RefundConsumer = "payment-refunds" // refund requests -> PSP refunds and their outcomes
 )
 
 // Queues, one per consumer.
 const (
-	SagaQueue = "payment.saga-events"
-	PSPQueue  = "payment.psp-commands"
+	SagaQueue   = "payment.saga-events"
+	PSPQueue    = "payment.psp-commands"
+	RefundQueue = "payment.refund-commands"
 )
 
 // Topology is what the payment service declares on the broker.
@@ -37,8 +40,9 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 		Exchange:           ns.Exchange(),
 		DeadLetterExchange: ns.DeadLetterExchange(),
 		Queues: []rabbit.Queue{
-			{Name: ns.Queue(SagaQueue), Keys: []string{events.InventoryReserved}},
+			{Name: ns.Queue(SagaQueue), Keys: []string{events.InventoryReserved, events.OrderCancelled}},
 			{Name: ns.Queue(PSPQueue), Keys: []string{events.PaymentChargeRequested}},
+			{Name: ns.Queue(RefundQueue), Keys: []string{events.PaymentRefundRequested}},
 		},
 	}
 }
@@ -48,6 +52,7 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 func SagaHandlers(app *paymentapp.App) map[events.Type]inbox.Handler {
 	return map[events.Type]inbox.Handler{
 		events.InventoryReserved: app.OnInventoryReserved,
+		events.OrderCancelled:    app.OnOrderCancelled,
 	}
 }
 
@@ -57,5 +62,13 @@ func SagaHandlers(app *paymentapp.App) map[events.Type]inbox.Handler {
 func PSPHandlers(app *paymentapp.App) map[events.Type]inbox.ExternalHandler {
 	return map[events.Type]inbox.ExternalHandler{
 		events.PaymentChargeRequested: app.ChargeAtPSP,
+	}
+}
+
+// RefundHandlers maps the "payment-refunds" consumer's events to their
+// external handlers, like PSPHandlers.
+func RefundHandlers(app *paymentapp.App) map[events.Type]inbox.ExternalHandler {
+	return map[events.Type]inbox.ExternalHandler{
+		events.PaymentRefundRequested: app.RefundAtPSP,
 	}
 }

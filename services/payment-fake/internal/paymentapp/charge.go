@@ -23,18 +23,27 @@ import (
 // has no charge with the key yet, or the query failed too. It is transient,
 // never a decline: the consumer retries later with backoff, and the retry
 // sends the charge again with the same idempotency key, which the PSP
-// charges at most once.
+// charges at most once. When the consumer gives up, the sweep carries on.
 var ErrOutcomeUnresolved = errors.New("charge outcome not known yet")
+
+// errNotCharged: a status query found no charge with the key.
+var errNotCharged = errors.New("the PSP has no charge with this key")
 
 // ChargeAtPSP is the inbox.ExternalHandler of payment.charge-requested
 // (consumer "payment-psp"). It runs before the inbox transaction, with no
 // transaction open and no lock held across the network call:
 //
-//  1. read the payment; if it is decided already, do not call the PSP;
-//  2. charge at the PSP with the payment's idempotency key;
-//  3. on an unknown outcome, query the charge by the same key; found: that
-//     is the outcome; not found or query failed: ErrOutcomeUnresolved
-//     (retry later); a 4xx refusal is permanent (dead letter);
+//  1. read the payment; if it is not pending (decided, parked, voided), do
+//     not call the PSP;
+//  2. if the order was cancelled meanwhile, do not start a charge: only ask
+//     the PSP, with the key, whether an earlier attempt charged; found: that
+//     is the outcome (a success is refunded at once); not found: nothing to
+//     do, the sweep closes the payment at its deadline;
+//  3. otherwise charge at the PSP with the payment's idempotency key; on an
+//     unknown outcome, query the charge by the same key; found: that is the
+//     outcome; not found or query failed: ErrOutcomeUnresolved (retry later,
+//     the attempt is noted on the payment as evidence); a 4xx refusal is
+//     permanent (dead letter);
 //  4. return the Handler that records the outcome in the inbox transaction.
 //
 // The inbox skips this whole function for an event it already committed, so
@@ -63,12 +72,22 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 			req.OrderID, req.IdempotencyKey, req.AmountCents, req.Currency, p.IdempotencyKey, p.AmountCents, p.Currency))
 	}
 	if p.Status != payment.Pending {
-		log.InfoContext(ctx, "payment decided already; PSP not called", "status", p.Status)
-		return func(context.Context, *sqlx.Tx, events.Envelope) error { return nil }, nil
+		log.InfoContext(ctx, "payment not pending; PSP not called", "status", p.Status)
+		return noop, nil
 	}
 
-	c, err := a.charge(ctx, log, req)
+	var c psp.Charge
+	if p.CancelRequested {
+		c, err = a.chargeStatus(ctx, chargeRequest(req), nil)
+		if errors.Is(err, errNotCharged) {
+			log.InfoContext(ctx, "order cancelled before it was charged; no charge started (the sweep closes the payment at its deadline)")
+			return noop, nil
+		}
+	} else {
+		c, err = a.charge(ctx, log, req)
+	}
 	if err != nil {
+		a.noteChargeFailure(ctx, log, req.OrderID, err)
 		return nil, err
 	}
 	// Window: the PSP has decided, we have not recorded it. Whatever
@@ -78,8 +97,21 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 		return nil, err
 	}
 	return func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-		return a.record(ctx, tx, e, req.OrderID, c)
+		return a.recordCharge(ctx, tx, log, req.OrderID, c)
 	}, nil
+}
+
+// noop is the record step of an event that changes nothing.
+func noop(context.Context, *sqlx.Tx, events.Envelope) error { return nil }
+
+func chargeRequest(req events.PaymentChargeRequestedV1) psp.ChargeRequest {
+	return psp.ChargeRequest{
+		IdempotencyKey: req.IdempotencyKey,
+		OrderRef:       strconv.FormatUint(req.OrderID, 10),
+		CustomerID:     req.CustomerID,
+		AmountCents:    req.AmountCents,
+		Currency:       req.Currency,
+	}
 }
 
 // charge calls the PSP once and, if the answer is lost, asks for the
@@ -87,13 +119,7 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 // (succeeded or declined) or an error: ErrOutcomeUnresolved (transient), a
 // Permanent refusal, or another transient error.
 func (a *App) charge(ctx context.Context, log *slog.Logger, req events.PaymentChargeRequestedV1) (psp.Charge, error) {
-	creq := psp.ChargeRequest{
-		IdempotencyKey: req.IdempotencyKey,
-		OrderRef:       strconv.FormatUint(req.OrderID, 10),
-		CustomerID:     req.CustomerID,
-		AmountCents:    req.AmountCents,
-		Currency:       req.Currency,
-	}
+	creq := chargeRequest(req)
 	c, err := a.psp.Charge(ctx, creq)
 	a.metrics.observe("charge", err)
 	var refused *psp.APIError
@@ -104,20 +130,16 @@ func (a *App) charge(ctx context.Context, log *slog.Logger, req events.PaymentCh
 	case errors.Is(err, psp.ErrOutcomeUnknown):
 		// Maybe charged, maybe not: never read this as a decline. Ask.
 		log.WarnContext(ctx, "PSP charge outcome unknown; querying its status with the same key", "err", err)
-		c, qerr := a.psp.GetCharge(ctx, creq.IdempotencyKey)
-		a.metrics.observe("status", qerr)
-		switch {
-		case qerr == nil:
-			log.InfoContext(ctx, "status query found the charge", "charge_id", c.ChargeID, "psp_status", c.Status)
-			return checkCharge(c, creq)
-		case errors.Is(qerr, psp.ErrNotFound):
+		c, err := a.chargeStatus(ctx, creq, err)
+		if errors.Is(err, errNotCharged) {
 			// Not charged yet, not "never will be": the lost request may
 			// still arrive. Charging again with the same key is safe.
-			return psp.Charge{}, fmt.Errorf("%w: the PSP has no charge with key %s (charge call: %v)",
-				ErrOutcomeUnresolved, creq.IdempotencyKey, err)
-		default:
-			return psp.Charge{}, fmt.Errorf("%w: charge call: %v; status query: %w", ErrOutcomeUnresolved, err, qerr)
+			return psp.Charge{}, fmt.Errorf("%w: %w", ErrOutcomeUnresolved, err)
 		}
+		if err == nil {
+			log.InfoContext(ctx, "status query found the charge", "charge_id", c.ChargeID, "psp_status", c.Status)
+		}
+		return c, err
 
 	case errors.As(err, &refused):
 		// 4xx: the PSP understood and refused (bad request, key reused with
@@ -127,6 +149,36 @@ func (a *App) charge(ctx context.Context, log *slog.Logger, req events.PaymentCh
 
 	default:
 		return psp.Charge{}, fmt.Errorf("psp charge: %w", err)
+	}
+}
+
+// chargeStatus asks the PSP for the charge made with the request's key. It
+// returns the checked charge, an error wrapping errNotCharged when the PSP
+// has none, or ErrOutcomeUnresolved when the query failed. callErr is the
+// charge call's own error, kept as evidence.
+func (a *App) chargeStatus(ctx context.Context, creq psp.ChargeRequest, callErr error) (psp.Charge, error) {
+	c, err := a.psp.GetCharge(ctx, creq.IdempotencyKey)
+	a.metrics.observe("status", err)
+	prefix := ""
+	if callErr != nil {
+		prefix = fmt.Sprintf("charge call: %v; ", callErr)
+	}
+	switch {
+	case err == nil:
+		return checkCharge(c, creq)
+	case errors.Is(err, psp.ErrNotFound):
+		return psp.Charge{}, fmt.Errorf("%s%w (key %s)", prefix, errNotCharged, creq.IdempotencyKey)
+	default:
+		return psp.Charge{}, fmt.Errorf("%w: %sstatus query: %w", ErrOutcomeUnresolved, prefix, err)
+	}
+}
+
+// noteChargeFailure keeps an attempt that did not settle the outcome as
+// evidence on the payment (attempts, last_error). Best effort: the attempt
+// fails either way.
+func (a *App) noteChargeFailure(ctx context.Context, log *slog.Logger, orderID uint64, cause error) {
+	if err := paymentdb.NoteFailure(ctx, a.db, orderID, cause.Error()); err != nil {
+		log.WarnContext(ctx, "could not note the failed charge attempt", "err", err)
 	}
 }
 
@@ -157,12 +209,18 @@ func trigger(c psp.Charge) (payment.Trigger, bool) {
 	return "", false
 }
 
-// record runs inside the inbox transaction: lock the payment, ask the
-// domain where the PSP's outcome leads, store the move (compare-and-set on
-// pending) with its result event, numbered with the payment's next
-// aggregate version. A payment decided already changes nothing.
-func (a *App) record(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID uint64, c psp.Charge) error {
-	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type, "charge_id", c.ChargeID)
+// recordCharge runs inside a transaction (the inbox transaction of
+// "payment-psp", or the sweep's): lock the payment, ask the domain where
+// the PSP's outcome leads, store the move (compare-and-set on the status
+// read) with its result event, numbered with the payment's next aggregate
+// version. A payment decided already changes nothing.
+//
+// If the order was cancelled while the charge was pending and the charge
+// succeeded, the same transaction requests the refund: the customer is
+// never left charged for a cancelled order, and no process can die between
+// "charged" and "refund requested".
+func (a *App) recordCharge(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, orderID uint64, c psp.Charge) error {
+	log = log.With("charge_id", c.ChargeID)
 	p, err := paymentdb.Lock(ctx, tx, orderID)
 	if errors.Is(err, payment.ErrNotFound) {
 		return inbox.Permanent(fmt.Errorf("charge outcome for order %d, which has no payment", orderID))
@@ -182,9 +240,10 @@ func (a *App) record(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderI
 		return nil
 	}
 
-	version := p.Version + 1
-	d := paymentdb.Decision{From: p.Status, To: to, PSPChargeID: c.ChargeID, Version: version}
-	out := outbox.Event{AggregateID: p.OrderID, AggregateVersion: version}
+	from := p.Status
+	p.Status, p.PSPChargeID = to, c.ChargeID
+	out := outbox.Event{AggregateID: p.OrderID, AggregateVersion: p.Version + 1}
+	d := paymentdb.Decision{From: from, To: to, PSPChargeID: c.ChargeID}
 	switch to {
 	case payment.Succeeded:
 		out.Type = events.PaymentSucceeded
@@ -200,6 +259,19 @@ func (a *App) record(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderI
 	default:
 		return fmt.Errorf("payment %d: no event for status %s", p.OrderID, to)
 	}
+	evs := []outbox.Event{out}
+	p.Version++
+	if p.RefundDue() {
+		ev, err := a.requestRefund(ctx, tx, log, p, p.Version+1)
+		if err != nil {
+			return err
+		}
+		if ev != nil {
+			evs = append(evs, *ev)
+			p.Version++
+		}
+	}
+	d.Version = p.Version
 
 	moved, err := paymentdb.Decide(ctx, tx, p.OrderID, d)
 	if err != nil {
@@ -209,10 +281,10 @@ func (a *App) record(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderI
 		// Impossible while we hold the row lock; treat as a retryable fault.
 		return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
-	if _, err := outbox.Add(ctx, tx, out); err != nil {
+	if _, err := outbox.Add(ctx, tx, evs...); err != nil {
 		return err
 	}
-	log.InfoContext(ctx, "payment decided", "from", p.Status, "to", to, "amount_cents", p.AmountCents,
-		"failure_reason", d.FailureReason)
+	log.InfoContext(ctx, "payment decided", "from", from, "to", to, "amount_cents", p.AmountCents,
+		"failure_reason", d.FailureReason, "refund_requested", len(evs) > 1)
 	return nil
 }

@@ -3,6 +3,7 @@ package paymentapp_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentamqp"
@@ -31,25 +33,41 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// fixture is the payment service's two consumers on a fresh database, with
-// a real fake PSP on the same database (as in production, its own tables)
-// behind a real HTTP server, and counters of the calls it received.
+// fixture is the payment service's three consumers on a fresh database,
+// with a real fake PSP on the same database (as in production, its own
+// tables) behind a real HTTP server, and counters of the calls it received.
 type fixture struct {
 	db        *sqldbtest.DB
 	psp       *psp.Server
 	pspView   *psp.Client // the test's own client, for assertions
+	app       *paymentapp.App
 	saga      *inbox.Consumer
 	charges   *inbox.Consumer
+	refunds   *inbox.Consumer
+	metrics   *prometheus.Registry
 	failpoint *failpoint.Registry
 	ctx       context.Context // carries failpoint
 
-	chargeCalls atomic.Int64 // POST /charges received by the PSP
-	statusCalls atomic.Int64 // GET /charges/{key} received by the PSP
+	chargeCalls       atomic.Int64 // POST /charges received by the PSP
+	statusCalls       atomic.Int64 // GET /charges/{key} received by the PSP
+	refundCalls       atomic.Int64 // POST /refunds received by the PSP
+	refundStatusCalls atomic.Int64 // GET /refunds/{key} received by the PSP
 }
+
+// longDeadlines keeps deadlines and the sweep's backoff out of the way of
+// tests that do not exercise them; Grace is short so a sweep round called
+// by the test finds rows due at once.
+var longDeadlines = paymentapp.Config{ChargeDeadline: time.Hour, RefundDeadline: time.Hour,
+	Grace: time.Microsecond, Backoff: retry.Backoff{Base: time.Hour, Cap: time.Hour}}
 
 func newFixture(t *testing.T, pspTimeout time.Duration) *fixture {
 	t.Helper()
-	f := &fixture{db: sqldbtest.New(t, "payment"), failpoint: failpoint.NewRegistry()}
+	return newFixtureWith(t, pspTimeout, longDeadlines)
+}
+
+func newFixtureWith(t *testing.T, pspTimeout time.Duration, cfg paymentapp.Config) *fixture {
+	t.Helper()
+	f := &fixture{db: sqldbtest.New(t, "payment"), failpoint: failpoint.NewRegistry(), metrics: prometheus.NewRegistry()}
 	f.ctx = failpoint.WithRegistry(context.Background(), f.failpoint)
 	f.psp = psp.NewServer(f.db.DB, quiet)
 	api := f.psp.Handler()
@@ -59,6 +77,10 @@ func newFixture(t *testing.T, pspTimeout time.Duration) *fixture {
 			f.chargeCalls.Add(1)
 		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/charges/"):
 			f.statusCalls.Add(1)
+		case r.Method == http.MethodPost && r.URL.Path == "/refunds":
+			f.refundCalls.Add(1)
+		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/refunds/"):
+			f.refundStatusCalls.Add(1)
 		}
 		api.ServeHTTP(w, r)
 	})
@@ -69,11 +91,13 @@ func newFixture(t *testing.T, pspTimeout time.Duration) *fixture {
 	base := ts.URL + "/psp"
 	f.pspView = psp.NewClient(base, nil)
 
-	app := paymentapp.New(f.db.DB, psp.NewClient(base, &http.Client{Timeout: pspTimeout}), quiet, prometheus.NewRegistry())
+	f.app = paymentapp.New(f.db.DB, psp.NewClient(base, &http.Client{Timeout: pspTimeout}), quiet, f.metrics, cfg)
 	f.saga = inbox.NewConsumer(inbox.Config{Name: paymentamqp.SagaConsumer, DB: f.db.DB,
-		Handlers: paymentamqp.SagaHandlers(app), Log: quiet})
+		Handlers: paymentamqp.SagaHandlers(f.app), Log: quiet})
 	f.charges = inbox.NewConsumer(inbox.Config{Name: paymentamqp.PSPConsumer, DB: f.db.DB,
-		External: paymentamqp.PSPHandlers(app), Log: quiet})
+		External: paymentamqp.PSPHandlers(f.app), Log: quiet})
+	f.refunds = inbox.NewConsumer(inbox.Config{Name: paymentamqp.RefundConsumer, DB: f.db.DB,
+		External: paymentamqp.RefundHandlers(f.app), Log: quiet})
 	return f
 }
 
@@ -191,4 +215,116 @@ func decode[T any](t *testing.T, raw []byte) T {
 		t.Fatalf("decode %s: %v", raw, err)
 	}
 	return v
+}
+
+// cancelled is the order service's order.cancelled, as it arrives.
+func cancelled(orderID uint64, reason string) events.Envelope {
+	body, err := json.Marshal(events.OrderCancelledV1{OrderID: orderID, Reason: reason})
+	if err != nil {
+		panic(err)
+	}
+	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCancelled, AggregateID: orderID,
+		AggregateVersion: 3, SchemaVersion: 1, CorrelationID: strconv.FormatUint(orderID, 10),
+		OccurredAt: time.Now().UTC(), Payload: body}
+}
+
+// cancel processes order.cancelled for the order.
+func (f *fixture) cancel(t *testing.T, orderID uint64) {
+	t.Helper()
+	if err := f.saga.Process(f.ctx, cancelled(orderID, "customer asked")); err != nil {
+		t.Fatalf("process order.cancelled: %v", err)
+	}
+}
+
+// outboxEvents returns every outbox event of this type for the order, in
+// version order, as envelopes.
+func (f *fixture) outboxEvents(t *testing.T, orderID uint64, typ events.Type) []events.Envelope {
+	t.Helper()
+	var out []events.Envelope
+	for _, r := range f.outbox(t) {
+		if r.AggregateID == orderID && r.EventType == typ {
+			out = append(out, events.Envelope{EventID: r.EventID, Type: r.EventType, AggregateID: r.AggregateID,
+				AggregateVersion: r.AggregateVersion, SchemaVersion: r.SchemaVersion,
+				CorrelationID: strconv.FormatUint(r.AggregateID, 10), Payload: r.Payload})
+		}
+	}
+	return out
+}
+
+// outboxTypes lists the order's outbox events as "version type".
+func (f *fixture) outboxTypes(t *testing.T, orderID uint64) []string {
+	t.Helper()
+	var out []string
+	for _, r := range f.outbox(t) {
+		if r.AggregateID == orderID {
+			out = append(out, fmt.Sprintf("%d %s", r.AggregateVersion, r.EventType))
+		}
+	}
+	return out
+}
+
+// refundRow is the order's refund, or fails the test.
+func (f *fixture) refund(t *testing.T, orderID uint64) payment.Refund {
+	t.Helper()
+	r, err := paymentdb.GetRefund(context.Background(), f.db.DB, orderID)
+	if err != nil {
+		t.Fatalf("refund %d: %v", orderID, err)
+	}
+	return r
+}
+
+// pspRefunds is what the PSP refunded for the order's charges.
+func (f *fixture) pspRefunds(t *testing.T, orderID uint64) []psp.Refund {
+	t.Helper()
+	var out []psp.Refund
+	for _, c := range f.pspCharges(t, orderID) {
+		rs, err := f.pspView.RefundsForCharge(context.Background(), c.ChargeID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rs...)
+	}
+	return out
+}
+
+// sweep runs one sweep round.
+func (f *fixture) sweep(t *testing.T) paymentapp.SweepReport {
+	t.Helper()
+	rep, err := f.app.Sweep(f.ctx)
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	return rep
+}
+
+// metric returns the value of a counter or gauge with the given labels
+// (name="value" pairs), or 0 when it has no such series.
+func (f *fixture) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := f.metrics.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for i := 0; i+1 < len(labels); i += 2 {
+				if have[labels[i]] != labels[i+1] {
+					continue next
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	return 0
 }

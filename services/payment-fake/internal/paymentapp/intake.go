@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 
@@ -15,13 +17,15 @@ import (
 
 // OnInventoryReserved runs inside the inbox transaction of the "payment"
 // consumer: stock is held, so the order is to be charged. It writes the
-// pending payment (with the charge's idempotency key) and the
-// payment.charge-requested event, version 1, in the same transaction. It
-// does not call the PSP: that is the next message's job (ChargeAtPSP).
+// pending payment (with the charge's idempotency key and its deadline) and
+// the payment.charge-requested event, version 1, in the same transaction.
+// It does not call the PSP: that is the next message's job (ChargeAtPSP).
 //
 // An order that has a payment already (the same event from another
 // publisher, a redriven copy with a new id) changes nothing: one order, one
-// payment, one charge request.
+// payment, one charge request. An order whose cancel arrived first has a
+// marker row instead: the late event is recorded on it as stale and
+// charges nothing (the saga's "hanging" protection).
 func (a *App) OnInventoryReserved(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 	ev, err := events.Decode[events.InventoryReservedV1](e.Payload)
 	if err != nil {
@@ -33,20 +37,13 @@ func (a *App) OnInventoryReserved(ctx context.Context, tx *sqlx.Tx, e events.Env
 		// Retrying cannot make these facts chargeable: dead letter.
 		return fmt.Errorf("%w: %w", events.ErrInvalid, err)
 	}
-	err = paymentdb.Insert(ctx, tx, p)
+	err = paymentdb.Insert(ctx, tx, p, a.cfg.ChargeDeadline, a.cfg.Grace)
 	if errors.Is(err, paymentdb.ErrExists) {
-		existing, gerr := paymentdb.Get(ctx, tx, p.OrderID)
+		existing, gerr := paymentdb.Lock(ctx, tx, p.OrderID)
 		if gerr != nil {
 			return gerr
 		}
-		if existing.AmountCents != p.AmountCents || existing.Currency != p.Currency || existing.CustomerID != p.CustomerID {
-			log.WarnContext(ctx, "inventory.reserved disagrees with the payment already recorded; kept the recorded one",
-				"recorded_amount_cents", existing.AmountCents, "event_amount_cents", p.AmountCents,
-				"recorded_currency", existing.Currency, "event_currency", p.Currency)
-		} else {
-			log.InfoContext(ctx, "payment exists already; nothing to do", "status", existing.Status)
-		}
-		return nil
+		return a.reservedNotApplied(ctx, tx, log, e, p, existing)
 	}
 	if err != nil {
 		return err
@@ -61,5 +58,34 @@ func (a *App) OnInventoryReserved(ctx context.Context, tx *sqlx.Tx, e events.Env
 	}
 	log.InfoContext(ctx, "payment pending; charge requested", "amount_cents", p.AmountCents,
 		"currency", p.Currency, "idempotency_key", p.IdempotencyKey)
+	return nil
+}
+
+// lateReserved marks a cancel marker on which a late inventory.reserved
+// was recorded.
+const lateReserved = "late inventory.reserved"
+
+// reservedNotApplied handles an inventory.reserved for an order that has a
+// row already: a payment (nothing to do) or the marker of a cancel that
+// overtook it (recorded as stale on the marker, nothing charged).
+func (a *App) reservedNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e events.Envelope, want, existing payment.Payment) error {
+	if existing.IsMarker() {
+		if !strings.Contains(existing.CancelReason, lateReserved) {
+			note := fmt.Sprintf("%s; %s %s ignored, nothing charged", existing.CancelReason, lateReserved, e.EventID)
+			if _, err := paymentdb.NoteCancel(ctx, tx, existing.OrderID, existing.Status, note); err != nil {
+				return err
+			}
+		}
+		log.WarnContext(ctx, "inventory.reserved arrived after the order's cancel; recorded as stale, nothing charged",
+			"status", existing.Status, "amount_cents", want.AmountCents)
+		return nil
+	}
+	if existing.AmountCents != want.AmountCents || existing.Currency != want.Currency || existing.CustomerID != want.CustomerID {
+		log.WarnContext(ctx, "inventory.reserved disagrees with the payment already recorded; kept the recorded one",
+			"recorded_amount_cents", existing.AmountCents, "event_amount_cents", want.AmountCents,
+			"recorded_currency", existing.Currency, "event_currency", want.Currency)
+		return nil
+	}
+	log.InfoContext(ctx, "payment exists already; nothing to do", "status", existing.Status)
 	return nil
 }

@@ -1,16 +1,16 @@
 // Package paymentapp holds the payment service's use cases. Each database
 // change is exactly one local transaction (the inbox transaction of the
-// consumer that runs it): the payment change and the events it emits
-// (outbox rows) commit together or not at all.
+// consumer that runs it, or the sweep's own): the payment change and the
+// events it emits (outbox rows) commit together or not at all.
 //
 // The charge itself is the one step that cannot be part of a transaction:
 // the PSP is another company. So the charge is split in two, each step
 // driven by a message:
 //
 //  1. inventory.reserved -> OnInventoryReserved (consumer "payment"): one
-//     transaction writes the pending payment, with its idempotency key, and
-//     the payment.charge-requested event into the outbox. Nothing external
-//     happens yet, so nothing can be half done.
+//     transaction writes the pending payment, with its idempotency key and
+//     its deadline, and the payment.charge-requested event into the outbox.
+//     Nothing external happens yet, so nothing can be half done.
 //  2. payment.charge-requested -> ChargeAtPSP (consumer "payment-psp", an
 //     inbox.ExternalHandler): call the PSP with no transaction open, then
 //     record the outcome (pending -> succeeded/failed plus the result event)
@@ -22,31 +22,104 @@
 // An unknown outcome (timeout, lost answer, 5xx) is never read as a decline:
 // a status query with the same key decides, and "not found" only means
 // "try again later".
+//
+// The refund of a cancelled order is the same two steps (refund.go):
+// order.cancelled (or a charge that succeeds after the cancel) writes the
+// refund row and payment.refund-requested; consumer "payment-refunds" calls
+// the PSP's refund with the key "refund-<order_id>".
+//
+// The consumers' retries are bounded (pkg/inbox dead-letters a message
+// after its attempts), so they are not what guarantees an outcome. The
+// sweep is (sweep.go): a loop over the tables that re-queries the PSP for
+// every payment and refund still open after a grace period, re-requests
+// the step with backoff when the PSP has no record, and parks it as
+// needs_attention, with the evidence, when its business deadline passes.
+// Everything it needs is in the rows, so a restart resumes where the last
+// process stopped.
 package paymentapp
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
-// FailpointAfterPSPCall is the window between the PSP's answer and the
-// commit that records it: an error (or a crash) here rolls the inbox claim
-// back, so the message is retried and the PSP is called again. The same
-// idempotency key makes that second call return the first charge.
-const FailpointAfterPSPCall = "payment.charge.after-psp-before-record"
+// Failpoints of the PSP calls.
+const (
+	// FailpointAfterPSPCall is the window between the PSP's answer and the
+	// commit that records it: an error (or a crash) here rolls the inbox
+	// claim back, so the message is retried and the PSP is called again.
+	// The same idempotency key makes that second call return the first
+	// charge.
+	FailpointAfterPSPCall = "payment.charge.after-psp-before-record"
+	// FailpointAfterPSPRefund is the same window for a refund.
+	FailpointAfterPSPRefund = "payment.refund.after-psp-before-record"
+)
 
 func init() {
 	failpoint.Register(FailpointAfterPSPCall,
 		"PSP answered, outcome not recorded yet: the retry calls the PSP again with the same key and must not charge twice")
+	failpoint.Register(FailpointAfterPSPRefund,
+		"PSP refunded, refund not recorded yet: the retry (or the sweep's status query) must not refund twice")
+}
+
+// Config is the payment service's business timing. Zero fields take the
+// defaults in brackets.
+type Config struct {
+	// ChargeDeadline bounds how long a charge's outcome may stay unknown:
+	// set on the payment when it is created; past it the sweep parks the
+	// payment as needs_attention [10m] (PAYMENT_DEADLINE).
+	ChargeDeadline time.Duration
+	// RefundDeadline bounds how long a refund is retried before it is
+	// parked as needs_attention [30m] (REFUND_DEADLINE).
+	RefundDeadline time.Duration
+	// Grace is how long after a request the sweep leaves it to the
+	// consumer before its first look [30s] (PAYMENT_SWEEP_GRACE).
+	Grace time.Duration
+	// Backoff spaces the sweep's rounds on one row [30s .. 5m]
+	// (PAYMENT_RETRY_BASE, PAYMENT_RETRY_CAP).
+	Backoff retry.Backoff
+	// SweepBatch bounds the payments, and the refunds, one sweep round
+	// claims [20] (PAYMENT_SWEEP_BATCH).
+	SweepBatch int
+	// Wake is called after the sweep or an operator wrote outbox events
+	// (the dispatcher's Wake); nil: the dispatcher's poll finds them.
+	Wake func()
+}
+
+func (c Config) withDefaults() Config {
+	if c.ChargeDeadline <= 0 {
+		c.ChargeDeadline = 10 * time.Minute
+	}
+	if c.RefundDeadline <= 0 {
+		c.RefundDeadline = 30 * time.Minute
+	}
+	if c.Grace <= 0 {
+		c.Grace = 30 * time.Second
+	}
+	if c.Backoff.Base <= 0 {
+		c.Backoff.Base = 30 * time.Second
+	}
+	if c.Backoff.Cap <= 0 {
+		c.Backoff.Cap = 5 * time.Minute
+	}
+	if c.SweepBatch <= 0 {
+		c.SweepBatch = 20
+	}
+	if c.Wake == nil {
+		c.Wake = func() {}
+	}
+	return c
 }
 
 // App is the payment service's application layer.
@@ -55,16 +128,17 @@ type App struct {
 	psp     *psp.Client
 	log     *slog.Logger
 	metrics *metrics
+	cfg     Config
 }
 
 // New returns the app. It reaches the PSP only through pspClient (over
-// HTTP, whose timeout bounds each call). The PSP call metrics are
-// registered on reg (nil: not exported).
-func New(db *sqlx.DB, pspClient *psp.Client, log *slog.Logger, reg prometheus.Registerer) *App {
+// HTTP, whose timeout bounds each call). Its metrics are registered on reg
+// (nil: not exported).
+func New(db *sqlx.DB, pspClient *psp.Client, log *slog.Logger, reg prometheus.Registerer, cfg Config) *App {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &App{db: db, psp: pspClient, log: log, metrics: newMetrics(reg)}
+	return &App{db: db, psp: pspClient, log: log, metrics: newMetrics(db, reg), cfg: cfg.withDefaults()}
 }
 
 // Get returns an order's payment, or payment.ErrNotFound.
@@ -72,28 +146,64 @@ func (a *App) Get(ctx context.Context, orderID uint64) (payment.Payment, error) 
 	return paymentdb.Get(ctx, a.db, orderID)
 }
 
-// metrics counts the PSP calls by what came back, so a dashboard shows the
-// unknown outcomes and how they were resolved.
+// Refund returns an order's refund and whether it has one.
+func (a *App) Refund(ctx context.Context, orderID uint64) (payment.Refund, bool, error) {
+	f, err := paymentdb.GetRefund(ctx, a.db, orderID)
+	if errors.Is(err, paymentdb.ErrNoRefund) {
+		return payment.Refund{}, false, nil
+	}
+	return f, err == nil, err
+}
+
+// metrics: the PSP calls by what came back, the compensations, and (read
+// from the tables at scrape time) what is parked.
 type metrics struct {
-	pspCalls *prometheus.CounterVec
+	pspCalls             *prometheus.CounterVec
+	compensationFailures prometheus.Counter
+	refunds              *prometheus.CounterVec
+	sweep                *prometheus.CounterVec
 }
 
 // PSP call results, the "result" label of payment_psp_calls_total.
 const (
-	resultOK       = "ok"              // a charge record came back
+	resultOK       = "ok"              // a charge or refund record came back
 	resultUnknown  = "outcome_unknown" // timeout, dropped connection, 5xx
-	resultNotFound = "not_found"       // status query: the PSP has no charge with this key
+	resultNotFound = "not_found"       // status query: the PSP has no record with this key
 	resultRefused  = "refused"         // 4xx: the PSP refused the call
 	resultError    = "error"           // anything else (the request could not be built)
 )
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{pspCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "payment_psp_calls_total",
-		Help: "Calls to the PSP by call (charge, status) and result (ok, outcome_unknown, not_found, refused, error).",
-	}, []string{"call", "result"})}
+// Refund results, the "result" label of payment_refunds_total.
+const (
+	refundRequested      = "requested"
+	refundSucceeded      = "succeeded"
+	refundNeedsAttention = "needs_attention"
+)
+
+func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		pspCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payment_psp_calls_total",
+			Help: "Calls to the PSP by call (charge, status, refund, refund_status) and result (ok, outcome_unknown, not_found, refused, error).",
+		}, []string{"call", "result"}),
+		compensationFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "payment_compensation_failures_total",
+			Help: "Refund attempts that failed: the PSP refused, or the outcome stayed unknown after the status query.",
+		}),
+		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payment_refunds_total",
+			Help: "Refunds by result: requested, succeeded, needs_attention (parked for an operator).",
+		}, []string{"result"}),
+		sweep: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payment_sweep_actions_total",
+			Help: "What the sweep did with the rows it claimed, by kind (charge, refund) and action (resolved, rerequested, parked, voided, waiting, error).",
+		}, []string{"kind", "action"}),
+	}
+	for _, r := range []string{refundRequested, refundSucceeded, refundNeedsAttention} {
+		m.refunds.WithLabelValues(r)
+	}
 	if reg != nil {
-		reg.MustRegister(m.pspCalls)
+		reg.MustRegister(m.pspCalls, m.compensationFailures, m.refunds, m.sweep, &parkedCollector{db: db})
 	}
 	return m
 }
@@ -114,4 +224,26 @@ func (m *metrics) observe(call string, err error) {
 		result = resultError
 	}
 	m.pspCalls.WithLabelValues(call, result).Inc()
+}
+
+// parkedCollector reads the parked rows at scrape time, so the gauge is
+// right after a restart and whichever instance parked them.
+type parkedCollector struct{ db *sqlx.DB }
+
+var parkedDesc = prometheus.NewDesc("payment_needs_attention",
+	"Rows parked as needs_attention, waiting for an operator, by kind: charge (outcome unknown at the deadline) or refund (compensation failed until its deadline).",
+	[]string{"kind"}, nil)
+
+func (c *parkedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- parkedDesc }
+
+func (c *parkedCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	charges, refunds, err := paymentdb.CountParked(ctx, c.db)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(parkedDesc, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(charges), "charge")
+	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(refunds), "refund")
 }

@@ -3,6 +3,7 @@ package paymentapp_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,7 +31,12 @@ func TestInventoryReservedCreatesPendingPaymentAndChargeRequest(t *testing.T) {
 	p := f.payment(t, order)
 	want := payment.Payment{OrderID: order, CustomerID: "c-1", AmountCents: 1500, Currency: "EUR",
 		Status: payment.Pending, IdempotencyKey: "charge-42", Version: 1}
-	p.CreatedAt, p.UpdatedAt = time.Time{}, time.Time{}
+	// The deadline of the charge's outcome is set with the payment
+	// (ChargeDeadline from now, database time).
+	if d := p.DeadlineAt.Sub(p.CreatedAt); d < 59*time.Minute || d > 61*time.Minute {
+		t.Errorf("deadline_at - created_at = %s, want the configured hour", d)
+	}
+	p.CreatedAt, p.UpdatedAt, p.DeadlineAt = time.Time{}, time.Time{}, time.Time{}
 	if p != want {
 		t.Errorf("payment = %+v\nwant      %+v", p, want)
 	}
@@ -237,8 +243,9 @@ func TestChargeNotMadeIsRetriedWithTheSameKey(t *testing.T) {
 			if n := f.count(t, `SELECT COUNT(*) FROM dead_letters`); n != 0 {
 				t.Fatalf("dead letters = %d, want 0", n)
 			}
-			if p := f.payment(t, order); p.Status != payment.Pending || p.PSPChargeID != "" || p.Version != 1 {
-				t.Errorf("payment = %+v, want pending, untouched", p)
+			if p := f.payment(t, order); p.Status != payment.Pending || p.PSPChargeID != "" || p.Version != 1 ||
+				p.Attempts != 2 || !strings.Contains(p.LastError, "no charge with this key") {
+				t.Errorf("payment = %+v, want pending, untouched but for the evidence of 2 unresolved attempts", p)
 			}
 			if cs := f.pspCharges(t, order); len(cs) != 0 {
 				t.Errorf("PSP charges = %+v, want none", cs)

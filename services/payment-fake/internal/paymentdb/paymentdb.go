@@ -1,7 +1,11 @@
-// Package paymentdb is the payment service's SQL: the payments table. Row
-// structs stay here; callers get domain types. The PSP's own tables
-// (psp_charges, psp_refunds) are not read here, ever: the payment service
-// knows the PSP only through its HTTP API.
+// Package paymentdb is the payment service's SQL: the payments and refunds
+// tables. Row structs stay here; callers get domain types. The PSP's own
+// tables (psp_charges, psp_refunds) are not read here, ever: the payment
+// service knows the PSP only through its HTTP API.
+//
+// Times that decide something (deadlines, the sweep's schedule) are the
+// database's (NOW(6)), never the caller's clock, so several instances agree.
+// Functions that must run inside a transaction take *sqlx.Tx.
 package paymentdb
 
 import (
@@ -17,50 +21,81 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 )
 
-// ErrExists: the order has a payment already.
+// ErrExists: the order has a payment (or a cancel marker) already.
 var ErrExists = errors.New("payment for this order exists")
 
 type paymentRow struct {
-	OrderID        uint64         `db:"order_id"`
-	CustomerID     string         `db:"customer_id"`
-	AmountCents    int64          `db:"amount_cents"`
-	Currency       string         `db:"currency"`
-	Status         string         `db:"status"`
-	IdempotencyKey string         `db:"idempotency_key"`
-	PSPChargeID    sql.NullString `db:"psp_charge_id"`
-	FailureReason  string         `db:"failure_reason"`
-	Version        uint64         `db:"aggregate_version"`
-	CreatedAt      time.Time      `db:"created_at"`
-	UpdatedAt      time.Time      `db:"updated_at"`
+	OrderID           uint64         `db:"order_id"`
+	CustomerID        string         `db:"customer_id"`
+	AmountCents       int64          `db:"amount_cents"`
+	Currency          string         `db:"currency"`
+	Status            string         `db:"status"`
+	IdempotencyKey    string         `db:"idempotency_key"`
+	PSPChargeID       sql.NullString `db:"psp_charge_id"`
+	FailureReason     string         `db:"failure_reason"`
+	CancelRequestedAt sql.NullTime   `db:"cancel_requested_at"`
+	CancelReason      string         `db:"cancel_reason"`
+	DeadlineAt        sql.NullTime   `db:"deadline_at"`
+	Attempts          int            `db:"attempts"`
+	LastError         string         `db:"last_error"`
+	ParkedReason      string         `db:"parked_reason"`
+	Version           uint64         `db:"aggregate_version"`
+	CreatedAt         time.Time      `db:"created_at"`
+	UpdatedAt         time.Time      `db:"updated_at"`
 }
 
 const paymentColumns = `order_id, customer_id, amount_cents, currency, status, idempotency_key,
-  psp_charge_id, failure_reason, aggregate_version, created_at, updated_at`
+  psp_charge_id, failure_reason, cancel_requested_at, cancel_reason, deadline_at, attempts, last_error,
+  parked_reason, aggregate_version, created_at, updated_at`
 
 func (r paymentRow) domain() payment.Payment {
 	return payment.Payment{
 		OrderID: r.OrderID, CustomerID: r.CustomerID, AmountCents: r.AmountCents, Currency: r.Currency,
 		Status: payment.Status(r.Status), IdempotencyKey: r.IdempotencyKey, PSPChargeID: r.PSPChargeID.String,
-		FailureReason: r.FailureReason, Version: r.Version, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		FailureReason: r.FailureReason, Version: r.Version,
+		CancelRequested: r.CancelRequestedAt.Valid, CancelReason: r.CancelReason,
+		DeadlineAt: r.DeadlineAt.Time, Attempts: r.Attempts, LastError: r.LastError, ParkedReason: r.ParkedReason,
+		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }
 
-// Insert inserts a new payment. An existing payment for the order returns
-// ErrExists: the primary key, not a prior SELECT, decides, so two events
-// racing for one order create one payment (the second INSERT waits for the
-// first transaction and then collides). The failed statement leaves the
-// transaction usable: MySQL rolls back the statement, not the transaction.
-func Insert(ctx context.Context, tx *sqlx.Tx, p payment.Payment) error {
+// Insert inserts a new pending payment whose outcome is due within
+// deadline and which the sweep first looks at after grace (both from now,
+// database time). An existing row for the order (a payment, or the marker
+// of a cancel that came first) returns ErrExists: the primary key, not a
+// prior SELECT, decides, so two events racing for one order create one row
+// (the second INSERT waits for the first transaction and then collides).
+// The failed statement leaves the transaction usable: MySQL rolls back the
+// statement, not the transaction.
+func Insert(ctx context.Context, tx *sqlx.Tx, p payment.Payment, deadline, grace time.Duration) error {
 	const q = `INSERT INTO payments
-  (order_id, customer_id, amount_cents, currency, status, idempotency_key, aggregate_version)
-VALUES (?, ?, ?, ?, ?, ?, ?)`
+  (order_id, customer_id, amount_cents, currency, status, idempotency_key, aggregate_version,
+   deadline_at, next_attempt_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
 	_, err := tx.ExecContext(ctx, q, p.OrderID, p.CustomerID, p.AmountCents, p.Currency, p.Status,
-		p.IdempotencyKey, p.Version)
+		p.IdempotencyKey, p.Version, deadline.Microseconds(), grace.Microseconds())
 	if sqldb.IsDuplicateKey(err) {
 		return ErrExists
 	}
 	if err != nil {
 		return fmt.Errorf("insert payment %d: %w", p.OrderID, err)
+	}
+	return nil
+}
+
+// InsertMarker inserts the row a cancel leaves for an order with no
+// payment yet (payment.Marker). ErrExists: a payment was inserted first.
+func InsertMarker(ctx context.Context, tx *sqlx.Tx, m payment.Payment) error {
+	const q = `INSERT INTO payments
+  (order_id, customer_id, amount_cents, currency, status, idempotency_key, aggregate_version,
+   cancel_requested_at, cancel_reason)
+VALUES (?, '', 0, '', ?, ?, 0, NOW(6), ?)`
+	_, err := tx.ExecContext(ctx, q, m.OrderID, m.Status, m.IdempotencyKey, m.CancelReason)
+	if sqldb.IsDuplicateKey(err) {
+		return ErrExists
+	}
+	if err != nil {
+		return fmt.Errorf("insert cancel marker %d: %w", m.OrderID, err)
 	}
 	return nil
 }
@@ -80,7 +115,7 @@ func Get(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.P
 
 // Lock reads an order's payment and locks its row until the transaction
 // ends, so the decision made from it cannot race another outcome for the
-// same order.
+// same order. Lock order everywhere: the payment, then its refund.
 func Lock(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = ? FOR UPDATE`
 	var r paymentRow
@@ -109,12 +144,167 @@ func Decide(ctx context.Context, tx *sqlx.Tx, orderID uint64, d Decision) (bool,
 SET status = ?, psp_charge_id = ?, failure_reason = ?, aggregate_version = ?, updated_at = NOW(6)
 WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, d.To, d.PSPChargeID, d.FailureReason, d.Version, orderID, d.From)
-	if err != nil {
-		return false, fmt.Errorf("payment %d %s -> %s: %w", orderID, d.From, d.To, err)
+	return changed(res, err, "payment %d %s -> %s", orderID, d.From, d.To)
+}
+
+// RequestCancel remembers that the order was cancelled, once: only a
+// payment still in status that has no cancel recorded changes.
+func RequestCancel(ctx context.Context, tx *sqlx.Tx, orderID uint64, status payment.Status, reason string) (bool, error) {
+	const q = `UPDATE payments SET cancel_requested_at = NOW(6), cancel_reason = ?, updated_at = NOW(6)
+WHERE order_id = ? AND status = ? AND cancel_requested_at IS NULL`
+	res, err := tx.ExecContext(ctx, q, payment.Clip(reason, 255), orderID, status)
+	return changed(res, err, "cancel payment %d", orderID)
+}
+
+// NoteCancel replaces the cancel reason of a payment still in status,
+// without moving it: how a late event is recorded as stale on a marker.
+func NoteCancel(ctx context.Context, tx *sqlx.Tx, orderID uint64, status payment.Status, note string) (bool, error) {
+	const q = `UPDATE payments SET cancel_reason = ?, updated_at = NOW(6) WHERE order_id = ? AND status = ?`
+	res, err := tx.ExecContext(ctx, q, payment.Clip(note, 255), orderID, status)
+	return changed(res, err, "note on payment %d", orderID)
+}
+
+// Advance records that the payment emitted another event (a re-requested
+// charge, a refund request) without changing its status. Compare-and-set
+// on the status and the version read under the row lock.
+func Advance(ctx context.Context, tx *sqlx.Tx, orderID uint64, status payment.Status, from, to uint64) (bool, error) {
+	const q = `UPDATE payments SET aggregate_version = ?, updated_at = NOW(6)
+WHERE order_id = ? AND status = ? AND aggregate_version = ?`
+	res, err := tx.ExecContext(ctx, q, to, orderID, status, from)
+	return changed(res, err, "payment %d version %d -> %d", orderID, from, to)
+}
+
+// Refunded moves a succeeded payment to refunded, with the version of the
+// payment.refunded event.
+func Refunded(ctx context.Context, tx *sqlx.Tx, orderID uint64, version uint64) (bool, error) {
+	const q = `UPDATE payments SET status = ?, aggregate_version = ?, updated_at = NOW(6)
+WHERE order_id = ? AND status = ?`
+	res, err := tx.ExecContext(ctx, q, payment.Refunded, version, orderID, payment.Succeeded)
+	return changed(res, err, "payment %d refunded", orderID)
+}
+
+// NoteFailure adds one unresolved charge attempt to the evidence of a
+// payment still pending: attempts+1 and the error. One statement, no
+// transaction: it runs where the attempt failed, outside any.
+func NoteFailure(ctx context.Context, db sqlx.ExecerContext, orderID uint64, msg string) error {
+	const q = `UPDATE payments SET attempts = attempts + 1, last_error = ?, updated_at = NOW(6)
+WHERE order_id = ? AND status = ?`
+	if _, err := db.ExecContext(ctx, q, payment.Clip(msg, 1024), orderID, payment.Pending); err != nil {
+		return fmt.Errorf("note failure on payment %d: %w", orderID, err)
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("payment %d %s -> %s: %w", orderID, d.From, d.To, err)
+	return nil
+}
+
+// Park moves a payment still pending past its deadline (database time) to
+// status to (needs_attention, or cancelled_before_charge for a cancelled
+// order the PSP never charged), with the reason.
+func Park(ctx context.Context, tx *sqlx.Tx, orderID uint64, to payment.Status, reason string) (bool, error) {
+	const q = `UPDATE payments SET status = ?, parked_at = NOW(6), parked_reason = ?, next_attempt_at = NULL,
+  updated_at = NOW(6)
+WHERE order_id = ? AND status = ? AND deadline_at <= NOW(6)`
+	res, err := tx.ExecContext(ctx, q, to, payment.Clip(reason, 512), orderID, payment.Pending)
+	return changed(res, err, "park payment %d", orderID)
+}
+
+// Unpark puts a parked payment back to pending for another round: a new
+// deadline from now, the sweep's backoff restarted and its first look after
+// grace. The evidence (attempts, last error, parked reason) stays.
+func Unpark(ctx context.Context, tx *sqlx.Tx, orderID uint64, deadline, grace time.Duration) (bool, error) {
+	const q = `UPDATE payments SET status = ?, deadline_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
+  next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)), sweep_rounds = 0, parked_at = NULL, updated_at = NOW(6)
+WHERE order_id = ? AND status = ?`
+	res, err := tx.ExecContext(ctx, q, payment.Pending, deadline.Microseconds(), grace.Microseconds(),
+		orderID, payment.NeedsAttention)
+	return changed(res, err, "retry payment %d", orderID)
+}
+
+// Due is a row the sweep claimed: which order, and whether its deadline
+// had passed when it was claimed (database time).
+type Due struct {
+	OrderID      uint64 `db:"order_id"`
+	Rounds       int    `db:"sweep_rounds"`
+	PastDeadline bool   `db:"past_deadline"`
+}
+
+// SelectDue returns up to limit pending payments whose next sweep round is
+// due, locking them; rows another sweep holds are skipped (SKIP LOCKED), so
+// concurrent sweeps take disjoint rows. Run it in the short claim
+// transaction, followed by Reschedule for each row.
+func SelectDue(ctx context.Context, tx *sqlx.Tx, limit int) ([]Due, error) {
+	const q = `SELECT order_id, sweep_rounds, deadline_at <= NOW(6) AS past_deadline FROM payments
+WHERE status = ? AND next_attempt_at <= NOW(6)
+ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`
+	var due []Due
+	if err := tx.SelectContext(ctx, &due, q, payment.Pending, limit); err != nil {
+		return nil, fmt.Errorf("select due payments: %w", err)
 	}
-	return n == 1, nil
+	return due, nil
+}
+
+// Reschedule claims a due payment for this round: one more round, and the
+// next one not before delay from now. Compare-and-set on "still pending and
+// still due", so a row claimed meanwhile is not claimed twice (false).
+// Once committed, no other sweep sees the row as due until then.
+func Reschedule(ctx context.Context, tx *sqlx.Tx, orderID uint64, delay time.Duration) (bool, error) {
+	const q = `UPDATE payments SET sweep_rounds = sweep_rounds + 1,
+  next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
+WHERE order_id = ? AND status = ? AND next_attempt_at <= NOW(6)`
+	res, err := tx.ExecContext(ctx, q, delay.Microseconds(), orderID, payment.Pending)
+	return changed(res, err, "reschedule payment %d", orderID)
+}
+
+// Parked returns the payments parked as needs_attention, oldest first.
+func Parked(ctx context.Context, db sqlx.QueryerContext, limit int) ([]ParkedPayment, error) {
+	const q = `SELECT ` + paymentColumns + `, sweep_rounds, parked_at FROM payments
+WHERE status = ? ORDER BY parked_at, order_id LIMIT ?`
+	var rows []parkedPaymentRow
+	if err := sqlx.SelectContext(ctx, db, &rows, q, payment.NeedsAttention, limit); err != nil {
+		return nil, fmt.Errorf("parked payments: %w", err)
+	}
+	out := make([]ParkedPayment, len(rows))
+	for i, r := range rows {
+		out[i] = ParkedPayment{Payment: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
+	}
+	return out, nil
+}
+
+// ParkedPayment is a parked payment with its schedule.
+type ParkedPayment struct {
+	payment.Payment
+	SweepRounds int
+	ParkedAt    time.Time
+}
+
+type parkedPaymentRow struct {
+	paymentRow
+	SweepRounds int          `db:"sweep_rounds"`
+	ParkedAt    sql.NullTime `db:"parked_at"`
+}
+
+// CountParked returns the rows parked as needs_attention in payments and in
+// refunds.
+func CountParked(ctx context.Context, db sqlx.QueryerContext) (charges, refunds int, err error) {
+	const q = `SELECT
+  (SELECT COUNT(*) FROM payments WHERE status = ?) AS charges,
+  (SELECT COUNT(*) FROM refunds WHERE status = ?) AS refunds`
+	var n struct {
+		Charges int `db:"charges"`
+		Refunds int `db:"refunds"`
+	}
+	if err := sqlx.GetContext(ctx, db, &n, q, payment.NeedsAttention, payment.RefundNeedsAttention); err != nil {
+		return 0, 0, fmt.Errorf("count parked: %w", err)
+	}
+	return n.Charges, n.Refunds, nil
+}
+
+// changed turns the result of a one-row UPDATE into "did the row change";
+// an error is wrapped with what was tried.
+func changed(res sql.Result, err error, format string, args ...any) (bool, error) {
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil {
+			return n == 1, nil
+		}
+	}
+	return false, fmt.Errorf(format+": %w", append(args, err)...)
 }

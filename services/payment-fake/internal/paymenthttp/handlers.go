@@ -20,8 +20,8 @@ type handlers struct {
 }
 
 func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseUint(chi.URLParam(r, "order_id"), 10, 64)
-	if err != nil || id == 0 {
+	id, ok := orderID(r)
+	if !ok {
 		h.fail(w, r, payment.ErrNotFound)
 		return
 	}
@@ -30,13 +30,76 @@ func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	web.WriteJSON(w, http.StatusOK, toJSON(p))
+	f, hasRefund, err := h.app.Refund(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := toJSON(p)
+	if hasRefund {
+		rj := toRefundJSON(f)
+		out.Refund = &rj
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+}
+
+// needsAttention lists the parked charges and refunds with their evidence.
+func (h *handlers) needsAttention(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			h.fail(w, r, web.Errorf(http.StatusBadRequest, "limit must be between 1 and 1000"))
+			return
+		}
+		limit = n
+	}
+	att, err := h.app.NeedsAttention(r.Context(), limit)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	out := attentionJSON{Charges: []parkedChargeJSON{}, Refunds: []parkedRefundJSON{}}
+	for _, p := range att.Charges {
+		out.Charges = append(out.Charges, parkedChargeJSON{paymentJSON: toJSON(p.Payment),
+			SweepRounds: p.SweepRounds, ParkedAt: p.ParkedAt})
+	}
+	for _, f := range att.Refunds {
+		out.Refunds = append(out.Refunds, parkedRefundJSON{refundJSON: toRefundJSON(f.Refund),
+			OrderID: strconv.FormatUint(f.OrderID, 10), SweepRounds: f.SweepRounds, ParkedAt: f.ParkedAt})
+	}
+	web.WriteJSON(w, http.StatusOK, out)
+}
+
+// retryParked puts an order's parked charge or refund back for another
+// round.
+func (h *handlers) retryParked(w http.ResponseWriter, r *http.Request) {
+	id, ok := orderID(r)
+	if !ok {
+		h.fail(w, r, payment.ErrNotFound)
+		return
+	}
+	res, err := h.app.Retry(r.Context(), id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]string{"order_id": strconv.FormatUint(id, 10),
+		"kind": res.Kind, "status": res.Status, "event_id": res.EventID})
+}
+
+func orderID(r *http.Request) (uint64, bool) {
+	id, err := strconv.ParseUint(chi.URLParam(r, "order_id"), 10, 64)
+	return id, err == nil && id != 0
 }
 
 // fail is the one place domain errors become HTTP answers.
 func (h *handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, payment.ErrNotFound) {
+	switch {
+	case errors.Is(err, payment.ErrNotFound):
 		err = web.Errorf(http.StatusNotFound, "payment not found")
+	case errors.Is(err, payment.ErrNotParked):
+		err = web.Errorf(http.StatusConflict, "nothing of this order is parked as needs_attention")
 	}
 	web.WriteError(w, r, h.log, err)
 }
@@ -59,24 +122,82 @@ func guardSwitches(pspAPI http.Handler, demoMode bool, log *slog.Logger) http.Ha
 
 // paymentJSON is an order's payment as GET /payments/{order_id} shows it.
 // psp_charge_id and failure_reason are empty strings until the PSP has
-// answered (a declined charge has a charge id too).
+// answered (a declined charge has a charge id too). deadline_at is null for
+// a cancel marker; refund is null until a refund is requested.
 type paymentJSON struct {
-	OrderID        string    `json:"order_id"`
+	OrderID         string      `json:"order_id"`
+	Status          string      `json:"status"`
+	AmountCents     int64       `json:"amount_cents"`
+	Currency        string      `json:"currency"`
+	CustomerID      string      `json:"customer_id"`
+	IdempotencyKey  string      `json:"idempotency_key"`
+	PSPChargeID     string      `json:"psp_charge_id"`
+	FailureReason   string      `json:"failure_reason"`
+	CancelRequested bool        `json:"cancel_requested"`
+	CancelReason    string      `json:"cancel_reason"`
+	DeadlineAt      *time.Time  `json:"deadline_at"`
+	Attempts        int         `json:"attempts"`
+	LastError       string      `json:"last_error"`
+	ParkedReason    string      `json:"parked_reason"`
+	Refund          *refundJSON `json:"refund"`
+	CreatedAt       time.Time   `json:"created_at"`
+	UpdatedAt       time.Time   `json:"updated_at"`
+}
+
+func toJSON(p payment.Payment) paymentJSON {
+	j := paymentJSON{
+		OrderID: strconv.FormatUint(p.OrderID, 10), Status: string(p.Status), AmountCents: p.AmountCents,
+		Currency: p.Currency, CustomerID: p.CustomerID, IdempotencyKey: p.IdempotencyKey,
+		PSPChargeID: p.PSPChargeID, FailureReason: p.FailureReason,
+		CancelRequested: p.CancelRequested, CancelReason: p.CancelReason,
+		Attempts: p.Attempts, LastError: p.LastError, ParkedReason: p.ParkedReason,
+		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+	}
+	if !p.DeadlineAt.IsZero() {
+		d := p.DeadlineAt
+		j.DeadlineAt = &d
+	}
+	return j
+}
+
+// refundJSON is an order's refund.
+type refundJSON struct {
 	Status         string    `json:"status"`
 	AmountCents    int64     `json:"amount_cents"`
-	Currency       string    `json:"currency"`
-	CustomerID     string    `json:"customer_id"`
 	IdempotencyKey string    `json:"idempotency_key"`
 	PSPChargeID    string    `json:"psp_charge_id"`
-	FailureReason  string    `json:"failure_reason"`
+	PSPRefundID    string    `json:"psp_refund_id"`
+	Reason         string    `json:"reason"`
+	DeadlineAt     time.Time `json:"deadline_at"`
+	Attempts       int       `json:"attempts"`
+	LastError      string    `json:"last_error"`
+	ParkedReason   string    `json:"parked_reason"`
 	CreatedAt      time.Time `json:"created_at"`
 	UpdatedAt      time.Time `json:"updated_at"`
 }
 
-func toJSON(p payment.Payment) paymentJSON {
-	return paymentJSON{
-		OrderID: strconv.FormatUint(p.OrderID, 10), Status: string(p.Status), AmountCents: p.AmountCents,
-		Currency: p.Currency, CustomerID: p.CustomerID, IdempotencyKey: p.IdempotencyKey,
-		PSPChargeID: p.PSPChargeID, FailureReason: p.FailureReason, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
-	}
+func toRefundJSON(f payment.Refund) refundJSON {
+	return refundJSON{Status: string(f.Status), AmountCents: f.AmountCents, IdempotencyKey: f.IdempotencyKey,
+		PSPChargeID: f.PSPChargeID, PSPRefundID: f.PSPRefundID, Reason: f.Reason, DeadlineAt: f.DeadlineAt,
+		Attempts: f.Attempts, LastError: f.LastError, ParkedReason: f.ParkedReason,
+		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
+}
+
+// attentionJSON is GET /admin/needs-attention.
+type attentionJSON struct {
+	Charges []parkedChargeJSON `json:"charges"`
+	Refunds []parkedRefundJSON `json:"refunds"`
+}
+
+type parkedChargeJSON struct {
+	paymentJSON
+	SweepRounds int       `json:"sweep_rounds"`
+	ParkedAt    time.Time `json:"parked_at"`
+}
+
+type parkedRefundJSON struct {
+	OrderID string `json:"order_id"`
+	refundJSON
+	SweepRounds int       `json:"sweep_rounds"`
+	ParkedAt    time.Time `json:"parked_at"`
 }

@@ -29,7 +29,7 @@ func server(t *testing.T, demoMode bool) (*httptest.Server, *sqldbtest.DB) {
 	t.Helper()
 	db := sqldbtest.New(t, "payment")
 	r := chi.NewRouter()
-	app := paymentapp.New(db.DB, psp.NewClient("http://127.0.0.1:1/psp", nil), quiet, nil)
+	app := paymentapp.New(db.DB, psp.NewClient("http://127.0.0.1:1/psp", nil), quiet, nil, paymentapp.Config{})
 	paymenthttp.Routes(r, app, psp.NewServer(db.DB, quiet).Handler(), demoMode, quiet)
 	ts := httptest.NewServer(r)
 	t.Cleanup(ts.Close)
@@ -65,7 +65,7 @@ func TestGetPayment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error { return paymentdb.Insert(ctx, tx, p) }); err != nil {
+	if err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error { return paymentdb.Insert(ctx, tx, p, time.Minute, time.Minute) }); err != nil {
 		t.Fatal(err)
 	}
 
@@ -78,20 +78,22 @@ func TestGetPayment(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]any{"order_id": "42", "status": "pending", "amount_cents": 1500.0, "currency": "EUR",
-		"customer_id": "c-1", "idempotency_key": "charge-42", "psp_charge_id": "", "failure_reason": ""}
+		"customer_id": "c-1", "idempotency_key": "charge-42", "psp_charge_id": "", "failure_reason": "",
+		"cancel_requested": false, "cancel_reason": "", "attempts": 0.0, "last_error": "", "parked_reason": "",
+		"refund": nil}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %#v, want %#v", k, got[k], v)
 		}
 	}
-	for _, k := range []string{"created_at", "updated_at"} {
+	for _, k := range []string{"created_at", "updated_at", "deadline_at"} {
 		s, _ := got[k].(string)
 		if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
 			t.Errorf("%s = %#v, want an RFC 3339 time", k, got[k])
 		}
 	}
-	if len(got) != len(want)+2 {
-		t.Errorf("body has %d fields, want %d: %s", len(got), len(want)+2, body)
+	if len(got) != len(want)+3 {
+		t.Errorf("body has %d fields, want %d: %s", len(got), len(want)+3, body)
 	}
 
 	// Decided: the charge id and the reason show.

@@ -1,5 +1,7 @@
 // Package paymenthttp is the payment service's HTTP API (SPEC section 7):
-// the payment of an order, and the fake PSP's own API mounted under /psp.
+// the payment of an order, the fake PSP's own API mounted under /psp, and
+// the operator's view of what is parked (under /admin, behind the admin
+// token).
 package paymenthttp
 
 import (
@@ -11,9 +13,10 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 )
 
-// Routes lists every route of the payment service. pspAPI is the fake PSP's
-// handler (psp.Server.Handler); its own routes are in psp/routes.go. Its
-// fault switch can be changed (PUT /psp/switches) only in demo mode.
+// Routes lists every public route of the payment service. pspAPI is the
+// fake PSP's handler (psp.Server.Handler); its own routes are in
+// psp/routes.go. Its fault switch can be changed (PUT /psp/switches) only
+// in demo mode.
 func Routes(r chi.Router, app *paymentapp.App, pspAPI http.Handler, demoMode bool, log *slog.Logger) {
 	h := &handlers{app: app, log: log}
 	r.Get("/payments/{order_id}", h.get)
@@ -21,4 +24,14 @@ func Routes(r chi.Router, app *paymentapp.App, pspAPI http.Handler, demoMode boo
 	// The PSP shares the listener, not the code path: the payment app calls
 	// it over HTTP through psp.Client, as it would call a real provider.
 	r.Mount("/psp", http.StripPrefix("/psp", guardSwitches(pspAPI, demoMode, log)))
+}
+
+// AdminRoutes lists the payment service's own admin routes, relative to
+// /admin (service.Runtime.Router mounts them behind ADMIN_TOKEN).
+func AdminRoutes(app *paymentapp.App, log *slog.Logger) func(chi.Router) {
+	h := &handlers{app: app, log: log}
+	return func(r chi.Router) {
+		r.Get("/needs-attention", h.needsAttention)                // parked charges and refunds, with evidence
+		r.Post("/needs-attention/{order_id}/retry", h.retryParked) // put one back for another round
+	}
 }

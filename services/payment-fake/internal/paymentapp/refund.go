@@ -1,0 +1,262 @@
+package paymentapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+)
+
+// ErrRefundUnresolved is ErrOutcomeUnresolved for a refund: the PSP's
+// answer was lost and its status query found no refund with the key (or
+// failed). Transient: the consumer retries with backoff, the sweep after
+// it, until the refund's deadline.
+var ErrRefundUnresolved = errors.New("refund outcome not known yet")
+
+// errNotRefunded: a status query found no refund with the key.
+var errNotRefunded = errors.New("the PSP has no refund with this key")
+
+// requestRefund writes the refund a payment owes (payment.RefundDue) and
+// returns its payment.refund-requested event, numbered version, for the
+// caller to add to the outbox with its own move. nil, nil: the order has a
+// refund already (one per order): nothing new to request. Runs inside the
+// caller's transaction, under the payment's row lock.
+func (a *App) requestRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, p payment.Payment, version uint64) (*outbox.Event, error) {
+	if _, ok := payment.NextRefund(payment.NoRefund, payment.RequestRefund); !ok || p.PSPChargeID == "" {
+		return nil, fmt.Errorf("payment %d: no charge to refund", p.OrderID)
+	}
+	f := payment.NewRefund(p, p.CancelReason)
+	err := paymentdb.InsertRefund(ctx, tx, f, a.cfg.RefundDeadline, a.cfg.Grace)
+	if errors.Is(err, paymentdb.ErrRefundExists) {
+		log.InfoContext(ctx, "refund requested already; nothing new", "idempotency_key", f.IdempotencyKey)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Counted when written; a transaction rolled back after this line (its
+	// commit failed) and retried counts the request twice.
+	a.metrics.refunds.WithLabelValues(refundRequested).Inc()
+	log.InfoContext(ctx, "refund requested", "idempotency_key", f.IdempotencyKey, "charge_id", f.PSPChargeID,
+		"amount_cents", f.AmountCents)
+	return refundEvent(f, version), nil
+}
+
+func refundEvent(f payment.Refund, version uint64) *outbox.Event {
+	return &outbox.Event{AggregateID: f.OrderID, AggregateVersion: version, Type: events.PaymentRefundRequested,
+		Payload: events.PaymentRefundRequestedV1{OrderID: f.OrderID, ChargeID: f.PSPChargeID,
+			AmountCents: f.AmountCents, IdempotencyKey: f.IdempotencyKey}}
+}
+
+// RefundAtPSP is the inbox.ExternalHandler of payment.refund-requested
+// (consumer "payment-refunds"), the compensation step. Like ChargeAtPSP it
+// calls the PSP with no transaction open:
+//
+//  1. read the refund; if it is done or parked, do not call the PSP;
+//  2. refund at the PSP with the key "refund-<order_id>"; on an unknown
+//     outcome, query the refund by the same key; found: that is the
+//     outcome; not found or query failed: ErrRefundUnresolved (retry later;
+//     the failure is counted in payment_compensation_failures_total and
+//     noted on the refund as evidence);
+//  3. a 4xx refusal (the PSP will not refund this charge) cannot be retried
+//     away: the refund is parked as needs_attention at once, with the
+//     PSP's answer as evidence;
+//  4. return the Handler that records the refund in the inbox transaction:
+//     refund succeeded, payment refunded, payment.refunded to the order.
+func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler, error) {
+	req, err := events.Decode[events.PaymentRefundRequestedV1](e.Payload)
+	if err != nil {
+		return nil, err
+	}
+	log := a.log.With("order_id", req.OrderID, "event_id", e.EventID, "event_type", e.Type,
+		"idempotency_key", req.IdempotencyKey)
+	f, err := paymentdb.GetRefund(ctx, a.db, req.OrderID)
+	if errors.Is(err, paymentdb.ErrNoRefund) {
+		return nil, inbox.Permanent(fmt.Errorf("refund requested for order %d, which has no refund", req.OrderID))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if f.IdempotencyKey != req.IdempotencyKey || f.PSPChargeID != req.ChargeID || f.AmountCents != req.AmountCents {
+		return nil, inbox.Permanent(fmt.Errorf("refund request for order %d (key %s, charge %s, %d) does not match its refund (key %s, charge %s, %d)",
+			req.OrderID, req.IdempotencyKey, req.ChargeID, req.AmountCents, f.IdempotencyKey, f.PSPChargeID, f.AmountCents))
+	}
+	if f.Status != payment.RefundRequested {
+		log.InfoContext(ctx, "refund not requested any more; PSP not called", "status", f.Status)
+		return noop, nil
+	}
+
+	r, err := a.refund(ctx, log, refundRequest(f))
+	var refused *psp.APIError
+	switch {
+	case err == nil:
+	case errors.As(err, &refused):
+		a.metrics.compensationFailures.Inc()
+		reason := fmt.Sprintf("PSP refused the refund: %v", err)
+		log.ErrorContext(ctx, "refund refused by the PSP; parking it for an operator", "err", err)
+		return func(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
+			_, err := a.parkRefund(ctx, tx, log, req.OrderID, reason, false)
+			return err
+		}, nil
+	default:
+		a.metrics.compensationFailures.Inc()
+		if nerr := paymentdb.NoteRefundFailure(ctx, a.db, req.OrderID, err.Error()); nerr != nil {
+			log.WarnContext(ctx, "could not note the failed refund attempt", "err", nerr)
+		}
+		return nil, err
+	}
+	if err := failpoint.Inject(ctx, FailpointAfterPSPRefund); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
+		return a.recordRefund(ctx, tx, log, req.OrderID, r)
+	}, nil
+}
+
+func refundRequest(f payment.Refund) psp.RefundRequest {
+	return psp.RefundRequest{IdempotencyKey: f.IdempotencyKey, ChargeID: f.PSPChargeID, AmountCents: f.AmountCents}
+}
+
+// refund calls the PSP's refund once and, if the answer is lost, asks for
+// the refund's status with the same key. It returns the PSP's refund
+// record, a *psp.APIError refusal, or ErrRefundUnresolved / another
+// transient error.
+func (a *App) refund(ctx context.Context, log *slog.Logger, req psp.RefundRequest) (psp.Refund, error) {
+	r, err := a.psp.Refund(ctx, req)
+	a.metrics.observe("refund", err)
+	var refused *psp.APIError
+	switch {
+	case err == nil:
+		return checkRefund(r, req)
+	case errors.Is(err, psp.ErrOutcomeUnknown):
+		log.WarnContext(ctx, "PSP refund outcome unknown; querying its status with the same key", "err", err)
+		r, err := a.refundStatus(ctx, req, err)
+		if errors.Is(err, errNotRefunded) {
+			return psp.Refund{}, fmt.Errorf("%w: %w", ErrRefundUnresolved, err)
+		}
+		if err == nil {
+			log.InfoContext(ctx, "status query found the refund", "refund_id", r.RefundID)
+		}
+		return r, err
+	case errors.As(err, &refused):
+		return psp.Refund{}, err
+	default:
+		return psp.Refund{}, fmt.Errorf("psp refund: %w", err)
+	}
+}
+
+// refundStatus asks the PSP for the refund made with the request's key:
+// the checked refund, an error wrapping errNotRefunded, or
+// ErrRefundUnresolved when the query failed.
+func (a *App) refundStatus(ctx context.Context, req psp.RefundRequest, callErr error) (psp.Refund, error) {
+	r, err := a.psp.GetRefund(ctx, req.IdempotencyKey)
+	a.metrics.observe("refund_status", err)
+	prefix := ""
+	if callErr != nil {
+		prefix = fmt.Sprintf("refund call: %v; ", callErr)
+	}
+	switch {
+	case err == nil:
+		return checkRefund(r, req)
+	case errors.Is(err, psp.ErrNotFound):
+		return psp.Refund{}, fmt.Errorf("%s%w (key %s)", prefix, errNotRefunded, req.IdempotencyKey)
+	default:
+		return psp.Refund{}, fmt.Errorf("%w: %sstatus query: %w", ErrRefundUnresolved, prefix, err)
+	}
+}
+
+// checkRefund makes sure the PSP's record is the refund we asked for.
+func checkRefund(r psp.Refund, req psp.RefundRequest) (psp.Refund, error) {
+	if r.IdempotencyKey != req.IdempotencyKey || r.ChargeID != req.ChargeID || r.AmountCents != req.AmountCents ||
+		r.Status != psp.StatusSucceeded {
+		return psp.Refund{}, inbox.Permanent(fmt.Errorf("PSP refund %s (key %s, charge %s, %d, %s) does not match the request (key %s, charge %s, %d)",
+			r.RefundID, r.IdempotencyKey, r.ChargeID, r.AmountCents, r.Status, req.IdempotencyKey, req.ChargeID, req.AmountCents))
+	}
+	return r, nil
+}
+
+// recordRefund runs inside a transaction (the inbox transaction of
+// "payment-refunds", or the sweep's): lock the payment, then its refund;
+// refund -> succeeded and payment succeeded -> refunded, both
+// compare-and-set, and payment.refunded for the order service, numbered
+// with the payment's next version. A refund recorded already changes
+// nothing.
+func (a *App) recordRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, orderID uint64, r psp.Refund) error {
+	log = log.With("refund_id", r.RefundID)
+	p, err := paymentdb.Lock(ctx, tx, orderID)
+	if err != nil {
+		return err
+	}
+	f, err := paymentdb.LockRefund(ctx, tx, orderID)
+	if err != nil {
+		return err
+	}
+	if _, ok := payment.NextRefund(f.Status, payment.RefundDone); !ok {
+		log.InfoContext(ctx, "refund recorded already; changed nothing", "status", f.Status)
+		return nil
+	}
+	if _, ok := payment.Next(p.Status, payment.RefundCompleted); !ok {
+		// A refund exists only for a succeeded payment, and only a refund
+		// moves it on: the tables disagree, and retrying cannot fix that.
+		return inbox.Permanent(fmt.Errorf("refund %s of order %d: payment is %s, not succeeded", r.RefundID, orderID, p.Status))
+	}
+	moved, err := paymentdb.RefundDone(ctx, tx, orderID, f.Status, r.RefundID)
+	if err != nil {
+		return err
+	}
+	version := p.Version + 1
+	if moved {
+		moved, err = paymentdb.Refunded(ctx, tx, orderID, version)
+	}
+	if err != nil {
+		return err
+	}
+	if !moved {
+		return fmt.Errorf("payment %d or its refund changed under the row locks", orderID)
+	}
+	_, err = outbox.Add(ctx, tx, outbox.Event{AggregateID: orderID, AggregateVersion: version, Type: events.PaymentRefunded,
+		Payload: events.PaymentRefundedV1{OrderID: orderID, AmountCents: r.AmountCents, RefundID: r.RefundID}})
+	if err != nil {
+		return err
+	}
+	a.metrics.refunds.WithLabelValues(refundSucceeded).Inc()
+	log.InfoContext(ctx, "refunded", "amount_cents", r.AmountCents, "charge_id", r.ChargeID, "from", f.Status)
+	return nil
+}
+
+// parkRefund parks a requested refund as needs_attention with the reason
+// (pastDeadline: only if its deadline has passed, database time), and
+// reports whether it did. Inside a transaction, under the payment's and the
+// refund's row locks.
+func (a *App) parkRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, orderID uint64, reason string, pastDeadline bool) (bool, error) {
+	if _, err := paymentdb.Lock(ctx, tx, orderID); err != nil {
+		return false, err
+	}
+	f, err := paymentdb.LockRefund(ctx, tx, orderID)
+	if err != nil {
+		return false, err
+	}
+	if _, ok := payment.NextRefund(f.Status, payment.RefundPark); !ok {
+		log.InfoContext(ctx, "refund not requested any more; not parked", "status", f.Status)
+		return false, nil
+	}
+	moved, err := paymentdb.ParkRefund(ctx, tx, orderID, reason, pastDeadline)
+	if err != nil || !moved {
+		return false, err
+	}
+	// Counted when written (see requestRefund).
+	a.metrics.refunds.WithLabelValues(refundNeedsAttention).Inc()
+	log.ErrorContext(ctx, "refund parked as needs_attention", "reason", reason, "attempts", f.Attempts,
+		"last_error", f.LastError)
+	return true, nil
+}

@@ -1,0 +1,394 @@
+package paymentapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
+)
+
+// The sweep is the persistent driver of every PSP step whose outcome is
+// still open: payments pending and refunds requested. The consumers make
+// the first attempts within milliseconds; their retries are bounded, a
+// message can be dead-lettered, a process can die. The sweep does not
+// depend on any of that: it reads the tables.
+//
+// One round (Sweep):
+//
+//  1. claim: in one short transaction, select up to SweepBatch due rows
+//     (status open, next_attempt_at <= NOW(6)) FOR UPDATE SKIP LOCKED and
+//     move each one's next_attempt_at forward by its backoff. Concurrent
+//     sweeps, in this process or another, skip the locked rows and, once
+//     committed, no longer see them as due: each row is worked by one
+//     sweep per backoff window;
+//  2. for each claimed row, outside any transaction: ask the PSP with the
+//     step's idempotency key (a status query never charges or refunds);
+//  3. decide, in a transaction per row, compare-and-set on the status:
+//     found: record the outcome exactly as the consumer would; not found and
+//     before the deadline: re-request the step (a new outbox event, same
+//     key, so the PSP still charges or refunds at most once; a cancelled
+//     order is never charged anew); past the deadline: park it as
+//     needs_attention with the evidence (or, for a cancelled order the PSP
+//     never charged, close it as cancelled_before_charge); query failed:
+//     note the evidence and wait for the next round, or park it past the
+//     deadline.
+
+// SweepCounts is what one round did with the rows of one kind.
+type SweepCounts struct {
+	Claimed     int // due rows this round took
+	Resolved    int // the PSP had a record: outcome recorded
+	Rerequested int // the PSP had no record: step requested again
+	Parked      int // past the deadline: needs_attention
+	Voided      int // cancelled order never charged: cancelled_before_charge
+	Waiting     int // nothing to do this round (query failed, or a cancelled order before its deadline)
+	Errors      int // rows whose handling failed; they come back next round
+}
+
+// SweepReport is what one round did.
+type SweepReport struct {
+	Charges SweepCounts
+	Refunds SweepCounts
+}
+
+// RunSweeper runs a sweep round every interval until ctx ends. A failed
+// round is logged; the next one tries again.
+func (a *App) RunSweeper(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		rep, err := a.Sweep(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			a.log.WarnContext(ctx, "sweep round failed", "err", err)
+		case rep.Charges.Claimed+rep.Refunds.Claimed > 0:
+			a.log.InfoContext(ctx, "sweep round", "charges", rep.Charges, "refunds", rep.Refunds)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep runs one round over the due payments, then the due refunds. Errors
+// on single rows are logged and counted (the row comes back next round);
+// the returned error is a failed claim.
+func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
+	var rep SweepReport
+	charges, err := a.claim(ctx, paymentdb.SelectDue, paymentdb.Reschedule)
+	if err != nil {
+		return rep, fmt.Errorf("claim payments: %w", err)
+	}
+	rep.Charges.Claimed = len(charges)
+	for _, d := range charges {
+		action, err := a.sweepCharge(ctx, d)
+		a.count(ctx, "charge", d, action, err, &rep.Charges)
+	}
+
+	refunds, err := a.claim(ctx, paymentdb.SelectDueRefunds, paymentdb.RescheduleRefund)
+	if err != nil {
+		return rep, fmt.Errorf("claim refunds: %w", err)
+	}
+	rep.Refunds.Claimed = len(refunds)
+	for _, d := range refunds {
+		action, err := a.sweepRefund(ctx, d)
+		a.count(ctx, "refund", d, action, err, &rep.Refunds)
+	}
+	if rep.Charges.Rerequested+rep.Charges.Resolved+rep.Refunds.Rerequested+rep.Refunds.Resolved > 0 {
+		a.cfg.Wake()
+	}
+	return rep, nil
+}
+
+// sweep actions, the "action" label of payment_sweep_actions_total.
+const (
+	actResolved    = "resolved"
+	actRerequested = "rerequested"
+	actParked      = "parked"
+	actVoided      = "voided"
+	actWaiting     = "waiting"
+	actError       = "error"
+)
+
+func (a *App) count(ctx context.Context, kind string, d paymentdb.Due, action string, err error, c *SweepCounts) {
+	if err != nil {
+		action = actError
+		a.log.WarnContext(ctx, "sweep: row failed; it comes back next round", "kind", kind, "order_id", d.OrderID, "err", err)
+	}
+	a.metrics.sweep.WithLabelValues(kind, action).Inc()
+	switch action {
+	case actResolved:
+		c.Resolved++
+	case actRerequested:
+		c.Rerequested++
+	case actParked:
+		c.Parked++
+	case actVoided:
+		c.Voided++
+	case actWaiting:
+		c.Waiting++
+	case actError:
+		c.Errors++
+	}
+}
+
+// claim takes this round's due rows of one table in one short transaction:
+// select them with SKIP LOCKED, push each one's next round out by its
+// backoff, commit.
+func (a *App) claim(ctx context.Context,
+	selectDue func(context.Context, *sqlx.Tx, int) ([]paymentdb.Due, error),
+	reschedule func(context.Context, *sqlx.Tx, uint64, time.Duration) (bool, error),
+) ([]paymentdb.Due, error) {
+	var claimed []paymentdb.Due
+	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+		claimed = claimed[:0]
+		due, err := selectDue(ctx, tx, a.cfg.SweepBatch)
+		if err != nil {
+			return err
+		}
+		for _, d := range due {
+			ok, err := reschedule(ctx, tx, d.OrderID, a.cfg.Backoff.Delay(d.Rounds+1))
+			if err != nil {
+				return err
+			}
+			if ok {
+				claimed = append(claimed, d)
+			}
+		}
+		return nil
+	})
+	return claimed, err
+}
+
+// sweepCharge works one claimed pending payment.
+func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) {
+	p, err := paymentdb.Get(ctx, a.db, d.OrderID)
+	if err != nil {
+		return "", err
+	}
+	log := a.log.With("order_id", p.OrderID, "idempotency_key", p.IdempotencyKey, "component", "sweep")
+	if p.Status != payment.Pending {
+		return actWaiting, nil // decided since the claim
+	}
+	creq := chargeRequest(events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
+		AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey})
+	c, err := a.chargeStatus(ctx, creq, nil)
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "sweep: the PSP has the charge; recording it", "charge_id", c.ChargeID, "psp_status", c.Status)
+		err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error { return a.recordCharge(ctx, tx, log, p.OrderID, c) })
+		return actResolved, err
+
+	case errors.Is(err, errNotCharged):
+		if d.PastDeadline {
+			t := payment.AtDeadline(p, true)
+			reason := fmt.Sprintf("no charge with key %s at the PSP at the deadline %s; %d unresolved attempts; last error: %s",
+				p.IdempotencyKey, p.DeadlineAt.Format(time.RFC3339), p.Attempts, orNone(p.LastError))
+			if t == payment.Void {
+				reason = fmt.Sprintf("%s, and the PSP has no charge with key %s at the deadline: nothing charged",
+					p.CancelReason, p.IdempotencyKey)
+			}
+			return a.parkCharge(ctx, log, p.OrderID, t, reason)
+		}
+		if p.CancelRequested {
+			return actWaiting, nil // never start a charge for a cancelled order
+		}
+		return a.rerequestCharge(ctx, log, p.OrderID)
+
+	default:
+		a.noteChargeFailure(ctx, log, p.OrderID, err)
+		if d.PastDeadline {
+			reason := fmt.Sprintf("charge outcome unknown at the deadline %s: status query with key %s failed: %v; %d earlier unresolved attempts",
+				p.DeadlineAt.Format(time.RFC3339), p.IdempotencyKey, err, p.Attempts)
+			return a.parkCharge(ctx, log, p.OrderID, payment.Park, reason)
+		}
+		return actWaiting, nil
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// parkCharge moves a payment still pending past its deadline to where
+// trigger t (Park or Void) leads, with the reason.
+func (a *App) parkCharge(ctx context.Context, log *slog.Logger, orderID uint64, t payment.Trigger, reason string) (string, error) {
+	action := actParked
+	if t == payment.Void {
+		action = actVoided
+	}
+	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+		p, err := paymentdb.Lock(ctx, tx, orderID)
+		if err != nil {
+			return err
+		}
+		to, ok := payment.Next(p.Status, t)
+		if !ok {
+			action = actWaiting
+			return nil
+		}
+		moved, err := paymentdb.Park(ctx, tx, orderID, to, reason)
+		if err != nil {
+			return err
+		}
+		if !moved {
+			action = actWaiting // the deadline was moved (an operator's retry)
+			return nil
+		}
+		if to == payment.NeedsAttention {
+			log.ErrorContext(ctx, "payment parked as needs_attention", "reason", reason, "attempts", p.Attempts,
+				"last_error", p.LastError)
+		} else {
+			log.WarnContext(ctx, "cancelled order closed: the PSP never charged it", "status", to, "reason", reason)
+		}
+		return nil
+	})
+	return action, err
+}
+
+// rerequestCharge writes a new payment.charge-requested for a payment
+// still pending and not cancelled: a new event id (the first one may be a
+// dead letter by now, and the inbox would take its redelivery for a
+// duplicate), the same idempotency key.
+func (a *App) rerequestCharge(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
+	action := actRerequested
+	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+		p, err := paymentdb.Lock(ctx, tx, orderID)
+		if err != nil {
+			return err
+		}
+		if p.Status != payment.Pending || p.CancelRequested {
+			action = actWaiting
+			return nil
+		}
+		ids, err := a.addChargeRequest(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		log.WarnContext(ctx, "sweep: the PSP has no charge with the key; charge requested again with the same key",
+			"event_id", ids[0], "aggregate_version", p.Version+1, "attempts", p.Attempts)
+		return nil
+	})
+	return action, err
+}
+
+// addChargeRequest writes a new payment.charge-requested for the locked
+// pending payment p, numbered with its next version.
+func (a *App) addChargeRequest(ctx context.Context, tx *sqlx.Tx, p payment.Payment) ([]string, error) {
+	moved, err := paymentdb.Advance(ctx, tx, p.OrderID, p.Status, p.Version, p.Version+1)
+	if err != nil {
+		return nil, err
+	}
+	if !moved {
+		return nil, fmt.Errorf("payment %d changed under its row lock", p.OrderID)
+	}
+	return outbox.Add(ctx, tx, outbox.Event{AggregateID: p.OrderID, AggregateVersion: p.Version + 1,
+		Type: events.PaymentChargeRequested,
+		Payload: events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
+			AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey}})
+}
+
+// sweepRefund works one claimed requested refund.
+func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) {
+	f, err := paymentdb.GetRefund(ctx, a.db, d.OrderID)
+	if err != nil {
+		return "", err
+	}
+	log := a.log.With("order_id", f.OrderID, "idempotency_key", f.IdempotencyKey, "component", "sweep")
+	if f.Status != payment.RefundRequested {
+		return actWaiting, nil
+	}
+	r, err := a.refundStatus(ctx, refundRequest(f), nil)
+	switch {
+	case err == nil:
+		log.InfoContext(ctx, "sweep: the PSP has the refund; recording it", "refund_id", r.RefundID)
+		err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error { return a.recordRefund(ctx, tx, log, f.OrderID, r) })
+		return actResolved, err
+
+	case errors.Is(err, errNotRefunded):
+		if d.PastDeadline {
+			reason := fmt.Sprintf("no refund with key %s at the PSP at the deadline %s; %d failed attempts; last error: %s",
+				f.IdempotencyKey, f.DeadlineAt.Format(time.RFC3339), f.Attempts, orNone(f.LastError))
+			return a.parkRefundNow(ctx, log, f.OrderID, reason)
+		}
+		return a.rerequestRefund(ctx, log, f.OrderID)
+
+	default:
+		a.metrics.compensationFailures.Inc()
+		if nerr := paymentdb.NoteRefundFailure(ctx, a.db, f.OrderID, err.Error()); nerr != nil {
+			log.WarnContext(ctx, "could not note the failed refund status query", "err", nerr)
+		}
+		if d.PastDeadline {
+			reason := fmt.Sprintf("refund outcome unknown at the deadline %s: status query with key %s failed: %v; %d earlier failed attempts",
+				f.DeadlineAt.Format(time.RFC3339), f.IdempotencyKey, err, f.Attempts)
+			return a.parkRefundNow(ctx, log, f.OrderID, reason)
+		}
+		return actWaiting, nil
+	}
+}
+
+func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint64, reason string) (string, error) {
+	action := actWaiting
+	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+		parked, err := a.parkRefund(ctx, tx, log, orderID, reason, true)
+		if parked {
+			action = actParked
+		}
+		return err
+	})
+	return action, err
+}
+
+// rerequestRefund writes a new payment.refund-requested (new event id,
+// same idempotency key) for a refund still requested.
+func (a *App) rerequestRefund(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
+	action := actRerequested
+	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+		p, err := paymentdb.Lock(ctx, tx, orderID)
+		if err != nil {
+			return err
+		}
+		f, err := paymentdb.LockRefund(ctx, tx, orderID)
+		if err != nil {
+			return err
+		}
+		if f.Status != payment.RefundRequested {
+			action = actWaiting
+			return nil
+		}
+		ids, err := a.addRefundRequest(ctx, tx, p, f)
+		if err != nil {
+			return err
+		}
+		log.WarnContext(ctx, "sweep: the PSP has no refund with the key; refund requested again with the same key",
+			"event_id", ids[0], "attempts", f.Attempts, "last_error", f.LastError)
+		return nil
+	})
+	return action, err
+}
+
+// addRefundRequest writes a new payment.refund-requested for refund f of
+// the locked payment p, numbered with the payment's next version.
+func (a *App) addRefundRequest(ctx context.Context, tx *sqlx.Tx, p payment.Payment, f payment.Refund) ([]string, error) {
+	moved, err := paymentdb.Advance(ctx, tx, p.OrderID, p.Status, p.Version, p.Version+1)
+	if err != nil {
+		return nil, err
+	}
+	if !moved {
+		return nil, fmt.Errorf("payment %d changed under its row lock", p.OrderID)
+	}
+	return outbox.Add(ctx, tx, *refundEvent(f, p.Version+1))
+}

@@ -1,0 +1,186 @@
+package paymentdb
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
+)
+
+// ErrNoRefund: the order has no refund.
+var ErrNoRefund = errors.New("refund not found")
+
+// ErrRefundExists: the order has a refund already.
+var ErrRefundExists = errors.New("refund for this order exists")
+
+type refundRow struct {
+	OrderID        uint64         `db:"order_id"`
+	IdempotencyKey string         `db:"idempotency_key"`
+	PSPChargeID    string         `db:"psp_charge_id"`
+	AmountCents    int64          `db:"amount_cents"`
+	Status         string         `db:"status"`
+	PSPRefundID    sql.NullString `db:"psp_refund_id"`
+	Reason         string         `db:"reason"`
+	DeadlineAt     time.Time      `db:"deadline_at"`
+	Attempts       int            `db:"attempts"`
+	LastError      string         `db:"last_error"`
+	ParkedReason   string         `db:"parked_reason"`
+	CreatedAt      time.Time      `db:"created_at"`
+	UpdatedAt      time.Time      `db:"updated_at"`
+}
+
+const refundColumns = `order_id, idempotency_key, psp_charge_id, amount_cents, status, psp_refund_id, reason,
+  deadline_at, attempts, last_error, parked_reason, created_at, updated_at`
+
+func (r refundRow) domain() payment.Refund {
+	return payment.Refund{
+		OrderID: r.OrderID, IdempotencyKey: r.IdempotencyKey, PSPChargeID: r.PSPChargeID,
+		AmountCents: r.AmountCents, Status: payment.RefundStatus(r.Status), PSPRefundID: r.PSPRefundID.String,
+		Reason: r.Reason, DeadlineAt: r.DeadlineAt, Attempts: r.Attempts, LastError: r.LastError,
+		ParkedReason: r.ParkedReason, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
+}
+
+// InsertRefund records a requested refund, due within deadline and first
+// looked at by the sweep after grace (database time). ErrRefundExists: the
+// order has one already (one refund per order, by primary key).
+func InsertRefund(ctx context.Context, tx *sqlx.Tx, f payment.Refund, deadline, grace time.Duration) error {
+	const q = `INSERT INTO refunds
+  (order_id, idempotency_key, psp_charge_id, amount_cents, status, reason, deadline_at, next_attempt_at)
+VALUES (?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
+	_, err := tx.ExecContext(ctx, q, f.OrderID, f.IdempotencyKey, f.PSPChargeID, f.AmountCents, f.Status,
+		f.Reason, deadline.Microseconds(), grace.Microseconds())
+	if sqldb.IsDuplicateKey(err) {
+		return ErrRefundExists
+	}
+	if err != nil {
+		return fmt.Errorf("insert refund %d: %w", f.OrderID, err)
+	}
+	return nil
+}
+
+// GetRefund returns an order's refund, or ErrNoRefund.
+func GetRefund(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.Refund, error) {
+	const q = `SELECT ` + refundColumns + ` FROM refunds WHERE order_id = ?`
+	var r refundRow
+	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return payment.Refund{}, ErrNoRefund
+		}
+		return payment.Refund{}, fmt.Errorf("get refund %d: %w", orderID, err)
+	}
+	return r.domain(), nil
+}
+
+// LockRefund reads an order's refund and locks it. Lock the payment first.
+func LockRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Refund, error) {
+	const q = `SELECT ` + refundColumns + ` FROM refunds WHERE order_id = ? FOR UPDATE`
+	var r refundRow
+	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return payment.Refund{}, ErrNoRefund
+		}
+		return payment.Refund{}, fmt.Errorf("lock refund %d: %w", orderID, err)
+	}
+	return r.domain(), nil
+}
+
+// RefundDone records the PSP's refund: compare-and-set on the status read.
+func RefundDone(ctx context.Context, tx *sqlx.Tx, orderID uint64, from payment.RefundStatus, pspRefundID string) (bool, error) {
+	const q = `UPDATE refunds SET status = ?, psp_refund_id = ?, next_attempt_at = NOW(6), updated_at = NOW(6)
+WHERE order_id = ? AND status = ?`
+	res, err := tx.ExecContext(ctx, q, payment.RefundSucceeded, pspRefundID, orderID, from)
+	return changed(res, err, "refund %d %s -> succeeded", orderID, from)
+}
+
+// NoteRefundFailure adds one failed refund attempt to the evidence of a
+// refund still requested. One statement, no transaction.
+func NoteRefundFailure(ctx context.Context, db sqlx.ExecerContext, orderID uint64, msg string) error {
+	const q = `UPDATE refunds SET attempts = attempts + 1, last_error = ?, updated_at = NOW(6)
+WHERE order_id = ? AND status = ?`
+	if _, err := db.ExecContext(ctx, q, payment.Clip(msg, 1024), orderID, payment.RefundRequested); err != nil {
+		return fmt.Errorf("note failure on refund %d: %w", orderID, err)
+	}
+	return nil
+}
+
+// ParkRefund moves a requested refund to needs_attention with the reason.
+// pastDeadline restricts it to a refund whose deadline has passed
+// (database time); without it the refund is parked now (the PSP refused).
+func ParkRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64, reason string, pastDeadline bool) (bool, error) {
+	q := `UPDATE refunds SET status = ?, parked_at = NOW(6), parked_reason = ?, updated_at = NOW(6)
+WHERE order_id = ? AND status = ?`
+	if pastDeadline {
+		q += ` AND deadline_at <= NOW(6)`
+	}
+	res, err := tx.ExecContext(ctx, q, payment.RefundNeedsAttention, payment.Clip(reason, 512), orderID, payment.RefundRequested)
+	return changed(res, err, "park refund %d", orderID)
+}
+
+// UnparkRefund puts a parked refund back to requested for another round:
+// a new deadline from now, the sweep's backoff restarted and its first
+// look after grace. The evidence stays.
+func UnparkRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64, deadline, grace time.Duration) (bool, error) {
+	const q = `UPDATE refunds SET status = ?, deadline_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
+  next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)), sweep_rounds = 0, parked_at = NULL, updated_at = NOW(6)
+WHERE order_id = ? AND status = ?`
+	res, err := tx.ExecContext(ctx, q, payment.RefundRequested, deadline.Microseconds(), grace.Microseconds(),
+		orderID, payment.RefundNeedsAttention)
+	return changed(res, err, "retry refund %d", orderID)
+}
+
+// SelectDueRefunds is SelectDue for requested refunds.
+func SelectDueRefunds(ctx context.Context, tx *sqlx.Tx, limit int) ([]Due, error) {
+	const q = `SELECT order_id, sweep_rounds, deadline_at <= NOW(6) AS past_deadline FROM refunds
+WHERE status = ? AND next_attempt_at <= NOW(6)
+ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`
+	var due []Due
+	if err := tx.SelectContext(ctx, &due, q, payment.RefundRequested, limit); err != nil {
+		return nil, fmt.Errorf("select due refunds: %w", err)
+	}
+	return due, nil
+}
+
+// RescheduleRefund is Reschedule for a requested refund.
+func RescheduleRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64, delay time.Duration) (bool, error) {
+	const q = `UPDATE refunds SET sweep_rounds = sweep_rounds + 1,
+  next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
+WHERE order_id = ? AND status = ? AND next_attempt_at <= NOW(6)`
+	res, err := tx.ExecContext(ctx, q, delay.Microseconds(), orderID, payment.RefundRequested)
+	return changed(res, err, "reschedule refund %d", orderID)
+}
+
+// ParkedRefund is a parked refund with its schedule.
+type ParkedRefund struct {
+	payment.Refund
+	SweepRounds int
+	ParkedAt    time.Time
+}
+
+type parkedRefundRow struct {
+	refundRow
+	SweepRounds int          `db:"sweep_rounds"`
+	ParkedAt    sql.NullTime `db:"parked_at"`
+}
+
+// ParkedRefunds returns the refunds parked as needs_attention, oldest
+// first.
+func ParkedRefunds(ctx context.Context, db sqlx.QueryerContext, limit int) ([]ParkedRefund, error) {
+	const q = `SELECT ` + refundColumns + `, sweep_rounds, parked_at FROM refunds
+WHERE status = ? ORDER BY parked_at, order_id LIMIT ?`
+	var rows []parkedRefundRow
+	if err := sqlx.SelectContext(ctx, db, &rows, q, payment.RefundNeedsAttention, limit); err != nil {
+		return nil, fmt.Errorf("parked refunds: %w", err)
+	}
+	out := make([]ParkedRefund, len(rows))
+	for i, r := range rows {
+		out[i] = ParkedRefund{Refund: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
+	}
+	return out, nil
+}
