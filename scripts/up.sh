@@ -262,7 +262,10 @@ running_pid() {
 	f=$(pid_file "$1")
 	[[ -f $f ]] || return 1
 	pid=$(cat "$f")
-	if [[ $pid =~ ^[0-9]+$ ]] && args=$(ps -p "$pid" -o args= 2>/dev/null) && [[ ${args%% *} == "$ROOT/bin/$1" ]]; then
+	# Our process is the supervisor running our binary (or, from an older
+	# up.sh, the binary itself).
+	if [[ $pid =~ ^[0-9]+$ ]] && args=$(ps -p "$pid" -o args= 2>/dev/null) &&
+		[[ $args == *"scripts/supervise.sh $ROOT/bin/$1" || ${args%% *} == "$ROOT/bin/$1" ]]; then
 		echo "$pid"
 		return 0
 	fi
