@@ -166,19 +166,30 @@ func (s *Service) Stop() {
 func (s *Service) Logs() string { return s.logs.String() }
 
 // Do sends a JSON request and decodes a JSON answer into out (if not nil).
+// A transport error fails the test.
 func (s *Service) Do(method, path string, headers map[string]string, body any, out any) int {
 	s.t.Helper()
+	code, err := s.TryDo(method, path, headers, body, out)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return code
+}
+
+// TryDo is Do that returns transport errors (a service being restarted)
+// instead of failing the test.
+func (s *Service) TryDo(method, path string, headers map[string]string, body any, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			s.t.Fatal(err)
+			return 0, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequest(method, s.URL+path, rd)
 	if err != nil {
-		s.t.Fatal(err)
+		return 0, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -188,15 +199,15 @@ func (s *Service) Do(method, path string, headers map[string]string, body any, o
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return 0, err
 	}
 	defer resp.Body.Close()
 	if out != nil {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil && err != io.EOF {
-			s.t.Fatalf("%s %s: decode: %v", method, path, err)
+			return resp.StatusCode, fmt.Errorf("decode: %w", err)
 		}
 	}
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 // Eventually polls cond until it holds or the wait runs out.
