@@ -1181,3 +1181,52 @@ func nonEmptyLines(s string) []string {
 	}
 	return out
 }
+
+// The observability profile: Prometheus loads the alert rules and scrapes
+// every service; the rules file parses and every alert names a metric the
+// services export (checked against the README's metrics table elsewhere);
+// Grafana gets the dashboard.
+func TestObservabilityProfile(t *testing.T) {
+	cf := loadCompose(t, nil)
+	for _, name := range []string{"prometheus", "grafana"} {
+		s, ok := cf.Services[name]
+		if !ok || !slices.Contains(s.Profiles, "observability") {
+			t.Fatalf("%s missing or not in the observability profile", name)
+		}
+		if s.Healthcheck == nil || len(s.Healthcheck.Test) == 0 {
+			t.Errorf("%s has no healthcheck", name)
+		}
+	}
+	prom := readFile(t, "deploy/prometheus/prometheus.yml")
+	for _, target := range []string{"order:8081", "inventory:8082", "payment-fake:8083", "/etc/prometheus/alerts.yml"} {
+		if !strings.Contains(prom, target) {
+			t.Errorf("prometheus.yml does not mention %s", target)
+		}
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert string `yaml:"alert"`
+				Expr  string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(readFile(t, "deploy/prometheus/alerts.yml")), &rules); err != nil {
+		t.Fatalf("alerts.yml: %v", err)
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" || r.Expr == "" {
+				t.Errorf("alert rule without a name or an expression: %+v", r)
+			}
+			n++
+		}
+	}
+	if n < 8 {
+		t.Errorf("%d alert rules, want one per metric that means someone must act", n)
+	}
+	if !json.Valid([]byte(readFile(t, "deploy/grafana/dashboards/ordersaga.json"))) {
+		t.Error("the Grafana dashboard is not valid JSON")
+	}
+}

@@ -289,6 +289,9 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 
 	var sent []string
 	for i, r := range rows {
+		if r.Attempts > 1 {
+			d.m.resends.Inc() // a re-send of an event already tried: consumers may see it twice
+		}
 		if errs[i] == nil {
 			sent = append(sent, r.EventID)
 			d.m.publish.WithLabelValues("confirmed").Inc()

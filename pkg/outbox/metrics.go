@@ -12,6 +12,7 @@ type metrics struct {
 	publish      *prometheus.CounterVec
 	failed       prometheus.Counter
 	recovered    prometheus.Counter
+	resends      prometheus.Counter
 	claimsLost   prometheus.Counter
 	renewals     prometheus.Counter
 	batchSeconds prometheus.Histogram
@@ -31,6 +32,10 @@ func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 			Name: "outbox_leases_recovered_total",
 			Help: "Rows whose claim lease expired and were handed back for re-sending.",
 		}),
+		resends: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_resends_total",
+			Help: "Publishes of events that had been attempted before (after a lost confirm, a return, a nack or an expired lease).",
+		}),
 		claimsLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_claims_lost_total",
 			Help: "Rows that were no longer ours when we came to mark them (the claim-token check held).",
@@ -49,7 +54,7 @@ func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 		m.publish.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.publish, m.failed, m.recovered, m.claimsLost, m.renewals, m.batchSeconds,
+		reg.MustRegister(m.publish, m.failed, m.recovered, m.resends, m.claimsLost, m.renewals, m.batchSeconds,
 			&tableCollector{db: db})
 	}
 	return m

@@ -17,6 +17,7 @@ import (
 //
 //	inventory_reservations_expired_total      reservations whose lease ran out (expired_at set)
 //	inventory_commit_failed_total             late confirms that found the stock gone (status commit_failed)
+//	inventory_reservations_rejected_total     business rejections (not enough stock, unknown SKU)
 //	inventory_reservations_past_lease         still reserved although the lease is over: the sweep is behind or failing
 //	inventory_event_gaps{state="open"}        gaps not resolved yet, within their deadline
 //	inventory_event_gaps{state="overdue"}     gaps not resolved past their deadline: alert on > 0
@@ -26,6 +27,8 @@ func (a *App) Collector() prometheus.Collector {
 			"Reservations whose lease ran out and whose stock the sweep released.", nil, nil),
 		commitFailed: prometheus.NewDesc("inventory_commit_failed_total",
 			"Orders confirmed after their reservation expired whose stock was gone (commit_failed).", nil, nil),
+		rejected: prometheus.NewDesc("inventory_reservations_rejected_total",
+			"Reservations rejected as a business outcome (not enough stock, unknown SKU): results, not failures.", nil, nil),
 		pastLease: prometheus.NewDesc("inventory_reservations_past_lease",
 			"Reservations still reserved although their lease is over (the sweep is behind or failing).", nil, nil),
 		gaps: prometheus.NewDesc("inventory_event_gaps",
@@ -34,13 +37,14 @@ func (a *App) Collector() prometheus.Collector {
 }
 
 type collector struct {
-	app                                    *App
-	expired, commitFailed, pastLease, gaps *prometheus.Desc
+	app                                              *App
+	expired, commitFailed, rejected, pastLease, gaps *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.expired
 	ch <- c.commitFailed
+	ch <- c.rejected
 	ch <- c.pastLease
 	ch <- c.gaps
 }
@@ -61,6 +65,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(n.Expired))
 	ch <- prometheus.MustNewConstMetric(c.commitFailed, prometheus.CounterValue, float64(n.CommitFailed))
+	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.CounterValue, float64(n.Rejected))
 	ch <- prometheus.MustNewConstMetric(c.pastLease, prometheus.GaugeValue, float64(n.PastLease))
 	ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.GaugeValue, float64(n.GapsOpen), "open")
 	ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.GaugeValue, float64(n.GapsOverdue), "overdue")

@@ -157,6 +157,7 @@ func MarkAlerted(ctx context.Context, db sqlx.ExecerContext, id uint64) (bool, e
 type Counts struct {
 	Expired      int64 `db:"expired"`       // reservations whose lease ever ran out
 	CommitFailed int64 `db:"commit_failed"` // reservations in commit_failed
+	Rejected     int64 `db:"rejected"`      // business rejections: not enough stock, unknown SKU
 	PastLease    int64 `db:"past_lease"`    // still reserved with the lease over: the sweep is behind
 	GapsOpen     int64 `db:"gaps_open"`     // open gaps within their deadline
 	GapsOverdue  int64 `db:"gaps_overdue"`  // open gaps past their deadline
@@ -167,11 +168,12 @@ func ReadCounts(ctx context.Context, db sqlx.QueryerContext) (Counts, error) {
 	const q = `SELECT
   (SELECT COUNT(*) FROM reservations WHERE expired_at IS NOT NULL) AS expired,
   (SELECT COUNT(*) FROM reservations WHERE status = ?) AS commit_failed,
+  (SELECT COUNT(*) FROM reservations WHERE status = ?) AS rejected,
   (SELECT COUNT(*) FROM reservations WHERE status = ? AND expires_at < NOW(6)) AS past_lease,
   (SELECT COUNT(*) FROM event_gaps WHERE resolved_at IS NULL AND deadline_at >= NOW(6)) AS gaps_open,
   (SELECT COUNT(*) FROM event_gaps WHERE resolved_at IS NULL AND deadline_at < NOW(6)) AS gaps_overdue`
 	var c Counts
-	if err := sqlx.GetContext(ctx, db, &c, q, inventory.CommitFailed, inventory.Reserved); err != nil {
+	if err := sqlx.GetContext(ctx, db, &c, q, inventory.CommitFailed, inventory.Rejected, inventory.Reserved); err != nil {
 		return Counts{}, fmt.Errorf("read counts: %w", err)
 	}
 	return c, nil

@@ -234,7 +234,16 @@ var parkedDesc = prometheus.NewDesc("payment_needs_attention",
 	"Rows parked as needs_attention, waiting for an operator, by kind: charge (outcome unknown at the deadline) or refund (compensation failed until its deadline).",
 	[]string{"kind"}, nil)
 
-func (c *parkedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- parkedDesc }
+// paymentsDesc counts payments by status; "failed" are the PSP's declines,
+// the payment step's business rejections.
+var paymentsDesc = prometheus.NewDesc("payment_payments",
+	"Payments by status (pending, succeeded, failed = declined by the PSP, refunded, needs_attention, cancelled_before_charge).",
+	[]string{"status"}, nil)
+
+func (c *parkedCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- parkedDesc
+	ch <- paymentsDesc
+}
 
 func (c *parkedCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -246,4 +255,16 @@ func (c *parkedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(charges), "charge")
 	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(refunds), "refund")
+	const q = `SELECT status, COUNT(*) AS n FROM payments GROUP BY status`
+	var rows []struct {
+		Status string `db:"status"`
+		N      int64  `db:"n"`
+	}
+	if err := c.db.SelectContext(ctx, &rows, q); err != nil {
+		ch <- prometheus.NewInvalidMetric(paymentsDesc, err)
+		return
+	}
+	for _, r := range rows {
+		ch <- prometheus.MustNewConstMetric(paymentsDesc, prometheus.GaugeValue, float64(r.N), r.Status)
+	}
 }
