@@ -12,6 +12,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -158,7 +160,13 @@ func (s *Service) Stop() {
 			s.t.Errorf("%s stopped with an error: %v", s.Name, err)
 		}
 	case <-time.After(30 * time.Second):
-		s.t.Errorf("%s did not stop within 30s", s.Name)
+		// Keep the evidence: every goroutine's stack, to find what blocks.
+		f, err := os.CreateTemp("", "sagatest-stuck-"+s.Name+"-*.txt")
+		if err == nil {
+			_ = pprof.Lookup("goroutine").WriteTo(f, 1)
+			f.Close()
+		}
+		s.t.Errorf("%s did not stop within 30s (goroutines: %s)", s.Name, f.Name())
 	}
 }
 
@@ -255,4 +263,45 @@ func (b *logBuffer) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Metric reads one sample from the service's /metrics: the sum over every
+// series of name whose labels include the given label pairs.
+func (s *Service) Metric(name string, labels ...string) float64 {
+	s.t.Helper()
+	resp, err := http.Get(s.URL + "/metrics")
+	if err != nil {
+		s.t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var sum float64
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "#") || !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		match := true
+		for i := 0; i+1 < len(labels); i += 2 {
+			if !strings.Contains(rest, labels[i]+`="`+labels[i+1]+`"`) {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
+		var v float64
+		if len(fields) > 0 {
+			fmt.Sscan(fields[0], &v)
+		}
+		sum += v
+	}
+	return sum
 }

@@ -1,11 +1,13 @@
 // Package admin is the operator's view of the messaging tables every service
 // has: the outbox (summary, rows, retry of failed events), the inbox, and
-// the dead letters. Services mount it under /admin behind a bearer token.
+// the dead letters (list, search, redrive). Services mount it under /admin
+// behind a bearer token.
 package admin
 
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/web"
 )
 
@@ -24,6 +27,8 @@ type Handler struct {
 	Log *slog.Logger
 	// Wake is called after failed events were put back to pending.
 	Wake func()
+	// Redriver republishes dead letters; nil: redrive answers 503.
+	Redriver *inbox.Redriver
 }
 
 // Routes mounts the endpoints on r (relative paths; mount under /admin).
@@ -33,6 +38,7 @@ func (h *Handler) Routes(r chi.Router) {
 	r.Post("/outbox/{event_id}/retry", h.outboxRetry)
 	r.Get("/inbox", h.inboxRows)
 	r.Get("/dead-letters", h.deadLetters)
+	r.Post("/dead-letters/redrive", h.redrive)
 }
 
 // RequireToken guards next with "Authorization: Bearer <token>". An empty
@@ -189,23 +195,25 @@ WHERE event_id IN (?) ORDER BY processed_at`, ids)
 
 // DeadLetterRow is a dead letter as operators see it.
 type DeadLetterRow struct {
-	ID            uint64     `db:"id" json:"id"`
-	Consumer      string     `db:"consumer_name" json:"consumer"`
-	EventID       string     `db:"event_id" json:"event_id"`
-	EventType     string     `db:"event_type" json:"event_type"`
-	Reason        string     `db:"reason" json:"reason"`
-	Attempts      int        `db:"attempts" json:"attempts"`
-	FirstFailedAt time.Time  `db:"first_failed_at" json:"first_failed_at"`
-	LastFailedAt  time.Time  `db:"last_failed_at" json:"last_failed_at"`
-	Status        string     `db:"status" json:"status"`
-	RedrivenAt    *time.Time `db:"redriven_at" json:"redriven_at"`
-	Payload       string     `db:"payload" json:"payload"`
+	ID            uint64          `db:"id" json:"id"`
+	Consumer      string          `db:"consumer_name" json:"consumer"`
+	EventID       string          `db:"event_id" json:"event_id"`
+	EventType     string          `db:"event_type" json:"event_type"`
+	RoutingKey    string          `db:"routing_key" json:"routing_key"`
+	Reason        string          `db:"reason" json:"reason"`
+	Attempts      int             `db:"attempts" json:"attempts"`
+	FirstFailedAt time.Time       `db:"first_failed_at" json:"first_failed_at"`
+	LastFailedAt  time.Time       `db:"last_failed_at" json:"last_failed_at"`
+	Status        string          `db:"status" json:"status"`
+	RedrivenAt    *time.Time      `db:"redriven_at" json:"redriven_at"`
+	Headers       json.RawMessage `db:"headers" json:"headers"`
+	Payload       string          `db:"payload" json:"payload"`
 }
 
 // deadLetters lists dead letters; q searches the payload and the reason.
 func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
-	q := `SELECT id, consumer_name, event_id, event_type, reason, attempts, first_failed_at, last_failed_at,
-  status, redriven_at, CAST(payload AS CHAR) AS payload FROM dead_letters WHERE 1 = 1`
+	q := `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at, last_failed_at,
+  status, redriven_at, headers, CAST(payload AS CHAR) AS payload FROM dead_letters WHERE 1 = 1`
 	var args []any
 	query := r.URL.Query()
 	if v := query.Get("consumer"); v != "" {
@@ -218,6 +226,10 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	if v := query.Get("event_type"); v != "" {
 		q += ` AND event_type = ?`
+		args = append(args, v)
+	}
+	if v := query.Get("event_id"); v != "" {
+		q += ` AND event_id = ?`
 		args = append(args, v)
 	}
 	if v := query.Get("q"); v != "" {
@@ -238,6 +250,42 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"dead_letters": rows})
+}
+
+// redrive republishes dead letters to their consumer's queue, keeping the
+// original event_id: {"ids":[1,2]} or a filter {"consumer":"inventory",
+// "event_type":"order.created","q":"SKU-1","limit":100} over dead rows. The
+// answer lists what happened to each one; 200 even when some could not be
+// redriven (their outcome says why; those rows stay dead).
+func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) {
+	if h.Redriver == nil {
+		web.WriteError(w, r, h.Log, web.Errorf(http.StatusServiceUnavailable, "redrive is not configured on this service"))
+		return
+	}
+	var sel inbox.Selection
+	if err := web.DecodeJSON(w, r, 64<<10, &sel); err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	results, err := h.Redriver.Redrive(r.Context(), sel)
+	if errors.Is(err, inbox.ErrBadSelection) {
+		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), inbox.ErrBadSelection.Error()+": ")))
+		return
+	}
+	if err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	counts := map[string]int{}
+	for _, res := range results {
+		counts[res.Outcome]++
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]any{
+		"requested": len(results),
+		"redriven":  counts[inbox.OutcomeRedriven],
+		"outcomes":  counts,
+		"results":   results,
+	})
 }
 
 func limitParam(r *http.Request) (int, error) {

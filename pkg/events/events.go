@@ -63,6 +63,7 @@ type Envelope struct {
 	CorrelationID    string // the order id, to follow one order across services
 	OccurredAt       time.Time
 	Payload          json.RawMessage
+	Traceparent      string // W3C trace context of the writer, "" if none (pkg/tracing)
 }
 
 // ErrInvalid marks a payload or envelope that can never be processed: a

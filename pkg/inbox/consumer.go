@@ -16,6 +16,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
@@ -44,8 +45,18 @@ func Permanent(err error) error { return permanentError{err} }
 
 func isPermanent(err error) bool {
 	var p permanentError
-	return errors.As(err, &p) || errors.Is(err, events.ErrInvalid)
+	return errors.As(err, &p) || errors.Is(err, events.ErrInvalid) || errors.Is(err, ErrTooOld)
 }
+
+// ErrTooOld means the event is older than the consumer's inbox replay
+// window: the retention job may have deleted its inbox row, so the inbox can
+// no longer say whether it was applied. It goes to dead letters; an operator
+// applies it by hand after checking.
+var ErrTooOld = errors.New("older than the inbox replay window")
+
+// DefaultReplayWindow is how long inbox rows are kept (INBOX_RETENTION) and
+// so how old an event may be and still be deduplicated by the inbox.
+const DefaultReplayWindow = 7 * 24 * time.Hour
 
 // Config describes one consumer.
 type Config struct {
@@ -61,8 +72,12 @@ type Config struct {
 	Backoff     retry.Backoff // between attempts after transient failures [500ms .. 1m]
 	MaxAttempts int           // attempts before a message becomes a dead letter [8]
 	MaxRetryAge time.Duration // time since the first failure after which we stop [15m]
-	Log         *slog.Logger
-	Metrics     *Metrics // shared by the consumers of one service; nil: none
+	// ReplayWindow is how long this service keeps inbox rows
+	// (INBOX_RETENTION). An event older than that (by its AMQP timestamp,
+	// the outbox's created_at) is not applied: it becomes a dead letter.
+	ReplayWindow time.Duration // [DefaultReplayWindow = 168h]
+	Log          *slog.Logger
+	Metrics      *Metrics // shared by the consumers of one service; nil: none
 	// WrongWay turns on deliberate mistakes for the experiments (demo only).
 	WrongWay *wrongway.Set
 }
@@ -89,6 +104,9 @@ func NewConsumer(cfg Config) *Consumer {
 	if cfg.MaxRetryAge <= 0 {
 		cfg.MaxRetryAge = 15 * time.Minute
 	}
+	if cfg.ReplayWindow <= 0 {
+		cfg.ReplayWindow = DefaultReplayWindow
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -101,26 +119,35 @@ func NewConsumer(cfg Config) *Consumer {
 // Name is the consumer name (the inbox key prefix).
 func (c *Consumer) Name() string { return c.cfg.Name }
 
-// Process runs one event through the inbox: BEGIN; INSERT inbox row;
-// handler (business change + own outbox events); COMMIT. It returns
-// ErrAlreadyProcessed for a duplicate, nil once committed, or the error that
-// rolled the attempt back. It knows nothing about the broker, so the
+// Process runs one event through the inbox: BEGIN; INSERT inbox row (with
+// the payload's hash); handler (business change + own outbox events);
+// COMMIT. It returns ErrAlreadyProcessed for a duplicate, ErrPayloadMismatch
+// for a known event_id with another payload, an error wrapping ErrTooOld for
+// an event older than the replay window, nil once committed, or the error
+// that rolled the attempt back. It knows nothing about the broker, so the
 // experiments can call it from two connections at once.
 func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
+	return c.process(ctx, e, e.OccurredAt)
+}
+
+// process is Process with the time the event is known to exist since: its
+// timestamp, or (a message without one) its first failure.
+func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Time) error {
 	if err := events.CheckVersion(e.Type, e.SchemaVersion); err != nil {
+		return err
+	}
+	if err := c.checkAge(ctx, e, since); err != nil {
 		return err
 	}
 	h, ok := c.cfg.Handlers[e.Type]
 	if ext, isExt := c.cfg.External[e.Type]; isExt {
 		// Skip the external call for an event we already committed (a
-		// redelivery). Not a correctness check: the inbox INSERT below is.
-		done, err := Processed(ctx, c.cfg.DB, c.cfg.Name, e.EventID)
-		if err != nil {
+		// redelivery), or refuse a known id with another payload. Not the
+		// correctness check: the inbox INSERT below is.
+		if err := Seen(ctx, c.cfg.DB, c.cfg.Name, e.EventID, e.Payload); err != nil {
 			return err
 		}
-		if done {
-			return ErrAlreadyProcessed
-		}
+		var err error
 		if h, err = ext(ctx, e); err != nil {
 			return err
 		}
@@ -133,7 +160,7 @@ func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
 		return c.processCheckThenInsert(ctx, e, h)
 	}
 	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
-		if err := Claim(ctx, tx, c.cfg.Name, e.EventID); err != nil {
+		if err := ClaimPayload(ctx, tx, c.cfg.Name, e.EventID, e.Payload); err != nil {
 			return err
 		}
 		if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
@@ -153,6 +180,24 @@ func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
 		c.cfg.AfterCommit()
 	}
 	return nil
+}
+
+// checkAge refuses an event older than the replay window unless the inbox
+// still knows it (then it is a duplicate, or a mismatch, as usual): past the
+// window, a missing inbox row no longer proves the event was never applied.
+func (c *Consumer) checkAge(ctx context.Context, e events.Envelope, since time.Time) error {
+	if since.IsZero() {
+		return nil
+	}
+	age := time.Since(since)
+	if age <= c.cfg.ReplayWindow {
+		return nil
+	}
+	if err := Seen(ctx, c.cfg.DB, c.cfg.Name, e.EventID, e.Payload); err != nil {
+		return err
+	}
+	return fmt.Errorf("event is %s old, %w (%s): its inbox row may have been deleted; apply by hand after checking",
+		age.Round(time.Second), ErrTooOld, c.cfg.ReplayWindow)
 }
 
 // processCheckThenInsert is the wrong way (wrongway.NoInbox): "SELECT,
@@ -195,10 +240,18 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 		return c.handleAckFirst(ctx, d)
 	}
 	e, err := d.Envelope()
+	// Continue the producer's trace: this handler's logs and the events it
+	// writes carry the same trace_id (pkg/tracing).
+	tp := tracing.Child(e.Traceparent)
+	ctx = tracing.With(ctx, tp)
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
-		"order_id", e.AggregateID, "attempt", d.Attempt)
+		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(tp))
 	if err == nil {
-		err = c.Process(ctx, e)
+		since := e.OccurredAt
+		if since.IsZero() {
+			since = d.FirstFailedAt
+		}
+		err = c.process(ctx, e, since)
 	}
 	switch {
 	case err == nil:
@@ -214,6 +267,12 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 		m.duplicates.WithLabelValues(c.cfg.Name).Inc()
 		log.Info("duplicate delivery suppressed by the inbox")
 		return rabbit.Ack()
+	case errors.Is(err, ErrPayloadMismatch):
+		m.payloadMismatch.WithLabelValues(c.cfg.Name).Inc()
+		log.Error("ALERT: an event_id this consumer already processed arrived with a different payload; not applied",
+			"payload_sha256", PayloadHash(d.Body))
+		return c.deadLetter(ctx, log, d, ErrPayloadMismatch.Error()+
+			": this consumer already processed the event_id with another payload; nothing applied, find out which one is right")
 	case isPermanent(err):
 		return c.deadLetter(ctx, log, d, err.Error())
 	}
@@ -253,10 +312,16 @@ func (c *Consumer) handleAckFirst(ctx context.Context, d rabbit.Delivery) rabbit
 func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.Delivery, reason string) rabbit.Decision {
 	headers, _ := json.Marshal(d.Headers)
 	first := d.FirstFailedAt
-	err := RecordDeadLetter(ctx, c.cfg.DB, DeadLetter{
+	contentType := d.ContentType
+	dl := DeadLetter{
 		Consumer: c.cfg.Name, EventID: d.MessageId, EventType: d.Type, RoutingKey: d.RoutingKey,
 		Reason: reason, Attempts: d.Attempt, FirstFailedAt: first, Headers: headers, Payload: d.Body,
-	})
+		ContentType: &contentType,
+	}
+	if !d.Timestamp.IsZero() {
+		dl.MessageTimestamp = &d.Timestamp
+	}
+	err := RecordDeadLetter(ctx, c.cfg.DB, dl)
 	if err != nil {
 		if d.Attempt < c.cfg.MaxAttempts {
 			log.Warn("could not record dead letter; retrying", "err", err)
@@ -282,6 +347,7 @@ func (c *Consumer) HandleBrokerDeadLetter(ctx context.Context, d rabbit.Delivery
 // Metrics counts what consumers do, labelled by consumer name.
 type Metrics struct {
 	deliveries, redeliveries, processed, duplicates, retries, deadLetters *prometheus.CounterVec
+	payloadMismatch, redriven                                             *prometheus.CounterVec
 }
 
 // NewMetrics creates the consumer metrics and registers them on reg (nil:
@@ -297,9 +363,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		duplicates:   counter("consumer_duplicates_suppressed_total", "Deliveries of an event the inbox had already seen."),
 		retries:      counter("consumer_retries_total", "Transient failures scheduled for a delayed retry."),
 		deadLetters:  counter("consumer_dead_letters_total", "Messages stored as dead letters."),
+		payloadMismatch: counter("consumer_payload_mismatch_total",
+			"Deliveries of an event_id this consumer already processed with a different payload (alert: stored as dead letters, never applied)."),
+		redriven: counter("consumer_dead_letters_redriven_total", "Dead letters republished to the consumer's queue by an operator."),
 	}
 	if reg != nil {
-		reg.MustRegister(m.deliveries, m.redeliveries, m.processed, m.duplicates, m.retries, m.deadLetters)
+		reg.MustRegister(m.deliveries, m.redeliveries, m.processed, m.duplicates, m.retries, m.deadLetters,
+			m.payloadMismatch, m.redriven)
 	}
 	return m
 }

@@ -27,18 +27,32 @@ type DeadLetter struct {
 	RedrivenAt    *time.Time `db:"redriven_at" json:"redriven_at,omitempty"`
 	Headers       []byte     `db:"headers" json:"-"`
 	Payload       []byte     `db:"payload" json:"-"`
+	// The AMQP properties a redrive needs besides the headers (NULL in rows
+	// from before they were kept).
+	ContentType      *string    `db:"content_type" json:"content_type,omitempty"`
+	MessageTimestamp *time.Time `db:"message_timestamp" json:"message_timestamp,omitempty"`
 }
 
+// Dead-letter statuses.
+const (
+	StatusDead     = "dead"     // waiting for an operator
+	StatusRedriven = "redriven" // republished to its consumer's queue; a new failure makes it dead again
+)
+
 // RecordDeadLetter stores (or, for the same consumer and event, updates)
-// a dead letter. A repeat adds its attempts and refreshes the reason and the
-// last failure time; the first failure time stays.
+// a dead letter. A repeat adds its attempts and refreshes the reason, the
+// message and the last failure time, and makes a redriven row dead again;
+// the first failure time stays. Attempts only grow, which is what a redrive
+// checks to notice a failure that happened while it was publishing.
 func RecordDeadLetter(ctx context.Context, db sqlx.ExecerContext, dl DeadLetter) error {
 	const q = `INSERT INTO dead_letters
-  (consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at, last_failed_at, headers, payload)
-VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), ?, ?)
+  (consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at, last_failed_at,
+   headers, payload, content_type, message_timestamp)
+VALUES (?, ?, ?, ?, ?, ?, ?, NOW(6), ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE
   attempts = attempts + VALUES(attempts), reason = VALUES(reason), last_failed_at = NOW(6),
-  status = 'dead', payload = VALUES(payload), headers = VALUES(headers)`
+  status = 'dead', payload = VALUES(payload), headers = VALUES(headers),
+  content_type = VALUES(content_type), message_timestamp = VALUES(message_timestamp)`
 	if dl.Attempts < 1 {
 		dl.Attempts = 1
 	}
@@ -49,8 +63,16 @@ ON DUPLICATE KEY UPDATE
 	if len(dl.Headers) > 0 && json.Valid(dl.Headers) {
 		headers = dl.Headers
 	}
+	var contentType, stamp any
+	if dl.ContentType != nil {
+		contentType = clip(*dl.ContentType, 255)
+	}
+	if dl.MessageTimestamp != nil && !dl.MessageTimestamp.IsZero() {
+		stamp = dl.MessageTimestamp.UTC()
+	}
 	_, err := db.ExecContext(ctx, q, dl.Consumer, clip(dl.EventID, 191), clip(dl.EventType, 80),
-		clip(dl.RoutingKey, 255), clip(dl.Reason, 1000), dl.Attempts, dl.FirstFailedAt.UTC(), headers, dl.Payload)
+		clip(dl.RoutingKey, 255), clip(dl.Reason, 1000), dl.Attempts, dl.FirstFailedAt.UTC(), headers, dl.Payload,
+		contentType, stamp)
 	if err != nil {
 		return fmt.Errorf("record dead letter %s/%s: %w", dl.Consumer, dl.EventID, err)
 	}

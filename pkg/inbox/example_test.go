@@ -35,6 +35,8 @@ func Example() {
 		DB:          db,
 		Handlers:    map[events.Type]inbox.Handler{events.OrderCreated: reserve},
 		AfterCommit: dispatcher.Wake,
+		// Events older than this are dead letters (INBOX_RETENTION).
+		ReplayWindow: inbox.DefaultReplayWindow,
 	})
 	_ = conn.Consume(ctx, rabbit.ConsumeConfig{Queue: "inventory.order-events"}, c.Handle)
 }

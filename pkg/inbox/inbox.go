@@ -1,9 +1,15 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/jmoiron/sqlx"
 
@@ -13,6 +19,39 @@ import (
 // ErrAlreadyProcessed means this consumer already committed this event: roll
 // back the attempt and ACK the message.
 var ErrAlreadyProcessed = errors.New("event already processed by this consumer")
+
+// ErrPayloadMismatch means this consumer already committed this event_id
+// with a different payload. It is not "already processed": one of the two
+// messages is wrong (a producer bug, a reused id), so the new one goes to
+// dead letters with an alert and nothing is applied.
+var ErrPayloadMismatch = errors.New("same event_id, different payload")
+
+// PayloadHash is the hex SHA-256 of a message body, as stored in
+// consumer_inbox.payload_sha256. A JSON body is hashed in canonical form
+// (object keys sorted, no insignificant whitespace, numbers as written), so
+// a copy re-encoded on the way (pretty-printed by a tool, keys reordered by
+// a JSON column) is still the same payload; anything else is hashed as is.
+func PayloadHash(payload []byte) string {
+	sum := sha256.Sum256(canonicalJSON(payload))
+	return hex.EncodeToString(sum[:])
+}
+
+func canonicalJSON(p []byte) []byte {
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.UseNumber() // no float rounding: a number keeps its literal
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return p
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return p // trailing data: not one JSON value
+	}
+	out, err := json.Marshal(v) // map keys sorted
+	if err != nil {
+		return p
+	}
+	return out
+}
 
 // Claim records that consumer processes eventID, inside tx, before the
 // business change. It must be a plain INSERT: the primary key
@@ -24,25 +63,83 @@ var ErrAlreadyProcessed = errors.New("event already processed by this consumer")
 // Only the duplicate key of this statement means "already processed": any
 // other error, including a duplicate key raised later by the business SQL,
 // is a failure of the attempt.
+//
+// Claim stores no payload hash; ClaimPayload does, and is what
+// Consumer.Process uses.
 func Claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string) error {
-	const q = `INSERT INTO consumer_inbox (consumer_name, event_id) VALUES (?, ?)`
-	_, err := tx.ExecContext(ctx, q, consumer, eventID)
+	return claim(ctx, tx, consumer, eventID, nil)
+}
+
+// ClaimPayload is Claim that also records the SHA-256 of payload. When the
+// event was already processed, the stored hash is compared with this
+// payload's: equal (or NULL, a row from before the hash existed) is
+// ErrAlreadyProcessed; different is ErrPayloadMismatch.
+func ClaimPayload(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, payload []byte) error {
+	if payload == nil {
+		payload = []byte{} // an empty body has a hash too; nil means "no hash" below
+	}
+	return claim(ctx, tx, consumer, eventID, payload)
+}
+
+func claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, payload []byte) error {
+	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256) VALUES (?, ?, ?)`
+	var hash any
+	if payload != nil {
+		hash = PayloadHash(payload)
+	}
+	_, err := tx.ExecContext(ctx, q, consumer, eventID, hash)
 	switch {
 	case err == nil:
 		return nil
-	case sqldb.IsDuplicateKey(err):
-		return ErrAlreadyProcessed
-	default:
+	case !sqldb.IsDuplicateKey(err):
 		return fmt.Errorf("inbox claim %s/%s: %w", consumer, eventID, err)
+	case payload == nil:
+		return ErrAlreadyProcessed
 	}
+	// The duplicate key means the other row is committed (an uncommitted one
+	// would have made us wait), so a plain read in this transaction sees it.
+	_, stored, err := lookup(ctx, tx, consumer, eventID)
+	if err != nil {
+		return err
+	}
+	return compare(stored, payload)
+}
+
+// compare turns a stored hash into the answer for a duplicate.
+func compare(stored sql.NullString, payload []byte) error {
+	if !stored.Valid || stored.String == PayloadHash(payload) {
+		return ErrAlreadyProcessed
+	}
+	return ErrPayloadMismatch
 }
 
 // Processed reports whether consumer has committed eventID.
 func Processed(ctx context.Context, db sqlx.QueryerContext, consumer, eventID string) (bool, error) {
-	const q = `SELECT EXISTS (SELECT 1 FROM consumer_inbox WHERE consumer_name = ? AND event_id = ?)`
-	var ok bool
-	if err := sqlx.GetContext(ctx, db, &ok, q, consumer, eventID); err != nil {
-		return false, fmt.Errorf("inbox lookup: %w", err)
+	found, _, err := lookup(ctx, db, consumer, eventID)
+	return found, err
+}
+
+// Seen answers for an event before any transaction: nil when consumer has
+// not committed eventID, ErrAlreadyProcessed when it has with the same
+// payload (or a row without a hash), ErrPayloadMismatch when it has with
+// another payload.
+func Seen(ctx context.Context, db sqlx.QueryerContext, consumer, eventID string, payload []byte) error {
+	found, stored, err := lookup(ctx, db, consumer, eventID)
+	if err != nil || !found {
+		return err
 	}
-	return ok, nil
+	return compare(stored, payload)
+}
+
+func lookup(ctx context.Context, db sqlx.QueryerContext, consumer, eventID string) (bool, sql.NullString, error) {
+	const q = `SELECT payload_sha256 FROM consumer_inbox WHERE consumer_name = ? AND event_id = ?`
+	var hash sql.NullString
+	err := sqlx.GetContext(ctx, db, &hash, q, consumer, eventID)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, hash, nil
+	case err != nil:
+		return false, hash, fmt.Errorf("inbox lookup: %w", err)
+	}
+	return true, hash, nil
 }

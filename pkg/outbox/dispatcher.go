@@ -274,6 +274,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 			CorrelationID:    strconv.FormatUint(r.AggregateID, 10),
 			OccurredAt:       r.CreatedAt,
 			Payload:          r.Payload,
+			Traceparent:      r.Traceparent.String,
 		})
 	}
 	stopRenewing := d.renewWhilePublishing(ctx, token, ids)

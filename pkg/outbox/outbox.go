@@ -10,6 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
 // Event is one event to write, in the caller's transaction.
@@ -31,11 +32,17 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 		return nil, nil
 	}
 	const q = `INSERT INTO outbox_events
-  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload)
+  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent)
 VALUES `
+	// The trace of the request or message being handled travels with the
+	// events it causes (pkg/tracing).
+	var trace any
+	if tp := tracing.From(ctx); tracing.Valid(tp) {
+		trace = tp
+	}
 	var sb strings.Builder
 	sb.WriteString(q)
-	args := make([]any, 0, 6*len(evs))
+	args := make([]any, 0, 7*len(evs))
 	ids := make([]string, len(evs))
 	for i, e := range evs {
 		if e.EventID == "" {
@@ -60,8 +67,8 @@ VALUES `
 		if i > 0 {
 			sb.WriteString(", ")
 		}
-		sb.WriteString("(?, ?, ?, ?, ?, ?)")
-		args = append(args, e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload)
+		sb.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+		args = append(args, e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, trace)
 		ids[i] = e.EventID
 	}
 	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {

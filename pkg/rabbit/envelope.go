@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
 // Envelope reads the event metadata of a delivery. A message without a UUID
@@ -41,6 +42,9 @@ func (d Delivery) Envelope() (events.Envelope, error) {
 	}
 	e.SchemaVersion = int(sv)
 	e.CorrelationID, _ = d.Headers[events.HeaderCorrelationID].(string)
+	if tp, _ := d.Headers[tracing.Header].(string); tracing.Valid(tp) {
+		e.Traceparent = tp
+	}
 	return e, nil
 }
 

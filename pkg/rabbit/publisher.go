@@ -12,6 +12,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
 // Publish outcomes other than success. None of them means "not delivered":
@@ -73,7 +74,7 @@ type Message struct {
 // FromEnvelope builds the message for an event: persistent, message_id =
 // event id, type = event type, the SPEC headers, routed by its type.
 func FromEnvelope(exchange string, e events.Envelope) Message {
-	return Message{
+	m := Message{
 		Exchange:   exchange,
 		RoutingKey: e.Type,
 		Publishing: amqp.Publishing{
@@ -91,6 +92,10 @@ func FromEnvelope(exchange string, e events.Envelope) Message {
 			Body: e.Payload,
 		},
 	}
+	if e.Traceparent != "" {
+		m.Publishing.Headers[tracing.Header] = e.Traceparent
+	}
+	return m
 }
 
 // Publish sends msgs as one pipelined batch (all published, then all

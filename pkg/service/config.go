@@ -110,29 +110,40 @@ type Config struct {
 	// WrongWay: deliberate mistakes for the experiments (WRONG_WAY,
 	// demo mode only).
 	WrongWay *wrongway.Set
+	// InboxRetention is the inbox replay window (INBOX_RETENTION): inbox
+	// rows are deleted after it, and consumers refuse (dead-letter) events
+	// older than it.
+	InboxRetention    time.Duration
+	OutboxRetention   time.Duration // OUTBOX_RETENTION: 'sent' outbox rows are deleted after it
+	RetentionInterval time.Duration // RETENTION_INTERVAL: how often the retention job runs
+	RetentionBatch    int           // RETENTION_BATCH: rows per DELETE
 }
 
 // Load reads the shared settings. defaultAddr and defaultDB are the
 // service's own defaults from the SPEC (":8081", "order_service").
 func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 	c := Config{
-		Name:            name,
-		HTTPAddr:        env.String("HTTP_ADDR", defaultAddr),
-		MySQLDSN:        env.String("MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"+defaultDB),
-		CreateDatabase:  env.Bool("MYSQL_CREATE_DATABASE", true),
-		AMQPURL:         env.String("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-		AMQPNamespace:   env.String("AMQP_NAMESPACE", ""),
-		DemoMode:        env.Bool("DEMO_MODE", false),
-		AdminToken:      env.String("ADMIN_TOKEN", ""),
-		Failpoints:      env.String("FAILPOINTS", ""),
-		OutboxWorkers:   env.Int("OUTBOX_WORKERS", 2, 1, 64),
-		OutboxBatch:     env.Int("OUTBOX_BATCH", 100, 1, 1000),
-		OutboxPoll:      env.Duration("OUTBOX_POLL_INTERVAL", time.Second),
-		OutboxLease:     env.Duration("OUTBOX_LEASE", 30*time.Second),
-		ConsumerWorkers: env.Int("CONSUMER_WORKERS", 16, 1, 256),
-		Prefetch:        env.Int("CONSUMER_PREFETCH", 64, 1, 10000),
-		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
-		OutboxDispatch:  env.String("OUTBOX_DISPATCH", "on") != "off",
+		Name:              name,
+		HTTPAddr:          env.String("HTTP_ADDR", defaultAddr),
+		MySQLDSN:          env.String("MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"+defaultDB),
+		CreateDatabase:    env.Bool("MYSQL_CREATE_DATABASE", true),
+		AMQPURL:           env.String("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		AMQPNamespace:     env.String("AMQP_NAMESPACE", ""),
+		DemoMode:          env.Bool("DEMO_MODE", false),
+		AdminToken:        env.String("ADMIN_TOKEN", ""),
+		Failpoints:        env.String("FAILPOINTS", ""),
+		OutboxWorkers:     env.Int("OUTBOX_WORKERS", 2, 1, 64),
+		OutboxBatch:       env.Int("OUTBOX_BATCH", 100, 1, 1000),
+		OutboxPoll:        env.Duration("OUTBOX_POLL_INTERVAL", time.Second),
+		OutboxLease:       env.Duration("OUTBOX_LEASE", 30*time.Second),
+		ConsumerWorkers:   env.Int("CONSUMER_WORKERS", 16, 1, 256),
+		Prefetch:          env.Int("CONSUMER_PREFETCH", 64, 1, 10000),
+		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+		OutboxDispatch:    env.String("OUTBOX_DISPATCH", "on") != "off",
+		InboxRetention:    env.Duration("INBOX_RETENTION", 168*time.Hour),
+		OutboxRetention:   env.Duration("OUTBOX_RETENTION", 72*time.Hour),
+		RetentionInterval: env.Duration("RETENTION_INTERVAL", time.Minute),
+		RetentionBatch:    env.Int("RETENTION_BATCH", 1000, 1, 10000),
 	}
 	ww, err := wrongway.Parse(env.String("WRONG_WAY", ""))
 	if err != nil {

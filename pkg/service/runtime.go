@@ -25,7 +25,9 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/retention"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 	"github.com/relmsg/ordersaga/pkg/web"
 )
 
@@ -44,6 +46,7 @@ type Runtime struct {
 	consumers []consumer
 	loops     []loop
 	started   time.Time
+	redrive   *rabbit.Publisher // the admin redrive's confirming publisher
 }
 
 type consumer struct {
@@ -61,7 +64,9 @@ type loop struct {
 // failpoint registry. The returned context carries that registry.
 // migrationsDir is the service's folder under migrations/.
 func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(rabbit.Namespace) rabbit.Topology, stdout io.Writer) (context.Context, *Runtime, error) {
-	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", cfg.Name)
+	// JSON logs; a record logged with a context that carries a traceparent
+	// gets its trace_id, so one order can be followed across services.
+	log := slog.New(tracing.LogHandler{Handler: slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})}).With("service", cfg.Name)
 	log.Info("starting", "config", cfg.Masked())
 
 	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: prometheus.NewRegistry(), started: time.Now().UTC()}
@@ -114,13 +119,26 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		log.Warn("WRONG-WAY SWITCHES ON: this instance makes deliberate mistakes", "wrong_way", cfg.WrongWay.String())
 	}
 	r.Inbox = inbox.NewMetrics(r.Metrics)
+	r.redrive = r.Broker.NewPublisher()
+
+	// Retention of the messaging tables, in every service.
+	cleaner := retention.New(db, retention.Config{
+		InboxWindow:  cfg.InboxRetention,
+		OutboxWindow: cfg.OutboxRetention,
+		Interval:     cfg.RetentionInterval,
+		Batch:        cfg.RetentionBatch,
+		Log:          log.With("component", "retention"),
+		Registerer:   r.Metrics,
+	})
+	r.Loop("retention", cleaner.Run)
 	return ctx, r, nil
 }
 
-// InboxConfig returns an inbox.Config with the runtime's pieces filled in.
+// InboxConfig returns an inbox.Config with the runtime's pieces filled in,
+// the replay window (INBOX_RETENTION) included.
 func (r *Runtime) InboxConfig(name string) inbox.Config {
 	return inbox.Config{Name: name, DB: r.DB, AfterCommit: r.Outbox.Wake, Log: r.Log,
-		Metrics: r.Inbox, WrongWay: r.Cfg.WrongWay}
+		Metrics: r.Inbox, WrongWay: r.Cfg.WrongWay, ReplayWindow: r.Cfg.InboxRetention}
 }
 
 // PublishNow publishes one event straight to the broker and waits for its
@@ -133,9 +151,21 @@ func (r *Runtime) PublishNow(ctx context.Context, e events.Envelope) error {
 }
 
 // Consume registers a consume loop on queue (its namespaced name is made
-// here) and the drain of its broker-side dead-letter queue.
+// here) and the drain of its broker-side dead-letter queue. It is also the
+// registry the dead-letter redrive uses to find a consumer's queue, so call
+// it before Serve.
 func (r *Runtime) Consume(queue string, c *inbox.Consumer) {
 	r.consumers = append(r.consumers, consumer{queue: r.NS.Queue(queue), c: c})
+}
+
+// QueueOf returns the (namespaced) queue the consumer of that name reads.
+func (r *Runtime) QueueOf(consumerName string) (string, bool) {
+	for _, c := range r.consumers {
+		if c.c.Name() == consumerName {
+			return c.queue, true
+		}
+	}
+	return "", false
 }
 
 // Loop registers a background job that runs until ctx ends.
@@ -160,12 +190,14 @@ func (r *Runtime) Ready(ctx context.Context) error {
 // /debug/failpoints.
 func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux := chi.NewRouter()
-	mux.Use(middleware.Recoverer)
+	mux.Use(middleware.Recoverer, tracing.Middleware)
 	web.Health(mux, r.started, r.Ready)
 	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
 	mux.Route("/admin", func(ar chi.Router) {
 		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
-		(&admin.Handler{DB: r.DB, Log: r.Log, Wake: r.Outbox.Wake}).Routes(ar)
+		(&admin.Handler{DB: r.DB, Log: r.Log, Wake: r.Outbox.Wake, Redriver: &inbox.Redriver{
+			DB: r.DB, Publisher: r.redrive, QueueOf: r.QueueOf, Log: r.Log.With("component", "redrive"), Metrics: r.Inbox,
+		}}).Routes(ar)
 		for _, routes := range adminRoutes {
 			routes(ar)
 		}
@@ -248,6 +280,7 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 	case <-time.After(r.Cfg.ShutdownTimeout):
 		shutdownErr = fmt.Errorf("shutdown: components still running after %s", r.Cfg.ShutdownTimeout)
 	}
+	r.redrive.Close()
 	stopBroker()
 	brokerWG.Wait()
 	r.Log.Info("stopped")

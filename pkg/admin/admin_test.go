@@ -1,0 +1,124 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/relmsg/ordersaga/pkg/admin"
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func call(t *testing.T, h http.Handler, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer secret")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var out map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("%s %s: body %q is not JSON: %v", method, path, rec.Body.String(), err)
+	}
+	return rec.Code, out
+}
+
+// POST /admin/dead-letters/redrive puts the original message (same
+// message_id, type, headers, body) on the consumer's own queue and marks the
+// row; bad selections are 400 and publish nothing.
+func TestRedriveEndpoint(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	ns := rabbittest.Namespace(t)
+	topo := rabbittest.Topology(t, ns, rabbit.Queue{Name: "order.saga-results", Keys: []string{events.PaymentSucceeded}})
+	conn := rabbittest.Conn(t, topo)
+	queue := topo.Queues[0].Name
+	pub := conn.NewPublisher()
+	t.Cleanup(pub.Close)
+
+	h := &admin.Handler{DB: db.DB, Log: quiet, Redriver: &inbox.Redriver{DB: db.DB, Publisher: pub, Log: quiet,
+		QueueOf: func(c string) (string, bool) { return queue, c == "order" }}}
+	r := chi.NewRouter()
+	r.Route("/admin", func(ar chi.Router) {
+		ar.Use(admin.RequireToken("secret", false))
+		h.Routes(ar)
+	})
+
+	e := events.Envelope{EventID: uuid.NewString(), Type: events.PaymentSucceeded, AggregateID: 77, AggregateVersion: 3,
+		SchemaVersion: 1, CorrelationID: "77", OccurredAt: time.Now().Add(-time.Minute).Truncate(time.Second),
+		Payload: []byte(`{"order_id":"77","psp_charge_id":"ch_1"}`)}
+	msg := rabbit.FromEnvelope("", e).Publishing
+	headers, _ := json.Marshal(msg.Headers)
+	ct := msg.ContentType
+	if err := inbox.RecordDeadLetter(context.Background(), db.DB, inbox.DeadLetter{Consumer: "order", EventID: e.EventID,
+		EventType: e.Type, Reason: "handler bug", Headers: headers, Payload: e.Payload, ContentType: &ct, MessageTimestamp: &e.OccurredAt}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, body := range []string{`{}`, `{"limit":5}`, `{"ids":[1],"consumer":"order"}`, `{"ids":[1],"bogus":1}`, `{"consumer":"order","limit":5000}`} {
+		if code, out := call(t, r, http.MethodPost, "/admin/dead-letters/redrive", body); code != http.StatusBadRequest {
+			t.Errorf("body %s: %d %v, want 400", body, code, out)
+		}
+	}
+
+	code, out := call(t, r, http.MethodPost, "/admin/dead-letters/redrive", `{"consumer":"order","q":"ch_1"}`)
+	if code != http.StatusOK || out["redriven"] != float64(1) {
+		t.Fatalf("redrive: %d %v, want 200 and one redriven", code, out)
+	}
+	got := rabbittest.Drain(t, queue, 1, 10*time.Second)
+	if len(got) != 1 {
+		t.Fatalf("messages on %s: %d, want 1", queue, len(got))
+	}
+	d := rabbit.Delivery{Delivery: got[0]}
+	env, err := d.Envelope()
+	if err != nil {
+		t.Fatalf("redriven message is invalid: %v", err)
+	}
+	if env.EventID != e.EventID || env.Type != e.Type || env.AggregateVersion != 3 || string(env.Payload) != string(e.Payload) ||
+		!env.OccurredAt.Equal(e.OccurredAt) || got[0].RoutingKey != queue {
+		t.Fatalf("redriven %+v (routing key %s), want the original %+v on %s", env, got[0].RoutingKey, e, queue)
+	}
+
+	code, out = call(t, r, http.MethodGet, "/admin/dead-letters?event_id="+e.EventID, "")
+	rows, _ := out["dead_letters"].([]any)
+	if code != http.StatusOK || len(rows) != 1 || rows[0].(map[string]any)["status"] != "redriven" {
+		t.Fatalf("list: %d %v, want the row redriven", code, out)
+	}
+
+	// Twice: nothing selected by the filter, not_dead by id.
+	code, out = call(t, r, http.MethodPost, "/admin/dead-letters/redrive", `{"consumer":"order","q":"ch_1"}`)
+	if code != http.StatusOK || out["requested"] != float64(0) {
+		t.Fatalf("second filter redrive: %d %v, want nothing selected", code, out)
+	}
+	id := rows[0].(map[string]any)["id"]
+	code, out = call(t, r, http.MethodPost, "/admin/dead-letters/redrive", `{"ids":[`+jsonNumber(id)+`]}`)
+	results, _ := out["results"].([]any)
+	if code != http.StatusOK || len(results) != 1 || results[0].(map[string]any)["outcome"] != inbox.OutcomeNotDead {
+		t.Fatalf("second redrive by id: %d %v, want not_dead", code, out)
+	}
+	if extra := rabbittest.Drain(t, queue, 0, 0); len(extra) != 0 {
+		t.Fatalf("a second redrive published %d messages, want none", len(extra))
+	}
+}
+
+func jsonNumber(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,317 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+)
+
+// The same event_id with another payload is not "already processed": Process
+// says ErrPayloadMismatch and applies nothing. The same payload again is a
+// duplicate; an inbox row from before the hash existed (NULL) counts as a
+// match.
+func TestSameEventIDWithAnotherPayloadIsAMismatch(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	c := consumer(db.DB, "inventory", increment)
+	ctx := context.Background()
+	e := event(events.OrderCreated)
+	other := e
+	other.Payload = []byte(`{"order_id":"2"}`)
+	if err := c.Process(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	var stored string
+	if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
+		t.Fatalf("stored hash %q (%v), want %q", stored, err, inbox.PayloadHash(e.Payload))
+	}
+	if err := c.Process(ctx, other); !errors.Is(err, inbox.ErrPayloadMismatch) || errors.Is(err, inbox.ErrAlreadyProcessed) {
+		t.Fatalf("other payload: err = %v, want ErrPayloadMismatch (and not ErrAlreadyProcessed)", err)
+	}
+	if err := c.Process(ctx, e); !errors.Is(err, inbox.ErrAlreadyProcessed) {
+		t.Fatalf("same payload: err = %v, want ErrAlreadyProcessed", err)
+	}
+	db.MustExec(`UPDATE consumer_inbox SET payload_sha256 = NULL WHERE event_id = ?`, e.EventID)
+	if err := c.Process(ctx, other); !errors.Is(err, inbox.ErrAlreadyProcessed) {
+		t.Fatalf("row without a hash: err = %v, want ErrAlreadyProcessed", err)
+	}
+	if got := effects(t, db.DB); got != 1 {
+		t.Fatalf("effects = %d, want 1", got)
+	}
+	// Claim (no payload) still works for callers without one.
+	err := sqlxTx(t, db.DB, func(tx *sqlx.Tx) error { return inbox.Claim(ctx, tx, "inventory", e.EventID) })
+	if !errors.Is(err, inbox.ErrAlreadyProcessed) {
+		t.Fatalf("Claim of a processed event: %v, want ErrAlreadyProcessed", err)
+	}
+}
+
+func sqlxTx(t *testing.T, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	t.Helper()
+	tx, err := db.Beginx()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	return fn(tx)
+}
+
+// An external handler (a PSP call) is not called again for a known event_id
+// with another payload.
+func TestExternalHandlerIsNotCalledForAMismatch(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	calls := 0
+	c := inbox.NewConsumer(inbox.Config{Name: "payment-psp", DB: db.DB, Log: quiet,
+		External: map[events.Type]inbox.ExternalHandler{events.OrderCreated: func(ctx context.Context, e events.Envelope) (inbox.Handler, error) {
+			calls++
+			return increment, nil
+		}}})
+	ctx := context.Background()
+	e := event(events.OrderCreated)
+	other := e
+	other.Payload = []byte(`{"order_id":"2"}`)
+	if err := c.Process(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Process(ctx, other); !errors.Is(err, inbox.ErrPayloadMismatch) {
+		t.Fatalf("err = %v, want ErrPayloadMismatch", err)
+	}
+	if calls != 1 || effects(t, db.DB) != 1 {
+		t.Fatalf("external calls = %d effects = %d, want 1 and 1", calls, effects(t, db.DB))
+	}
+}
+
+// Through the broker: the mismatching copy becomes a dead letter with the
+// reason and counts in consumer_payload_mismatch_total; the first effect and
+// its inbox row are untouched.
+func TestPayloadMismatchIsADeadLetterAndAnAlert(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	reg := prometheus.NewRegistry()
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: increment}})
+	f := runConsumer(t, c, db)
+	e := event(events.OrderCreated)
+	f.publish(t, validMessage(e))
+	waitFor(t, "the first copy to be applied", func() bool { return effects(t, db.DB) == 1 })
+	other := e
+	other.Payload = []byte(`{"order_id":"1","note":"tampered"}`)
+	f.publish(t, validMessage(other))
+	dl := waitDeadLetter(t, db.DB, "inventory", e.EventID)
+	if !strings.Contains(dl.Reason, "same event_id, different payload") || string(dl.Payload) != string(other.Payload) {
+		t.Fatalf("dead letter reason %q payload %s, want the mismatch reason and the second payload", dl.Reason, dl.Payload)
+	}
+	if got := metric(t, reg, "consumer_payload_mismatch_total", "inventory"); got != 1 {
+		t.Fatalf("consumer_payload_mismatch_total = %v, want 1", got)
+	}
+	if got := metric(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 0 {
+		t.Fatalf("the mismatch counted as a duplicate (%v)", got)
+	}
+	var stored string
+	if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
+		t.Fatalf("inbox hash %q (%v), want the first payload's", stored, err)
+	}
+	if got := effects(t, db.DB); got != 1 {
+		t.Fatalf("effects = %d, want 1", got)
+	}
+}
+
+// A message older than the replay window is not applied: it is a dead
+// letter with the reason, and no inbox row or effect is written.
+func TestTooOldMessageIsADeadLetter(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	c := consumer(db.DB, "inventory", increment) // default replay window: 168h
+	f := runConsumer(t, c, db)
+	e := event(events.OrderCreated)
+	e.OccurredAt = time.Now().Add(-200 * time.Hour)
+	f.publish(t, validMessage(e))
+	fresh := event(events.OrderCreated)
+	fresh.OccurredAt = time.Now()
+	f.publish(t, validMessage(fresh))
+	dl := waitDeadLetter(t, db.DB, "inventory", e.EventID)
+	for _, want := range []string{"older than the inbox replay window (168h0m0s)", "its inbox row may have been deleted; apply by hand after checking"} {
+		if !strings.Contains(dl.Reason, want) {
+			t.Errorf("reason %q, want it to contain %q", dl.Reason, want)
+		}
+	}
+	waitFor(t, "the fresh message to be applied", func() bool { return effects(t, db.DB) == 1 })
+	if n := inboxRows(t, db.DB, e.EventID); n != 0 {
+		t.Fatalf("inbox rows of the old event = %d, want 0", n)
+	}
+}
+
+// delivery builds a delivery as the consume loop hands it over, for tests
+// that call Handle directly (its decision is not acked anywhere).
+func delivery(e events.Envelope, attempt int, firstFailed time.Time) rabbit.Delivery {
+	p := validMessage(e)
+	return rabbit.Delivery{Delivery: amqp.Delivery{MessageId: p.MessageId, Type: p.Type, ContentType: p.ContentType,
+		Timestamp: p.Timestamp, Headers: p.Headers, Body: p.Body}, Queue: "q", Attempt: attempt, FirstFailedAt: firstFailed}
+}
+
+// Without a timestamp, the first failure time dates the message; an old
+// event the inbox still knows is a plain duplicate, not a dead letter.
+func TestReplayWindowUsesFirstFailureAndTheInbox(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, ReplayWindow: time.Hour,
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: increment}})
+	ctx := context.Background()
+
+	noStamp := event(events.OrderCreated) // OccurredAt zero: no AMQP timestamp
+	c.Handle(ctx, delivery(noStamp, 2, time.Now().Add(-2*time.Hour)))
+	if dl, ok := deadLetter(t, db.DB, "inventory", noStamp.EventID); !ok || !strings.Contains(dl.Reason, "older than the inbox replay window (1h0m0s)") {
+		t.Fatalf("dead letter %+v (found %v), want the replay window reason", dl, ok)
+	}
+
+	known := event(events.OrderCreated)
+	if err := c.Process(ctx, known); err != nil {
+		t.Fatal(err)
+	}
+	known.OccurredAt = time.Now().Add(-3 * time.Hour)
+	if dec := c.Handle(ctx, delivery(known, 1, time.Time{})); dec.Reason != "" {
+		t.Fatalf("decision %+v, want a plain ack", dec)
+	}
+	if _, ok := deadLetter(t, db.DB, "inventory", known.EventID); ok {
+		t.Fatal("an old duplicate the inbox still knows became a dead letter")
+	}
+	if got := effects(t, db.DB); got != 1 {
+		t.Fatalf("effects = %d, want 1", got)
+	}
+}
+
+// Retries stop at MaxAttempts and at MaxRetryAge, whichever comes first.
+func TestRetriesAreCappedByAttemptsAndTime(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	failing := func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		return fmt.Errorf("simulated: %w", errLockWait)
+	}
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 8, MaxRetryAge: 15 * time.Minute,
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: failing}})
+	ctx := context.Background()
+	tests := []struct {
+		name        string
+		attempt     int
+		firstFailed time.Time
+		dead        string // reason substring, "" for a retry
+	}{
+		{"early attempt, recent failure: retry", 2, time.Now().Add(-time.Minute), ""},
+		{"attempt cap", 8, time.Now().Add(-time.Minute), "gave up after 8 attempts"},
+		{"time cap", 3, time.Now().Add(-time.Hour), "gave up after 3 attempts over 1h0m0s"},
+	}
+	for _, tt := range tests {
+		e := event(events.OrderCreated)
+		c.Handle(ctx, delivery(e, tt.attempt, tt.firstFailed))
+		dl, ok := deadLetter(t, db.DB, "inventory", e.EventID)
+		switch {
+		case tt.dead == "" && ok:
+			t.Errorf("%s: dead-lettered (%q), want a retry", tt.name, dl.Reason)
+		case tt.dead != "" && (!ok || !strings.Contains(dl.Reason, tt.dead)):
+			t.Errorf("%s: dead letter %q (found %v), want reason containing %q", tt.name, dl.Reason, ok, tt.dead)
+		}
+	}
+}
+
+// Head-of-line: one message that always fails transiently sits first in the
+// queue, twenty good messages behind it, one worker. The failing message is
+// moved to a retry queue after each attempt, so the twenty are processed
+// while it waits; it ends as a dead letter after MaxAttempts. Had it been
+// retried in place (or requeued at the head), its second attempt would come
+// before the twenty.
+func TestPoisonMessageDoesNotBlockTheOthers(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	poison := event(events.OrderCreated)
+	var mu sync.Mutex
+	var doneAtAttempt []int // good messages processed when each poison attempt ran
+	good := 0
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
+		Backoff: retry.Backoff{Base: time.Second, Cap: 2 * time.Second},
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if e.EventID == poison.EventID {
+				doneAtAttempt = append(doneAtAttempt, good)
+				return fmt.Errorf("simulated: %w", errLockWait)
+			}
+			if err := increment(ctx, tx, e); err != nil {
+				return err
+			}
+			good++ // counted before commit; the commit of the last one is waited for below
+			return nil
+		}}})
+	f := runConsumerWorkers(t, c, db, 1)
+	f.publish(t, validMessage(poison))
+	for i := 0; i < 20; i++ {
+		f.publish(t, validMessage(event(events.OrderCreated)))
+	}
+	dl := waitDeadLetter(t, db.DB, "inventory", poison.EventID)
+	if dl.Attempts != 3 || !strings.Contains(dl.Reason, "gave up after 3 attempts") {
+		t.Fatalf("dead letter attempts %d reason %q, want 3 and the cap", dl.Attempts, dl.Reason)
+	}
+	waitFor(t, "the twenty good messages", func() bool { return effects(t, db.DB) == 20 })
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("good messages done at each poison attempt: %v", doneAtAttempt)
+	if len(doneAtAttempt) != 3 {
+		t.Fatalf("poison attempts = %d, want 3", len(doneAtAttempt))
+	}
+	if doneAtAttempt[1] != 20 {
+		t.Fatalf("at the poison's second attempt %d of 20 good messages were done, want all 20 (no head-of-line blocking)", doneAtAttempt[1])
+	}
+}
+
+func runConsumerWorkers(t *testing.T, c *inbox.Consumer, db *sqldbtest.DB, workers int) *brokerFixture {
+	t.Helper()
+	f := &brokerFixture{db: db, ns: rabbittest.Namespace(t)}
+	topo := rabbittest.Topology(t, f.ns, rabbit.Queue{Name: "inventory.order-events", Keys: []string{events.OrderCreated}})
+	f.conn = rabbittest.Conn(t, topo)
+	f.queue = topo.Queues[0].Name
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = f.conn.Consume(ctx, rabbit.ConsumeConfig{Queue: f.queue, Workers: workers, Log: quiet}, c.Handle)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return f
+}
+
+func TestPayloadHashIgnoresEncodingOnly(t *testing.T) {
+	t.Parallel()
+	base := inbox.PayloadHash([]byte(`{"order_id":"1","items":[{"sku":"SKU-1","quantity":2}],"total_cents":17800}`))
+	tests := []struct {
+		name    string
+		payload string
+		same    bool
+	}{
+		{"pretty-printed", "{\n  \"order_id\": \"1\",\n  \"items\": [ { \"sku\": \"SKU-1\", \"quantity\": 2 } ],\n  \"total_cents\": 17800\n}", true},
+		{"keys reordered", `{"total_cents":17800,"items":[{"quantity":2,"sku":"SKU-1"}],"order_id":"1"}`, true},
+		{"escaped the same", `{"order_id":"\u0031","items":[{"sku":"SKU-1","quantity":2}],"total_cents":17800}`, true},
+		{"another quantity", `{"order_id":"1","items":[{"sku":"SKU-1","quantity":3}],"total_cents":17800}`, false},
+		{"number written otherwise", `{"order_id":"1","items":[{"sku":"SKU-1","quantity":2.0}],"total_cents":17800}`, false},
+		{"items removed", `{"order_id":"1","items":[],"total_cents":17800}`, false},
+		{"not JSON", `{"order_id":`, false},
+	}
+	for _, tt := range tests {
+		if got := inbox.PayloadHash([]byte(tt.payload)) == base; got != tt.same {
+			t.Errorf("%s: same hash = %v, want %v", tt.name, got, tt.same)
+		}
+	}
+}

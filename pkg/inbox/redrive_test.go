@@ -1,0 +1,425 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/retry"
+)
+
+// metric reads one counter of a registry, by name and consumer label.
+func metric(t *testing.T, reg *prometheus.Registry, name, consumer string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "consumer" && l.GetValue() == consumer {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+const dlColumns = `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at,
+  last_failed_at, status, redriven_at, headers, payload, content_type, message_timestamp FROM dead_letters`
+
+// deadLetter returns the dead letter of (consumer, eventID), or ok=false.
+func deadLetter(t *testing.T, db *sqlx.DB, consumer, eventID string) (inbox.DeadLetter, bool) {
+	t.Helper()
+	var dls []inbox.DeadLetter
+	if err := db.Select(&dls, dlColumns+` WHERE consumer_name = ? AND event_id = ?`, consumer, eventID); err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) == 0 {
+		return inbox.DeadLetter{}, false
+	}
+	return dls[0], true
+}
+
+func waitDeadLetter(t *testing.T, db *sqlx.DB, consumer, eventID string) inbox.DeadLetter {
+	t.Helper()
+	var dl inbox.DeadLetter
+	waitFor(t, "dead letter of "+eventID, func() bool {
+		var ok bool
+		dl, ok = deadLetter(t, db, consumer, eventID)
+		return ok && dl.Status == inbox.StatusDead
+	})
+	return dl
+}
+
+func jsonOf(h amqp.Table) ([]byte, error) { return json.Marshal(h) }
+
+// redriver redrives this fixture's dead letters: consumer "inventory" reads
+// the fixture's queue.
+func (f *brokerFixture) redriver(t *testing.T) *inbox.Redriver {
+	t.Helper()
+	pub := f.conn.NewPublisher()
+	t.Cleanup(pub.Close)
+	return &inbox.Redriver{DB: f.db.DB, Publisher: pub, Log: quiet,
+		QueueOf: func(consumer string) (string, bool) {
+			if consumer == "inventory" {
+				return f.queue, true
+			}
+			return "", false
+		}}
+}
+
+func redrive(t *testing.T, r *inbox.Redriver, sel inbox.Selection) []inbox.RedriveResult {
+	t.Helper()
+	res, err := r.Redrive(context.Background(), sel)
+	if err != nil {
+		t.Fatalf("redrive %+v: %v", sel, err)
+	}
+	return res
+}
+
+// A handler fails (once transiently, then permanently): the message is a
+// dead letter after two attempts. The handler is fixed, the dead letter is
+// redriven: it arrives on the consumer's queue with its original event_id
+// and fresh attempts, is processed once, and the row is 'redriven'. A second
+// redrive publishes nothing and changes nothing.
+func TestRedriveOfAFixedDeadLetter(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	var broken atomic.Bool
+	broken.Store(true)
+	var mu sync.Mutex
+	var seen []string // event id and attempt of each call
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
+		Backoff: retry.Backoff{Base: 50 * time.Millisecond, Cap: 100 * time.Millisecond},
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			mu.Lock()
+			seen = append(seen, e.EventID)
+			n := len(seen)
+			mu.Unlock()
+			switch {
+			case !broken.Load():
+				return increment(ctx, tx, e)
+			case n == 1:
+				return fmt.Errorf("simulated: %w", errLockWait)
+			default:
+				return inbox.Permanent(errors.New("bug: cannot handle this order"))
+			}
+		}}})
+	f := runConsumer(t, c, db)
+	e := event(events.OrderCreated)
+	e.OccurredAt = time.Now().Add(-time.Hour).Truncate(time.Second)
+	f.publish(t, validMessage(e))
+	dl := waitDeadLetter(t, db.DB, "inventory", e.EventID)
+	if dl.Attempts != 2 || !strings.Contains(dl.Reason, "bug: cannot handle this order") {
+		t.Fatalf("dead letter: attempts=%d reason=%q, want 2 and the handler's error", dl.Attempts, dl.Reason)
+	}
+	if dl.MessageTimestamp == nil || !dl.MessageTimestamp.Equal(e.OccurredAt) || dl.ContentType == nil || *dl.ContentType != "application/json" {
+		t.Fatalf("dead letter kept timestamp %v content type %v, want %v and application/json", dl.MessageTimestamp, dl.ContentType, e.OccurredAt)
+	}
+
+	broken.Store(false) // the fix is deployed
+	r := f.redriver(t)
+	res := redrive(t, r, inbox.Selection{IDs: []uint64{dl.ID}})
+	if len(res) != 1 || res[0].Outcome != inbox.OutcomeRedriven || res[0].Queue != f.queue || res[0].EventID != e.EventID {
+		t.Fatalf("redrive results = %+v, want one redriven to %s", res, f.queue)
+	}
+	waitFor(t, "the redriven event to be processed", func() bool { return effects(t, db.DB) == 1 })
+	got, _ := deadLetter(t, db.DB, "inventory", e.EventID)
+	if got.Status != inbox.StatusRedriven || got.RedrivenAt == nil {
+		t.Fatalf("row after redrive: status %q redriven_at %v, want redriven with a time", got.Status, got.RedrivenAt)
+	}
+	if n := inboxRows(t, db.DB, e.EventID); n != 1 {
+		t.Fatalf("inbox rows for the original event_id = %d, want 1", n)
+	}
+
+	// Again: nothing is published, the effect stays one.
+	res = redrive(t, r, inbox.Selection{IDs: []uint64{dl.ID}})
+	if len(res) != 1 || res[0].Outcome != inbox.OutcomeNotDead {
+		t.Fatalf("second redrive = %+v, want not_dead", res)
+	}
+	res = redrive(t, r, inbox.Selection{Consumer: "inventory"})
+	if len(res) != 0 {
+		t.Fatalf("filter redrive after the redrive = %+v, want nothing selected", res)
+	}
+	mu.Lock()
+	calls := len(seen)
+	mu.Unlock()
+	if calls != 3 || effects(t, db.DB) != 1 {
+		t.Fatalf("handler calls = %d effects = %d, want 3 (two failures, one success) and 1", calls, effects(t, db.DB))
+	}
+}
+
+// The redriven message is the original (id, type, timestamp, headers with
+// the numbers they had, body), minus the retry path's x- headers.
+func TestRedriveMessageIsTheOriginal(t *testing.T) {
+	t.Parallel()
+	e := event(events.OrderCreated)
+	e.AggregateVersion = 7
+	e.OccurredAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	orig := validMessage(e)
+	orig.Headers[rabbit.HeaderRetryAttempt] = int64(3)
+	orig.Headers[rabbit.HeaderFirstFailedAt] = int64(12345)
+	orig.Headers["x-death"] = []any{amqp.Table{"count": int64(1)}}
+	headers, err := jsonOf(orig.Headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := "application/json"
+	dl := inbox.DeadLetter{ID: 42, Consumer: "inventory", EventID: e.EventID, EventType: e.Type, Headers: headers,
+		Payload: e.Payload, ContentType: &ct, MessageTimestamp: &e.OccurredAt, FirstFailedAt: time.Now()}
+	m := inbox.RedriveMessage(dl, "q1")
+	if m.Exchange != "" || m.RoutingKey != "q1" {
+		t.Fatalf("addressed to %q/%q, want the default exchange and the queue", m.Exchange, m.RoutingKey)
+	}
+	d := rabbit.Delivery{Delivery: amqp.Delivery{MessageId: m.Publishing.MessageId, Type: m.Publishing.Type,
+		ContentType: m.Publishing.ContentType, Timestamp: m.Publishing.Timestamp, Headers: m.Publishing.Headers, Body: m.Publishing.Body}}
+	got, err := d.Envelope()
+	if err != nil {
+		t.Fatalf("the redriven message does not parse: %v", err)
+	}
+	if got.EventID != e.EventID || got.AggregateVersion != 7 || got.AggregateID != e.AggregateID || !got.OccurredAt.Equal(e.OccurredAt) ||
+		string(got.Payload) != string(e.Payload) {
+		t.Fatalf("envelope = %+v, want the original %+v", got, e)
+	}
+	for _, h := range []string{rabbit.HeaderRetryAttempt, rabbit.HeaderFirstFailedAt, "x-death"} {
+		if _, ok := m.Publishing.Headers[h]; ok {
+			t.Errorf("header %s kept, want it dropped (a redrive starts with fresh attempts)", h)
+		}
+	}
+	if m.Publishing.Headers[inbox.HeaderRedriveOf] != int64(42) {
+		t.Errorf("%s = %v, want 42", inbox.HeaderRedriveOf, m.Publishing.Headers[inbox.HeaderRedriveOf])
+	}
+	// A row from before the timestamp was kept: the first failure stands in.
+	dl.MessageTimestamp, dl.ContentType = nil, nil
+	if m := inbox.RedriveMessage(dl, "q1"); !m.Publishing.Timestamp.Equal(dl.FirstFailedAt.UTC()) || m.Publishing.ContentType != "application/json" {
+		t.Fatalf("old row: timestamp %v content type %q, want first_failed_at and application/json", m.Publishing.Timestamp, m.Publishing.ContentType)
+	}
+}
+
+// An event that was already applied, and is also a dead letter (a second
+// copy the broker dead-lettered), is redriven: the inbox drops it, the
+// effect stays one.
+func TestRedriveOfAnAppliedEventChangesNothing(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	reg := prometheus.NewRegistry()
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: increment}})
+	f := runConsumer(t, c, db)
+	e := event(events.OrderCreated)
+	msg := validMessage(e)
+	f.publish(t, msg)
+	waitFor(t, "the event to be applied", func() bool { return effects(t, db.DB) == 1 })
+
+	headers, err := jsonOf(msg.Headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ct := msg.ContentType
+	if err := inbox.RecordDeadLetter(context.Background(), db.DB, inbox.DeadLetter{Consumer: "inventory", EventID: e.EventID,
+		EventType: e.Type, Reason: "broker dead-lettered the message: delivery_limit", Headers: headers, Payload: e.Payload, ContentType: &ct}); err != nil {
+		t.Fatal(err)
+	}
+	dl, _ := deadLetter(t, db.DB, "inventory", e.EventID)
+	res := redrive(t, f.redriver(t), inbox.Selection{IDs: []uint64{dl.ID}})
+	if res[0].Outcome != inbox.OutcomeRedriven {
+		t.Fatalf("redrive = %+v, want redriven", res)
+	}
+	waitFor(t, "the redriven copy to be suppressed", func() bool {
+		return metric(t, reg, "consumer_duplicates_suppressed_total", "inventory") == 1
+	})
+	if got, rows := effects(t, db.DB), inboxRows(t, db.DB, e.EventID); got != 1 || rows != 1 {
+		t.Fatalf("effects=%d inbox rows=%d, want 1 and 1", got, rows)
+	}
+}
+
+// A filter selects dead rows by consumer, type and a substring of the
+// payload; only those are redriven.
+func TestRedriveByFilter(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	c := consumer(db.DB, "inventory", increment)
+	f := runConsumer(t, c, db)
+	ctx := context.Background()
+	add := func(consumer, typ, sku string) string {
+		e := event(typ)
+		e.Payload = []byte(`{"order_id":"1","sku":"` + sku + `"}`)
+		msg := validMessage(e)
+		headers, err := jsonOf(msg.Headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := inbox.RecordDeadLetter(ctx, db.DB, inbox.DeadLetter{Consumer: consumer, EventID: e.EventID, EventType: typ,
+			Reason: "handler bug", Headers: headers, Payload: e.Payload}); err != nil {
+			t.Fatal(err)
+		}
+		return e.EventID
+	}
+	want := []string{add("inventory", events.OrderCreated, "SKU-1"), add("inventory", events.OrderCreated, "SKU-1")}
+	others := []string{
+		add("inventory", events.OrderCreated, "SKU-2"),
+		add("inventory", events.OrderCancelled, "SKU-1"),
+		add("notifications", events.OrderCreated, "SKU-1"),
+	}
+	res := redrive(t, f.redriver(t), inbox.Selection{Consumer: "inventory", EventType: events.OrderCreated, Query: "SKU-1", Limit: 10})
+	if len(res) != 2 {
+		t.Fatalf("results = %+v, want the two matching rows", res)
+	}
+	for i, r := range res {
+		if r.EventID != want[i] || r.Outcome != inbox.OutcomeRedriven {
+			t.Errorf("result %d = %+v, want %s redriven", i, r, want[i])
+		}
+	}
+	waitFor(t, "the two redriven events to be applied", func() bool { return effects(t, db.DB) == 2 })
+	for _, id := range others {
+		var status string
+		if err := db.Get(&status, `SELECT status FROM dead_letters WHERE event_id = ?`, id); err != nil || status != inbox.StatusDead {
+			t.Errorf("row %s: status %q (%v), want dead (not selected)", id, status, err)
+		}
+	}
+}
+
+// A publish the broker returns (no such queue) leaves the row dead, and so do
+// an unknown consumer and an unknown id; each gets its own outcome.
+func TestRedriveThatCannotPublishLeavesTheRowDead(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	f := runConsumer(t, consumer(db.DB, "inventory", increment), db)
+	ctx := context.Background()
+	var ids []uint64
+	for _, name := range []string{"inventory", "lost-consumer"} {
+		e := event(events.OrderCreated)
+		headers, _ := jsonOf(validMessage(e).Headers)
+		if err := inbox.RecordDeadLetter(ctx, db.DB, inbox.DeadLetter{Consumer: name, EventID: e.EventID, EventType: e.Type,
+			Reason: "bug", Headers: headers, Payload: e.Payload}); err != nil {
+			t.Fatal(err)
+		}
+		dl, _ := deadLetter(t, db.DB, name, e.EventID)
+		ids = append(ids, dl.ID)
+	}
+	r := f.redriver(t)
+	r.QueueOf = func(consumer string) (string, bool) {
+		if consumer == "inventory" {
+			return f.ns.Queue("no-such-queue"), true // unroutable: the broker returns it
+		}
+		return "", false
+	}
+	res := redrive(t, r, inbox.Selection{IDs: append(ids, 999999)})
+	want := []string{inbox.OutcomePublishFailed, inbox.OutcomeNoQueue, inbox.OutcomeNotFound}
+	if len(res) != 3 {
+		t.Fatalf("results = %+v, want 3", res)
+	}
+	for i, r := range res {
+		if r.Outcome != want[i] {
+			t.Errorf("result %d = %+v, want outcome %s", i, r, want[i])
+		}
+	}
+	if !strings.Contains(res[0].Detail, rabbit.ErrReturned.Error()) {
+		t.Errorf("detail %q, want it to say the broker returned the message", res[0].Detail)
+	}
+	var n int
+	if err := db.Get(&n, `SELECT COUNT(*) FROM dead_letters WHERE status = 'dead' AND redriven_at IS NULL`); err != nil || n != 2 {
+		t.Fatalf("dead rows = %d (%v), want both still dead", n, err)
+	}
+	if effects(t, db.DB) != 0 {
+		t.Fatal("an effect happened")
+	}
+}
+
+// Five redrives of one dead letter released together: the row is marked by
+// exactly one, every copy that was published is absorbed by the inbox, the
+// effect happens once.
+func TestConcurrentRedrivesMarkOnce(t *testing.T) {
+	t.Parallel()
+	db := testDB(t)
+	reg := prometheus.NewRegistry()
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: increment}})
+	f := runConsumer(t, c, db)
+	e := event(events.OrderCreated)
+	headers, _ := jsonOf(validMessage(e).Headers)
+	if err := inbox.RecordDeadLetter(context.Background(), db.DB, inbox.DeadLetter{Consumer: "inventory", EventID: e.EventID,
+		EventType: e.Type, Reason: "bug", Headers: headers, Payload: e.Payload}); err != nil {
+		t.Fatal(err)
+	}
+	dl, _ := deadLetter(t, db.DB, "inventory", e.EventID)
+	const n = 5
+	outcomes := make([]string, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		r := f.redriver(t) // each its own channel
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := r.Redrive(context.Background(), inbox.Selection{IDs: []uint64{dl.ID}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			outcomes[i] = res[0].Outcome
+		}()
+	}
+	close(start)
+	wg.Wait()
+	counts := map[string]int{}
+	for _, o := range outcomes {
+		counts[o]++
+	}
+	published := counts[inbox.OutcomeRedriven] + counts[inbox.OutcomeChanged]
+	t.Logf("outcomes of %d concurrent redrives: %v", n, counts)
+	if counts[inbox.OutcomeRedriven] != 1 || published+counts[inbox.OutcomeNotDead] != n {
+		t.Fatalf("outcomes = %v, want exactly one redriven, the rest changed or not_dead", counts)
+	}
+	waitFor(t, "every published copy to be consumed", func() bool {
+		return metric(t, reg, "consumer_processed_total", "inventory")+
+			metric(t, reg, "consumer_duplicates_suppressed_total", "inventory") == float64(published)
+	})
+	if got := effects(t, db.DB); got != 1 {
+		t.Fatalf("effects = %d, want 1 (published %d copies)", got, published)
+	}
+}
+
+func TestRedriveSelectionIsChecked(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		sel  inbox.Selection
+		ok   bool
+	}{
+		{"ids", inbox.Selection{IDs: []uint64{1}}, true},
+		{"filter", inbox.Selection{Consumer: "inventory"}, true},
+		{"filter with limit", inbox.Selection{Query: "SKU-1", Limit: 1000}, true},
+		{"nothing", inbox.Selection{}, false},
+		{"only a limit", inbox.Selection{Limit: 5}, false},
+		{"ids and a filter", inbox.Selection{IDs: []uint64{1}, Consumer: "inventory"}, false},
+		{"limit too big", inbox.Selection{Consumer: "inventory", Limit: 1001}, false},
+		{"too many ids", inbox.Selection{IDs: make([]uint64, 1001)}, false},
+	}
+	for _, tt := range tests {
+		err := tt.sel.Check()
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, inbox.ErrBadSelection)) {
+			t.Errorf("%s: Check() = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+	}
+}

@@ -1,0 +1,44 @@
+package service
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRetentionSettings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		env     map[string]string
+		inbox   time.Duration
+		outbox  time.Duration
+		every   time.Duration
+		batch   int
+		wantErr []string
+	}{
+		{"defaults", nil, 168 * time.Hour, 72 * time.Hour, time.Minute, 1000, nil},
+		{"set", map[string]string{"INBOX_RETENTION": "24h", "OUTBOX_RETENTION": "1h", "RETENTION_INTERVAL": "10s", "RETENTION_BATCH": "50"},
+			24 * time.Hour, time.Hour, 10 * time.Second, 50, nil},
+		{"bad", map[string]string{"INBOX_RETENTION": "0s", "OUTBOX_RETENTION": "soon", "RETENTION_INTERVAL": "-1m", "RETENTION_BATCH": "0"},
+			168 * time.Hour, 72 * time.Hour, time.Minute, 1000,
+			[]string{"INBOX_RETENTION", "OUTBOX_RETENTION", "RETENTION_INTERVAL", "RETENTION_BATCH"}},
+	}
+	for _, tt := range tests {
+		env := NewEnv(func(k string) string { return tt.env[k] })
+		c := Load(env, "order", ":8081", "order_service")
+		if c.InboxRetention != tt.inbox || c.OutboxRetention != tt.outbox || c.RetentionInterval != tt.every || c.RetentionBatch != tt.batch {
+			t.Errorf("%s: got %s %s %s %d, want %s %s %s %d", tt.name, c.InboxRetention, c.OutboxRetention, c.RetentionInterval,
+				c.RetentionBatch, tt.inbox, tt.outbox, tt.every, tt.batch)
+		}
+		err := env.Err()
+		for _, key := range tt.wantErr {
+			if err == nil || !strings.Contains(err.Error(), key) {
+				t.Errorf("%s: error %v, want it to name %s", tt.name, err, key)
+			}
+		}
+		if len(tt.wantErr) == 0 && err != nil {
+			t.Errorf("%s: unexpected error %v", tt.name, err)
+		}
+	}
+}
