@@ -521,14 +521,14 @@ func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) err
 // --- lease expiry --------------------------------------------------------
 
 func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
-	const sku, qty = "SKU-2", 1
+	// A sold-out SKU: inventory rejects the order, so the order service
+	// emits no further event and its outbox holds only this OrderCreated.
+	// Dispatcher B's pause then can only catch this event's claim.
+	const sku, qty = "SKU-SOLDOUT", 1
 	const pointA = "outbox.dispatch.after-confirm-before-mark"
 	const pointB = "outbox.dispatch.after-claim"
-	before, err := l.stock(ctx, sku)
-	if err != nil {
-		return err
-	}
 	lost0, _ := l.metric(ctx, "order", "outbox_claims_lost_total")
+	dups0, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
 	if wrong {
 		if err := l.setWrongWay(ctx, "order", string(wrongway.MarkSentWithoutToken)); err != nil {
 			return err
@@ -592,7 +592,7 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err := l.release(ctx, "order", pointB); err != nil {
 		return err
 	}
-	if err := l.waitSettled(ctx, o.OrderID); err != nil {
+	if err := l.waitOrder(ctx, o.OrderID, "rejected"); err != nil {
 		return err
 	}
 	if err := l.waitFor(ctx, "B to publish and mark", func() (bool, error) {
@@ -609,10 +609,19 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	}); err != nil {
 		return err
 	}
+	if err := l.waitFor(ctx, "inventory to drop B's copy", func() (bool, error) {
+		d, err := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
+		return d > dups0, err
+	}); err != nil {
+		return err
+	}
 	lost1, _ := l.metric(ctx, "order", "outbox_claims_lost_total")
-	final, _ := l.stock(ctx, sku)
+	res, _ := l.reservation(ctx, o.OrderID)
+	created, _ := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	in, _ := l.inbox(ctx, "inventory", []string{created.EventID})
 	r.Sections = append(r.Sections, l.snapshot(ctx, "after B finished", o.OrderID, sku))
-	r.check(final.OnHand == before.OnHand-qty, "stock taken once", "on_hand %d -> %d (inventory dropped the second copy)", before.OnHand, final.OnHand)
+	r.check(res.Status == "rejected" && len(in) == 1, "both copies reached inventory, one took effect",
+		"reservation %s, %d inbox row(s) for the event", orNone(res.Status), len(in))
 	if wrong {
 		r.check(lost1 == lost0, "anomaly: neither dispatcher noticed", "outbox_claims_lost_total %g -> %g: both marks \"succeeded\"", lost0, lost1)
 		r.Verdict = "WRONG WAY (mark sent without the claim token): A, whose lease had expired, marked the row sent " +
