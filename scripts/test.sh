@@ -184,6 +184,11 @@ else
 	ensure_mariadb
 	ensure_rabbitmq
 	mariadb_root_ok
+	# The suite runs several three-service stacks at once, each with its own
+	# databases and pools; the server's default of 151 connections is too
+	# few next to a running scripts/up.sh stack.
+	mysql_root -N -e 'SET GLOBAL max_connections = GREATEST(@@global.max_connections, 1000)' ||
+		log "warning: could not raise max_connections; parallel tests may hit 'Too many connections'"
 	drop_stale_databases
 fi
 

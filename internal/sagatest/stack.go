@@ -80,6 +80,13 @@ func Start(t testing.TB, opts ...Option) *Stack {
 	s.Order = newService(t, ns, "order", ordersvc.Run, opts)
 	s.Inventory = newService(t, ns, "inventory", inventorysvc.Run, opts)
 	s.Payment = newService(t, ns, "payment", paymentsvc.Run, opts)
+	// The order service asks the others for their records (reconciler,
+	// timeline): point it at this stack's ports unless an option did.
+	for k, v := range map[string]string{"INVENTORY_URL": s.Inventory.URL, "PAYMENT_URL": s.Payment.URL} {
+		if _, set := s.Order.Env[k]; !set {
+			s.Order.Env[k] = v
+		}
+	}
 	for _, svc := range []*Service{s.Inventory, s.Payment, s.Order} {
 		svc.Start()
 	}
@@ -98,6 +105,8 @@ func newService(t testing.TB, ns rabbit.Namespace, name string, run RunFunc, opt
 		"DEMO_MODE":             "true",
 		"LOG_LEVEL":             "info",
 		"SHUTDOWN_TIMEOUT":      "10s",
+		// Several stacks run at once: keep each service's pool small.
+		"MYSQL_MAX_CONNS": "12",
 	}
 	for _, o := range opts {
 		o(name, env)

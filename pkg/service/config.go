@@ -88,6 +88,7 @@ type Config struct {
 	Name           string // service name in logs and metrics
 	HTTPAddr       string // HTTP_ADDR
 	MySQLDSN       string // MYSQL_DSN
+	MySQLMaxConns  int    // MYSQL_MAX_CONNS: the pool's size
 	CreateDatabase bool   // MYSQL_CREATE_DATABASE: create the schema if missing (root on a laptop)
 	AMQPURL        string // AMQP_URL
 	// AMQPNamespace prefixes exchange and queue names (AMQP_NAMESPACE);

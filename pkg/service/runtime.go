@@ -89,7 +89,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 
 	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	db, err := sqldb.Open(dctx, sqldb.Config{DSN: cfg.MySQLDSN, CreateDatabase: cfg.CreateDatabase, MaxOpenConns: 32})
+	db, err := sqldb.Open(dctx, sqldb.Config{DSN: cfg.MySQLDSN, CreateDatabase: cfg.CreateDatabase, MaxOpenConns: cfg.MySQLMaxConns})
 	if err != nil {
 		return ctx, nil, err
 	}

@@ -56,6 +56,9 @@ func Open(ctx context.Context, cfg Config) (*sqlx.DB, error) {
 	}
 	db.SetMaxOpenConns(n)
 	db.SetMaxIdleConns(n)
+	// Idle connections close after a while: a burst does not pin the
+	// server's connection slots for good.
+	db.SetConnMaxIdleTime(time.Minute)
 	db.SetConnMaxLifetime(30 * time.Minute)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()

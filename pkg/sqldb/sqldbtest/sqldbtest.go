@@ -52,7 +52,7 @@ func New(t testing.TB, service string) *DB {
 	}
 	mc.DBName = "t_" + service + "_" + randomHex(6)
 	dsn := mc.FormatDSN()
-	db, err := sqldb.Open(ctx, sqldb.Config{DSN: dsn, CreateDatabase: true, MaxOpenConns: 32})
+	db, err := sqldb.Open(ctx, sqldb.Config{DSN: dsn, CreateDatabase: true, MaxOpenConns: 12})
 	if err != nil {
 		t.Fatalf("MariaDB/MySQL at %s is required for this test (start it with scripts/test.sh or see README): %v", mc.Addr, err)
 	}

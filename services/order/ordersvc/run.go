@@ -4,21 +4,88 @@ package ordersvc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
+	"time"
 
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/service"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
 )
+
+// settings are the order service's own configuration, beyond the shared
+// service.Config.
+type settings struct {
+	Deadlines          order.Deadlines          // PARTICIPANT_DEADLINE, PAYMENT_DEADLINE
+	DeadlineSweep      time.Duration            // DEADLINE_SWEEP_INTERVAL
+	DeadlineBatch      int                      // DEADLINE_SWEEP_BATCH
+	Reconcile          orderapp.ReconcileConfig // RECONCILE_GRACE, RECONCILE_REFUND_GRACE, RECONCILE_BATCH
+	ReconcileInterval  time.Duration            // RECONCILE_INTERVAL
+	InventoryURL       string                   // INVENTORY_URL
+	PaymentURL         string                   // PAYMENT_URL
+	PeerTimeout        time.Duration            // PEER_TIMEOUT, per HTTP call to inventory or payment
+	ReconcileScheduled bool                     // RECONCILE=off disables the periodic run (on demand still works)
+}
+
+// LogValue shows durations as "2m0s", not nanoseconds.
+func (s settings) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("participant_deadline", s.Deadlines.Participant.String()),
+		slog.String("payment_deadline", s.Deadlines.Payment.String()),
+		slog.String("deadline_sweep_interval", s.DeadlineSweep.String()),
+		slog.Int("deadline_sweep_batch", s.DeadlineBatch),
+		slog.Bool("reconcile", s.ReconcileScheduled),
+		slog.String("reconcile_interval", s.ReconcileInterval.String()),
+		slog.String("reconcile_grace", s.Reconcile.Grace.String()),
+		slog.String("reconcile_refund_grace", s.Reconcile.RefundGrace.String()),
+		slog.Int("reconcile_batch", s.Reconcile.Batch),
+		slog.String("inventory_url", service.MaskURL(s.InventoryURL)),
+		slog.String("payment_url", service.MaskURL(s.PaymentURL)),
+		slog.String("peer_timeout", s.PeerTimeout.String()),
+	)
+}
+
+func loadSettings(env *service.Env) (settings, error) {
+	s := settings{
+		Deadlines: order.Deadlines{
+			Participant: env.Duration("PARTICIPANT_DEADLINE", order.DefaultDeadlines.Participant),
+			Payment:     env.Duration("PAYMENT_DEADLINE", order.DefaultDeadlines.Payment),
+		},
+		DeadlineSweep: env.Duration("DEADLINE_SWEEP_INTERVAL", 5*time.Second),
+		DeadlineBatch: env.Int("DEADLINE_SWEEP_BATCH", 100, 1, 1000),
+		Reconcile: orderapp.ReconcileConfig{
+			Grace:       env.Duration("RECONCILE_GRACE", orderapp.DefaultReconcile.Grace),
+			RefundGrace: env.Duration("RECONCILE_REFUND_GRACE", orderapp.DefaultReconcile.RefundGrace),
+			Batch:       env.Int("RECONCILE_BATCH", orderapp.DefaultReconcile.Batch, 1, 1000),
+		},
+		ReconcileInterval:  env.Duration("RECONCILE_INTERVAL", time.Minute),
+		ReconcileScheduled: env.String("RECONCILE", "on") != "off",
+		InventoryURL:       env.String("INVENTORY_URL", "http://127.0.0.1:8082"),
+		PaymentURL:         env.String("PAYMENT_URL", "http://127.0.0.1:8083"),
+		PeerTimeout:        env.Duration("PEER_TIMEOUT", 5*time.Second),
+	}
+	var errs []error
+	for key, v := range map[string]string{"INVENTORY_URL": s.InventoryURL, "PAYMENT_URL": s.PaymentURL} {
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("%s=%q: want http://host:port", key, service.MaskURL(v)))
+		}
+	}
+	return s, errors.Join(errs...)
+}
 
 // Run runs the order service until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	env := service.NewEnv(getenv)
 	cfg := service.Load(env, "order", ":8081", "order_service")
-	if err := env.Err(); err != nil {
+	own, serr := loadSettings(env)
+	if err := errors.Join(env.Err(), serr); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 
@@ -26,7 +93,19 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	app := orderapp.New(rt.DB, rt.Outbox.Wake, rt.Log)
+	rt.Log.Info("order settings", "settings", own)
+	if own.Reconcile.Grace >= own.Deadlines.Participant {
+		rt.Log.Warn("RECONCILE_GRACE is not below PARTICIPANT_DEADLINE: orders stuck in pending_inventory are cancelled "+
+			"by their deadline before the reconciler can repair them", "reconcile_grace", own.Reconcile.Grace.String(),
+			"participant_deadline", own.Deadlines.Participant.String())
+	}
+	app := orderapp.New(rt.DB, rt.Outbox.Wake, rt.Log, orderapp.Config{
+		Deadlines:  own.Deadlines,
+		Reconcile:  own.Reconcile,
+		Peers:      orderpeers.New(own.InventoryURL, own.PaymentURL, cfg.AdminToken, own.PeerTimeout),
+		Registerer: rt.Metrics,
+	})
+	rt.Metrics.MustRegister(app.Collector())
 
 	app.WrongWay(cfg.WrongWay, rt.PublishNow)
 
@@ -34,7 +113,18 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	consumer.Handlers = orderamqp.Handlers(app)
 	rt.Consume(orderamqp.Queue, inbox.NewConsumer(consumer))
 
-	router := rt.Router()
+	// The persistent timer: deadlines live in orders.deadline_at, so a
+	// restart resumes from the table (see orderapp/deadline.go).
+	rt.Loop("deadline-sweep", func(ctx context.Context) error {
+		return app.RunDeadlineSweep(ctx, own.DeadlineSweep, own.DeadlineBatch)
+	})
+	if own.ReconcileScheduled {
+		rt.Loop("reconciler", func(ctx context.Context) error { return app.RunReconciler(ctx, own.ReconcileInterval) })
+	} else {
+		rt.Log.Warn("periodic reconciliation disabled (RECONCILE=off); POST /admin/reconciliation/run still works")
+	}
+
+	router := rt.Router(orderhttp.AdminRoutes(app, rt.Log))
 	orderhttp.Routes(router, app, rt.Log)
 	return rt.Serve(ctx, router)
 }

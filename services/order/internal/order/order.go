@@ -141,6 +141,56 @@ type Order struct {
 	Version      uint64 // aggregate_version of the last event
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// DeadlineAt is when the order's current waiting state runs out (zero:
+	// no deadline, the saga is over). See Deadlines.
+	DeadlineAt time.Time
+}
+
+// Deadlines are the business time limits of the waiting states: how long
+// an order may wait in pending_inventory for inventory's answer, and in
+// awaiting_payment for the payment's outcome. Each is set, in database
+// time, by the same UPDATE that moves the order into the state, and cleared
+// by the move out of it; a sweep cancels orders whose deadline passed,
+// through the same path as a customer's cancel (CancelRequested).
+//
+// The payment deadline must be shorter than inventory's reservation lease
+// (RESERVATION_TTL, 15m by default): the order gives up, and tells
+// inventory to release, before the stock is released on its own. An order
+// that outlives its reservation still ends consistent (inventory takes the
+// stock again on confirm or reports commit-failed, see the inventory
+// package), but that is the expensive path; the deadline keeps it rare.
+type Deadlines struct {
+	Participant time.Duration // pending_inventory: inventory did not answer (PARTICIPANT_DEADLINE)
+	Payment     time.Duration // awaiting_payment: no payment outcome (PAYMENT_DEADLINE)
+}
+
+// DefaultDeadlines: inventory answers in milliseconds when it is up, so two
+// minutes mean it is down or the event is lost; ten minutes for the payment
+// leaves room for a slow PSP and its status queries, and stays below the
+// 15-minute reservation lease.
+var DefaultDeadlines = Deadlines{Participant: 2 * time.Minute, Payment: 10 * time.Minute}
+
+// For returns how long an order may stay in status s (0: no deadline).
+func (d Deadlines) For(s Status) time.Duration {
+	switch s {
+	case PendingInventory:
+		return d.Participant
+	case AwaitingPayment:
+		return d.Payment
+	}
+	return 0
+}
+
+// DeadlineReason is the cancel reason of an order whose deadline passed in
+// status s.
+func DeadlineReason(s Status) string {
+	switch s {
+	case PendingInventory:
+		return "inventory did not answer in time"
+	case AwaitingPayment:
+		return "payment deadline passed"
+	}
+	return "deadline passed"
 }
 
 // Item is one priced order line.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
@@ -29,7 +28,8 @@ const (
 // Cancel cancels an order in any non-terminal state, and a confirmed one as
 // a new business transaction (refund and restock, not an undo). One
 // transaction: the compare-and-set on the order's status and the
-// OrderCancelled event.
+// OrderCancelled event. The deadline sweep cancels through the same
+// decision (CancelRequested), with the deadline's reason.
 func (a *App) Cancel(ctx context.Context, id uint64, reason string) (order.Order, CancelResult, error) {
 	var result CancelResult
 	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
@@ -46,9 +46,7 @@ func (a *App) Cancel(ctx context.Context, id uint64, reason string) (order.Order
 			return nil
 		}
 		log := a.log.With("order_id", id)
-		changed, err := a.decide(ctx, tx, log, o, order.CancelRequested, reason, func(o order.Order) (events.Type, any) {
-			return events.OrderCancelled, events.OrderCancelledV1{OrderID: o.ID, Reason: reason}
-		})
+		changed, err := a.decide(ctx, tx, log, o, order.CancelRequested, reason, cause{actor: ActorAPI})
 		if err != nil {
 			return err
 		}

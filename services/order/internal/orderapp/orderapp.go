@@ -12,11 +12,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
@@ -25,22 +27,75 @@ import (
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
+	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
 )
 
 // App is the order service's application layer.
 type App struct {
-	db   *sqlx.DB
-	wake func() // the outbox dispatcher's Wake: events leave right after commit
-	log  *slog.Logger
+	db      *sqlx.DB
+	wake    func() // the outbox dispatcher's Wake: events leave right after commit
+	log     *slog.Logger
+	cfg     Config
+	metrics *metrics
+
+	// reconciling serialises reconciliation runs in this process (the
+	// periodic one and those asked for by an operator).
+	reconciling sync.Mutex
 
 	// publishNow and wrong serve the wrong-way switch publish-before-commit.
 	publishNow func(ctx context.Context, e events.Envelope) error
 	wrong      *wrongway.Set
 }
 
+// Config is the order service's business timing and its view of the other
+// services. Zero values take the defaults.
+type Config struct {
+	// Deadlines of the waiting states (order.DefaultDeadlines).
+	Deadlines order.Deadlines
+	// Reconcile tunes the reconciler.
+	Reconcile ReconcileConfig
+	// Peers asks inventory and payment over HTTP. Without it the reconciler
+	// and the timeline see the order service only.
+	Peers *orderpeers.Client
+	// Registerer receives the order metrics (nil: not registered).
+	Registerer prometheus.Registerer
+}
+
+// ReconcileConfig tunes the reconciler (see reconcile.go).
+type ReconcileConfig struct {
+	// Grace: an open order is looked at only after this long without a
+	// change (RECONCILE_GRACE). It covers work still in flight and the
+	// clock skew between services. Keep it below the participant deadline,
+	// or the deadline cancels the order before the reconciler can repair it.
+	Grace time.Duration
+	// RefundGrace: a cancelled order whose refund is still pending after
+	// this long is looked at (RECONCILE_REFUND_GRACE).
+	RefundGrace time.Duration
+	// Batch bounds the orders one run looks at (RECONCILE_BATCH).
+	Batch int
+}
+
+// DefaultReconcile is the reconciler's default tuning.
+var DefaultReconcile = ReconcileConfig{Grace: time.Minute, RefundGrace: 5 * time.Minute, Batch: 100}
+
 // New returns the app. wake is called after every commit that wrote events.
-func New(db *sqlx.DB, wake func(), log *slog.Logger) *App {
-	return &App{db: db, wake: wake, log: log}
+func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
+	if cfg.Deadlines.Participant <= 0 {
+		cfg.Deadlines.Participant = order.DefaultDeadlines.Participant
+	}
+	if cfg.Deadlines.Payment <= 0 {
+		cfg.Deadlines.Payment = order.DefaultDeadlines.Payment
+	}
+	if cfg.Reconcile.Grace <= 0 {
+		cfg.Reconcile.Grace = DefaultReconcile.Grace
+	}
+	if cfg.Reconcile.RefundGrace <= 0 {
+		cfg.Reconcile.RefundGrace = DefaultReconcile.RefundGrace
+	}
+	if cfg.Reconcile.Batch <= 0 {
+		cfg.Reconcile.Batch = DefaultReconcile.Batch
+	}
+	return &App{db: db, wake: wake, log: log, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 }
 
 // WrongWay wires the wrong-way switches (demo mode only): while
@@ -85,7 +140,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 
 	publishFirst := a.wrong.On(wrongway.PublishBeforeCommit)
 	err = sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
-		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o)
+		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o, a.cfg.Deadlines.For(order.PendingInventory))
 		if err != nil {
 			return err
 		}
@@ -107,11 +162,23 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		if err := orderdb.InsertItems(ctx, tx, id, items); err != nil {
 			return err
 		}
+		// The history row goes before the outbox row, so that the
+		// timeline shows the order before its event.
+		change := orderdb.Change{OrderID: id, To: string(order.PendingInventory), RefundStatus: string(order.RefundNone),
+			Trigger: TriggerCreated, Actor: ActorAPI}
 		if publishFirst {
-			return nil
+			return orderdb.InsertChange(ctx, tx, change)
+		}
+		eventID, err := newEventID()
+		if err != nil {
+			return err
+		}
+		change.EmittedEventID = &eventID
+		if err := orderdb.InsertChange(ctx, tx, change); err != nil {
+			return err
 		}
 		_, err = outbox.Add(ctx, tx, outbox.Event{
-			AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: created,
+			EventID: eventID, AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: created,
 		})
 		return err
 	})
@@ -148,6 +215,16 @@ func (a *App) publishWithoutOutbox(ctx context.Context, p events.OrderCreatedV1)
 	return a.publishNow(ctx, events.Envelope{EventID: id.String(), Type: events.OrderCreated,
 		AggregateID: p.OrderID, AggregateVersion: 1, SchemaVersion: events.CurrentSchemaVersion,
 		CorrelationID: fmt.Sprint(p.OrderID), OccurredAt: time.Now().UTC(), Payload: body})
+}
+
+// newEventID makes an event id the way pkg/outbox does (UUIDv7, time
+// ordered), for a row whose id is needed before it is written.
+func newEventID() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new event id: %w", err)
+	}
+	return id.String(), nil
 }
 
 func replay(existing order.Order, storedHash, hash string) (order.Order, bool, error) {

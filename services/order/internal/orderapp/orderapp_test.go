@@ -35,7 +35,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db := sqldbtest.New(t, "order")
 	var wakes atomic.Int32
-	app := orderapp.New(db.DB, func() { wakes.Add(1) }, quiet)
+	app := orderapp.New(db.DB, func() { wakes.Add(1) }, quiet, orderapp.Config{})
 	cons := inbox.NewConsumer(inbox.Config{Name: orderamqp.ConsumerName, DB: db.DB, Handlers: orderamqp.Handlers(app), Log: quiet})
 	return &fixture{db: db.DB, app: app, wakes: &wakes, cons: cons}
 }

@@ -27,7 +27,7 @@ func (a *App) OnInventoryReserved(ctx context.Context, tx *sqlx.Tx, e events.Env
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.InventoryReserved, "", nil)
+	return a.apply(ctx, tx, e, p.OrderID, order.InventoryReserved, "")
 }
 
 // OnInventoryRejected: nothing was reserved; the order ends rejected and
@@ -37,7 +37,7 @@ func (a *App) OnInventoryRejected(ctx context.Context, tx *sqlx.Tx, e events.Env
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.InventoryRejected, p.Reason, nil)
+	return a.apply(ctx, tx, e, p.OrderID, order.InventoryRejected, p.Reason)
 }
 
 // OnPaymentSucceeded: the order is confirmed and inventory is told to turn
@@ -47,9 +47,7 @@ func (a *App) OnPaymentSucceeded(ctx context.Context, tx *sqlx.Tx, e events.Enve
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.PaymentSucceeded, "", func(o order.Order) (events.Type, any) {
-		return events.OrderConfirmed, events.OrderConfirmedV1{OrderID: o.ID}
-	})
+	return a.apply(ctx, tx, e, p.OrderID, order.PaymentSucceeded, "")
 }
 
 // OnPaymentFailed: the charge was declined; the order is cancelled and
@@ -59,10 +57,7 @@ func (a *App) OnPaymentFailed(ctx context.Context, tx *sqlx.Tx, e events.Envelop
 	if err != nil {
 		return err
 	}
-	reason := "payment failed: " + p.Reason
-	return a.apply(ctx, tx, e, p.OrderID, order.PaymentFailed, reason, func(o order.Order) (events.Type, any) {
-		return events.OrderCancelled, events.OrderCancelledV1{OrderID: o.ID, Reason: reason}
-	})
+	return a.apply(ctx, tx, e, p.OrderID, order.PaymentFailed, "payment failed: "+p.Reason)
 }
 
 // OnInventoryCommitFailed: the order was paid after its reservation had
@@ -73,10 +68,7 @@ func (a *App) OnInventoryCommitFailed(ctx context.Context, tx *sqlx.Tx, e events
 	if err != nil {
 		return err
 	}
-	reason := "stock gone after the reservation expired: " + p.Reason
-	return a.apply(ctx, tx, e, p.OrderID, order.InventoryCommitFailed, reason, func(o order.Order) (events.Type, any) {
-		return events.OrderCancelled, events.OrderCancelledV1{OrderID: o.ID, Reason: reason}
-	})
+	return a.apply(ctx, tx, e, p.OrderID, order.InventoryCommitFailed, "stock gone after the reservation expired: "+p.Reason)
 }
 
 // OnInventoryReservationExpired is recorded only: the order keeps waiting
@@ -99,12 +91,48 @@ func (a *App) OnPaymentRefunded(ctx context.Context, tx *sqlx.Tx, e events.Envel
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.PaymentRefunded, "", nil)
+	return a.apply(ctx, tx, e, p.OrderID, order.PaymentRefunded, "")
+}
+
+// emits says which event a move by trigger t writes: the confirm tells
+// inventory to commit the sale; every cancel tells inventory to release (or
+// restock) and payment to refund what it charged. The consumers, the
+// cancel, the deadline sweep and the reconciler all use it, so a move
+// emits the same event whoever makes it.
+func emits(t order.Trigger, reason string) func(order.Order) (events.Type, any) {
+	switch t {
+	case order.PaymentSucceeded:
+		return func(o order.Order) (events.Type, any) {
+			return events.OrderConfirmed, events.OrderConfirmedV1{OrderID: o.ID}
+		}
+	case order.PaymentFailed, order.CancelRequested, order.InventoryCommitFailed:
+		return func(o order.Order) (events.Type, any) {
+			return events.OrderCancelled, events.OrderCancelledV1{OrderID: o.ID, Reason: reason}
+		}
+	}
+	return nil
+}
+
+// Who changes an order, as order_history records it.
+const (
+	ActorAPI        = "api"        // a client's request (create, cancel)
+	ActorConsumer   = "consumer"   // a consumed result event
+	ActorDeadline   = "deadline"   // the deadline sweep
+	ActorReconciler = "reconciler" // a reconciler repair
+)
+
+// TriggerCreated is the trigger name of an order's first history row.
+const TriggerCreated = "created"
+
+// cause says who made a change and because of what, for order_history.
+type cause struct {
+	actor    string
+	eventID  string // the consumed event (consumer)
+	repairID string // the reconciler's audit row
 }
 
 // apply locks the order and runs the trigger on it.
-func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID uint64, t order.Trigger, reason string,
-	emit func(order.Order) (events.Type, any)) error {
+func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID uint64, t order.Trigger, reason string) error {
 	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type)
 	o, err := orderdb.Lock(ctx, tx, orderID)
 	if errors.Is(err, order.ErrNotFound) {
@@ -113,7 +141,7 @@ func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID
 	if err != nil {
 		return err
 	}
-	changed, err := a.decide(ctx, tx, log, o, t, reason, emit)
+	changed, err := a.decide(ctx, tx, log, o, t, reason, cause{actor: ActorConsumer, eventID: e.EventID})
 	if err == nil && !changed {
 		log.WarnContext(ctx, "event does not fit the order's state; ignored", "status", o.Status, "trigger", t)
 	}
@@ -122,12 +150,14 @@ func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID
 
 // decide asks the domain where the trigger leads from the locked order o,
 // and stores the move (compare-and-set on the status it read) with its
-// refund status and the event it emits, if any, numbered with the order's
-// next aggregate version. It reports whether anything changed.
+// refund status, the deadline of the new status, the event it emits, if
+// any, numbered with the order's next aggregate version, and its
+// order_history row. It reports whether anything changed.
 func (a *App) decide(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o order.Order, t order.Trigger, reason string,
-	emit func(order.Order) (events.Type, any)) (bool, error) {
+	c cause) (bool, error) {
 	to, moves := order.Next(o.Status, t)
 	refund := order.Refund(o.Status, o.RefundStatus, t)
+	emit := emits(t, reason)
 	if !moves {
 		if refund == o.RefundStatus {
 			return false, nil
@@ -141,9 +171,13 @@ func (a *App) decide(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o order
 	if emit != nil {
 		version++
 		typ, payload := emit(o)
-		out = &outbox.Event{AggregateID: o.ID, AggregateVersion: version, Type: typ, Payload: payload}
+		id, err := newEventID()
+		if err != nil {
+			return false, err
+		}
+		out = &outbox.Event{EventID: id, AggregateID: o.ID, AggregateVersion: version, Type: typ, Payload: payload}
 	}
-	moved, err := orderdb.Transition(ctx, tx, o.ID, o.Status, to, refund, reason, version)
+	moved, err := orderdb.Transition(ctx, tx, o.ID, o.Status, to, refund, reason, version, a.cfg.Deadlines.For(to))
 	if err != nil {
 		return false, err
 	}
@@ -151,11 +185,27 @@ func (a *App) decide(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o order
 		// Impossible while we hold the row lock; treat as a retryable fault.
 		return false, fmt.Errorf("order %d changed under its row lock", o.ID)
 	}
+	// order_history, then the outbox row: the order of the timeline.
+	change := orderdb.Change{OrderID: o.ID, From: string(o.Status), To: string(to), RefundStatus: string(refund),
+		Trigger: string(t), Actor: c.actor, Reason: reason, EventID: nullable(c.eventID), RepairID: nullable(c.repairID)}
+	if out != nil {
+		change.EmittedEventID = &out.EventID
+	}
+	if err := orderdb.InsertChange(ctx, tx, change); err != nil {
+		return false, err
+	}
 	if out != nil {
 		if _, err := outbox.Add(ctx, tx, *out); err != nil {
 			return false, err
 		}
 	}
-	log.InfoContext(ctx, "order moved", "from", o.Status, "to", to, "refund_status", refund)
+	log.InfoContext(ctx, "order moved", "from", o.Status, "to", to, "refund_status", refund, "trigger", t, "actor", c.actor)
 	return true, nil
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

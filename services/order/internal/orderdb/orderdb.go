@@ -20,29 +20,45 @@ import (
 var ErrDuplicateKey = errors.New("idempotency key already used")
 
 type orderRow struct {
-	ID             uint64    `db:"id"`
-	IdempotencyKey string    `db:"idempotency_key"`
-	RequestHash    string    `db:"request_hash"`
-	CustomerID     string    `db:"customer_id"`
-	Status         string    `db:"status"`
-	StatusReason   string    `db:"status_reason"`
-	RefundStatus   string    `db:"refund_status"`
-	TotalCents     int64     `db:"total_cents"`
-	Currency       string    `db:"currency"`
-	Version        uint64    `db:"aggregate_version"`
-	CreatedAt      time.Time `db:"created_at"`
-	UpdatedAt      time.Time `db:"updated_at"`
+	ID             uint64     `db:"id"`
+	IdempotencyKey string     `db:"idempotency_key"`
+	RequestHash    string     `db:"request_hash"`
+	CustomerID     string     `db:"customer_id"`
+	Status         string     `db:"status"`
+	StatusReason   string     `db:"status_reason"`
+	RefundStatus   string     `db:"refund_status"`
+	TotalCents     int64      `db:"total_cents"`
+	Currency       string     `db:"currency"`
+	Version        uint64     `db:"aggregate_version"`
+	CreatedAt      time.Time  `db:"created_at"`
+	UpdatedAt      time.Time  `db:"updated_at"`
+	DeadlineAt     *time.Time `db:"deadline_at"`
 }
 
 const orderColumns = `id, idempotency_key, request_hash, customer_id, status, status_reason,
-  refund_status, total_cents, currency, aggregate_version, created_at, updated_at`
+  refund_status, total_cents, currency, aggregate_version, created_at, updated_at, deadline_at`
 
 func (r orderRow) domain() order.Order {
-	return order.Order{
+	o := order.Order{
 		ID: r.ID, CustomerID: r.CustomerID, Status: order.Status(r.Status), StatusReason: r.StatusReason,
 		RefundStatus: order.RefundStatus(r.RefundStatus), TotalCents: r.TotalCents, Currency: r.Currency,
 		Version: r.Version, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+	if r.DeadlineAt != nil {
+		o.DeadlineAt = *r.DeadlineAt
+	}
+	return o
+}
+
+// deadlineArg turns "how long from now" into the argument of
+// TIMESTAMPADD(MICROSECOND, ?, NOW(6)): NULL (no deadline) for 0, so the
+// statement clears deadline_at. Deadlines are counted in database time, the
+// clock the sweep compares them with.
+func deadlineArg(d time.Duration) any {
+	if d <= 0 {
+		return nil
+	}
+	return d.Microseconds()
 }
 
 // Catalogue returns the products with these SKUs (missing ones are absent).
@@ -67,15 +83,17 @@ func Catalogue(ctx context.Context, db sqlx.QueryerContext, skus []string) (map[
 	return out, nil
 }
 
-// InsertOrder inserts a new order with its first event version. A duplicate
+// InsertOrder inserts a new order with its first event version and the
+// deadline of its first state (deadline from now; 0 for none). A duplicate
 // idempotency key returns ErrDuplicateKey: the unique key, not a prior
 // SELECT, decides who created the order, so concurrent retries of one
 // request create one order.
-func InsertOrder(ctx context.Context, tx *sqlx.Tx, key, hash string, o order.Order) (uint64, error) {
+func InsertOrder(ctx context.Context, tx *sqlx.Tx, key, hash string, o order.Order, deadline time.Duration) (uint64, error) {
 	const q = `INSERT INTO orders
-  (idempotency_key, request_hash, customer_id, status, total_cents, currency, aggregate_version)
-VALUES (?, ?, ?, ?, ?, ?, ?)`
-	res, err := tx.ExecContext(ctx, q, key, hash, o.CustomerID, o.Status, o.TotalCents, o.Currency, o.Version)
+  (idempotency_key, request_hash, customer_id, status, total_cents, currency, aggregate_version, deadline_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
+	res, err := tx.ExecContext(ctx, q, key, hash, o.CustomerID, o.Status, o.TotalCents, o.Currency, o.Version,
+		deadlineArg(deadline))
 	if sqldb.IsDuplicateKey(err) {
 		return 0, ErrDuplicateKey
 	}
@@ -198,16 +216,19 @@ func List(ctx context.Context, db sqlx.QueryerContext, status order.Status, befo
 	return out, nil
 }
 
-// Transition moves an order from one status to another and records the
-// version of the event the move emits (unchanged when it emits none).
-// Compare-and-set: the WHERE restates the status the decision was made on;
-// zero rows changed means the order moved meanwhile, and that is returned
-// as false, not as success.
-func Transition(ctx context.Context, tx *sqlx.Tx, id uint64, from, to order.Status, refund order.RefundStatus, reason string, version uint64) (bool, error) {
+// Transition moves an order from one status to another, records the
+// version of the event the move emits (unchanged when it emits none) and
+// sets the deadline of the new status in the same statement (deadline from
+// now; 0 clears it). Compare-and-set: the WHERE restates the status the
+// decision was made on; zero rows changed means the order moved meanwhile,
+// and that is returned as false, not as success.
+func Transition(ctx context.Context, tx *sqlx.Tx, id uint64, from, to order.Status, refund order.RefundStatus, reason string,
+	version uint64, deadline time.Duration) (bool, error) {
 	const q = `UPDATE orders
-SET status = ?, refund_status = ?, status_reason = ?, aggregate_version = ?, updated_at = NOW(6)
+SET status = ?, refund_status = ?, status_reason = ?, aggregate_version = ?, updated_at = NOW(6),
+    deadline_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
 WHERE id = ? AND status = ?`
-	res, err := tx.ExecContext(ctx, q, to, refund, reason, version, id, from)
+	res, err := tx.ExecContext(ctx, q, to, refund, reason, version, deadlineArg(deadline), id, from)
 	if err != nil {
 		return false, fmt.Errorf("order %d %s -> %s: %w", id, from, to, err)
 	}

@@ -200,6 +200,9 @@ type orderJSON struct {
 	Currency     string     `json:"currency"`
 	CreatedAt    time.Time  `json:"created_at"`
 	UpdatedAt    time.Time  `json:"updated_at"`
+	// DeadlineAt: when the current waiting state runs out and the order is
+	// cancelled; absent once the saga is over.
+	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
 }
 
 func toJSON(o order.Order) orderJSON {
@@ -207,6 +210,10 @@ func toJSON(o order.Order) orderJSON {
 		OrderID: strconv.FormatUint(o.ID, 10), Status: string(o.Status), StatusReason: o.StatusReason,
 		RefundStatus: string(o.RefundStatus), CustomerID: o.CustomerID, TotalCents: o.TotalCents,
 		Currency: o.Currency, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt,
+	}
+	if !o.DeadlineAt.IsZero() {
+		d := o.DeadlineAt
+		j.DeadlineAt = &d
 	}
 	for _, it := range o.Items {
 		j.Items = append(j.Items, itemJSON{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: it.UnitPriceCents})

@@ -21,7 +21,7 @@ func server(t *testing.T) (*httptest.Server, *sqldbtest.DB) {
 	db := sqldbtest.New(t, "order")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	r := chi.NewRouter()
-	orderhttp.Routes(r, orderapp.New(db.DB, func() {}, log), log)
+	orderhttp.Routes(r, orderapp.New(db.DB, func() {}, log, orderapp.Config{}), log)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return srv, db

@@ -17,3 +17,16 @@ func Routes(r chi.Router, app *orderapp.App, log *slog.Logger) {
 	r.Get("/orders/{id}", h.get)
 	r.Post("/orders/{id}/cancel", h.cancel)
 }
+
+// AdminRoutes lists the order service's own operator routes, relative to
+// /admin: service.Runtime's Router mounts them behind ADMIN_TOKEN, next to
+// the messaging tables (outbox, inbox, dead letters).
+func AdminRoutes(app *orderapp.App, log *slog.Logger) func(chi.Router) {
+	h := &handlers{app: app, log: log}
+	return func(r chi.Router) {
+		r.Get("/reconciliation", h.reconciliationReport)   // ?limit=&order_id=: audit rows, newest first
+		r.Post("/reconciliation/run", h.reconciliationRun) // one pass now; answers its summary
+		r.Get("/orders/{id}/timeline", h.timeline)         // the order across the three services, in time order
+		r.Get("/deadlines", h.deadlines)                   // ?limit=: open orders by deadline (the timer table)
+	}
+}

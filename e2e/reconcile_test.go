@@ -1,0 +1,418 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+)
+
+// withPeers points the order service at the stack's inventory and payment
+// (INVENTORY_URL, PAYMENT_URL): their ports are chosen when the stack
+// starts, so the order service is restarted with them. env adds more order
+// settings.
+func withPeers(t *testing.T, s *sagatest.Stack, env map[string]string) {
+	t.Helper()
+	s.Order.Stop()
+	s.Order.Env["INVENTORY_URL"] = s.Inventory.URL
+	s.Order.Env["PAYMENT_URL"] = s.Payment.URL
+	for k, v := range env {
+		s.Order.Env[k] = v
+	}
+	s.Order.Start()
+}
+
+type timelineJSON struct {
+	OrderID  string   `json:"order_id"`
+	Status   string   `json:"status"`
+	Warnings []string `json:"warnings"`
+	Entries  []struct {
+		At      time.Time      `json:"at"`
+		Service string         `json:"service"`
+		Kind    string         `json:"kind"`
+		Detail  map[string]any `json:"detail"`
+	} `json:"entries"`
+}
+
+// key names an entry for the assertions: service/kind plus what it is about.
+func (tl timelineJSON) keys() []string {
+	var out []string
+	for _, e := range tl.Entries {
+		k := e.Service + "/" + e.Kind
+		switch e.Kind {
+		case "outbox.written", "outbox.sent":
+			k += ":" + fmt.Sprint(e.Detail["event_type"])
+		case "inbox.processed":
+			k += ":" + fmt.Sprint(e.Detail["event_type"])
+		case "order.created", "order.transition":
+			k += ":" + fmt.Sprint(e.Detail["to"])
+		case "reservation.updated", "payment.updated":
+			k += ":" + fmt.Sprint(e.Detail["status"])
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func (tl timelineJSON) String() string {
+	var sb strings.Builder
+	for _, e := range tl.Entries {
+		fmt.Fprintf(&sb, "  %s %-9s %-20s %v\n", e.At.Format("15:04:05.000000"), e.Service, e.Kind, e.Detail)
+	}
+	return sb.String()
+}
+
+func timeline(t *testing.T, s *sagatest.Stack, id string) timelineJSON {
+	t.Helper()
+	var tl timelineJSON
+	if code := s.Order.Do("GET", "/admin/orders/"+id+"/timeline", nil, nil, &tl); code != 200 {
+		t.Fatalf("GET /admin/orders/%s/timeline: %d", id, code)
+	}
+	return tl
+}
+
+// The timeline of a confirmed order lists every step of the saga, from all
+// three services, in time order.
+func TestTimelineOfAConfirmedOrder(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t)
+	withPeers(t, s, nil)
+	o := createOrder(t, s, "timeline-1", "c-1", "SKU-1", 2)
+	waitStatus(t, s, o.OrderID, "confirmed")
+	sagatest.Eventually(t, 10*time.Second, "the sale to be committed and every event sent", func() bool {
+		var r reservationJSON
+		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+		return r.Status == "committed" && !slices.Contains(outboxTypes(t, s.Order, o.OrderID), "order.confirmed/pending")
+	})
+	var tl timelineJSON
+	sagatest.Eventually(t, 10*time.Second, "the timeline to show the committed sale", func() bool {
+		tl = timeline(t, s, o.OrderID)
+		return slices.Contains(tl.keys(), "inventory/reservation.updated:committed") &&
+			slices.Contains(tl.keys(), "order/outbox.sent:order.confirmed")
+	})
+	if tl.OrderID != o.OrderID || tl.Status != "confirmed" || len(tl.Warnings) != 0 {
+		t.Fatalf("timeline header: %s %s warnings %v", tl.OrderID, tl.Status, tl.Warnings)
+	}
+	for i := 1; i < len(tl.Entries); i++ {
+		if tl.Entries[i].At.Before(tl.Entries[i-1].At) {
+			t.Fatalf("entries out of time order at %d:\n%s", i, tl)
+		}
+	}
+
+	// The order service's own story, exactly: created and its event; the
+	// reservation arrives (inbox row, then the move); the payment arrives
+	// (inbox row, the move, OrderConfirmed). outbox.sent entries are left
+	// out here: sent_at is when the dispatcher recorded the broker's
+	// confirm, and a fast consumer may process the message before that.
+	var own []string
+	for i, k := range tl.keys() {
+		if tl.Entries[i].Service == "order" && tl.Entries[i].Kind != "outbox.sent" {
+			own = append(own, k)
+		}
+	}
+	wantOwn := []string{
+		"order/order.created:pending_inventory",
+		"order/outbox.written:order.created",
+		"order/inbox.processed:inventory.reserved",
+		"order/order.transition:awaiting_payment",
+		"order/inbox.processed:payment.succeeded",
+		"order/order.transition:confirmed",
+		"order/outbox.written:order.confirmed",
+	}
+	if !slices.Equal(own, wantOwn) {
+		t.Fatalf("order service entries:\n  %s\nwant\n  %s\ntimeline:\n%s", strings.Join(own, "\n  "), strings.Join(wantOwn, "\n  "), tl)
+	}
+
+	// Every event of every service was written, then sent.
+	written := map[string]int{}
+	for i, e := range tl.Entries {
+		id := fmt.Sprint(e.Detail["event_id"])
+		switch e.Kind {
+		case "outbox.written":
+			written[id] = i + 1
+		case "outbox.sent":
+			if written[id] == 0 {
+				t.Fatalf("event %s sent before it was written:\n%s", id, tl)
+			}
+			written[id] = -1
+		}
+	}
+	if len(written) != 5 {
+		t.Fatalf("%d outbox rows, want 5 (order.created, inventory.reserved, payment.charge-requested, payment.succeeded, order.confirmed):\n%s", len(written), tl)
+	}
+	for id, state := range written {
+		if state != -1 {
+			t.Fatalf("event %s never sent:\n%s", id, tl)
+		}
+	}
+
+	// Every step across the services, in causal order: each one happens
+	// after the one before it.
+	chain := []string{
+		"order/order.created:pending_inventory",
+		"order/outbox.written:order.created",
+		"inventory/inbox.processed:order.created",
+		"inventory/reservation.created",
+		"inventory/outbox.written:inventory.reserved",
+		"payment/inbox.processed:inventory.reserved",
+		"payment/payment.created",
+		"payment/outbox.written:payment.charge-requested",
+		"payment/inbox.processed:payment.charge-requested",
+		"payment/payment.updated:succeeded",
+		"payment/outbox.written:payment.succeeded",
+		"order/inbox.processed:payment.succeeded",
+		"order/order.transition:confirmed",
+		"order/outbox.written:order.confirmed",
+		"inventory/inbox.processed:order.confirmed",
+		"inventory/reservation.updated:committed",
+	}
+	keys, last := tl.keys(), -1
+	for _, step := range chain {
+		i := slices.Index(keys, step)
+		if i < 0 {
+			t.Fatalf("step %s missing from the timeline:\n%s", step, tl)
+		}
+		if i < last {
+			t.Fatalf("step %s (entry %d) comes before the step preceding it (entry %d):\n%s", step, i, last, tl)
+		}
+		last = i
+	}
+	if slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, "reconciliation") }) {
+		t.Fatalf("a healthy order has repairs:\n%s", tl)
+	}
+}
+
+// A payment result dropped on its way to the order: the PSP charged, the
+// payment service recorded succeeded and sent PaymentSucceeded, but the
+// message never reached the order's consumer (here: drained from its queue
+// while the order service was down). The order is stuck in
+// awaiting_payment with empty queues. The reconciler finds it, classifies
+// it result_missing and applies PaymentSucceeded through the consumer's
+// transition: confirmed + OrderConfirmed, so inventory commits the sale. It
+// never calls the PSP: the charge count stays one.
+func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t)
+	// Runs are asked for explicitly; the grace window is short so the test
+	// does not wait minutes.
+	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
+	before := stock(t, s, "SKU-1")
+
+	gate := s.Payment.Failpoints.Pause("payment.charge.after-psp-before-record", 1)
+	o := createOrder(t, s, "dropped-1", "c-1", "SKU-1", 2)
+	select {
+	case <-gate.Reached():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the charge never reached the PSP")
+	}
+	waitStatus(t, s, o.OrderID, "awaiting_payment")
+
+	// The order service goes away; the payment is recorded and its result
+	// published while nobody consumes the order's queue; then the message
+	// is dropped.
+	s.Order.Stop()
+	gate.Release()
+	sagatest.Eventually(t, 30*time.Second, "payment.succeeded to be sent", func() bool {
+		return slices.Contains(outboxTypes(t, s.Payment, o.OrderID), "payment.succeeded/sent")
+	})
+	dropped := rabbittest.Drain(t, s.NS.Queue("order.saga-results"), 1, 10*time.Second)
+	if len(dropped) != 1 || dropped[0].Type != events.PaymentSucceeded {
+		t.Fatalf("drained %d messages from the order's queue, want the one payment.succeeded", len(dropped))
+	}
+	s.Order.Start()
+	time.Sleep(300 * time.Millisecond) // past the grace window; nothing else is on its way
+	if got := waitStatus(t, s, o.OrderID, "awaiting_payment"); got.Status != "awaiting_payment" {
+		t.Fatal(got.Status)
+	}
+	var p paymentJSON
+	s.Payment.Do("GET", "/payments/"+o.OrderID, nil, nil, &p)
+	if p.Status != "succeeded" || len(charges(t, s, o.OrderID).Charges) != 1 {
+		t.Fatalf("payment %+v, want succeeded with one charge", p)
+	}
+
+	var sum struct {
+		RunID   string         `json:"run_id"`
+		Checked int            `json:"checked"`
+		Found   map[string]int `json:"classifications"`
+		Repairs []struct {
+			RepairID       string `json:"repair_id"`
+			OrderID        string `json:"order_id"`
+			Classification string `json:"classification"`
+			Action         string `json:"action"`
+			Outcome        string `json:"outcome"`
+		} `json:"repairs"`
+		Errors []string `json:"errors"`
+	}
+	if code := s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum); code != 200 {
+		t.Fatalf("POST /admin/reconciliation/run: %d", code)
+	}
+	if sum.Checked != 1 || len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
+		t.Fatalf("run summary = %+v, want one order checked and repaired", sum)
+	}
+	rep := sum.Repairs[0]
+	if rep.OrderID != o.OrderID || rep.Classification != "result_missing" || rep.Action != "apply_result" || rep.Outcome != "repaired" {
+		t.Fatalf("repair = %+v", rep)
+	}
+
+	// The saga closes as if the event had arrived: confirmed, the sale
+	// committed, one charge.
+	waitStatus(t, s, o.OrderID, "confirmed")
+	sagatest.Eventually(t, 15*time.Second, "inventory to commit the sale", func() bool {
+		var r reservationJSON
+		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+		return r.Status == "committed"
+	})
+	if after := stock(t, s, "SKU-1"); after.OnHand != before.OnHand-2 || after.Reserved != 0 {
+		t.Fatalf("stock %+v, want on_hand %d and nothing reserved", after, before.OnHand-2)
+	}
+	if c := charges(t, s, o.OrderID); len(c.Charges) != 1 || c.Charges[0].Status != "succeeded" {
+		t.Fatalf("PSP charges = %+v, want the one charge (the reconciler never charges)", c.Charges)
+	}
+
+	// The report: the audit row with what each service said.
+	var report struct {
+		Repairs []struct {
+			RepairID       string          `json:"repair_id"`
+			Classification string          `json:"classification"`
+			Outcome        string          `json:"outcome"`
+			Evidence       json.RawMessage `json:"evidence"`
+		} `json:"repairs"`
+	}
+	s.Order.Do("GET", "/admin/reconciliation?order_id="+o.OrderID, nil, nil, &report)
+	if len(report.Repairs) != 1 || report.Repairs[0].RepairID != rep.RepairID {
+		t.Fatalf("report = %+v", report)
+	}
+	ev := string(report.Repairs[0].Evidence)
+	for _, want := range []string{`"payment"`, `"succeeded"`, `"inventory_reservation"`, `"reserved"`, `"answered_at"`, `"order_outbox"`} {
+		if !strings.Contains(ev, want) {
+			t.Fatalf("evidence lacks %s: %s", want, ev)
+		}
+	}
+	t.Logf("audit row evidence: %s", ev)
+
+	if got := s.Order.Metric("reconciliation_differences_total", "classification", "result_missing"); got != 1 {
+		t.Fatalf("reconciliation_differences_total{result_missing} = %v, want 1", got)
+	}
+	if got := s.Order.Metric("reconciliation_repairs_total", "action", "apply_result", "outcome", "repaired"); got != 1 {
+		t.Fatalf("reconciliation_repairs_total{apply_result,repaired} = %v, want 1", got)
+	}
+
+	// The timeline shows the repair and the move it made.
+	tl := timeline(t, s, o.OrderID)
+	keys := tl.keys()
+	ri, ci := slices.Index(keys, "order/reconciliation.repair"), slices.Index(keys, "order/order.transition:confirmed")
+	if ri < 0 || ci < 0 || tl.Entries[ci].Detail["actor"] != "reconciler" || tl.Entries[ci].Detail["repair_id"] != rep.RepairID {
+		t.Fatalf("timeline lacks the repair or the reconciler's move:\n%s", tl)
+	}
+	if slices.Contains(keys, "order/inbox.processed:payment.succeeded") {
+		t.Fatalf("the dropped event shows as processed:\n%s", tl)
+	}
+
+	// A second run finds nothing to do.
+	s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum)
+	if sum.Checked != 0 || len(sum.Repairs) != 0 {
+		t.Fatalf("second run = %+v", sum)
+	}
+}
+
+// Inventory is down: the order waits in pending_inventory until its
+// participant deadline, which a restarted order service still knows (it is
+// in the orders table), then is cancelled with the reason. When inventory
+// comes back it finds OrderCreated followed by OrderCancelled: nothing
+// stays held and nothing is charged.
+func TestParticipantDeadlineCancelsAcrossARestart(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t, sagatest.WithEnv("order", "PARTICIPANT_DEADLINE", "1s"),
+		sagatest.WithEnv("order", "DEADLINE_SWEEP_INTERVAL", "100ms"))
+	before := stock(t, s, "SKU-2")
+	s.Inventory.Stop()
+	o := createOrder(t, s, "deadline-1", "c-1", "SKU-2", 3)
+	var got orderJSON
+	s.Order.Do("GET", "/orders/"+o.OrderID, nil, nil, &got)
+
+	// The order service restarts before the deadline: nothing in memory.
+	s.Order.Stop()
+	s.Order.Start()
+	cancelled := waitStatus(t, s, o.OrderID, "cancelled")
+	if cancelled.StatusReason != "inventory did not answer in time" {
+		t.Fatalf("reason %q", cancelled.StatusReason)
+	}
+	if got := s.Order.Metric("order_deadlines_expired_total", "status", "pending_inventory"); got != 1 {
+		t.Fatalf("order_deadlines_expired_total{pending_inventory} = %v, want 1", got)
+	}
+
+	s.Inventory.Start()
+	sagatest.Eventually(t, 30*time.Second, "inventory to settle the cancelled order", func() bool {
+		var r reservationJSON
+		code := s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+		return code == 200 && (r.Status == "released" || r.Status == "cancelled_before_reserve")
+	})
+	sagatest.Eventually(t, 10*time.Second, "stock back to where it was", func() bool {
+		return stock(t, s, "SKU-2") == before
+	})
+	// Payment saw the cancel first and left its marker, so a late
+	// inventory.reserved charges nothing.
+	sagatest.Eventually(t, 10*time.Second, "payment's cancel marker", func() bool {
+		var p paymentJSON
+		s.Payment.Do("GET", "/payments/"+o.OrderID, nil, nil, &p)
+		return p.Status == "cancelled_before_charge"
+	})
+	if c := charges(t, s, o.OrderID); len(c.Charges) != 0 {
+		t.Fatalf("PSP charges = %+v for an order cancelled before its reservation", c.Charges)
+	}
+	if got := waitStatus(t, s, o.OrderID, "cancelled"); got.Status != "cancelled" {
+		t.Fatal(got.Status)
+	}
+}
+
+// The payment is slow: the order's payment deadline passes while the
+// charge is in flight, so the order is cancelled and inventory releases.
+// The charge then succeeds: the payment service refunds it, and the order
+// ends cancelled with its refund done.
+func TestPaymentDeadlineCancelsAndRefundsALateCharge(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t, sagatest.WithEnv("order", "PAYMENT_DEADLINE", "1s"),
+		sagatest.WithEnv("order", "DEADLINE_SWEEP_INTERVAL", "100ms"))
+	before := stock(t, s, "SKU-4")
+	gate := s.Payment.Failpoints.Pause("payment.charge.after-psp-before-record", 1)
+	o := createOrder(t, s, "pay-deadline-1", "c-1", "SKU-4", 1)
+	select {
+	case <-gate.Reached():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the charge never reached the PSP")
+	}
+	got := waitStatus(t, s, o.OrderID, "cancelled")
+	if got.StatusReason != "payment deadline passed" {
+		t.Fatalf("reason %q", got.StatusReason)
+	}
+	gate.Release()
+	sagatest.Eventually(t, 30*time.Second, "the refund to reach the order", func() bool {
+		var o2 struct {
+			RefundStatus string `json:"refund_status"`
+		}
+		s.Order.Do("GET", "/orders/"+o.OrderID, nil, nil, &o2)
+		return o2.RefundStatus == "refunded"
+	})
+	sagatest.Eventually(t, 10*time.Second, "the reservation to be released", func() bool {
+		var r reservationJSON
+		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+		return r.Status == "released"
+	})
+	if after := stock(t, s, "SKU-4"); after != before {
+		t.Fatalf("stock %+v, want %+v", after, before)
+	}
+	var p paymentJSON
+	s.Payment.Do("GET", "/payments/"+o.OrderID, nil, nil, &p)
+	if p.Status != "refunded" || len(charges(t, s, o.OrderID).Charges) != 1 {
+		t.Fatalf("payment %+v, want refunded after one charge", p)
+	}
+	if got := s.Order.Metric("order_deadlines_expired_total", "status", "awaiting_payment"); got != 1 {
+		t.Fatalf("order_deadlines_expired_total{awaiting_payment} = %v, want 1", got)
+	}
+}

@@ -1,0 +1,159 @@
+package order
+
+import (
+	"testing"
+	"time"
+)
+
+// Every state that waits has a deadline; every other state has none, so
+// the move out of a waiting state clears it.
+func TestDeadlines(t *testing.T) {
+	t.Parallel()
+	d := Deadlines{Participant: time.Minute, Payment: 3 * time.Minute}
+	want := map[Status]time.Duration{PendingInventory: time.Minute, AwaitingPayment: 3 * time.Minute}
+	for _, s := range Statuses {
+		if got := d.For(s); got != want[s] {
+			t.Errorf("For(%s) = %v, want %v", s, got, want[s])
+		}
+		if s.Terminal() && d.For(s) != 0 {
+			t.Errorf("terminal status %s has a deadline", s)
+		}
+		// A state with a deadline must be cancellable: the sweep cancels
+		// through CancelRequested.
+		if d.For(s) > 0 {
+			if to, ok := Next(s, CancelRequested); !ok || to != Cancelled {
+				t.Errorf("status %s has a deadline but CancelRequested leads to (%s, %v)", s, to, ok)
+			}
+		}
+	}
+	if DefaultDeadlines.Payment >= 15*time.Minute {
+		t.Errorf("default payment deadline %v must stay below the default reservation lease (15m)", DefaultDeadlines.Payment)
+	}
+	if DeadlineReason(PendingInventory) != "inventory did not answer in time" || DeadlineReason(AwaitingPayment) != "payment deadline passed" {
+		t.Errorf("deadline reasons: %q, %q", DeadlineReason(PendingInventory), DeadlineReason(AwaitingPayment))
+	}
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	created := func(status string) []EventState {
+		return []EventState{{EventID: "e-created", Type: "order.created", Status: status}}
+	}
+	cancelled := []EventState{{EventID: "e-created", Type: "order.created", Status: OutboxSent},
+		{EventID: "e-cancel", Type: "order.cancelled", Status: OutboxSent}}
+	reservedEvent := func(status string) []EventState {
+		return []EventState{{EventID: "e-reserved", Type: "inventory.reserved", Status: status}}
+	}
+	open := func(s Status) Observation {
+		return Observation{Status: s, RefundStatus: RefundNone, OwnEvents: created(OutboxSent),
+			InventoryAnswered: true, PaymentAnswered: true}
+	}
+	with := func(o Observation, f func(*Observation)) Observation { f(&o); return o }
+
+	tests := []struct {
+		name    string
+		obs     Observation
+		class   Classification
+		action  RepairAction
+		trigger Trigger
+		eventID string
+	}{
+		{"inventory not answering", with(open(PendingInventory), func(o *Observation) { o.InventoryAnswered = false }),
+			Unknown, NoAction, "", ""},
+		{"payment not answering", with(open(AwaitingPayment), func(o *Observation) { o.PaymentAnswered = false }),
+			Unknown, NoAction, "", ""},
+
+		// pending_inventory
+		{"our OrderCreated failed in the outbox", with(open(PendingInventory), func(o *Observation) { o.OwnEvents = created(OutboxFailed) }),
+			EventNotSent, RepublishEvent, "", "e-created"},
+		{"our OrderCreated still pending", with(open(PendingInventory), func(o *Observation) { o.OwnEvents = created(OutboxPending) }),
+			EventNotSent, RepublishEvent, "", "e-created"},
+		{"our OrderCreated being sent", with(open(PendingInventory), func(o *Observation) { o.OwnEvents = created(OutboxSending) }),
+			InProgress, NoAction, "", ""},
+		{"OrderCreated sent, no reservation", open(PendingInventory), NotConsumed, ResendEvent, "", "e-created"},
+		{"no OrderCreated at all", with(open(PendingInventory), func(o *Observation) { o.OwnEvents = nil }),
+			ReallyFailed, Report, "", ""},
+		{"inventory rejected, order missed it", with(open(PendingInventory), func(o *Observation) {
+			o.Reservation, o.ReservationReason = ResRejected, "insufficient stock"
+		}), ResultMissing, ApplyResult, InventoryRejected, ""},
+		{"reserved, payment charging, order missed it", with(open(PendingInventory), func(o *Observation) {
+			o.Reservation, o.Payment = ResReserved, PayPending
+		}), ResultMissing, ApplyResult, InventoryReserved, ""},
+		{"reserved, event sent, nobody consumed it", with(open(PendingInventory), func(o *Observation) {
+			o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxSent)
+		}), ResultMissing, ApplyResult, InventoryReserved, ""},
+		{"reserved, inventory's event failed", with(open(PendingInventory), func(o *Observation) {
+			o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxFailed)
+		}), EventNotSent, RepublishParticipantEvent, "", "e-reserved"},
+		{"reserved, inventory's event pending", with(open(PendingInventory), func(o *Observation) {
+			o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxPending)
+		}), InProgress, NoAction, "", ""},
+		{"payment succeeded while order pending_inventory", with(open(PendingInventory), func(o *Observation) {
+			o.Reservation, o.Payment = ResReserved, PaySucceeded
+		}), ResultMissing, ApplyResult, PaymentSucceeded, ""},
+		{"inventory released an open order", with(open(PendingInventory), func(o *Observation) { o.Reservation = ResReleased }),
+			ReallyFailed, Report, "", ""},
+
+		// awaiting_payment
+		{"payment succeeded, result lost", with(open(AwaitingPayment), func(o *Observation) {
+			o.Reservation, o.Payment = ResReserved, PaySucceeded
+		}), ResultMissing, ApplyResult, PaymentSucceeded, ""},
+		{"payment failed, result lost", with(open(AwaitingPayment), func(o *Observation) {
+			o.Reservation, o.Payment, o.PaymentFailure = ResReserved, PayFailed, "card_declined"
+		}), ResultMissing, ApplyResult, PaymentFailed, ""},
+		{"payment pending", with(open(AwaitingPayment), func(o *Observation) { o.Reservation, o.Payment = ResReserved, PayPending }),
+			InProgress, NoAction, "", ""},
+		{"payment parked", with(open(AwaitingPayment), func(o *Observation) { o.Reservation, o.Payment = ResReserved, PayNeedsAttention }),
+			ReallyFailed, Report, "", ""},
+		{"payment never saw the reservation", with(open(AwaitingPayment), func(o *Observation) {
+			o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxSent)
+		}), NotConsumed, Report, "", ""},
+		{"payment never saw it, inventory's event failed", with(open(AwaitingPayment), func(o *Observation) {
+			o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxFailed)
+		}), EventNotSent, RepublishParticipantEvent, "", "e-reserved"},
+		{"reservation expired, payment pending", with(open(AwaitingPayment), func(o *Observation) { o.Reservation, o.Payment = ResExpired, PayPending }),
+			InProgress, NoAction, "", ""},
+
+		// cancelled, refund pending
+		{"refund done, result lost", Observation{Status: Cancelled, RefundStatus: RefundPending, OwnEvents: cancelled,
+			InventoryAnswered: true, PaymentAnswered: true, Payment: PayRefunded, Refund: RefundReqSucceeded},
+			ResultMissing, ApplyResult, PaymentRefunded, ""},
+		{"refund requested", Observation{Status: Cancelled, RefundStatus: RefundPending, OwnEvents: cancelled,
+			InventoryAnswered: true, PaymentAnswered: true, Payment: PaySucceeded, Refund: RefundReqRequested},
+			InProgress, NoAction, "", ""},
+		{"refund parked", Observation{Status: Cancelled, RefundStatus: RefundPending, OwnEvents: cancelled,
+			InventoryAnswered: true, PaymentAnswered: true, Payment: PaySucceeded, Refund: RefundReqNeedsAttention},
+			ReallyFailed, Report, "", ""},
+		{"payment never saw the cancel", Observation{Status: Cancelled, RefundStatus: RefundPending, OwnEvents: cancelled,
+			InventoryAnswered: true, PaymentAnswered: true, Payment: PaySucceeded},
+			NotConsumed, ResendEvent, "", "e-cancel"},
+		{"our OrderCancelled failed", Observation{Status: Cancelled, RefundStatus: RefundPending,
+			OwnEvents:         []EventState{{EventID: "e-cancel", Type: "order.cancelled", Status: OutboxFailed}},
+			InventoryAnswered: true, PaymentAnswered: true, Payment: PaySucceeded},
+			EventNotSent, RepublishEvent, "", "e-cancel"},
+
+		{"confirmed order", Observation{Status: Confirmed, RefundStatus: RefundNone, InventoryAnswered: true, PaymentAnswered: true},
+			InProgress, NoAction, "", ""},
+	}
+	for _, tt := range tests {
+		got := Classify(tt.obs)
+		if got.Classification != tt.class || got.Action != tt.action || got.Trigger != tt.trigger || got.EventID != tt.eventID {
+			t.Errorf("%s: Classify = %s/%s trigger %q event %q (%s), want %s/%s trigger %q event %q",
+				tt.name, got.Classification, got.Action, got.Trigger, got.EventID, got.Why, tt.class, tt.action, tt.trigger, tt.eventID)
+		}
+		if got.Why == "" {
+			t.Errorf("%s: no explanation", tt.name)
+		}
+		if got.Classification.Difference() != (got.Action != NoAction) {
+			t.Errorf("%s: %s with action %s: a difference needs an action, and only a difference", tt.name, got.Classification, got.Action)
+		}
+		// The repair applies the trigger through the transition table: it
+		// must be a legal move from the order's status.
+		if got.Action == ApplyResult {
+			_, moves := Next(tt.obs.Status, got.Trigger)
+			if !moves && Refund(tt.obs.Status, tt.obs.RefundStatus, got.Trigger) == tt.obs.RefundStatus {
+				t.Errorf("%s: trigger %s changes nothing from %s", tt.name, got.Trigger, tt.obs.Status)
+			}
+		}
+	}
+}

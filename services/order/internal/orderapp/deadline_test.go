@@ -1,0 +1,312 @@
+package orderapp_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+)
+
+var testDeadlines = order.Deadlines{Participant: 2 * time.Minute, Payment: 10 * time.Minute}
+
+// deadlineFixture is an order app with the default deadlines and its own
+// metrics registry. newApp makes another app on the same database: a
+// restarted process, or a second instance.
+type deadlineFixture struct {
+	*fixture
+	reg *prometheus.Registry
+}
+
+func newDeadlineFixture(t *testing.T) *deadlineFixture {
+	t.Helper()
+	db := sqldbtest.New(t, "order")
+	f := &deadlineFixture{fixture: &fixture{db: db.DB}}
+	f.app, f.reg = f.newApp()
+	f.cons = inbox.NewConsumer(inbox.Config{Name: orderamqp.ConsumerName, DB: db.DB, Handlers: orderamqp.Handlers(f.app), Log: quiet})
+	return f
+}
+
+func (f *deadlineFixture) newApp() (*orderapp.App, *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	return orderapp.New(f.db, func() {}, quiet, orderapp.Config{Deadlines: testDeadlines, Registerer: reg}), reg
+}
+
+// pass moves an order's deadline into the past: what a clock would do.
+func (f *deadlineFixture) pass(t *testing.T, id uint64) {
+	t.Helper()
+	if _, err := f.db.Exec(`UPDATE orders SET deadline_at = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE id = ? AND deadline_at IS NOT NULL`, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// secondsLeft is how far the order's deadline is from now, database time.
+func (f *fixture) secondsLeft(t *testing.T, id uint64) *float64 {
+	t.Helper()
+	var left *float64
+	if err := f.db.Get(&left, `SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), deadline_at) / 1e6 FROM orders WHERE id = ?`, id); err != nil {
+		t.Fatal(err)
+	}
+	return left
+}
+
+// Each state change sets the deadline of the new state in the same
+// statement: pending_inventory gets the participant deadline,
+// awaiting_payment the payment deadline, and the end of the saga clears it.
+func TestDeadlineFollowsTheState(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	o, _, err := f.app.Create(context.Background(), "k", twoKeyboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within := func(what string, left *float64, want time.Duration) {
+		t.Helper()
+		if left == nil || *left > want.Seconds() || *left < want.Seconds()-30 {
+			t.Fatalf("%s: deadline in %v s, want about %v", what, left, want)
+		}
+	}
+	within("pending_inventory", f.secondsLeft(t, o.ID), testDeadlines.Participant)
+	if got := f.status(t, o.ID); got.DeadlineAt.IsZero() {
+		t.Fatal("the domain order has no deadline")
+	}
+	f.deliver(t, reserved(t, o))
+	within("awaiting_payment", f.secondsLeft(t, o.ID), testDeadlines.Payment)
+	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
+	if left := f.secondsLeft(t, o.ID); left != nil {
+		t.Fatalf("confirmed order still has a deadline in %v s", *left)
+	}
+	if round, err := f.app.ExpireDeadlines(context.Background(), 10); err != nil || round.Found != 0 {
+		t.Fatalf("sweep over a confirmed order: %+v %v", round, err)
+	}
+}
+
+// Deadline expiry in either waiting state cancels through the customer
+// cancel's decision: cancelled with the reason, OrderCancelled in the
+// outbox (inventory releases, payment refunds if it charged), a history
+// row by the deadline sweep, the deadline cleared and counted.
+func TestDeadlineExpiryCancels(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		state  order.Status
+		reason string
+	}{
+		{"inventory never answered", order.PendingInventory, "inventory did not answer in time"},
+		{"payment never answered", order.AwaitingPayment, "payment deadline passed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newDeadlineFixture(t)
+			ctx := context.Background()
+			o, _, _ := f.app.Create(ctx, "late", twoKeyboards)
+			other, _, _ := f.app.Create(ctx, "on-time", twoKeyboards) // not due: untouched
+			if tt.state == order.AwaitingPayment {
+				f.deliver(t, reserved(t, o))
+			}
+			f.pass(t, o.ID)
+
+			round, err := f.app.ExpireDeadlines(ctx, 10)
+			if err != nil || round.Found != 1 || round.Cancelled != 1 {
+				t.Fatalf("round = %+v err %v, want one found, one cancelled", round, err)
+			}
+			got := f.status(t, o.ID)
+			if got.Status != order.Cancelled || got.StatusReason != tt.reason || !got.DeadlineAt.IsZero() {
+				t.Fatalf("order = %s %q deadline %v, want cancelled %q, no deadline", got.Status, got.StatusReason, got.DeadlineAt, tt.reason)
+			}
+			cancels := outboxOf(f.fixture, t, o.ID, events.OrderCancelled)
+			if len(cancels) != 1 {
+				t.Fatalf("order.cancelled rows = %+v, want 1", cancels)
+			}
+			p, err := events.Decode[events.OrderCancelledV1](cancels[0].Payload)
+			if err != nil || p.OrderID != o.ID || p.Reason != tt.reason {
+				t.Fatalf("payload = %+v %v", p, err)
+			}
+			h := f.history(t, o.ID)
+			last := h[len(h)-1]
+			if last.Actor != orderapp.ActorDeadline || last.From != string(tt.state) || last.To != "cancelled" ||
+				last.Trigger != string(order.CancelRequested) || last.Emitted == nil || *last.Emitted != cancels[0].EventID {
+				t.Fatalf("history = %+v", last)
+			}
+			if s := f.status(t, other.ID).Status; s != order.PendingInventory {
+				t.Fatalf("the order not yet due moved to %s", s)
+			}
+			var expired float64
+			mfs, _ := f.reg.Gather()
+			for _, mf := range mfs {
+				if mf.GetName() == "order_deadlines_expired_total" {
+					for _, m := range mf.GetMetric() {
+						if m.GetLabel()[0].GetValue() == string(tt.state) {
+							expired = m.GetCounter().GetValue()
+						}
+					}
+				}
+			}
+			if expired != 1 {
+				t.Fatalf("order_deadlines_expired_total{status=%s} = %v, want 1", tt.state, expired)
+			}
+			// Nothing left to do.
+			if round, err := f.app.ExpireDeadlines(ctx, 10); err != nil || round.Found != 0 {
+				t.Fatalf("second round = %+v %v", round, err)
+			}
+		})
+	}
+}
+
+// The payment succeeds after the deadline cancelled the order: the money
+// must come back (refund pending; payment refunds on OrderCancelled).
+func TestPaymentAfterTheDeadlineCancelIsRefunded(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	f.deliver(t, reserved(t, o))
+	f.pass(t, o.ID)
+	if _, err := f.app.ExpireDeadlines(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
+	if got := f.status(t, o.ID); got.Status != order.Cancelled || got.RefundStatus != order.RefundPending {
+		t.Fatalf("order = %s refund %s, want cancelled with the refund pending", got.Status, got.RefundStatus)
+	}
+}
+
+// Deadlines live in the table, not in a timer of the process that set
+// them: a new process (another App on the same database, nothing shared in
+// memory) cancels what the first one left.
+func TestDeadlineSweepResumesAfterARestart(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	ctx := context.Background()
+	o, _, _ := f.app.Create(ctx, "before-restart", twoKeyboards)
+	f.pass(t, o.ID)
+
+	restarted, _ := f.newApp()
+	round, err := restarted.ExpireDeadlines(ctx, 10)
+	if err != nil || round.Cancelled != 1 {
+		t.Fatalf("round after restart = %+v %v", round, err)
+	}
+	if got := f.status(t, o.ID); got.Status != order.Cancelled || got.StatusReason != "inventory did not answer in time" {
+		t.Fatalf("order = %s %q", got.Status, got.StatusReason)
+	}
+}
+
+// Two sweepers (two instances) race over the same due orders, released
+// together after both have read their candidates: each order is cancelled
+// once, with one OrderCancelled and one history row.
+func TestTwoSweepersCancelEachOrderOnce(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	ctx := context.Background()
+	const n = 5
+	var ids []uint64
+	for i := range n {
+		o, _, err := f.app.Create(ctx, "race-"+string(rune('a'+i)), twoKeyboards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.pass(t, o.ID)
+		ids = append(ids, o.ID)
+	}
+	other, _ := f.newApp()
+	fp := failpoint.NewRegistry()
+	gate := fp.Pause(orderapp.FailpointDeadlineBeforeCancel, 0)
+	fctx := failpoint.WithRegistry(ctx, fp)
+
+	var wg sync.WaitGroup
+	rounds := make([]orderapp.DeadlineRound, 2)
+	errs := make([]error, 2)
+	for i, app := range []*orderapp.App{f.app, other} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rounds[i], errs[i] = app.ExpireDeadlines(fctx, n)
+		}()
+	}
+	// Both sweepers have read all n candidates and wait at the lock.
+	deadline := time.Now().Add(10 * time.Second)
+	for paused(fp, orderapp.FailpointDeadlineBeforeCancel) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the two sweepers did not both reach the failpoint")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	gate.Release()
+	wg.Wait()
+
+	for i := range errs {
+		if errs[i] != nil {
+			t.Fatalf("sweeper %d: %v", i, errs[i])
+		}
+	}
+	if rounds[0].Found != n || rounds[1].Found != n || rounds[0].Cancelled+rounds[1].Cancelled != n {
+		t.Fatalf("rounds = %+v, want both to find %d and %d cancels in all", rounds, n, n)
+	}
+	for _, id := range ids {
+		if s := f.status(t, id).Status; s != order.Cancelled {
+			t.Fatalf("order %d: %s", id, s)
+		}
+		if c := len(outboxOf(f.fixture, t, id, events.OrderCancelled)); c != 1 {
+			t.Fatalf("order %d: %d order.cancelled rows, want 1", id, c)
+		}
+		moves := 0
+		for _, h := range f.history(t, id) {
+			if h.Actor == orderapp.ActorDeadline {
+				moves++
+			}
+		}
+		if moves != 1 {
+			t.Fatalf("order %d: %d deadline history rows, want 1", id, moves)
+		}
+	}
+}
+
+func paused(fp *failpoint.Registry, name string) int {
+	for _, s := range fp.Armed() {
+		if s.Name == name {
+			return s.Paused
+		}
+	}
+	return 0
+}
+
+// A sweeper does not wait behind a row someone else holds: the order is
+// skipped this round (SKIP LOCKED) and cancelled by the next.
+func TestDeadlineSweepSkipsALockedOrder(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	ctx := context.Background()
+	o, _, _ := f.app.Create(ctx, "held", twoKeyboards)
+	f.pass(t, o.ID)
+
+	tx, err := f.db.BeginTxx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`SELECT id FROM orders WHERE id = ? FOR UPDATE`, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	round, err := f.app.ExpireDeadlines(ctx, 10)
+	if err != nil || round.Found != 1 || round.Cancelled != 0 {
+		t.Fatalf("round while locked = %+v %v, want found 1, cancelled 0", round, err)
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Fatalf("the sweeper waited %v behind the lock", waited)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if round, err := f.app.ExpireDeadlines(ctx, 10); err != nil || round.Cancelled != 1 {
+		t.Fatalf("round after the lock = %+v %v", round, err)
+	}
+}

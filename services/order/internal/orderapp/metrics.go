@@ -1,0 +1,117 @@
+package orderapp
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
+)
+
+// The order service's own metrics (the outbox and inbox ones come from
+// pkg/outbox and pkg/inbox):
+//
+//	order_deadlines_expired_total{status}                orders the deadline sweep cancelled, by the state they waited in
+//	reconciliation_differences_total{classification}     findings of the reconciler that are differences between the services' records
+//	reconciliation_repairs_total{action,outcome}         what the reconciler did about them and how it ended
+//	reconciliation_runs_total{trigger}                   reconciliation passes (schedule, admin)
+//	orders_oldest_open_age_seconds{status}               age of the oldest order still in pending_inventory / awaiting_payment (scrape time)
+//	orders_past_deadline                                 open orders whose deadline passed and that are not cancelled yet (scrape time)
+//
+// Counters count what this instance did (sum them across instances); the
+// two gauges are read from the table at scrape time, so every instance
+// reports the same value (aggregate with max()).
+type metrics struct {
+	deadlinesExpired *prometheus.CounterVec
+	differences      *prometheus.CounterVec
+	repairs          *prometheus.CounterVec
+	runs             *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		deadlinesExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "order_deadlines_expired_total",
+			Help: "Orders cancelled by the deadline sweep, by the state whose deadline passed.",
+		}, []string{"status"}),
+		differences: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconciliation_differences_total",
+			Help: "Orders the reconciler found whose records differ between the services, by classification.",
+		}, []string{"classification"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconciliation_repairs_total",
+			Help: "Repairs (and reports) of the reconciler, by action and outcome.",
+		}, []string{"action", "outcome"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconciliation_runs_total",
+			Help: "Reconciliation passes, by what started them (schedule, admin).",
+		}, []string{"trigger"}),
+	}
+	// Every series exists from the start, at 0, so rate() and alerts see
+	// the first increment.
+	for _, s := range []order.Status{order.PendingInventory, order.AwaitingPayment} {
+		m.deadlinesExpired.WithLabelValues(string(s))
+	}
+	for _, c := range order.Classifications {
+		if c.Difference() {
+			m.differences.WithLabelValues(string(c))
+		}
+	}
+	for _, a := range []order.RepairAction{order.RepublishEvent, order.ResendEvent, order.ApplyResult, order.RepublishParticipantEvent} {
+		for _, o := range []string{OutcomeRepaired, OutcomeStateChanged, OutcomeFailed} {
+			m.repairs.WithLabelValues(string(a), o)
+		}
+	}
+	m.repairs.WithLabelValues(string(order.Report), OutcomeReported)
+	m.runs.WithLabelValues("schedule")
+	m.runs.WithLabelValues("admin")
+	if reg != nil {
+		reg.MustRegister(m.deadlinesExpired, m.differences, m.repairs, m.runs)
+	}
+	return m
+}
+
+// Collector returns the scrape-time gauges: orders_oldest_open_age_seconds
+// and orders_past_deadline, read from the orders table.
+func (a *App) Collector() prometheus.Collector {
+	return &collector{app: a,
+		oldest: prometheus.NewDesc("orders_oldest_open_age_seconds",
+			"Age of the oldest order still in this non-terminal state (0: none). Grows when the saga is stuck, even with empty queues.",
+			[]string{"status"}, nil),
+		pastDeadline: prometheus.NewDesc("orders_past_deadline",
+			"Open orders whose deadline passed and that the sweep has not cancelled yet (the sweep is behind or failing).",
+			nil, nil),
+	}
+}
+
+type collector struct {
+	app                  *App
+	oldest, pastDeadline *prometheus.Desc
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.oldest
+	ch <- c.pastDeadline
+}
+
+// scrapeTimeout bounds the queries of one scrape.
+const scrapeTimeout = 5 * time.Second
+
+// Collect reads the gauges. If the database does not answer they are left
+// out of the scrape (and the failure logged): the missing series is the
+// signal, and the rest of the scrape still works.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	g, err := orderdb.ReadGauges(ctx, c.app.db)
+	if err != nil {
+		c.app.log.Warn("metrics: read order gauges", "err", err)
+		return
+	}
+	for _, s := range []order.Status{order.PendingInventory, order.AwaitingPayment} {
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, g.OldestOpen[s], string(s))
+	}
+	ch <- prometheus.MustNewConstMetric(c.pastDeadline, prometheus.GaugeValue, float64(g.PastDeadline))
+}

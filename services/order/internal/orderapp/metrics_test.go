@@ -1,0 +1,51 @@
+package orderapp_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// orders_oldest_open_age_seconds and orders_past_deadline are read from the
+// table at scrape time: an order stuck in a state shows its age even when
+// every queue is empty.
+func TestOpenOrderGauges(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(f.app.Collector())
+	gauges := func() map[string]float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				key := mf.GetName()
+				for _, l := range m.GetLabel() {
+					key += "{" + l.GetValue() + "}"
+				}
+				out[key] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	if g := gauges(); g["orders_past_deadline"] != 0 || g["orders_oldest_open_age_seconds{pending_inventory}"] != 0 || len(g) != 3 {
+		t.Fatalf("empty table: %v, want three series at 0", g)
+	}
+	o, _, _ := f.app.Create(context.Background(), "old", twoKeyboards)
+	if _, err := f.db.Exec(`UPDATE orders SET created_at = TIMESTAMPADD(SECOND, -90, NOW(6)) WHERE id = ?`, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	f.pass(t, o.ID)
+	g := gauges()
+	if age := g["orders_oldest_open_age_seconds{pending_inventory}"]; age < 90 || age > 120 {
+		t.Fatalf("oldest pending_inventory age = %v, want about 90 s (%v)", age, g)
+	}
+	if g["orders_oldest_open_age_seconds{awaiting_payment}"] != 0 || g["orders_past_deadline"] != 1 {
+		t.Fatalf("gauges = %v, want awaiting_payment 0 and one order past its deadline", g)
+	}
+}

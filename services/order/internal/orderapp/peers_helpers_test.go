@@ -1,0 +1,278 @@
+package orderapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
+)
+
+// peer is an httptest fake of inventory's or payment's HTTP API: the
+// record of each order (GET /reservations/{id} or /payments/{id}), its
+// outbox rows (GET /admin/outbox), inbox rows (GET /admin/inbox) and the
+// retry of a failed event. They are HTTP peers of the order service, so a
+// fake at the HTTP boundary tests the reconciler's decisions; the real
+// services are exercised in e2e. Every request is counted by path, and any
+// request under /psp fails the test: the reconciler must never talk to the
+// payment provider.
+type peer struct {
+	t      *testing.T
+	srv    *httptest.Server
+	prefix string // "/reservations/" or "/payments/"
+	token  string
+
+	mu      sync.Mutex
+	records map[string]any // order id -> record
+	status  map[string]int // order id -> forced HTTP status (500: broken)
+	outbox  map[string][]map[string]any
+	inbox   []map[string]any
+	retried []string
+	hits    map[string]int
+	psp     atomic.Int32
+}
+
+func newPeer(t *testing.T, prefix, token string) *peer {
+	p := &peer{t: t, prefix: prefix, token: token, records: map[string]any{}, status: map[string]int{},
+		outbox: map[string][]map[string]any{}, hits: map[string]int{}}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *peer) serve(w http.ResponseWriter, r *http.Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hits[r.Method+" "+r.URL.Path]++
+	write := func(code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/psp"):
+		p.psp.Add(1)
+		p.t.Errorf("the order service called the PSP: %s %s", r.Method, r.URL)
+		write(http.StatusTeapot, map[string]string{"error": "no"})
+	case strings.HasPrefix(r.URL.Path, "/admin/"):
+		if r.Header.Get("Authorization") != "Bearer "+p.token {
+			write(http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})
+			return
+		}
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/admin/outbox":
+			rows := p.outbox[r.URL.Query().Get("aggregate_id")]
+			if rows == nil {
+				rows = []map[string]any{}
+			}
+			write(http.StatusOK, map[string]any{"events": rows})
+		case r.Method == http.MethodGet && r.URL.Path == "/admin/inbox":
+			want := map[string]bool{}
+			for _, id := range strings.Split(r.URL.Query().Get("event_id"), ",") {
+				want[id] = true
+			}
+			rows := []map[string]any{}
+			for _, row := range p.inbox {
+				if want[row["event_id"].(string)] {
+					rows = append(rows, row)
+				}
+			}
+			write(http.StatusOK, map[string]any{"inbox": rows})
+		case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/admin/outbox/") && strings.HasSuffix(r.URL.Path, "/retry"):
+			id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/admin/outbox/"), "/retry")
+			for _, rows := range p.outbox {
+				for _, row := range rows {
+					if row["event_id"] == id && row["status"] == "failed" {
+						row["status"] = "pending"
+						p.retried = append(p.retried, id)
+						write(http.StatusOK, map[string]string{"event_id": id, "status": "pending"})
+						return
+					}
+				}
+			}
+			write(http.StatusConflict, map[string]string{"error": "no failed event " + id})
+		default:
+			write(http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+		}
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, p.prefix):
+		id := strings.TrimPrefix(r.URL.Path, p.prefix)
+		if code, ok := p.status[id]; ok {
+			write(code, map[string]string{"error": "internal error"})
+			return
+		}
+		rec, ok := p.records[id]
+		if !ok {
+			write(http.StatusNotFound, map[string]string{"error": "not found"})
+			return
+		}
+		write(http.StatusOK, rec)
+	default:
+		write(http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+	}
+}
+
+func (p *peer) set(orderID uint64, rec map[string]any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id := itoa(orderID)
+	rec["order_id"] = id
+	if _, ok := rec["created_at"]; !ok {
+		rec["created_at"] = time.Now().UTC().Add(-5 * time.Minute)
+		rec["updated_at"] = time.Now().UTC().Add(-4 * time.Minute)
+	}
+	p.records[id] = rec
+}
+
+func (p *peer) setOutbox(orderID uint64, rows ...map[string]any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.outbox[itoa(orderID)] = rows
+}
+
+func (p *peer) hit(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hits[key]
+}
+
+func itoa(id uint64) string { return strconv.FormatUint(id, 10) }
+
+// recon is an order app wired to fake peers, with its own metrics registry.
+type recon struct {
+	*fixture
+	reg       *prometheus.Registry
+	inventory *peer
+	payment   *peer
+}
+
+const adminToken = "test-token"
+
+func newRecon(t *testing.T) *recon {
+	t.Helper()
+	db := sqldbtest.New(t, "order")
+	inv := newPeer(t, "/reservations/", adminToken)
+	pay := newPeer(t, "/payments/", adminToken)
+	reg := prometheus.NewRegistry()
+	var wakes atomic.Int32
+	app := orderapp.New(db.DB, func() { wakes.Add(1) }, quiet, orderapp.Config{
+		Deadlines:  order.Deadlines{Participant: time.Hour, Payment: time.Hour},
+		Reconcile:  orderapp.ReconcileConfig{Grace: time.Minute, RefundGrace: time.Minute, Batch: 50},
+		Peers:      orderpeers.New(inv.srv.URL, pay.srv.URL, adminToken, 2*time.Second),
+		Registerer: reg,
+	})
+	cons := inbox.NewConsumer(inbox.Config{Name: orderamqp.ConsumerName, DB: db.DB, Handlers: orderamqp.Handlers(app), Log: quiet})
+	t.Cleanup(func() {
+		if n := inv.psp.Load() + pay.psp.Load(); n != 0 {
+			t.Errorf("%d calls to the PSP", n)
+		}
+	})
+	return &recon{fixture: &fixture{db: db.DB, app: app, wakes: &wakes, cons: cons}, reg: reg, inventory: inv, payment: pay}
+}
+
+// age pretends the order's last change was ago in the past (its
+// updated_at), so it is outside the reconciler's grace window.
+func (r *recon) age(t *testing.T, id uint64, ago time.Duration) {
+	t.Helper()
+	if _, err := r.db.Exec(`UPDATE orders SET updated_at = TIMESTAMPADD(MICROSECOND, -?, NOW(6)) WHERE id = ?`,
+		ago.Microseconds(), id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (r *recon) run(t *testing.T) orderapp.RunSummary {
+	t.Helper()
+	sum, err := r.app.Reconcile(context.Background(), "admin")
+	if err != nil {
+		t.Fatalf("Reconcile: %v", err)
+	}
+	return sum
+}
+
+func (r *recon) counter(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue metric
+				}
+			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s%v not found", name, labels)
+	return 0
+}
+
+type auditRow struct {
+	RepairID       string          `db:"repair_id"`
+	RunID          string          `db:"run_id"`
+	OrderID        uint64          `db:"order_id"`
+	Classification string          `db:"classification"`
+	Action         string          `db:"action"`
+	Outcome        string          `db:"outcome"`
+	Detail         string          `db:"detail"`
+	Evidence       json.RawMessage `db:"evidence"`
+}
+
+func (f *fixture) audits(t *testing.T, orderID uint64) []auditRow {
+	t.Helper()
+	var rows []auditRow
+	if err := f.db.Select(&rows, `SELECT repair_id, run_id, order_id, classification, action, outcome, detail, evidence
+FROM reconciliation_audit WHERE order_id = ? ORDER BY created_at`, orderID); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+type historyRow struct {
+	From     string  `db:"from_status"`
+	To       string  `db:"to_status"`
+	Trigger  string  `db:"trigger_name"`
+	Actor    string  `db:"actor"`
+	Reason   string  `db:"reason"`
+	EventID  *string `db:"event_id"`
+	Emitted  *string `db:"emitted_event_id"`
+	RepairID *string `db:"repair_id"`
+}
+
+func (f *fixture) history(t *testing.T, orderID uint64) []historyRow {
+	t.Helper()
+	var rows []historyRow
+	if err := f.db.Select(&rows, `SELECT from_status, to_status, trigger_name, actor, reason, event_id, emitted_event_id, repair_id
+FROM order_history WHERE order_id = ? ORDER BY id`, orderID); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}

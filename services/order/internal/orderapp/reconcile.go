@@ -1,0 +1,390 @@
+package orderapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
+	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
+)
+
+// The reconciler (chapter: 对账, verify that the business loop closed).
+//
+// A run (Reconcile), periodic (RECONCILE_INTERVAL) or asked for by an
+// operator (POST /admin/reconciliation/run):
+//
+//  1. scan: orders open (pending_inventory, awaiting_payment) and unchanged
+//     for longer than the grace window, and cancelled orders whose refund
+//     has been pending for longer than the refund grace window. Both "now"
+//     and updated_at are the order database's clock, so no other service's
+//     clock enters the choice; the window covers work still in flight.
+//  2. per order, gather evidence: our outbox rows for it, and over HTTP
+//     inventory's reservation, payment's payment (with its refund) and
+//     inventory's outbox rows for it. Each answer is kept verbatim with the
+//     time it arrived.
+//  3. classify (order.Classify, a pure function): event_not_sent,
+//     not_consumed, result_missing, really_failed, in_progress, unknown.
+//  4. repair only through idempotent entry points, never by charging:
+//     - republish_event / resend_event: our original event back to
+//     pending, same row, same event_id (consumers drop what they already
+//     processed by their inbox);
+//     - apply_result: the participant's result through the same decision
+//     a consumer makes when the lost event arrives (decide), emitting the
+//     same events;
+//     - republish_participant_event: the participant's failed event
+//     retried by its own admin endpoint, same event_id;
+//     - report: nothing automatic is safe; an operator acts.
+//     A local repair re-reads the order under its row lock and compares it
+//     with what the scan saw (status, refund status, updated_at): if it
+//     moved meanwhile, nothing is done (outcome state_changed). The repair
+//     and its audit row commit in one transaction.
+//
+// The reconciler never calls the PSP and never asks payment to charge: the
+// only payment endpoint it uses is GET /payments/{order_id}.
+
+// Outcomes of a repair (reconciliation_audit.outcome).
+const (
+	OutcomeRepaired     = "repaired"      // the repair was made
+	OutcomeStateChanged = "state_changed" // the order or the event moved between scan and repair: nothing done
+	OutcomeReported     = "reported"      // a finding for an operator
+	OutcomeFailed       = "failed"        // the repair failed; the next run tries again
+)
+
+// FailpointReconcileBeforeRepair: the reconciler classified an order and
+// has not started its repair.
+const FailpointReconcileBeforeRepair = "order.reconcile.before-repair"
+
+func init() {
+	failpoint.Register(FailpointReconcileBeforeRepair, "the reconciler classified an order and has not repaired it yet: "+
+		"if the lost event arrives now, the repair's compare-and-set must change nothing")
+}
+
+// RunSummary is what one reconciliation run found and did.
+type RunSummary struct {
+	RunID      string          `json:"run_id"`
+	Trigger    string          `json:"trigger"`
+	StartedAt  time.Time       `json:"started_at"`
+	FinishedAt time.Time       `json:"finished_at"`
+	Checked    int             `json:"checked"`
+	Found      map[string]int  `json:"classifications"`
+	Repairs    []RepairSummary `json:"repairs"`
+	Errors     []string        `json:"errors"`
+}
+
+// RepairSummary is one audit row written by a run.
+type RepairSummary struct {
+	RepairID       string `json:"repair_id"`
+	OrderID        string `json:"order_id"`
+	Classification string `json:"classification"`
+	Action         string `json:"action"`
+	Outcome        string `json:"outcome"`
+	Detail         string `json:"detail"`
+}
+
+// Evidence is what the reconciler saw, stored in the audit row.
+type Evidence struct {
+	CheckedAt time.Time `json:"checked_at"`
+	RunID     string    `json:"run_id"`
+	Order     struct {
+		Status       string     `json:"status"`
+		RefundStatus string     `json:"refund_status"`
+		Version      uint64     `json:"aggregate_version"`
+		UpdatedAt    time.Time  `json:"updated_at"`
+		DeadlineAt   *time.Time `json:"deadline_at"`
+		AgeSeconds   float64    `json:"seconds_since_last_change"`
+	} `json:"order"`
+	OrderOutbox     []orderdb.Event      `json:"order_outbox"`
+	Reservation     *orderpeers.Answer   `json:"inventory_reservation"`
+	Payment         *orderpeers.Answer   `json:"payment"`
+	InventoryOutbox *orderpeers.Answer   `json:"inventory_outbox"`
+	Classification  order.Classification `json:"classification"`
+	Action          order.RepairAction   `json:"action"`
+	Why             string               `json:"why"`
+}
+
+// Reconcile runs one reconciliation pass; trigger says who asked
+// ("schedule" or "admin"). Runs in one process take turns.
+func (a *App) Reconcile(ctx context.Context, trigger string) (RunSummary, error) {
+	a.reconciling.Lock()
+	defer a.reconciling.Unlock()
+	sum := RunSummary{RunID: uuid.NewString(), Trigger: trigger, StartedAt: time.Now().UTC(),
+		Found: map[string]int{}, Repairs: []RepairSummary{}, Errors: []string{}}
+	a.metrics.runs.WithLabelValues(trigger).Inc()
+	log := a.log.With("job", "reconciler", "run_id", sum.RunID)
+
+	cands, err := orderdb.ReconcileCandidates(ctx, a.db, a.cfg.Reconcile.Grace, a.cfg.Reconcile.RefundGrace, a.cfg.Reconcile.Batch)
+	if err != nil {
+		return sum, err
+	}
+	for _, c := range cands {
+		if ctx.Err() != nil {
+			sum.Errors = append(sum.Errors, ctx.Err().Error())
+			break
+		}
+		sum.Checked++
+		v, rep, err := a.reconcileOrder(ctx, log.With("order_id", c.ID), sum.RunID, c)
+		sum.Found[string(v.Classification)]++
+		if rep != nil {
+			sum.Repairs = append(sum.Repairs, *rep)
+		}
+		if err != nil {
+			sum.Errors = append(sum.Errors, fmt.Sprintf("order %d: %v", c.ID, err))
+		}
+	}
+	sum.FinishedAt = time.Now().UTC()
+	if len(sum.Repairs) > 0 || len(sum.Errors) > 0 {
+		log.InfoContext(ctx, "reconciliation run", "checked", sum.Checked, "classifications", sum.Found,
+			"repairs", len(sum.Repairs), "errors", len(sum.Errors))
+	}
+	return sum, nil
+}
+
+// RunReconciler runs a pass every interval until ctx ends. A failed pass
+// is logged; the next one tries again.
+func (a *App) RunReconciler(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := a.Reconcile(ctx, "schedule"); err != nil && ctx.Err() == nil {
+			a.log.WarnContext(ctx, "reconciliation run failed", "job", "reconciler", "err", err)
+		}
+	}
+}
+
+// Audits lists recent audit rows (the reconciliation report), newest first;
+// orderID 0 means every order.
+func (a *App) Audits(ctx context.Context, orderID uint64, limit int) ([]orderdb.Audit, error) {
+	return orderdb.Audits(ctx, a.db, orderID, limit)
+}
+
+// reconcileOrder gathers the evidence for one order, classifies it and
+// repairs or reports a difference. It returns the audit row it wrote, if
+// any.
+func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string, c orderdb.Candidate) (order.Verdict, *RepairSummary, error) {
+	ev, obs, err := a.observe(ctx, runID, c)
+	if err != nil {
+		return order.Verdict{Classification: order.Unknown}, nil, err
+	}
+	v := order.Classify(obs)
+	ev.Classification, ev.Action, ev.Why = v.Classification, v.Action, v.Why
+	if !v.Classification.Difference() {
+		if v.Classification == order.Unknown {
+			log.WarnContext(ctx, "reconciler: a participant could not be asked; order left for the next run",
+				"inventory_error", answerError(ev.Reservation), "payment_error", answerError(ev.Payment))
+		}
+		return v, nil, nil
+	}
+	a.metrics.differences.WithLabelValues(string(v.Classification)).Inc()
+	if err := failpoint.Inject(ctx, FailpointReconcileBeforeRepair); err != nil {
+		return v, nil, err
+	}
+
+	audit := orderdb.Audit{RepairID: uuid.NewString(), RunID: runID, OrderID: c.ID,
+		Classification: string(v.Classification), Action: string(v.Action)}
+	evidence, err := json.Marshal(ev)
+	if err != nil {
+		return v, nil, err
+	}
+	audit.Evidence = evidence
+	log = log.With("repair_id", audit.RepairID, "classification", v.Classification, "action", v.Action)
+
+	var repairErr error
+	switch v.Action {
+	case order.ApplyResult:
+		repairErr = a.applyResult(ctx, log, c, v, &audit)
+	case order.RepublishEvent:
+		repairErr = a.requeue(ctx, c, v, &audit, order.OutboxPending, order.OutboxFailed)
+	case order.ResendEvent:
+		repairErr = a.requeue(ctx, c, v, &audit, order.OutboxSent)
+	case order.RepublishParticipantEvent:
+		repairErr = a.retryParticipantEvent(ctx, c, v, &audit)
+	case order.Report:
+		already, err := orderdb.Reported(ctx, a.db, c.ID, audit.Classification)
+		if err != nil || already {
+			return v, nil, err // reported on an earlier run: once is enough
+		}
+		audit.Outcome, audit.Detail = OutcomeReported, v.Why
+		repairErr = orderdb.InsertAudit(ctx, a.db, audit)
+	default:
+		return v, nil, fmt.Errorf("no repair for action %q", v.Action)
+	}
+	if repairErr != nil {
+		// The repair's transaction rolled back, audit row included: record
+		// the failure on its own.
+		audit.Outcome, audit.Detail = OutcomeFailed, "repair failed: "+repairErr.Error()
+		if err := orderdb.InsertAudit(ctx, a.db, audit); err != nil {
+			repairErr = errors.Join(repairErr, err)
+		}
+	}
+	a.metrics.repairs.WithLabelValues(audit.Action, audit.Outcome).Inc()
+	lvl := slog.LevelWarn
+	if audit.Outcome == OutcomeFailed {
+		lvl = slog.LevelError
+	}
+	log.Log(ctx, lvl, "reconciler: difference found", "outcome", audit.Outcome, "detail", audit.Detail, "why", v.Why)
+	if audit.Outcome == OutcomeRepaired && v.Action != order.RepublishParticipantEvent {
+		a.wake()
+	}
+	return v, &RepairSummary{RepairID: audit.RepairID, OrderID: fmt.Sprint(c.ID), Classification: audit.Classification,
+		Action: audit.Action, Outcome: audit.Outcome, Detail: audit.Detail}, repairErr
+}
+
+// observe gathers what every service recorded about the order.
+func (a *App) observe(ctx context.Context, runID string, c orderdb.Candidate) (Evidence, order.Observation, error) {
+	var ev Evidence
+	ev.CheckedAt, ev.RunID = time.Now().UTC(), runID
+	ev.Order.Status, ev.Order.RefundStatus, ev.Order.Version = c.Status, c.RefundStatus, c.Version
+	ev.Order.UpdatedAt, ev.Order.DeadlineAt, ev.Order.AgeSeconds = c.UpdatedAt, c.DeadlineAt, float64(c.AgeMicros)/1e6
+	obs := order.Observation{Status: order.Status(c.Status), RefundStatus: order.RefundStatus(c.RefundStatus)}
+
+	own, err := orderdb.Events(ctx, a.db, c.ID)
+	if err != nil {
+		return ev, obs, err
+	}
+	ev.OrderOutbox = own
+	for _, e := range own {
+		obs.OwnEvents = append(obs.OwnEvents, order.EventState{EventID: e.EventID, Type: e.EventType, Status: e.Status})
+	}
+	peers := a.cfg.Peers
+	if peers == nil {
+		return ev, obs, nil // nobody to ask: Classify answers unknown
+	}
+	res, resAns, err := peers.Reservation(ctx, c.ID)
+	ev.Reservation, obs.InventoryAnswered = &resAns, err == nil
+	if res != nil {
+		obs.Reservation, obs.ReservationReason = res.Status, res.Reason
+	}
+	pay, payAns, err := peers.Payment(ctx, c.ID)
+	ev.Payment, obs.PaymentAnswered = &payAns, err == nil
+	if pay != nil {
+		obs.Payment, obs.PaymentFailure = pay.Status, pay.FailureReason
+		if pay.Refund != nil {
+			obs.Refund = pay.Refund.Status
+		}
+	}
+	rows, outAns, err := peers.Outbox(ctx, orderpeers.InventoryService, c.ID)
+	ev.InventoryOutbox = &outAns
+	if err == nil {
+		obs.InventoryEvents = []order.EventState{}
+		for _, r := range rows {
+			obs.InventoryEvents = append(obs.InventoryEvents, order.EventState{EventID: r.EventID, Type: r.EventType, Status: r.Status})
+		}
+	}
+	return ev, obs, nil
+}
+
+func answerError(a *orderpeers.Answer) string {
+	if a == nil {
+		return "not asked (no peers configured)"
+	}
+	if a.Error != "" {
+		return a.Error
+	}
+	return fmt.Sprintf("HTTP %d", a.HTTPStatus)
+}
+
+// applyResult applies the participant's result to the order with the
+// trigger its lost event would have fired, through decide: the same
+// transition, the same emitted event, as if the event had arrived. The
+// order is compared with the scan under its row lock first.
+func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {
+	return sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+		o, err := orderdb.Lock(ctx, tx, c.ID)
+		if err != nil {
+			return err
+		}
+		if !c.Same(o) {
+			audit.Outcome = OutcomeStateChanged
+			audit.Detail = fmt.Sprintf("the order moved during the scan (now %s, refund %s): %s not applied",
+				o.Status, o.RefundStatus, v.Trigger)
+			return orderdb.InsertAudit(ctx, tx, *audit)
+		}
+		changed, err := a.decide(ctx, tx, log, o, v.Trigger, v.Reason, cause{actor: ActorReconciler, repairID: audit.RepairID})
+		if err != nil {
+			return err
+		}
+		if !changed {
+			return fmt.Errorf("trigger %s does not apply to an order in %s", v.Trigger, o.Status)
+		}
+		after, err := orderdb.Lock(ctx, tx, c.ID)
+		if err != nil {
+			return err
+		}
+		audit.Outcome = OutcomeRepaired
+		audit.Detail = fmt.Sprintf("applied %s as if its event had arrived: %s to %s, refund %s",
+			v.Trigger, o.Status, after.Status, after.RefundStatus)
+		return orderdb.InsertAudit(ctx, tx, *audit)
+	})
+}
+
+// requeue puts our own event back to pending (same row, same event_id) if
+// the order and the event are both still as the scan saw them.
+func (a *App) requeue(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit, from ...string) error {
+	return sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+		o, err := orderdb.Lock(ctx, tx, c.ID)
+		if err != nil {
+			return err
+		}
+		if !c.Same(o) {
+			audit.Outcome = OutcomeStateChanged
+			audit.Detail = fmt.Sprintf("the order moved during the scan (now %s): event %s left alone", o.Status, v.EventID)
+			return orderdb.InsertAudit(ctx, tx, *audit)
+		}
+		done, err := orderdb.RequeueEvent(ctx, tx, v.EventID, from...)
+		if err != nil {
+			return err
+		}
+		if !done {
+			audit.Outcome = OutcomeStateChanged
+			audit.Detail = fmt.Sprintf("event %s is no longer %v (a dispatcher took it meanwhile): left alone", v.EventID, from)
+		} else {
+			audit.Outcome = OutcomeRepaired
+			audit.Detail = fmt.Sprintf("event %s put back to pending from %v, same event_id: the dispatcher publishes it again",
+				v.EventID, from)
+		}
+		return orderdb.InsertAudit(ctx, tx, *audit)
+	})
+}
+
+// retryParticipantEvent asks the participant to retry its failed event by
+// its event_id. There is no local transaction to join: the order is
+// re-read first, and the participant's endpoint itself only acts on a
+// failed event (409 otherwise).
+func (a *App) retryParticipantEvent(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {
+	o, err := orderdb.Get(ctx, a.db, c.ID)
+	if err != nil {
+		return err
+	}
+	if !c.Same(o) {
+		audit.Outcome = OutcomeStateChanged
+		audit.Detail = fmt.Sprintf("the order moved during the scan (now %s): %s's event %s left alone", o.Status, v.Service, v.EventID)
+		return orderdb.InsertAudit(ctx, a.db, *audit)
+	}
+	_, err = a.cfg.Peers.RetryOutbox(ctx, v.Service, v.EventID)
+	switch {
+	case errors.Is(err, orderpeers.ErrNotRetried):
+		audit.Outcome = OutcomeStateChanged
+		audit.Detail = fmt.Sprintf("%s's event %s is no longer failed: left alone", v.Service, v.EventID)
+	case err != nil:
+		return err
+	default:
+		audit.Outcome = OutcomeRepaired
+		audit.Detail = fmt.Sprintf("%s retried its failed event %s (same event_id)", v.Service, v.EventID)
+	}
+	return orderdb.InsertAudit(ctx, a.db, *audit)
+}

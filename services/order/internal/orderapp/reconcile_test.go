@@ -1,0 +1,407 @@
+package orderapp_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+)
+
+// awaitingPayment creates an order and delivers its InventoryReserved.
+func (r *recon) awaitingPayment(t *testing.T, key string) order.Order {
+	t.Helper()
+	o, _, err := r.app.Create(context.Background(), key, twoKeyboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.deliver(t, reserved(t, o))
+	if s := r.status(t, o.ID).Status; s != order.AwaitingPayment {
+		t.Fatalf("status %s, want awaiting_payment", s)
+	}
+	return o
+}
+
+func reservation(status string) map[string]any {
+	return map[string]any{"status": status, "reason": "", "items": []any{}}
+}
+
+func payment(status string) map[string]any {
+	return map[string]any{"status": status, "amount_cents": 19000, "currency": "EUR", "idempotency_key": "charge-x",
+		"psp_charge_id": "ch_TEST", "failure_reason": "", "refund": nil}
+}
+
+func outboxOf(f *fixture, t *testing.T, id uint64, typ string) []outboxRow {
+	t.Helper()
+	var out []outboxRow
+	for _, r := range f.outbox(t) {
+		if r.Agg == id && r.Type == typ {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// The chapter's stuck order: payment charged and said so, but its
+// PaymentSucceeded never reached the order (dropped). The reconciler finds
+// it, classifies it result_missing, applies PaymentSucceeded through the
+// consumer's transition (confirmed + OrderConfirmed), writes an audit row
+// with the evidence, and calls no PSP.
+func TestReconcilerRepairsALostPaymentResult(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o := r.awaitingPayment(t, "stuck")
+	r.age(t, o.ID, 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.set(o.ID, payment(order.PaySucceeded))
+
+	sum := r.run(t)
+	if sum.Checked != 1 || sum.Found["result_missing"] != 1 || len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
+		t.Fatalf("summary = %+v, want one result_missing repair", sum)
+	}
+	rep := sum.Repairs[0]
+	if rep.Classification != "result_missing" || rep.Action != "apply_result" || rep.Outcome != "repaired" {
+		t.Fatalf("repair = %+v", rep)
+	}
+	if got := r.status(t, o.ID); got.Status != order.Confirmed || !got.DeadlineAt.IsZero() {
+		t.Fatalf("order = %s deadline %v, want confirmed without a deadline", got.Status, got.DeadlineAt)
+	}
+	confirmed := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)
+	if len(confirmed) != 1 || confirmed[0].Version != 2 || confirmed[0].Status != "pending" {
+		t.Fatalf("order.confirmed rows = %+v, want one, version 2, pending", confirmed)
+	}
+
+	audits := r.audits(t, o.ID)
+	if len(audits) != 1 || audits[0].RepairID != rep.RepairID || audits[0].RunID != sum.RunID || audits[0].Outcome != "repaired" {
+		t.Fatalf("audit rows = %+v, want the one repair of run %s", audits, sum.RunID)
+	}
+	var ev struct {
+		Order struct {
+			Status string `json:"status"`
+		} `json:"order"`
+		Payment struct {
+			HTTPStatus int       `json:"http_status"`
+			AnsweredAt time.Time `json:"answered_at"`
+			Body       struct {
+				Status string `json:"status"`
+			} `json:"body"`
+		} `json:"payment"`
+		Reservation struct {
+			Body struct {
+				Status string `json:"status"`
+			} `json:"body"`
+		} `json:"inventory_reservation"`
+		OrderOutbox    []json.RawMessage `json:"order_outbox"`
+		Classification string            `json:"classification"`
+	}
+	if err := json.Unmarshal(audits[0].Evidence, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Order.Status != "awaiting_payment" || ev.Payment.HTTPStatus != 200 || ev.Payment.Body.Status != "succeeded" ||
+		ev.Payment.AnsweredAt.IsZero() || ev.Reservation.Body.Status != "reserved" || len(ev.OrderOutbox) != 1 ||
+		ev.Classification != "result_missing" {
+		t.Fatalf("evidence = %s", audits[0].Evidence)
+	}
+	// order_history: the move, by the reconciler, with the repair id.
+	h := r.history(t, o.ID)
+	last := h[len(h)-1]
+	if last.Actor != orderapp.ActorReconciler || last.To != "confirmed" || last.Trigger != "payment_succeeded" ||
+		last.RepairID == nil || *last.RepairID != rep.RepairID || last.Emitted == nil || *last.Emitted != confirmed[0].EventID {
+		t.Fatalf("last history row = %+v", last)
+	}
+	if got := r.counter(t, "reconciliation_differences_total", "classification", "result_missing"); got != 1 {
+		t.Fatalf("reconciliation_differences_total{result_missing} = %v, want 1", got)
+	}
+	if got := r.counter(t, "reconciliation_repairs_total", "action", "apply_result", "outcome", "repaired"); got != 1 {
+		t.Fatalf("reconciliation_repairs_total{apply_result,repaired} = %v, want 1", got)
+	}
+	if r.payment.hit("GET /payments/"+itoa(o.ID)) != 1 {
+		t.Fatalf("payment asked %d times", r.payment.hit("GET /payments/"+itoa(o.ID)))
+	}
+
+	// A second run finds nothing: the order is closed.
+	if again := r.run(t); again.Checked != 0 || len(again.Repairs) != 0 {
+		t.Fatalf("second run = %+v, want nothing", again)
+	}
+	// The lost event arriving late changes nothing.
+	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents, Currency: "EUR", ChargeID: "ch_TEST"}))
+	if n := len(outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)); n != 1 {
+		t.Fatalf("order.confirmed rows after the late event: %d, want 1", n)
+	}
+}
+
+// A healthy order, an order inside the grace window and an order whose
+// payment is still pending are left alone: no repair, no audit row.
+func TestReconcilerLeavesHealthyOrdersAlone(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	fresh := r.awaitingPayment(t, "fresh") // changed just now: inside the grace window
+	r.inventory.set(fresh.ID, reservation(order.ResReserved))
+	r.payment.set(fresh.ID, payment(order.PaySucceeded))
+
+	charging := r.awaitingPayment(t, "charging") // stale, but the payment is still pending
+	r.age(t, charging.ID, 5*time.Minute)
+	r.inventory.set(charging.ID, reservation(order.ResReserved))
+	r.payment.set(charging.ID, payment(order.PayPending))
+
+	done := r.awaitingPayment(t, "done") // confirmed: closed
+	r.deliver(t, envelope(t, events.PaymentSucceeded, done.ID, events.PaymentSucceededV1{OrderID: done.ID}))
+	r.age(t, done.ID, time.Hour)
+
+	sum := r.run(t)
+	if sum.Checked != 1 || sum.Found["in_progress"] != 1 || len(sum.Repairs) != 0 {
+		t.Fatalf("summary = %+v, want one order checked, in progress, no repair", sum)
+	}
+	for _, o := range []order.Order{fresh, charging, done} {
+		if a := r.audits(t, o.ID); len(a) != 0 {
+			t.Fatalf("order %d has audit rows %+v", o.ID, a)
+		}
+	}
+	if s := r.status(t, fresh.ID).Status; s != order.AwaitingPayment {
+		t.Fatalf("order inside the grace window moved to %s", s)
+	}
+	if r.payment.hit("GET /payments/"+itoa(fresh.ID)) != 0 {
+		t.Fatal("an order inside the grace window was looked at")
+	}
+	if got := r.counter(t, "reconciliation_differences_total", "classification", "result_missing"); got != 0 {
+		t.Fatalf("differences counted: %v", got)
+	}
+}
+
+// Our OrderCreated ended failed in the outbox: the reconciler puts the same
+// row (same event_id) back to pending with a fresh round of attempts.
+func TestReconcilerRepublishesAFailedEventByItsID(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o, _, err := r.app.Create(context.Background(), "lost", twoKeyboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := r.outbox(t)[0]
+	if _, err := r.db.Exec(`UPDATE outbox_events SET status = 'failed', attempts = 10 WHERE event_id = ?`, created.EventID); err != nil {
+		t.Fatal(err)
+	}
+	r.age(t, o.ID, 5*time.Minute)
+	// inventory and payment have no record (404).
+
+	sum := r.run(t)
+	if len(sum.Repairs) != 1 || sum.Repairs[0].Classification != "event_not_sent" || sum.Repairs[0].Action != "republish_event" ||
+		sum.Repairs[0].Outcome != "repaired" {
+		t.Fatalf("summary = %+v, want event_not_sent republished", sum)
+	}
+	var row struct {
+		Status   string `db:"status"`
+		Attempts int    `db:"attempts"`
+		Due      bool   `db:"due"`
+		N        int    `db:"n"`
+	}
+	if err := r.db.Get(&row, `SELECT status, attempts, next_attempt_at <= NOW(6) AS due,
+  (SELECT COUNT(*) FROM outbox_events) AS n FROM outbox_events WHERE event_id = ?`, created.EventID); err != nil {
+		t.Fatal(err)
+	}
+	if row.Status != "pending" || row.Attempts != 0 || !row.Due || row.N != 1 {
+		t.Fatalf("outbox row = %+v, want the same event pending, attempts 0, due now, and no new row", row)
+	}
+	if s := r.status(t, o.ID).Status; s != order.PendingInventory {
+		t.Fatalf("order moved to %s; a re-publish must not touch it", s)
+	}
+	if r.wakes.Load() < 2 {
+		t.Fatal("the dispatcher was not woken after the re-publish")
+	}
+}
+
+// OrderCreated was sent but inventory has no reservation (not consumed):
+// the same event_id is sent again.
+func TestReconcilerResendsASentButUnconsumedEvent(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o, _, _ := r.app.Create(context.Background(), "unconsumed", twoKeyboards)
+	created := r.outbox(t)[0]
+	if _, err := r.db.Exec(`UPDATE outbox_events SET status = 'sent', attempts = 1, sent_at = NOW(6) WHERE event_id = ?`, created.EventID); err != nil {
+		t.Fatal(err)
+	}
+	r.age(t, o.ID, 5*time.Minute)
+
+	sum := r.run(t)
+	if len(sum.Repairs) != 1 || sum.Repairs[0].Classification != "not_consumed" || sum.Repairs[0].Action != "resend_event" ||
+		sum.Repairs[0].Outcome != "repaired" {
+		t.Fatalf("summary = %+v, want not_consumed resent", sum)
+	}
+	rows := r.outbox(t)
+	if len(rows) != 1 || rows[0].EventID != created.EventID || rows[0].Status != "pending" {
+		t.Fatalf("outbox = %+v, want the same event back to pending", rows)
+	}
+	// The evidence keeps the first sent_at, which the re-send overwrites.
+	a := r.audits(t, o.ID)
+	var ev struct {
+		OrderOutbox []struct {
+			EventID string     `json:"event_id"`
+			Status  string     `json:"status"`
+			SentAt  *time.Time `json:"sent_at"`
+		} `json:"order_outbox"`
+	}
+	if len(a) != 1 {
+		t.Fatalf("audit rows = %+v, want 1", a)
+	}
+	if err := json.Unmarshal(a[0].Evidence, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.OrderOutbox) != 1 || ev.OrderOutbox[0].Status != "sent" || ev.OrderOutbox[0].SentAt == nil {
+		t.Fatalf("evidence = %s, want the event as sent, with its sent_at", a[0].Evidence)
+	}
+}
+
+// Inventory reserved, but its inventory.reserved is failed in its own
+// outbox: neither the order nor payment got it. The fix is at the source:
+// inventory retries that event by its id, so payment gets it too.
+func TestReconcilerAsksTheParticipantToRetryItsFailedEvent(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o, _, _ := r.app.Create(context.Background(), "inv-failed", twoKeyboards)
+	r.age(t, o.ID, 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.inventory.setOutbox(o.ID, map[string]any{"event_id": "0190f0e0-0000-7000-8000-000000000001", "event_type": "inventory.reserved",
+		"aggregate_version": 1, "status": "failed", "attempts": 10, "created_at": time.Now().UTC()})
+
+	sum := r.run(t)
+	if len(sum.Repairs) != 1 || sum.Repairs[0].Action != "republish_participant_event" || sum.Repairs[0].Outcome != "repaired" {
+		t.Fatalf("summary = %+v", sum)
+	}
+	if len(r.inventory.retried) != 1 || r.inventory.retried[0] != "0190f0e0-0000-7000-8000-000000000001" {
+		t.Fatalf("inventory retried %v", r.inventory.retried)
+	}
+	if s := r.status(t, o.ID).Status; s != order.PendingInventory {
+		t.Fatalf("order moved to %s; the retried event moves it when it arrives", s)
+	}
+}
+
+// The lost event arrives between the scan and the repair: the repair's
+// compare-and-set under the row lock sees the change and does nothing. One
+// OrderConfirmed, an audit row saying so.
+func TestReconcilerRespectsAChangeDuringTheScan(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o := r.awaitingPayment(t, "race")
+	r.age(t, o.ID, 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.set(o.ID, payment(order.PaySucceeded))
+
+	fp := failpoint.NewRegistry()
+	gate := fp.Pause(orderapp.FailpointReconcileBeforeRepair, 1)
+	ctx := failpoint.WithRegistry(context.Background(), fp)
+	type result struct {
+		sum orderapp.RunSummary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := r.app.Reconcile(ctx, "admin")
+		done <- result{sum, err}
+	}()
+	select {
+	case <-gate.Reached():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reconciler never reached its repair")
+	}
+	// The lost event arrives now.
+	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents, Currency: "EUR", ChargeID: "ch_TEST"}))
+	gate.Release()
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if len(res.sum.Repairs) != 1 || res.sum.Repairs[0].Outcome != "state_changed" {
+		t.Fatalf("summary = %+v, want the repair skipped as state_changed", res.sum)
+	}
+	if n := len(outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)); n != 1 {
+		t.Fatalf("order.confirmed rows = %d, want 1 (the consumer's)", n)
+	}
+	for _, h := range r.history(t, o.ID) {
+		if h.Actor == orderapp.ActorReconciler {
+			t.Fatalf("the reconciler moved the order: %+v", h)
+		}
+	}
+	if got := r.counter(t, "reconciliation_repairs_total", "action", "apply_result", "outcome", "state_changed"); got != 1 {
+		t.Fatalf("repairs{apply_result,state_changed} = %v", got)
+	}
+}
+
+// A participant that cannot be asked (500) decides nothing: no repair, no
+// audit row, the next run asks again.
+func TestReconcilerDecidesNothingOnHalfTheEvidence(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o := r.awaitingPayment(t, "half")
+	r.age(t, o.ID, 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.mu.Lock()
+	r.payment.status[itoa(o.ID)] = 500
+	r.payment.mu.Unlock()
+
+	sum := r.run(t)
+	if sum.Found["unknown"] != 1 || len(sum.Repairs) != 0 {
+		t.Fatalf("summary = %+v, want unknown, no repair", sum)
+	}
+	if s := r.status(t, o.ID).Status; s != order.AwaitingPayment || len(r.audits(t, o.ID)) != 0 {
+		t.Fatalf("status %s, audits %v", s, r.audits(t, o.ID))
+	}
+}
+
+// A payment parked as needs_attention is reported once (an operator acts),
+// not on every run, and the order is not touched.
+func TestReconcilerReportsWhatItCannotRepairOnce(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o := r.awaitingPayment(t, "parked")
+	r.age(t, o.ID, 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.set(o.ID, payment(order.PayNeedsAttention))
+
+	first, second := r.run(t), r.run(t)
+	if len(first.Repairs) != 1 || first.Repairs[0].Classification != "really_failed" || first.Repairs[0].Outcome != "reported" {
+		t.Fatalf("first run = %+v", first)
+	}
+	if len(second.Repairs) != 0 || second.Found["really_failed"] != 1 {
+		t.Fatalf("second run = %+v, want the finding but no second report", second)
+	}
+	if a := r.audits(t, o.ID); len(a) != 1 {
+		t.Fatalf("audit rows = %d, want 1", len(a))
+	}
+	if s := r.status(t, o.ID).Status; s != order.AwaitingPayment {
+		t.Fatalf("status %s", s)
+	}
+}
+
+// A cancelled order whose refund the payment service made, but whose
+// PaymentRefunded was lost: the refund status is closed through the
+// consumer's transition.
+func TestReconcilerClosesARefundWhoseResultWasLost(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o := r.awaitingPayment(t, "refund")
+	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
+	if _, res, err := r.app.Cancel(context.Background(), o.ID, "changed my mind"); err != nil || res != orderapp.Cancelled {
+		t.Fatalf("cancel: %v %v", res, err)
+	}
+	if got := r.status(t, o.ID); got.RefundStatus != order.RefundPending {
+		t.Fatalf("refund %s, want pending", got.RefundStatus)
+	}
+	r.age(t, o.ID, 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResRestocked))
+	p := payment(order.PayRefunded)
+	p["refund"] = map[string]any{"status": "succeeded", "amount_cents": 19000, "psp_refund_id": "rf_TEST",
+		"created_at": time.Now().UTC(), "updated_at": time.Now().UTC()}
+	r.payment.set(o.ID, p)
+
+	sum := r.run(t)
+	if len(sum.Repairs) != 1 || sum.Repairs[0].Classification != "result_missing" || sum.Repairs[0].Outcome != "repaired" {
+		t.Fatalf("summary = %+v", sum)
+	}
+	if got := r.status(t, o.ID); got.Status != order.Cancelled || got.RefundStatus != order.RefundRefunded {
+		t.Fatalf("order = %s/%s, want cancelled/refunded", got.Status, got.RefundStatus)
+	}
+}
