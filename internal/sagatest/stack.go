@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -143,6 +144,9 @@ func (s *Service) Start() {
 		}
 		select {
 		case err := <-done:
+			s.mu.Lock()
+			s.cancel = nil // nothing left to stop
+			s.mu.Unlock()
 			s.t.Fatalf("%s exited during start: %v\n%s", s.Name, err, s.logs.tail(20))
 		default:
 		}
@@ -239,13 +243,22 @@ func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool)
 	}
 }
 
+// freePort picks a free port below the kernel's ephemeral range (32768 and
+// up on Linux). A service keeps its port across a stop and a start; a port
+// from the ephemeral range could meanwhile be taken by any outgoing
+// connection of the test process (MySQL, AMQP, HTTP clients).
 func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for i := 0; i < 200; i++ {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port in 20000-31999")
+	return 0
 }
 
 // logBuffer collects a service's JSON log lines.
