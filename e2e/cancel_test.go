@@ -102,9 +102,19 @@ func TestCancelRacingTheSaga(t *testing.T) {
 			Status       string `json:"status"`
 			RefundStatus string `json:"refund_status"`
 		}
+		// Settled: payment has closed its side (a cancel marker, or the
+		// charge refunded) and the order has heard about it.
+		var pay paymentJSON
 		sagatest.Eventually(t, 60*time.Second, "order "+id+" to settle", func() bool {
 			s.Order.Do("GET", "/orders/"+id, nil, nil, &got)
-			return got.Status == "cancelled" && got.RefundStatus != "pending"
+			s.Payment.Do("GET", "/payments/"+id, nil, nil, &pay)
+			switch pay.Status {
+			case "cancelled_before_charge":
+				return got.Status == "cancelled" && got.RefundStatus == "none"
+			case "refunded":
+				return got.Status == "cancelled" && got.RefundStatus == "refunded"
+			}
+			return false
 		})
 		c := charges(t, s, id)
 		charged := int64(0)
