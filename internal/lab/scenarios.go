@@ -175,6 +175,7 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 
 func sendRecovery(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
+	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "outbox.dispatch.before-claim"
 	if err := l.arm(ctx, "order", point, "pause", 0); err != nil {
 		return err
@@ -224,6 +225,7 @@ func sendRecovery(ctx context.Context, l *Lab, r *Report, _ bool) error {
 
 func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 3
+	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "outbox.dispatch.after-confirm-before-mark"
 	k := key("dup")
 	before, err := l.stock(ctx, sku)
@@ -300,6 +302,7 @@ func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 
 func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 2
+	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "inbox.after-effect-before-commit"
 	before, err := l.stock(ctx, sku)
 	if err != nil {
@@ -382,6 +385,7 @@ func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 
 func ackLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
+	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "inbox.after-commit-before-ack"
 	before, err := l.stock(ctx, sku)
 	if err != nil {
@@ -396,6 +400,13 @@ func ackLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	if err != nil || code != http.StatusAccepted {
 		return fmt.Errorf("create: %d %v", code, err)
 	}
+	if err := l.waitFor(ctx, "inventory to commit and lose its ACK", func() (bool, error) {
+		fp, err := l.failpoint(ctx, "inventory", point)
+		return fp.Hits >= 1, err
+	}); err != nil {
+		return err
+	}
+	r.Sections = append(r.Sections, l.snapshot(ctx, "after the fault (committed, channel closed before the ACK)", o.OrderID, sku))
 	if err := l.waitSettled(ctx, o.OrderID); err != nil {
 		return err
 	}
@@ -428,6 +439,7 @@ func ackLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 
 func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 2
+	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "inbox.after-claim"
 	before, err := l.stock(ctx, sku)
 	if err != nil {
@@ -525,6 +537,7 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	// emits no further event and its outbox holds only this OrderCreated.
 	// Dispatcher B's pause then can only catch this event's claim.
 	const sku, qty = "SKU-SOLDOUT", 1
+	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const pointA = "outbox.dispatch.after-confirm-before-mark"
 	const pointB = "outbox.dispatch.after-claim"
 	lost0, _ := l.metric(ctx, "order", "outbox_claims_lost_total")
@@ -639,6 +652,7 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 
 func outOfOrder(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 4
+	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "outbox.dispatch.after-claim"
 	before, err := l.stock(ctx, sku)
 	if err != nil {
