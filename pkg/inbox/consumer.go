@@ -113,6 +113,7 @@ func NewConsumer(cfg Config) *Consumer {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
+	cfg.Metrics.start(cfg.Name)
 	return &Consumer{cfg: cfg}
 }
 
@@ -372,4 +373,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.payloadMismatch, m.redriven)
 	}
 	return m
+}
+
+// start exports every counter of a consumer at zero from the beginning, so
+// dashboards and alerts see the series before the first event (an absent
+// series and a zero are not the same thing to Prometheus).
+func (m *Metrics) start(consumer string) {
+	for _, c := range []*prometheus.CounterVec{m.deliveries, m.redeliveries, m.processed, m.duplicates,
+		m.retries, m.deadLetters, m.payloadMismatch, m.redriven} {
+		c.WithLabelValues(consumer)
+	}
 }

@@ -199,8 +199,20 @@ func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 			Help: "What the sweep did with the rows it claimed, by kind (charge, refund) and action (resolved, rerequested, parked, voided, waiting, error).",
 		}, []string{"kind", "action"}),
 	}
+	// Export every series at zero from the start: alerts and dashboards see
+	// a zero, not an absent series, before the first failure.
 	for _, r := range []string{refundRequested, refundSucceeded, refundNeedsAttention} {
 		m.refunds.WithLabelValues(r)
+	}
+	for _, call := range []string{"charge", "status", "refund", "refund_status"} {
+		for _, r := range []string{resultOK, resultUnknown, resultNotFound, resultRefused, resultError} {
+			m.pspCalls.WithLabelValues(call, r)
+		}
+	}
+	for _, kind := range []string{"charge", "refund"} {
+		for _, a := range []string{actResolved, actRerequested, actParked, actVoided, actWaiting, actError} {
+			m.sweep.WithLabelValues(kind, a)
+		}
 	}
 	if reg != nil {
 		reg.MustRegister(m.pspCalls, m.compensationFailures, m.refunds, m.sweep, &parkedCollector{db: db})
@@ -264,7 +276,14 @@ func (c *parkedCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(paymentsDesc, err)
 		return
 	}
+	counts := map[string]int64{}
+	for _, st := range payment.Statuses {
+		counts[string(st)] = 0
+	}
 	for _, r := range rows {
-		ch <- prometheus.MustNewConstMetric(paymentsDesc, prometheus.GaugeValue, float64(r.N), r.Status)
+		counts[r.Status] = r.N
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(paymentsDesc, prometheus.GaugeValue, float64(n), st)
 	}
 }

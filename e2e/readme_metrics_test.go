@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/relmsg/ordersaga/internal/sagatest"
+)
+
+// Every metric the README's metrics table documents is exported by a
+// running service, from the start (a series that appears only after the
+// first failure cannot be alerted on reliably).
+func TestEveryDocumentedMetricIsExported(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	start := strings.Index(section, "\n## Metrics\n")
+	if start < 0 {
+		t.Fatal("README has no Metrics section")
+	}
+	section = section[start+1:]
+	if end := strings.Index(section[3:], "\n## "); end > 0 {
+		section = section[:end+3]
+	}
+	name := regexp.MustCompile("`([a-z_]+)(\\{[^}]*\\})?`")
+	var documented []string
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		first := strings.SplitN(line, "|", 3)[1]
+		for _, m := range name.FindAllStringSubmatch(first, -1) {
+			documented = append(documented, m[1])
+		}
+	}
+	if len(documented) < 20 {
+		t.Fatalf("found only %d metrics in the README table: %v", len(documented), documented)
+	}
+
+	s := sagatest.Start(t)
+	var exposition strings.Builder
+	for _, svc := range []*sagatest.Service{s.Order, s.Inventory, s.Payment} {
+		resp, err := http.Get(svc.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		exposition.Write(b)
+	}
+	text := exposition.String()
+	for _, m := range documented {
+		if !strings.Contains(text, "\n"+m+" ") && !strings.Contains(text, "\n"+m+"{") {
+			t.Errorf("%s is in the README's metrics table but no service exports it", m)
+		}
+	}
+}
