@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -207,6 +208,12 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 		mux.Handle("/debug/failpoints", h)
 		mux.Handle("/debug/failpoints/*", h)
 		mux.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
+		// Profiles for docs/performance.md (demo mode only).
+		mux.HandleFunc("/debug/pprof/*", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	mux.NotFound(func(w http.ResponseWriter, req *http.Request) {
 		web.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})

@@ -150,22 +150,22 @@ func TestCreateAndCancelRacing(t *testing.T) {
 	t.Logf("%d of %d creates won the race", released, n)
 }
 
-// The cancel commits its marker while the create holds stock but has not yet
-// inserted its reservation row: the create's INSERT collides with the
-// marker, so it rolls its holds back to the savepoint and reserves nothing.
+// The cancel commits its marker after the create found no reservation but
+// before it inserted its own: the create's INSERT collides with the marker,
+// so it reserves nothing.
 func TestCancelCommitsWhileCreateHoldsStock(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	reg := failpoint.NewRegistry()
-	gate := reg.Pause(inventoryapp.FailpointAfterHold, 1)
+	gate := reg.Pause(inventoryapp.FailpointBeforeInsert, 1)
 	ctx := failpoint.WithRegistry(context.Background(), reg)
 
 	create := created(t, 500, item("SKU-1", 2), item("SKU-2", 3))
 	done := make(chan error, 1)
 	go func() { done <- f.c.Process(ctx, create) }()
 	<-gate.Reached()
-	// The create's transaction holds SKU-1 and SKU-2 now; the cancel
-	// touches no stock, so it does not wait for it.
+	// The create's transaction holds nothing yet; the cancel inserts its
+	// marker and commits.
 	f.process(t, cancelled(t, 500))
 	gate.Release()
 	if err := <-done; err != nil {

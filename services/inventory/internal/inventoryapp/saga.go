@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -25,24 +24,23 @@ import (
 // order id) stops a second event for the same step, so the reserve step and
 // each compensation happen at most once per order whatever the event ids.
 //
-// Lock order: confirm and cancel (and the lease sweep, lease.go) lock the
-// reservation row, then stock rows in SKU order; create holds stock rows in SKU order and only then inserts
-// its reservation row (the row records the outcome of the holds). Two
-// creates, or two moves, therefore never wait for each other in a cycle;
-// a create and a move can only in one rare race, noted at OnOrderCreated,
-// which InnoDB breaks with a deadlock error that the consumer retries.
+// Lock order: every handler takes the reservation row first (confirm,
+// cancel and the lease sweep, lease.go, lock it; create inserts it), then
+// stock rows in SKU order, last, right before COMMIT: the rows of busy SKUs
+// are held only for the few statements at the end of a transaction, and no
+// two transactions can wait for each other in a cycle.
 
-// FailpointAfterHold is the window between holding an order's stock and
-// inserting its reservation row.
-const FailpointAfterHold = "inventory.reserve.after-hold"
+// FailpointBeforeInsert is the window between finding no reservation for an
+// order and inserting one.
+const FailpointBeforeInsert = "inventory.reserve.before-insert"
 
 func init() {
-	failpoint.Register(FailpointAfterHold, "inventory held an order's stock, its reservation row is not inserted yet: "+
-		"if a cancel commits its marker now, the create must undo its holds and reserve nothing")
+	failpoint.Register(FailpointBeforeInsert, "inventory found no reservation for an order and has not inserted its own yet: "+
+		"if a cancel commits its marker now, the create must reserve nothing")
 }
 
-// holdSavepoint is where a rejected or lost reservation returns to: after
-// the inbox claim, before the first stock change.
+// holdSavepoint is where a rejected reservation returns to: after the inbox
+// claim, before the reservation row and the first stock change.
 const holdSavepoint = "hold_items"
 
 // OnOrderCreated reserves every item of the order or none (SPEC section 2)
@@ -82,51 +80,20 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 		return err
 	}
 
-	// All or none: hold each line with a conditional UPDATE, in SKU order;
-	// if one cannot be held, undo the ones before it.
+	// Window: no reservation seen yet, ours not inserted. A cancel that
+	// commits its marker now makes our INSERT below fail on the key.
+	if err := failpoint.Inject(ctx, FailpointBeforeInsert); err != nil {
+		return err
+	}
 	if err := inventorydb.Savepoint(ctx, tx, holdSavepoint); err != nil {
 		return err
 	}
-	short, err := hold(ctx, tx, plan)
-	if err != nil {
-		return err
-	}
-	trigger, reason := inventory.Reserve, ""
-	if short != nil {
-		if err := inventorydb.RollbackTo(ctx, tx, holdSavepoint); err != nil {
-			return err
-		}
-		// Read only to word the reason; Hold made the decision.
-		if short.Available, short.Known, err = inventorydb.Available(ctx, tx, short.SKU); err != nil {
-			return err
-		}
-		trigger, reason = inventory.Reject, short.Reason()
-	}
-	to, ok := inventory.Next(inventory.NoReservation, trigger)
-	if !ok {
-		return fmt.Errorf("transition table: no %s from a missing reservation", trigger)
-	}
-
 	// The reservation row claims the order id. If another event for this
 	// order committed its row since the fast path looked (a cancel, or a
-	// second create), the INSERT waits for it and then fails: undo the holds
-	// and let that row stand. (The rare race of the lock order: our INSERT
-	// waits for a row that a cancel has locked, and that cancel waits for
-	// the stock rows we hold. It needs a second create for the same order
-	// under another event id; InnoDB aborts one side with a deadlock error,
-	// a transient failure that the consumer retries.)
-	if err := failpoint.Inject(ctx, FailpointAfterHold); err != nil {
-		return err
-	}
-	var lease time.Duration // only a reservation that holds stock has a lease
-	if to == inventory.Reserved {
-		lease = a.cfg.Lease
-	}
-	err = inventorydb.InsertReservation(ctx, tx, inventory.Reservation{OrderID: p.OrderID, Status: to, Reason: reason, Version: 1}, lease)
+	// second create), the INSERT waits for it and then fails on the key:
+	// nothing is held yet, so that row simply stands.
+	err = inventorydb.InsertReservation(ctx, tx, inventory.Reservation{OrderID: p.OrderID, Status: inventory.Reserved, Version: 1}, a.cfg.Lease)
 	if errors.Is(err, inventorydb.ErrReservationExists) {
-		if err := inventorydb.RollbackTo(ctx, tx, holdSavepoint); err != nil {
-			return err
-		}
 		r, err := inventorydb.GetReservation(ctx, tx, p.OrderID)
 		if err != nil {
 			return err
@@ -136,27 +103,52 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 	if err != nil {
 		return err
 	}
-
-	out := outbox.Event{AggregateID: p.OrderID, AggregateVersion: 1}
-	if to == inventory.Reserved {
-		if err := inventorydb.InsertItems(ctx, tx, p.OrderID, plan); err != nil {
-			return err
-		}
-		out.Type = events.InventoryReserved
-		out.Payload = events.InventoryReservedV1{OrderID: p.OrderID, CustomerID: p.CustomerID, Items: p.Items,
-			AmountCents: p.TotalCents, Currency: p.Currency}
-	} else {
-		out.Type = events.InventoryRejected
-		out.Payload = events.InventoryRejectedV1{OrderID: p.OrderID, Reason: inventory.ClipReason(reason)}
-	}
-	if _, err := outbox.Add(ctx, tx, out); err != nil {
+	if err := inventorydb.InsertItems(ctx, tx, p.OrderID, plan); err != nil {
 		return err
 	}
-	if to == inventory.Reserved {
-		log.InfoContext(ctx, "stock reserved", "items", len(plan))
-	} else {
-		log.InfoContext(ctx, "reservation rejected", "reason", reason)
+	reserved := outbox.Event{AggregateID: p.OrderID, AggregateVersion: 1, Type: events.InventoryReserved,
+		Payload: events.InventoryReservedV1{OrderID: p.OrderID, CustomerID: p.CustomerID, Items: p.Items,
+			AmountCents: p.TotalCents, Currency: p.Currency}}
+	if _, err := outbox.Add(ctx, tx, reserved); err != nil {
+		return err
 	}
+
+	// All or none, and last: hold each line with a conditional UPDATE in
+	// SKU order, right before COMMIT, so the rows of busy SKUs stay locked
+	// for as short a time as possible (every other reservation of the same
+	// SKU waits on them). If one line cannot be held, roll back to the
+	// savepoint (reservation, items, event and the holds before it) and
+	// record the rejection instead.
+	short, err := hold(ctx, tx, plan)
+	if err != nil {
+		return err
+	}
+	if short == nil {
+		log.InfoContext(ctx, "stock reserved", "items", len(plan))
+		return nil
+	}
+	if err := inventorydb.RollbackTo(ctx, tx, holdSavepoint); err != nil {
+		return err
+	}
+	// Read only to word the reason; Hold made the decision.
+	if short.Available, short.Known, err = inventorydb.Available(ctx, tx, short.SKU); err != nil {
+		return err
+	}
+	reason := short.Reason()
+	to, ok := inventory.Next(inventory.NoReservation, inventory.Reject)
+	if !ok {
+		return fmt.Errorf("transition table: no %s from a missing reservation", inventory.Reject)
+	}
+	// A rejection holds no stock, so it has no lease.
+	if err := inventorydb.InsertReservation(ctx, tx, inventory.Reservation{OrderID: p.OrderID, Status: to, Reason: reason, Version: 1}, 0); err != nil {
+		return err
+	}
+	rejected := outbox.Event{AggregateID: p.OrderID, AggregateVersion: 1, Type: events.InventoryRejected,
+		Payload: events.InventoryRejectedV1{OrderID: p.OrderID, Reason: inventory.ClipReason(reason)}}
+	if _, err := outbox.Add(ctx, tx, rejected); err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "reservation rejected", "reason", reason)
 	return nil
 }
 
