@@ -79,9 +79,19 @@ func TestCancelAfterConfirmRefundsAndRestocks(t *testing.T) {
 // the reservation, between reservation and charge, after the charge). Every
 // order must end cancelled, the stock must be back where it was, and the
 // money charged must all be refunded.
+//
+// A cancel that reaches payment while its charge is requested but not yet
+// made leaves the payment pending: only the sweep, at the payment deadline,
+// may close it as never charged (an earlier attempt could still land at the
+// PSP). The deadline is short here so the test sees it.
 func TestCancelRacingTheSaga(t *testing.T) {
 	t.Parallel()
-	s := sagatest.Start(t)
+	s := sagatest.Start(t,
+		sagatest.WithEnv("payment", "PAYMENT_DEADLINE", "3s"),
+		sagatest.WithEnv("payment", "PAYMENT_SWEEP_INTERVAL", "500ms"),
+		sagatest.WithEnv("payment", "PAYMENT_SWEEP_GRACE", "1s"),
+		sagatest.WithEnv("payment", "PAYMENT_RETRY_BASE", "500ms"),
+		sagatest.WithEnv("payment", "PAYMENT_RETRY_CAP", "1s"))
 	before := stock(t, s, "SKU-4")
 	const n = 12
 	ids := make([]string, n)
