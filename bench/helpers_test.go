@@ -1,0 +1,479 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// envInt reads a knob of the benchmarks (BENCH_RATE=200 ...).
+func envInt(key string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(key)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// fixture is a fresh database of one service's schema and a broker
+// namespace with one durable quorum queue, "bench.events", bound to the
+// given routing keys: the queue type every saga queue has.
+type fixture struct {
+	db    *sqldbtest.DB
+	ns    rabbit.Namespace
+	conn  *rabbit.Conn
+	queue string
+}
+
+func newFixture(b *testing.B, service string, keys ...string) *fixture {
+	b.Helper()
+	f := &fixture{db: sqldbtest.New(b, service), ns: rabbittest.Namespace(b)}
+	topo := rabbittest.Topology(b, f.ns, rabbit.Queue{Name: "bench.events", Keys: keys, DeliveryLimit: 20})
+	f.conn = rabbittest.Conn(b, topo)
+	f.queue = topo.Queues[0].Name
+	return f
+}
+
+// purge empties the queue so the next phase publishes into an empty one.
+func (f *fixture) purge(b *testing.B) {
+	b.Helper()
+	conn := rabbittest.Dial(b)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueuePurge(f.queue, false); err != nil {
+		b.Fatalf("purge %s: %v", f.queue, err)
+	}
+}
+
+// queueDepth is the number of ready messages in the queue.
+func (f *fixture) queueDepth(b *testing.B) int {
+	b.Helper()
+	conn := rabbittest.Dial(b)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(f.queue, true, false, false, false, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return q.Messages
+}
+
+// orderCreated is a realistic payload: what the order service writes for a
+// two-line order (about 200 bytes).
+func orderCreated(id uint64) events.OrderCreatedV1 {
+	return events.OrderCreatedV1{OrderID: id, CustomerID: fmt.Sprintf("customer-%d", id%1000),
+		Items:      []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}, {SKU: "SKU-2", Quantity: 1, UnitPriceCents: 1200}},
+		TotalCents: 19000, Currency: "EUR"}
+}
+
+// prefill commits n pending OrderCreated events, 500 per transaction.
+func prefill(b *testing.B, db *sqlx.DB, n int) {
+	b.Helper()
+	ctx := context.Background()
+	for done := 0; done < n; {
+		batch := min(500, n-done)
+		evs := make([]outbox.Event, batch)
+		for i := range evs {
+			id := uint64(done + i + 1)
+			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: orderCreated(id)}
+		}
+		err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
+			_, err := outbox.Add(ctx, tx, evs...)
+			return err
+		})
+		if err != nil {
+			b.Fatalf("prefill: %v", err)
+		}
+		done += batch
+	}
+}
+
+func countStatus(b *testing.B, db *sqlx.DB, status string) int {
+	b.Helper()
+	var n int
+	if err := db.Get(&n, `SELECT COUNT(*) FROM outbox_events WHERE status = ?`, status); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// messages builds n messages exactly as the dispatcher does for
+// OrderCreated events (rabbit.FromEnvelope: persistent, mandatory, the
+// SPEC headers), with fresh event ids.
+func messages(exchange string, n int) []rabbit.Message {
+	out := make([]rabbit.Message, n)
+	for i := range out {
+		id := uint64(i + 1)
+		body, _ := json.Marshal(orderCreated(id))
+		out[i] = rabbit.FromEnvelope(exchange, events.Envelope{
+			EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: id, AggregateVersion: 1,
+			SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(id, 10),
+			OccurredAt: time.Now().UTC(), Payload: body,
+		})
+	}
+	return out
+}
+
+// publishAll publishes msgs with `publishers` rabbit.Publishers in
+// parallel, each sending its share in batches of batch (all published,
+// then all confirms awaited: the pipelining rabbit.Publisher does), and
+// returns how long it took. Every message must be confirmed.
+func publishAll(b *testing.B, conn *rabbit.Conn, msgs []rabbit.Message, publishers, batch int) time.Duration {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	pubs := make([]*rabbit.Publisher, publishers)
+	for i := range pubs {
+		pubs[i] = conn.NewPublisher() // opens its channel on first use, as a dispatcher's does
+	}
+	defer func() {
+		for _, p := range pubs {
+			p.Close()
+		}
+	}()
+	start := time.Now()
+	for w := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w * batch; i < len(msgs); i += publishers * batch {
+				part := msgs[i:min(i+batch, len(msgs))]
+				for j, err := range pubs[w].Publish(context.Background(), part, 30*time.Second) {
+					if err != nil {
+						errs <- fmt.Errorf("message %d: %w", i+j, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for err := range errs {
+		b.Fatalf("raw publish: %v", err)
+	}
+	return took
+}
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	r := int(math.Ceil(p / 100 * float64(len(sorted))))
+	return sorted[min(max(r, 1), len(sorted))-1]
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// reportLatency reports p50/p90/p99/max of ds with a metric prefix.
+func reportLatency(b *testing.B, prefix string, ds []time.Duration) {
+	slices.Sort(ds)
+	b.ReportMetric(msf(percentile(ds, 50)), prefix+"p50_ms")
+	b.ReportMetric(msf(percentile(ds, 90)), prefix+"p90_ms")
+	b.ReportMetric(msf(percentile(ds, 99)), prefix+"p99_ms")
+	b.ReportMetric(msf(percentile(ds, 100)), prefix+"max_ms")
+}
+
+// cpuMeter measures the CPU time the database server, the broker and this
+// process use over an interval, from /proc (Linux; elsewhere it reports
+// nothing). Cores = CPU seconds / wall seconds. other_cores is everything
+// else busy on the machine meanwhile (other tests sharing the servers'
+// host): a high value means the figure is disturbed.
+type cpuMeter struct {
+	pids  map[string][]int
+	start map[string]int64
+	busy0 int64
+	t0    time.Time
+}
+
+func startCPU() *cpuMeter {
+	m := &cpuMeter{pids: map[string][]int{
+		"db": append(pidsByComm("mariadbd"), pidsByComm("mysqld")...),
+		"mq": pidsByComm("beam.smp"),
+		"go": {os.Getpid()},
+	}, start: map[string]int64{}}
+	for k, pids := range m.pids {
+		m.start[k] = ticks(pids)
+	}
+	m.busy0 = machineBusy()
+	m.t0 = time.Now()
+	return m
+}
+
+// machineBusy is the busy time of all CPUs in ticks (/proc/stat).
+func machineBusy() int64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	l, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(l)
+	var busy int64
+	for i, v := range f[1:min(len(f), 9)] { // user .. steal; guest is inside user
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		busy += n
+	}
+	return busy
+}
+
+// report adds db_cores, mq_cores and go_cores to the benchmark.
+func (m *cpuMeter) report(b *testing.B, prefix string) {
+	wall := time.Since(m.t0).Seconds()
+	if wall <= 0 {
+		return
+	}
+	var ours float64
+	for _, k := range []string{"db", "mq", "go"} {
+		if len(m.pids[k]) == 0 {
+			continue
+		}
+		cores := float64(ticks(m.pids[k])-m.start[k]) / 100 / wall // USER_HZ = 100
+		ours += cores
+		b.ReportMetric(math.Round(cores*100)/100, prefix+k+"_cores")
+	}
+	if m.busy0 > 0 {
+		all := float64(machineBusy()-m.busy0) / 100 / wall
+		b.ReportMetric(math.Round(max(0, all-ours)*100)/100, prefix+"other_cores")
+	}
+}
+
+func ticks(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		s, _ := strconv.ParseInt(f[12], 10, 64)
+		sum += u + s
+	}
+	return sum
+}
+
+// pidsByComm returns the oldest process with that command name (the
+// server itself, not a short-lived rabbitmqctl that is also a beam.smp).
+func pidsByComm(comm string) []int {
+	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	best, bestStart := 0, int64(math.MaxInt64)
+	for _, d := range dirs {
+		c, err := os.ReadFile(d)
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		if err != nil {
+			continue
+		}
+		if st := startTime(pid); st < bestStart {
+			best, bestStart = pid, st
+		}
+	}
+	if best == 0 {
+		return nil
+	}
+	return []int{best}
+}
+
+// startTime is field 22 of /proc/<pid>/stat: when the process started.
+func startTime(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return math.MaxInt64
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return math.MaxInt64
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return math.MaxInt64
+	}
+	n, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return math.MaxInt64
+	}
+	return n
+}
+
+// sqlCounter is a TCP proxy in front of the MySQL server that counts the
+// commands clients send, by kind. Counting on the wire isolates exactly
+// the connections under test on a server other tests share (the server's
+// own counters are global, and performance_schema is off here), and needs
+// no change to the code under test: only its DSN points here. With
+// interpolateParams=true every statement, BEGIN and COMMIT included, is one
+// COM_QUERY packet.
+type sqlCounter struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	counts map[string]int // "SELECT", "UPDATE", "COMMIT", "PING", ...
+}
+
+func newSQLCounter(b *testing.B) *sqlCounter {
+	b.Helper()
+	mc, err := mysql.ParseDSN(sqldbtest.ServerDSN())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := &sqlCounter{ln: ln, target: mc.Addr, counts: map[string]int{}}
+	go c.serve()
+	b.Cleanup(func() { ln.Close() })
+	return c
+}
+
+// dsn rewrites a DSN to go through the counter (TLS off: the proxy reads
+// the packets).
+func (c *sqlCounter) dsn(b *testing.B, dsn string) string {
+	b.Helper()
+	mc, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mc.Addr = c.ln.Addr().String()
+	mc.TLSConfig = "false"
+	return mc.FormatDSN()
+}
+
+func (c *sqlCounter) serve() {
+	for {
+		client, err := c.ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer client.Close()
+			server, err := net.Dial("tcp", c.target)
+			if err != nil {
+				return
+			}
+			defer server.Close()
+			go func() { _, _ = io.Copy(client, server); client.Close() }()
+			c.pump(client, server)
+		}()
+	}
+}
+
+// pump copies client packets to the server, counting commands: a packet
+// with sequence id 0 starts a command, its first byte is the command.
+func (c *sqlCounter) pump(client, server net.Conn) {
+	hdr := make([]byte, 4)
+	var buf []byte
+	for {
+		if _, err := io.ReadFull(client, hdr); err != nil {
+			return
+		}
+		n := int(binary.LittleEndian.Uint32(append(hdr[:3:3], 0)))
+		buf = slices.Grow(buf[:0], n)[:n]
+		if _, err := io.ReadFull(client, buf); err != nil {
+			return
+		}
+		if hdr[3] == 0 && n > 0 {
+			c.count(buf)
+		}
+		if _, err := server.Write(append(hdr, buf...)); err != nil {
+			return
+		}
+	}
+}
+
+func (c *sqlCounter) count(p []byte) {
+	kind := fmt.Sprintf("cmd_%#x", p[0])
+	switch p[0] {
+	case 0x01:
+		kind = "QUIT"
+	case 0x03: // COM_QUERY
+		q := strings.TrimLeft(string(p[1:min(len(p), 64)]), " \t\r\n(")
+		word, _, _ := strings.Cut(q, " ")
+		kind = strings.ToUpper(strings.TrimRight(word, ";\n"))
+	case 0x0e:
+		kind = "PING"
+	case 0x16:
+		kind = "PREPARE"
+	case 0x17:
+		kind = "EXECUTE"
+	case 0x19:
+		kind = "CLOSE_STMT"
+	}
+	c.mu.Lock()
+	c.counts[kind]++
+	c.mu.Unlock()
+}
+
+// snapshot returns the counts so far.
+func (c *sqlCounter) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// diff is after - before, and the total of the statements (QUIT excluded).
+func diff(before, after map[string]int) (map[string]int, int) {
+	out := map[string]int{}
+	total := 0
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+			if k != "QUIT" {
+				total += d
+			}
+		}
+	}
+	return out, total
+}
