@@ -395,9 +395,15 @@ func (l *Lab) metric(ctx context.Context, svc, name string, labels ...string) (f
 	if err != nil {
 		return 0, err
 	}
+	return SumSamples(string(data), name, labels...), nil
+}
+
+// SumSamples adds up the samples of metric name in a Prometheus text
+// exposition whose labels include every given label pair.
+func SumSamples(exposition, name string, labels ...string) float64 {
 	var sum float64
-	for _, line := range strings.Split(string(data), "\n") {
-		if !strings.HasPrefix(line, name) || strings.HasPrefix(line, "#") {
+	for _, line := range strings.Split(exposition, "\n") {
+		if strings.HasPrefix(line, "#") || !strings.HasPrefix(line, name) {
 			continue
 		}
 		rest := line[len(name):]
@@ -414,13 +420,12 @@ func (l *Lab) metric(ctx context.Context, svc, name string, labels ...string) (f
 			continue
 		}
 		var v float64
-		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
-		if len(fields) > 0 {
+		if fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:]); len(fields) > 0 {
 			fmt.Sscan(fields[0], &v)
 		}
 		sum += v
 	}
-	return sum, nil
+	return sum
 }
 
 // envelopeOf rebuilds the envelope of an outbox row, to publish it again

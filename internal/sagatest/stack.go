@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
@@ -300,30 +301,5 @@ func (s *Service) Metric(name string, labels ...string) float64 {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var sum float64
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "#") || !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		match := true
-		for i := 0; i+1 < len(labels); i += 2 {
-			if !strings.Contains(rest, labels[i]+`="`+labels[i+1]+`"`) {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:])
-		var v float64
-		if len(fields) > 0 {
-			fmt.Sscan(fields[0], &v)
-		}
-		sum += v
-	}
-	return sum
+	return lab.SumSamples(string(data), name, labels...)
 }
