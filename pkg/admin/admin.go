@@ -38,6 +38,7 @@ func (h *Handler) Routes(r chi.Router) {
 	r.Post("/outbox/{event_id}/retry", h.outboxRetry)
 	r.Get("/inbox", h.inboxRows)
 	r.Get("/dead-letters", h.deadLetters)
+	r.Get("/parked", h.parkedEvents)
 	r.Post("/dead-letters/redrive", h.redrive)
 }
 
@@ -313,4 +314,48 @@ func splitList(s string) []string {
 func escapeLike(s string) string {
 	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 	return r.Replace(s)
+}
+
+// ParkedRow is a delta event waiting for an earlier version of its
+// aggregate (pkg/inbox/delta.go).
+type ParkedRow struct {
+	Consumer         string     `db:"consumer_name" json:"consumer"`
+	EventID          string     `db:"event_id" json:"event_id"`
+	EventType        string     `db:"event_type" json:"event_type"`
+	AggregateID      uint64     `db:"aggregate_id" json:"aggregate_id,string"`
+	AggregateVersion uint64     `db:"aggregate_version" json:"aggregate_version"`
+	ExpectedVersion  uint64     `db:"expected_version" json:"waiting_for_version"`
+	ParkedAt         time.Time  `db:"parked_at" json:"parked_at"`
+	DeadlineAt       time.Time  `db:"deadline_at" json:"deadline_at"`
+	AppliedAt        *time.Time `db:"applied_at" json:"applied_at"`
+	AlertedAt        *time.Time `db:"alerted_at" json:"alerted_at"`
+}
+
+// parkedEvents lists parked delta events: ?state=waiting (not applied yet,
+// the default), overdue (past the deadline), or all.
+func (h *Handler) parkedEvents(w http.ResponseWriter, r *http.Request) {
+	q := `SELECT consumer_name, event_id, event_type, aggregate_id, aggregate_version, expected_version,
+  parked_at, deadline_at, applied_at, alerted_at FROM parked_events`
+	switch r.URL.Query().Get("state") {
+	case "", "waiting":
+		q += ` WHERE applied_at IS NULL`
+	case "overdue":
+		q += ` WHERE applied_at IS NULL AND deadline_at < NOW(6)`
+	case "all":
+	default:
+		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "state must be waiting, overdue or all"))
+		return
+	}
+	limit, err := limitParam(r)
+	if err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	q += ` ORDER BY parked_at DESC LIMIT ?`
+	rows := []ParkedRow{}
+	if err := h.DB.SelectContext(r.Context(), &rows, q, limit); err != nil {
+		web.WriteError(w, r, h.Log, err)
+		return
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]any{"parked": rows})
 }

@@ -106,7 +106,27 @@ const (
 	StateTransition Strategy = "state-transition"
 )
 
-// Strategies declares the ordering strategy of every event type.
+// StrategyOf returns the declared strategy of t (StateTransition when none
+// is declared).
+func StrategyOf(t Type) Strategy {
+	if s, ok := Strategies[t]; ok {
+		return s
+	}
+	return StateTransition
+}
+
+// Register declares an event type with its supported schema versions and
+// its ordering strategy. The saga's own types are declared above; tests and
+// extensions register theirs at init.
+func Register(t Type, versions []int, s Strategy) {
+	supported[t] = versions
+	Strategies[t] = s
+}
+
+// Strategies declares the ordering strategy of every event type. Every
+// event of the saga moves an aggregate between states; none is a delta
+// today. Delta ordering (park until the gap fills) is implemented in
+// pkg/inbox and tested with a delta type the tests register.
 var Strategies = map[Type]Strategy{
 	OrderCreated:                StateTransition,
 	OrderConfirmed:              StateTransition,

@@ -80,6 +80,9 @@ type Config struct {
 	Metrics      *Metrics // shared by the consumers of one service; nil: none
 	// WrongWay turns on deliberate mistakes for the experiments (demo only).
 	WrongWay *wrongway.Set
+	// ParkDeadline is how long a delta event may wait for the earlier
+	// versions of its aggregate [5m].
+	ParkDeadline time.Duration
 }
 
 // Consumer runs the chapter's consume sequence for each delivery.
@@ -159,6 +162,9 @@ func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Ti
 	}
 	if c.cfg.WrongWay.On(wrongway.NoInbox) {
 		return c.processCheckThenInsert(ctx, e, h)
+	}
+	if events.StrategyOf(e.Type) == events.Delta {
+		return c.processDelta(ctx, e, h)
 	}
 	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
 		if err := ClaimPayload(ctx, tx, c.cfg.Name, e.EventID, e.Payload); err != nil {
@@ -268,6 +274,9 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 		m.duplicates.WithLabelValues(c.cfg.Name).Inc()
 		log.Info("duplicate delivery suppressed by the inbox")
 		return rabbit.Ack()
+	case errors.Is(err, ErrParked):
+		log.Warn("delta event parked until the earlier versions of its aggregate arrive", "version", e.AggregateVersion)
+		return rabbit.Ack()
 	case errors.Is(err, ErrPayloadMismatch):
 		m.payloadMismatch.WithLabelValues(c.cfg.Name).Inc()
 		log.Error("ALERT: an event_id this consumer already processed arrived with a different payload; not applied",
@@ -348,7 +357,7 @@ func (c *Consumer) HandleBrokerDeadLetter(ctx context.Context, d rabbit.Delivery
 // Metrics counts what consumers do, labelled by consumer name.
 type Metrics struct {
 	deliveries, redeliveries, processed, duplicates, retries, deadLetters *prometheus.CounterVec
-	payloadMismatch, redriven                                             *prometheus.CounterVec
+	payloadMismatch, redriven, parked, unparked                           *prometheus.CounterVec
 }
 
 // NewMetrics creates the consumer metrics and registers them on reg (nil:
@@ -367,10 +376,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		payloadMismatch: counter("consumer_payload_mismatch_total",
 			"Deliveries of an event_id this consumer already processed with a different payload (alert: stored as dead letters, never applied)."),
 		redriven: counter("consumer_dead_letters_redriven_total", "Dead letters republished to the consumer's queue by an operator."),
+		parked:   counter("consumer_parked_total", "Delta events parked because an earlier version of their aggregate had not arrived."),
+		unparked: counter("consumer_unparked_total", "Parked delta events applied once their gap filled."),
 	}
 	if reg != nil {
 		reg.MustRegister(m.deliveries, m.redeliveries, m.processed, m.duplicates, m.retries, m.deadLetters,
-			m.payloadMismatch, m.redriven)
+			m.payloadMismatch, m.redriven, m.parked, m.unparked)
 	}
 	return m
 }
@@ -380,7 +391,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // series and a zero are not the same thing to Prometheus).
 func (m *Metrics) start(consumer string) {
 	for _, c := range []*prometheus.CounterVec{m.deliveries, m.redeliveries, m.processed, m.duplicates,
-		m.retries, m.deadLetters, m.payloadMismatch, m.redriven} {
+		m.retries, m.deadLetters, m.payloadMismatch, m.redriven, m.parked, m.unparked} {
 		c.WithLabelValues(consumer)
 	}
 }

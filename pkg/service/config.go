@@ -117,7 +117,10 @@ type Config struct {
 	InboxRetention    time.Duration
 	OutboxRetention   time.Duration // OUTBOX_RETENTION: 'sent' outbox rows are deleted after it
 	RetentionInterval time.Duration // RETENTION_INTERVAL: how often the retention job runs
-	RetentionBatch    int           // RETENTION_BATCH: rows per DELETE
+	// ParkDeadline is how long a delta event may wait for the earlier
+	// versions of its aggregate before it is alerted on (PARK_DEADLINE).
+	ParkDeadline   time.Duration
+	RetentionBatch int // RETENTION_BATCH: rows per DELETE
 }
 
 // Load reads the shared settings. defaultAddr and defaultDB are the
@@ -142,6 +145,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		OutboxDispatch:    env.String("OUTBOX_DISPATCH", "on") != "off",
 		InboxRetention:    env.Duration("INBOX_RETENTION", 168*time.Hour),
+		ParkDeadline:      env.Duration("PARK_DEADLINE", 5*time.Minute),
 		OutboxRetention:   env.Duration("OUTBOX_RETENTION", 72*time.Hour),
 		RetentionInterval: env.Duration("RETENTION_INTERVAL", time.Minute),
 		RetentionBatch:    env.Int("RETENTION_BATCH", 1000, 1, 10000),

@@ -132,6 +132,22 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		Registerer:   r.Metrics,
 	})
 	r.Loop("retention", cleaner.Run)
+	// Delta events parked past their deadline are alerted on once each.
+	r.Metrics.MustRegister(inbox.ParkedCollector(db))
+	r.Loop("parked events check", func(ctx context.Context) error {
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			if _, err := inbox.OverdueParked(ctx, db, log); err != nil && ctx.Err() == nil {
+				log.Warn("parked events check failed", "err", err)
+			}
+		}
+	})
 	return ctx, r, nil
 }
 
@@ -139,7 +155,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 // the replay window (INBOX_RETENTION) included.
 func (r *Runtime) InboxConfig(name string) inbox.Config {
 	return inbox.Config{Name: name, DB: r.DB, AfterCommit: r.Outbox.Wake, Log: r.Log,
-		Metrics: r.Inbox, WrongWay: r.Cfg.WrongWay, ReplayWindow: r.Cfg.InboxRetention}
+		Metrics: r.Inbox, WrongWay: r.Cfg.WrongWay, ReplayWindow: r.Cfg.InboxRetention, ParkDeadline: r.Cfg.ParkDeadline}
 }
 
 // PublishNow publishes one event straight to the broker and waits for its

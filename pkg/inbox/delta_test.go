@@ -1,0 +1,176 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+)
+
+// No event of the saga is a delta today; this type exercises the mechanism.
+const deltaType = "test.counter-delta"
+
+func init() { events.Register(deltaType, []int{1}, events.Delta) }
+
+// deltaConsumer appends each applied version to a string, so the order of
+// application is visible.
+func deltaConsumer(t *testing.T, deadline time.Duration) (*inbox.Consumer, *sqlx.DB) {
+	t.Helper()
+	db := testDB(t)
+	db.MustExec(`CREATE TABLE applied (id INT PRIMARY KEY, seq VARCHAR(100) NOT NULL)`)
+	db.MustExec(`INSERT INTO applied VALUES (1, '')`)
+	c := inbox.NewConsumer(inbox.Config{Name: "projector", DB: db.DB, Log: quiet, ParkDeadline: deadline,
+		Handlers: map[events.Type]inbox.Handler{deltaType: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			_, err := tx.ExecContext(ctx, `UPDATE applied SET seq = CONCAT(seq, ?) WHERE id = 1`, fmt.Sprint(e.AggregateVersion))
+			return err
+		}}})
+	return c, db.DB
+}
+
+func delta(version uint64) events.Envelope {
+	return events.Envelope{EventID: uuid.NewString(), Type: deltaType, AggregateID: 42, AggregateVersion: version,
+		SchemaVersion: 1, Payload: []byte(fmt.Sprintf(`{"add":%d}`, version))}
+}
+
+func appliedSeq(t *testing.T, db *sqlx.DB) string {
+	t.Helper()
+	var s string
+	if err := db.Get(&s, `SELECT seq FROM applied WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// Versions 2 and 3 arrive before 1: they wait in parked_events (not in the
+// inbox: they are not done), a redelivery of a parked one is a duplicate,
+// and when 1 arrives all three apply, in order, in one transaction.
+func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
+	t.Parallel()
+	c, db := deltaConsumer(t, time.Minute)
+	ctx := context.Background()
+	v1, v2, v3 := delta(1), delta(2), delta(3)
+	for _, e := range []events.Envelope{v2, v3} {
+		if err := c.Process(ctx, e); !errors.Is(err, inbox.ErrParked) {
+			t.Fatalf("v%d ahead of the gap: err = %v, want ErrParked", e.AggregateVersion, err)
+		}
+	}
+	if err := c.Process(ctx, v2); !errors.Is(err, inbox.ErrAlreadyProcessed) {
+		t.Fatalf("redelivery of parked v2: err = %v, want ErrAlreadyProcessed", err)
+	}
+	if got := appliedSeq(t, db); got != "" {
+		t.Fatalf("applied %q before the gap filled, want nothing", got)
+	}
+	var inboxRows, parked int
+	db.Get(&inboxRows, `SELECT COUNT(*) FROM consumer_inbox`)
+	db.Get(&parked, `SELECT COUNT(*) FROM parked_events WHERE applied_at IS NULL AND expected_version = 1`)
+	if inboxRows != 0 || parked != 2 {
+		t.Fatalf("inbox rows %d, parked %d; want 0 and 2 waiting for version 1", inboxRows, parked)
+	}
+
+	if err := c.Process(ctx, v1); err != nil {
+		t.Fatalf("v1: %v", err)
+	}
+	if got := appliedSeq(t, db); got != "123" {
+		t.Fatalf("applied %q, want 123 (in version order)", got)
+	}
+	db.Get(&inboxRows, `SELECT COUNT(*) FROM consumer_inbox`)
+	db.Get(&parked, `SELECT COUNT(*) FROM parked_events WHERE applied_at IS NULL`)
+	var last uint64
+	db.Get(&last, `SELECT last_version FROM inbox_sequences WHERE consumer_name = 'projector' AND aggregate_id = 42`)
+	if inboxRows != 3 || parked != 0 || last != 3 {
+		t.Fatalf("inbox rows %d, still parked %d, last version %d; want 3, 0, 3", inboxRows, parked, last)
+	}
+	// Late copies change nothing: the same event is a duplicate, another id
+	// for an applied version is stale.
+	if err := c.Process(ctx, v2); !errors.Is(err, inbox.ErrAlreadyProcessed) {
+		t.Fatalf("v2 again: %v, want ErrAlreadyProcessed", err)
+	}
+	if err := c.Process(ctx, delta(2)); err != nil {
+		t.Fatalf("stale v2 under another id: %v", err)
+	}
+	if err := c.Process(ctx, delta(4)); err != nil {
+		t.Fatalf("v4: %v", err)
+	}
+	if got := appliedSeq(t, db); got != "1234" {
+		t.Fatalf("applied %q, want 1234", got)
+	}
+}
+
+// A gap that never fills: at the deadline the parked event is alerted on
+// once, counted as overdue, and kept as the recovery record; when the
+// missing version is finally redriven, the parked event applies.
+func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
+	t.Parallel()
+	c, db := deltaConsumer(t, time.Millisecond)
+	ctx := context.Background()
+	v2 := delta(2)
+	if err := c.Process(ctx, v2); !errors.Is(err, inbox.ErrParked) {
+		t.Fatalf("v2: %v, want ErrParked", err)
+	}
+	waitFor(t, "the deadline to pass in database time", func() bool {
+		var past bool
+		db.Get(&past, `SELECT deadline_at < NOW(6) FROM parked_events WHERE event_id = ?`, v2.EventID)
+		return past
+	})
+	var logs strings.Builder
+	n, err := inbox.OverdueParked(ctx, db, quietTo(&logs))
+	if err != nil || n != 1 {
+		t.Fatalf("OverdueParked = %d, %v; want 1", n, err)
+	}
+	if !strings.Contains(logs.String(), "ALERT") || !strings.Contains(logs.String(), v2.EventID) {
+		t.Fatalf("no alert logged for %s: %q", v2.EventID, logs.String())
+	}
+	if n, _ := inbox.OverdueParked(ctx, db, quiet); n != 0 {
+		t.Fatalf("second check alerted %d again, want 0", n)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(inbox.ParkedCollector(db))
+	if got := parkedGauge(t, reg, "overdue"); got != 1 {
+		t.Fatalf("consumer_parked_events{state=overdue} = %g, want 1", got)
+	}
+	// Recovery: the missing v1 arrives (redriven from the producer).
+	if err := c.Process(ctx, delta(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := appliedSeq(t, db); got != "12" {
+		t.Fatalf("applied %q after the recovery, want 12", got)
+	}
+	var alerted, applied bool
+	db.Get(&alerted, `SELECT alerted_at IS NOT NULL FROM parked_events WHERE event_id = ?`, v2.EventID)
+	db.Get(&applied, `SELECT applied_at IS NOT NULL FROM parked_events WHERE event_id = ?`, v2.EventID)
+	if !alerted || !applied {
+		t.Fatalf("recovery record: alerted %v, applied %v; want both", alerted, applied)
+	}
+}
+
+func quietTo(w *strings.Builder) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// parkedGauge reads consumer_parked_events{state} from reg.
+func parkedGauge(t *testing.T, reg *prometheus.Registry, state string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "state" && l.GetValue() == state {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no consumer_parked_events{state=%q}", state)
+	return 0
+}
