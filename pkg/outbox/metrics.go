@@ -15,6 +15,7 @@ type metrics struct {
 	resends      prometheus.Counter
 	claimsLost   prometheus.Counter
 	renewals     prometheus.Counter
+	claims       *prometheus.CounterVec
 	batchSeconds prometheus.Histogram
 }
 
@@ -44,6 +45,10 @@ func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 			Name: "outbox_lease_renewals_total",
 			Help: "Lease renewals during slow publishes.",
 		}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outbox_claims_total",
+			Help: "Claim transactions, by whether they found due rows (rows) or came back empty (empty): a high empty share is wasted database round trips.",
+		}, []string{"result"}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "outbox_batch_duration_seconds",
 			Help:    "Time from claim to marks of one batch.",
@@ -53,8 +58,10 @@ func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"confirmed", "returned", "nacked", "timeout", "error"} {
 		m.publish.WithLabelValues(r)
 	}
+	m.claims.WithLabelValues("rows")
+	m.claims.WithLabelValues("empty")
 	if reg != nil {
-		reg.MustRegister(m.publish, m.failed, m.recovered, m.resends, m.claimsLost, m.renewals, m.batchSeconds,
+		reg.MustRegister(m.publish, m.failed, m.recovered, m.resends, m.claimsLost, m.renewals, m.claims, m.batchSeconds,
 			&tableCollector{db: db})
 	}
 	return m

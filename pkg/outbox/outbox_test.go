@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relmsg/ordersaga/pkg/events"
@@ -553,4 +554,59 @@ func TestLostConfirmIsResentWithTheSameEventID(t *testing.T) {
 	if fp.Hits("outbox.dispatch.after-publish-before-confirm") != 2 {
 		t.Fatalf("failpoint hits = %d, want 2 (both attempts passed the window)", fp.Hits("outbox.dispatch.after-publish-before-confirm"))
 	}
+}
+
+// A commit wakes one idle worker, not every worker: with four idle workers,
+// each of ten events committed one at a time is sent by exactly one claim
+// transaction and no worker makes an empty claim. (Waking all of them cost
+// three empty claim transactions per commit.)
+func TestWakeClaimsOnceWithManyIdleWorkers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	reg := prometheus.NewRegistry()
+	d := f.dispatcher(outbox.Config{Workers: 4, PollInterval: time.Hour, Registerer: reg})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- d.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	// Each worker makes one claim when it starts (the backlog check), then idles.
+	waitUntil(t, func() bool { return claims(t, reg, "empty") == 4 })
+	for i := range 10 {
+		ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
+		d.Wake()
+		waitUntil(t, func() bool { return readRows(t, f.db.DB)[ids[0]].Status == "sent" })
+		if got := claims(t, reg, "rows"); got != float64(i+1) {
+			t.Fatalf("after event %d: %v claims with rows, want %d", i+1, got, i+1)
+		}
+	}
+	if got := claims(t, reg, "empty"); got != 4 {
+		t.Fatalf("empty claims = %v, want the 4 start-up claims only", got)
+	}
+	if msgs := rabbittest.Drain(t, f.queue, 10, 10*time.Second); len(msgs) != 10 {
+		t.Fatalf("queue holds %d messages, want 10", len(msgs))
+	}
+}
+
+// claims reads outbox_claims_total{result} from reg.
+func claims(t *testing.T, reg *prometheus.Registry, result string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "outbox_claims_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == result {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("outbox_claims_total{result=%q} not exported", result)
+	return 0
 }

@@ -72,16 +72,11 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 		}
 	}
 
-	// Fast path for an order id already taken: no stock row is touched.
-	// Not the correctness check; the reservation's primary key is (below).
-	if r, err := inventorydb.GetReservation(ctx, tx, p.OrderID); err == nil {
-		return a.createNotApplied(ctx, tx, log, e, r, ignoreOrder)
-	} else if !errors.Is(err, inventory.ErrNoReservation) {
-		return err
-	}
-
-	// Window: no reservation seen yet, ours not inserted. A cancel that
-	// commits its marker now makes our INSERT below fail on the key.
+	// The order id is not looked up first: the reservation's primary key
+	// decides, and the rare id already taken (a cancel's marker, a second
+	// create) costs a failed INSERT instead of a read in every reservation.
+	// Window: ours not inserted yet. A cancel that commits its marker now
+	// makes our INSERT below fail on the key.
 	if err := failpoint.Inject(ctx, FailpointBeforeInsert); err != nil {
 		return err
 	}
@@ -89,9 +84,9 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 		return err
 	}
 	// The reservation row claims the order id. If another event for this
-	// order committed its row since the fast path looked (a cancel, or a
-	// second create), the INSERT waits for it and then fails on the key:
-	// nothing is held yet, so that row simply stands.
+	// order has its row (a cancel, or a second create; one not committed
+	// yet is waited for), the INSERT fails on the key: nothing is held yet,
+	// so that row simply stands.
 	err = inventorydb.InsertReservation(ctx, tx, inventory.Reservation{OrderID: p.OrderID, Status: inventory.Reserved, Version: 1}, a.cfg.Lease)
 	if errors.Is(err, inventorydb.ErrReservationExists) {
 		r, err := inventorydb.GetReservation(ctx, tx, p.OrderID)

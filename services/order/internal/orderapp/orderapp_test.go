@@ -94,6 +94,40 @@ func TestCreateWritesOrderAndOrderCreatedInOneTransaction(t *testing.T) {
 	if f.wakes.Load() != 1 {
 		t.Fatalf("dispatcher woken %d times, want 1", f.wakes.Load())
 	}
+	// The answer is the stored order, server-set times included.
+	stored, err := f.app.Get(context.Background(), o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.CreatedAt.Equal(stored.CreatedAt) || !o.UpdatedAt.Equal(stored.UpdatedAt) || !o.DeadlineAt.Equal(stored.DeadlineAt) ||
+		o.CreatedAt.IsZero() || o.Version != stored.Version || len(stored.Items) != 2 || stored.Items[0] != o.Items[0] {
+		t.Fatalf("answer %+v, stored %+v: want the same order and times", o, stored)
+	}
+}
+
+// A retry of an accepted order still gets that order after the catalogue
+// stopped selling one of its products: the key, not the price list, decides.
+func TestCreateReplayAfterTheCatalogueChanged(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	first, _, err := f.app.Create(ctx, "key-1", twoKeyboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.db.Exec(`DELETE FROM products WHERE sku = 'SKU-2'`); err != nil {
+		t.Fatal(err)
+	}
+	again, created, err := f.app.Create(ctx, "key-1", twoKeyboards)
+	if err != nil || created || again.ID != first.ID || again.TotalCents != 19000 {
+		t.Fatalf("retry = %+v created %v err %v, want order %d replayed", again, created, err, first.ID)
+	}
+	if _, _, err := f.app.Create(ctx, "key-2", twoKeyboards); !errors.Is(err, order.ErrInvalid) {
+		t.Fatalf("new key, unknown sku: err = %v, want ErrInvalid", err)
+	}
+	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
+		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
+	}
 }
 
 func TestCreateReplaysTheSameRequest(t *testing.T) {

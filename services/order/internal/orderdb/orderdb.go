@@ -142,6 +142,24 @@ func GetByKey(ctx context.Context, db sqlx.QueryerContext, key string) (order.Or
 	return o, r.RequestHash, err
 }
 
+// Timestamps returns the server-set times of an order: created, updated
+// and its deadline (zero for none).
+func Timestamps(ctx context.Context, db sqlx.QueryerContext, id uint64) (created, updated, deadline time.Time, err error) {
+	const q = `SELECT created_at, updated_at, deadline_at FROM orders WHERE id = ?`
+	var r struct {
+		CreatedAt  time.Time  `db:"created_at"`
+		UpdatedAt  time.Time  `db:"updated_at"`
+		DeadlineAt *time.Time `db:"deadline_at"`
+	}
+	if err := sqlx.GetContext(ctx, db, &r, q, id); err != nil {
+		return time.Time{}, time.Time{}, time.Time{}, fmt.Errorf("order %d timestamps: %w", id, err)
+	}
+	if r.DeadlineAt != nil {
+		deadline = *r.DeadlineAt
+	}
+	return r.CreatedAt, r.UpdatedAt, deadline, nil
+}
+
 // Get returns one order with its lines.
 func Get(ctx context.Context, db sqlx.QueryerContext, id uint64) (order.Order, error) {
 	const q = `SELECT ` + orderColumns + ` FROM orders WHERE id = ?`
