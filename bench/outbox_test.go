@@ -540,3 +540,56 @@ func explainClaim(b *testing.B, db *sqlx.DB) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// BenchmarkOutboxTableCost is the database side of a drain (one dispatcher,
+// batch 500, a broker that confirms at once) on the chapter's outbox table
+// and on variants of it, to show what each part of the table costs per
+// event: claim (the claim transaction) and mark (the mark-sent UPDATE), in
+// µs. Run with -benchtime 20000x. The variants are for measurement only;
+// the services keep the chapter's table.
+func BenchmarkOutboxTableCost(b *testing.B) {
+	variants := []struct{ name, alter string }{
+		{"chapter", ""},
+		{"without-ix_expired", "ALTER TABLE outbox_events DROP KEY ix_expired"},
+		{"payload-without-json-check", "ALTER TABLE outbox_events MODIFY payload LONGTEXT NOT NULL"},
+		{"ix_dispatch-without-created_at", "ALTER TABLE outbox_events DROP KEY ix_dispatch, ADD KEY ix_dispatch (status, next_attempt_at)"},
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			b.StopTimer()
+			db := sqldbtest.New(b, "order").DB
+			if v.alter != "" {
+				if _, err := db.Exec(v.alter); err != nil {
+					b.Fatal(err)
+				}
+			}
+			prefill(b, db, b.N)
+			d := outbox.New(db, outbox.Config{Exchange: "bench", BatchSize: 500, Log: quiet})
+			var published time.Time
+			pub := ackAll{at: &published}
+			var claimT, markT time.Duration
+			cpu := startCPU()
+			b.StartTimer()
+			for {
+				t0 := time.Now()
+				res, err := d.DispatchOnce(context.Background(), pub)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if res.Claimed == 0 {
+					break
+				}
+				claimT += published.Sub(t0)
+				markT += time.Since(published)
+			}
+			b.StopTimer()
+			cpu.report(b, "")
+			if sent := countStatus(b, db, "sent"); sent != b.N {
+				b.Fatalf("sent rows = %d, want %d", sent, b.N)
+			}
+			b.ReportMetric(float64(claimT.Microseconds())/float64(b.N), "claim_us/event")
+			b.ReportMetric(float64(markT.Microseconds())/float64(b.N), "mark_us/event")
+			b.ReportMetric(float64((claimT+markT).Microseconds())/float64(b.N), "us/event")
+		})
+	}
+}

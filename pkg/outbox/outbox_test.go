@@ -262,6 +262,14 @@ func TestNackedPublishBacksOffThenFails(t *testing.T) {
 	if _, err := ch.QueueDeclare(full, false, true, false, false, args); err != nil {
 		t.Fatal(err)
 	}
+	// Auto-delete needs a consumer that leaves; this queue never has one.
+	t.Cleanup(func() {
+		conn := rabbittest.Dial(t)
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			_, _ = ch.QueueDelete(full, false, false, false)
+		}
+	})
 	if err := ch.QueueBind(full, events.OrderCreated, ns.Exchange(), false, nil); err != nil {
 		t.Fatal(err)
 	}
