@@ -1,7 +1,8 @@
 // Package bench holds the performance benchmarks of issue 6: the outbox
-// dispatcher against the raw broker, commit-to-publish latency, the inbox
-// consumer against raw consume-and-ack, the claim query on a large table,
-// and what the services cost when idle. They need the real MariaDB/MySQL
+// dispatcher against the raw broker and against the database side alone,
+// what each part of the outbox table costs per event, commit-to-publish
+// latency, the inbox consumer against raw consume-and-ack, the claim query
+// on a large table, and what the services cost when idle. They need the real MariaDB/MySQL
 // and RabbitMQ, like the integration tests, and each makes its own
 // database and broker namespace.
 //
