@@ -194,61 +194,37 @@ WHERE event_id IN (?) ORDER BY processed_at`, ids)
 	web.WriteJSON(w, http.StatusOK, map[string]any{"inbox": rows})
 }
 
-// DeadLetterRow is a dead letter as operators see it.
+// DeadLetterRow is a dead letter as operators see it: the headers as JSON,
+// the payload as text.
 type DeadLetterRow struct {
-	ID            uint64          `db:"id" json:"id"`
-	Consumer      string          `db:"consumer_name" json:"consumer"`
-	EventID       string          `db:"event_id" json:"event_id"`
-	EventType     string          `db:"event_type" json:"event_type"`
-	RoutingKey    string          `db:"routing_key" json:"routing_key"`
-	Reason        string          `db:"reason" json:"reason"`
-	Attempts      int             `db:"attempts" json:"attempts"`
-	FirstFailedAt time.Time       `db:"first_failed_at" json:"first_failed_at"`
-	LastFailedAt  time.Time       `db:"last_failed_at" json:"last_failed_at"`
-	Status        string          `db:"status" json:"status"`
-	RedrivenAt    *time.Time      `db:"redriven_at" json:"redriven_at"`
-	Headers       json.RawMessage `db:"headers" json:"headers"`
-	Payload       string          `db:"payload" json:"payload"`
+	inbox.DeadLetter
+	Headers json.RawMessage `json:"headers"`
+	Payload string          `json:"payload"`
 }
 
-// deadLetters lists dead letters; q searches the payload and the reason.
+// deadLetters lists dead letters, latest failure first; q searches the
+// payload and the reason.
 func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
-	q := `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at, last_failed_at,
-  status, redriven_at, headers, CAST(payload AS CHAR) AS payload FROM dead_letters WHERE 1 = 1`
-	var args []any
-	query := r.URL.Query()
-	if v := query.Get("consumer"); v != "" {
-		q += ` AND consumer_name = ?`
-		args = append(args, v)
-	}
-	if v := query.Get("status"); v != "" {
-		q += ` AND status = ?`
-		args = append(args, v)
-	}
-	if v := query.Get("event_type"); v != "" {
-		q += ` AND event_type = ?`
-		args = append(args, v)
-	}
-	if v := query.Get("event_id"); v != "" {
-		q += ` AND event_id = ?`
-		args = append(args, v)
-	}
-	if v := query.Get("q"); v != "" {
-		q += ` AND (CAST(payload AS CHAR) LIKE ? OR reason LIKE ?)`
-		like := "%" + escapeLike(v) + "%"
-		args = append(args, like, like)
-	}
 	limit, err := limitParam(r)
 	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
-	q += ` ORDER BY last_failed_at DESC LIMIT ?`
-	args = append(args, limit)
-	rows := []DeadLetterRow{}
-	if err := h.DB.SelectContext(r.Context(), &rows, q, args...); err != nil {
+	query := r.URL.Query()
+	dls, err := inbox.ListDeadLetters(r.Context(), h.DB, inbox.DeadLetterFilter{
+		Consumer: query.Get("consumer"), Status: query.Get("status"), EventType: query.Get("event_type"),
+		EventID: query.Get("event_id"), Query: query.Get("q"), Limit: limit,
+	})
+	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
+	}
+	rows := make([]DeadLetterRow, len(dls))
+	for i, dl := range dls {
+		rows[i] = DeadLetterRow{DeadLetter: dl, Payload: string(dl.Payload)}
+		if json.Valid(dl.Headers) {
+			rows[i].Headers = dl.Headers
+		}
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"dead_letters": rows})
 }
@@ -309,11 +285,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func escapeLike(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-	return r.Replace(s)
 }
 
 // ParkedRow is a delta event waiting for an earlier version of its

@@ -101,6 +101,17 @@ func TestRedriveEndpoint(t *testing.T) {
 	if code != http.StatusOK || len(rows) != 1 || rows[0].(map[string]any)["status"] != "redriven" {
 		t.Fatalf("list: %d %v, want the row redriven", code, out)
 	}
+	// What an operator reads: the payload as text, the headers as JSON.
+	row := rows[0].(map[string]any)
+	hdrs, _ := row["headers"].(map[string]any)
+	if row["payload"] != string(e.Payload) || row["consumer"] != "order" || row["reason"] != "handler bug" ||
+		hdrs["aggregate_version"] != float64(3) || row["redriven_at"] == nil {
+		t.Fatalf("listed row = %v, want the payload text, the headers as an object, reason and redriven_at", row)
+	}
+	code, out = call(t, r, http.MethodGet, "/admin/dead-letters?status=dead&q=ch_1", "")
+	if rows, _ := out["dead_letters"].([]any); code != http.StatusOK || len(rows) != 0 {
+		t.Fatalf("list of dead rows after the redrive: %d %v, want none", code, out)
+	}
 
 	// Twice: nothing selected by the filter, not_dead by id.
 	code, out = call(t, r, http.MethodPost, "/admin/dead-letters/redrive", `{"consumer":"order","q":"ch_1"}`)

@@ -39,6 +39,56 @@ const (
 	StatusRedriven = "redriven" // republished to its consumer's queue; a new failure makes it dead again
 )
 
+const deadLetterColumns = `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts,
+  first_failed_at, last_failed_at, status, redriven_at, headers, payload, content_type, message_timestamp
+FROM dead_letters`
+
+// DeadLetterFilter selects dead letters: every field set must match, the
+// empty ones match everything.
+type DeadLetterFilter struct {
+	Consumer    string
+	Status      string // StatusDead or StatusRedriven
+	EventType   string
+	EventID     string
+	Query       string // a substring of the payload or the reason
+	Limit       int    // required: at most this many rows
+	OldestFirst bool   // by id; otherwise the latest failure first
+}
+
+// ListDeadLetters returns the dead letters f selects, for the admin list
+// and for a redrive by filter.
+func ListDeadLetters(ctx context.Context, db sqlx.QueryerContext, f DeadLetterFilter) ([]DeadLetter, error) {
+	if f.Limit <= 0 {
+		return nil, fmt.Errorf("list dead letters: a limit is required")
+	}
+	q := deadLetterColumns + ` WHERE 1 = 1`
+	var args []any
+	for _, c := range []struct{ col, v string }{
+		{"consumer_name", f.Consumer}, {"status", f.Status}, {"event_type", f.EventType}, {"event_id", f.EventID},
+	} {
+		if c.v != "" {
+			q += ` AND ` + c.col + ` = ?`
+			args = append(args, c.v)
+		}
+	}
+	if f.Query != "" {
+		q += ` AND (CAST(payload AS CHAR) LIKE ? OR reason LIKE ?)`
+		like := "%" + EscapeLike(f.Query) + "%"
+		args = append(args, like, like)
+	}
+	if f.OldestFirst {
+		q += ` ORDER BY id LIMIT ?`
+	} else {
+		q += ` ORDER BY last_failed_at DESC, id DESC LIMIT ?`
+	}
+	args = append(args, f.Limit)
+	dls := []DeadLetter{}
+	if err := sqlx.SelectContext(ctx, db, &dls, q, args...); err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return dls, nil
+}
+
 // RecordDeadLetter stores (or, for the same consumer and event, updates)
 // a dead letter. A repeat adds its attempts and refreshes the reason, the
 // message and the last failure time, and makes a redriven row dead again;

@@ -231,14 +231,12 @@ type loaded struct {
 }
 
 func (r *Redriver) load(ctx context.Context, sel Selection) ([]loaded, error) {
-	const cols = `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at,
-  last_failed_at, status, redriven_at, headers, payload, content_type, message_timestamp FROM dead_letters`
-	var dls []DeadLetter
 	if len(sel.IDs) > 0 {
-		q, args, err := sqlx.In(cols+` WHERE id IN (?)`, sel.IDs)
+		q, args, err := sqlx.In(deadLetterColumns+` WHERE id IN (?)`, sel.IDs)
 		if err != nil {
 			return nil, err
 		}
+		var dls []DeadLetter
 		if err := r.DB.SelectContext(ctx, &dls, q, args...); err != nil {
 			return nil, fmt.Errorf("load dead letters: %w", err)
 		}
@@ -257,29 +255,14 @@ func (r *Redriver) load(ctx context.Context, sel Selection) ([]loaded, error) {
 		}
 		return out, nil
 	}
-	q := cols + ` WHERE status = 'dead'`
-	var args []any
-	if sel.Consumer != "" {
-		q += ` AND consumer_name = ?`
-		args = append(args, sel.Consumer)
-	}
-	if sel.EventType != "" {
-		q += ` AND event_type = ?`
-		args = append(args, sel.EventType)
-	}
-	if sel.Query != "" {
-		q += ` AND (CAST(payload AS CHAR) LIKE ? OR reason LIKE ?)`
-		like := "%" + EscapeLike(sel.Query) + "%"
-		args = append(args, like, like)
-	}
 	limit := sel.Limit
 	if limit == 0 {
 		limit = 100
 	}
-	q += ` ORDER BY id LIMIT ?`
-	args = append(args, limit)
-	if err := r.DB.SelectContext(ctx, &dls, q, args...); err != nil {
-		return nil, fmt.Errorf("load dead letters: %w", err)
+	dls, err := ListDeadLetters(ctx, r.DB, DeadLetterFilter{Consumer: sel.Consumer, Status: StatusDead,
+		EventType: sel.EventType, Query: sel.Query, Limit: limit, OldestFirst: true})
+	if err != nil {
+		return nil, err
 	}
 	out := make([]loaded, len(dls))
 	for i := range dls {
