@@ -154,7 +154,7 @@ func (d *Dispatcher) work(ctx context.Context, i int) {
 			failures++
 			wait := errBackoff.Delay(failures)
 			log.Warn("dispatch batch failed", "err", err, "retry_in", wait.Round(time.Millisecond))
-			if !sleep(ctx, wait) {
+			if !retry.Wait(ctx, wait) {
 				return
 			}
 			continue
@@ -401,16 +401,5 @@ func publishResult(err error) string {
 		return "timeout"
 	default:
 		return "error"
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

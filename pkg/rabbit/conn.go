@@ -49,12 +49,10 @@ func (c *Conn) Run(ctx context.Context) error {
 			failures++
 			wait := backoff.Delay(failures)
 			c.log.Warn("broker connect failed", "err", err, "retry_in", wait.Round(time.Millisecond), "failures", failures)
-			select {
-			case <-ctx.Done():
+			if !retry.Wait(ctx, wait) {
 				return nil
-			case <-time.After(wait):
-				continue
 			}
+			continue
 		}
 		failures = 0
 		closed := conn.NotifyClose(make(chan *amqp.Error, 1))

@@ -113,10 +113,8 @@ func (c *Conn) Consume(ctx context.Context, cfg ConsumeConfig, handle Handler) e
 		failures++
 		wait := backoff.Delay(failures)
 		log.Warn("consume loop interrupted", "err", err, "retry_in", wait.Round(time.Millisecond))
-		select {
-		case <-ctx.Done():
+		if !retry.Wait(ctx, wait) {
 			return nil
-		case <-time.After(wait):
 		}
 	}
 }

@@ -5,6 +5,7 @@
 package retry
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -41,4 +42,18 @@ func (b Backoff) Exp(attempt int) time.Duration {
 		return b.Cap
 	}
 	return d
+}
+
+// Wait waits d or until ctx ends, whichever comes first, and reports
+// whether the full wait passed (false: stop retrying, ctx has ended). Every
+// retry loop sleeps through it, so shutdown never waits out a backoff.
+func Wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -40,5 +41,16 @@ func TestBackoffJitterSpreads(t *testing.T) {
 	}
 	if len(seen) < 10 {
 		t.Fatalf("50 delays gave only %d distinct values: jitter is missing", len(seen))
+	}
+}
+
+func TestWaitStopsWhenTheContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Wait(ctx, time.Hour) {
+		t.Fatal("Wait on an ended context reported a full wait")
+	}
+	if !Wait(context.Background(), time.Millisecond) {
+		t.Fatal("Wait of 1ms on a live context reported an interruption")
 	}
 }

@@ -44,6 +44,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/retry"
 )
 
 func main() {
@@ -358,7 +360,7 @@ func (r *runner) run(ctx context.Context) *summary {
 	if r.cfg.follow == "list" {
 		deadline := time.Now().Add(r.cfg.drain)
 		for ctx.Err() == nil && r.tracker.outstanding() > 0 && time.Now().Before(deadline) {
-			sleepCtx(ctx, 100*time.Millisecond)
+			retry.Wait(ctx, 100*time.Millisecond)
 		}
 	}
 	stopBG()
@@ -633,13 +635,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
