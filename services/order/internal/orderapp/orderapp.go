@@ -116,8 +116,8 @@ func (a *App) WrongWay(set *wrongway.Set, publish func(ctx context.Context, e ev
 // The common case, a new key, costs eight round trips: the catalogue read
 // and a seven-statement transaction. Retries are rare, so the key is not
 // looked up first: the unique key rejects the INSERT, and only then is the
-// existing order read (measured: the look-up first and a read-back after
-// COMMIT were three of the create's eleven round trips).
+// existing order read (the look-up first and a read-back of the order and
+// its lines after COMMIT made it ten).
 func (a *App) Create(ctx context.Context, key string, req order.Request) (o order.Order, created bool, err error) {
 	if err := req.Validate(); err != nil {
 		return order.Order{}, false, err
