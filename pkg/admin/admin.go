@@ -129,7 +129,7 @@ func (h *Handler) outboxRows(w http.ResponseWriter, r *http.Request) {
 		q += ` AND status = ?`
 		args = append(args, v)
 	}
-	limit, err := limitParam(r)
+	limit, err := web.Limit(r, 100, 1000)
 	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
@@ -205,7 +205,7 @@ type DeadLetterRow struct {
 // deadLetters lists dead letters, latest failure first; q searches the
 // payload and the reason.
 func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
-	limit, err := limitParam(r)
+	limit, err := web.Limit(r, 100, 1000)
 	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
@@ -265,18 +265,6 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func limitParam(r *http.Request) (int, error) {
-	v := r.URL.Query().Get("limit")
-	if v == "" {
-		return 100, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > 1000 {
-		return 0, web.Errorf(http.StatusBadRequest, "limit must be between 1 and 1000")
-	}
-	return n, nil
-}
-
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
@@ -317,7 +305,7 @@ func (h *Handler) parkedEvents(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "state must be waiting, overdue or all"))
 		return
 	}
-	limit, err := limitParam(r)
+	limit, err := web.Limit(r, 100, 1000)
 	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return

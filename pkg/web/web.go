@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -51,6 +52,28 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
+}
+
+// ParseID reads a positive decimal id (an order id, a gap id) from a path or
+// query parameter. False for anything else, 0 included: callers answer 404
+// for a path and 400 for a query parameter.
+func ParseID(s string) (uint64, bool) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	return id, err == nil && id != 0
+}
+
+// Limit reads the limit query parameter: def when it is absent, a 400 *Error
+// unless it is a number from 1 to most.
+func Limit(r *http.Request, def, most int) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, Errorf(http.StatusBadRequest, "limit must be between 1 and %d", most)
+	}
+	return n, nil
 }
 
 // DecodeJSON reads a JSON body into v strictly: the content type must be JSON,

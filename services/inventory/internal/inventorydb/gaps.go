@@ -3,12 +3,12 @@ package inventorydb
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 )
 
@@ -62,7 +62,7 @@ VALUES (?, ?, ?, ?, ?, ?, DATE_ADD(NOW(6), INTERVAL ? MICROSECOND))
 ON DUPLICATE KEY UPDATE id = id`
 	res, err := tx.ExecContext(ctx, q, g.Consumer, g.OrderID, g.EventID, g.EventType, g.ReceivedVersion,
 		g.ExpectedVersion, deadline.Microseconds())
-	return changed(res, err, "record gap of order %d before version %d", g.OrderID, g.ReceivedVersion)
+	return sqldb.Changed(res, err, "record gap of order %d before version %d", g.OrderID, g.ReceivedVersion)
 }
 
 // ResolveGaps marks the open gaps of an order that were waiting for version
@@ -87,7 +87,7 @@ WHERE consumer_name = ? AND aggregate_id = ? AND expected_version = ? AND resolv
 func ResolveGap(ctx context.Context, db sqlx.ExecerContext, id uint64, resolution string) (bool, error) {
 	const q = `UPDATE event_gaps SET resolved_at = NOW(6), resolution = ? WHERE id = ? AND resolved_at IS NULL`
 	res, err := db.ExecContext(ctx, q, inventory.ClipReason(resolution), id)
-	return changed(res, err, "resolve gap %d", id)
+	return sqldb.Changed(res, err, "resolve gap %d", id)
 }
 
 // GetGap returns one gap, or inventory.ErrNoGap.
@@ -95,10 +95,7 @@ func GetGap(ctx context.Context, db sqlx.QueryerContext, id uint64) (inventory.G
 	const q = `SELECT ` + gapColumns + ` FROM event_gaps WHERE id = ?`
 	var r gapRow
 	if err := sqlx.GetContext(ctx, db, &r, q, id); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return inventory.Gap{}, inventory.ErrNoGap
-		}
-		return inventory.Gap{}, fmt.Errorf("get gap %d: %w", id, err)
+		return inventory.Gap{}, sqldb.NoRowsAs(err, inventory.ErrNoGap, "get gap %d", id)
 	}
 	return r.domain(), nil
 }
@@ -146,7 +143,7 @@ ORDER BY deadline_at, id LIMIT ?`
 func MarkAlerted(ctx context.Context, db sqlx.ExecerContext, id uint64) (bool, error) {
 	const q = `UPDATE event_gaps SET alerted_at = NOW(6) WHERE id = ? AND alerted_at IS NULL AND resolved_at IS NULL`
 	res, err := db.ExecContext(ctx, q, id)
-	return changed(res, err, "mark gap %d alerted", id)
+	return sqldb.Changed(res, err, "mark gap %d alerted", id)
 }
 
 // --- counts for the metrics ---

@@ -57,10 +57,7 @@ func GetStock(ctx context.Context, db sqlx.QueryerContext, sku string) (inventor
 	const q = `SELECT sku, on_hand, reserved, updated_at FROM stock WHERE sku = ?`
 	var r stockRow
 	if err := sqlx.GetContext(ctx, db, &r, q, sku); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return inventory.Stock{}, inventory.ErrUnknownSKU
-		}
-		return inventory.Stock{}, fmt.Errorf("get stock %s: %w", sku, err)
+		return inventory.Stock{}, sqldb.NoRowsAs(err, inventory.ErrUnknownSKU, "get stock %s", sku)
 	}
 	return r.domain(), nil
 }
@@ -73,7 +70,7 @@ func Hold(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, err
 	const q = `UPDATE stock SET reserved = reserved + ?, updated_at = NOW(6)
 WHERE sku = ? AND on_hand - reserved >= ?`
 	res, err := tx.ExecContext(ctx, q, quantity, sku, quantity)
-	return changed(res, err, "hold %d of %s", quantity, sku)
+	return sqldb.Changed(res, err, "hold %d of %s", quantity, sku)
 }
 
 // Available returns on_hand - reserved for sku as this transaction now sees
@@ -97,7 +94,7 @@ func Commit(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, e
 	const q = `UPDATE stock SET on_hand = on_hand - ?, reserved = reserved - ?, updated_at = NOW(6)
 WHERE sku = ? AND reserved >= ? AND on_hand >= ?`
 	res, err := tx.ExecContext(ctx, q, quantity, quantity, sku, quantity, quantity)
-	return changed(res, err, "commit %d of %s", quantity, sku)
+	return sqldb.Changed(res, err, "commit %d of %s", quantity, sku)
 }
 
 // Release makes quantity of held sku available again. False means the stock
@@ -106,7 +103,7 @@ func Release(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, 
 	const q = `UPDATE stock SET reserved = reserved - ?, updated_at = NOW(6)
 WHERE sku = ? AND reserved >= ?`
 	res, err := tx.ExecContext(ctx, q, quantity, sku, quantity)
-	return changed(res, err, "release %d of %s", quantity, sku)
+	return sqldb.Changed(res, err, "release %d of %s", quantity, sku)
 }
 
 // Take sells quantity of sku that is not held: it leaves on_hand only while
@@ -117,7 +114,7 @@ func Take(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, err
 	const q = `UPDATE stock SET on_hand = on_hand - ?, updated_at = NOW(6)
 WHERE sku = ? AND on_hand - reserved >= ?`
 	res, err := tx.ExecContext(ctx, q, quantity, sku, quantity)
-	return changed(res, err, "take %d of %s", quantity, sku)
+	return sqldb.Changed(res, err, "take %d of %s", quantity, sku)
 }
 
 // Restock puts quantity of sold sku back on hand (a cancel after the sale).
@@ -125,7 +122,7 @@ WHERE sku = ? AND on_hand - reserved >= ?`
 func Restock(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {
 	const q = `UPDATE stock SET on_hand = on_hand + ?, updated_at = NOW(6) WHERE sku = ?`
 	res, err := tx.ExecContext(ctx, q, quantity, sku)
-	return changed(res, err, "restock %d of %s", quantity, sku)
+	return sqldb.Changed(res, err, "restock %d of %s", quantity, sku)
 }
 
 // Receive adds a goods receipt to on_hand unless that would pass
@@ -135,7 +132,7 @@ func Receive(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, 
 	const q = `UPDATE stock SET on_hand = on_hand + ?, updated_at = NOW(6)
 WHERE sku = ? AND on_hand <= ?`
 	res, err := tx.ExecContext(ctx, q, quantity, sku, inventory.MaxOnHand-int64(quantity))
-	return changed(res, err, "receive %d of %s", quantity, sku)
+	return sqldb.Changed(res, err, "receive %d of %s", quantity, sku)
 }
 
 // Savepoint marks a point in tx that RollbackTo can return to: the undo of
@@ -224,10 +221,7 @@ func GetReservation(ctx context.Context, db sqlx.QueryerContext, orderID uint64)
 	const q = `SELECT ` + reservationColumns + ` FROM reservations WHERE order_id = ?`
 	var r reservationRow
 	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return inventory.Reservation{}, inventory.ErrNoReservation
-		}
-		return inventory.Reservation{}, fmt.Errorf("get reservation %d: %w", orderID, err)
+		return inventory.Reservation{}, sqldb.NoRowsAs(err, inventory.ErrNoReservation, "get reservation %d", orderID)
 	}
 	res := r.domain()
 	items, err := Items(ctx, db, orderID)
@@ -244,10 +238,7 @@ func LockReservation(ctx context.Context, tx *sqlx.Tx, orderID uint64) (inventor
 	const q = `SELECT ` + reservationColumns + ` FROM reservations WHERE order_id = ? FOR UPDATE`
 	var r reservationRow
 	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return inventory.Reservation{}, inventory.ErrNoReservation
-		}
-		return inventory.Reservation{}, fmt.Errorf("lock reservation %d: %w", orderID, err)
+		return inventory.Reservation{}, sqldb.NoRowsAs(err, inventory.ErrNoReservation, "lock reservation %d", orderID)
 	}
 	res := r.domain()
 	items, err := Items(ctx, tx, orderID)
@@ -282,7 +273,7 @@ func Transition(ctx context.Context, tx *sqlx.Tx, orderID uint64, from, to inven
 	const q = `UPDATE reservations SET status = ?, reason = ?, aggregate_version = ?, updated_at = NOW(6)
 WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, to, inventory.ClipReason(reason), version, orderID, from)
-	return changed(res, err, "reservation %d %s -> %s", orderID, from, to)
+	return sqldb.Changed(res, err, "reservation %d %s -> %s", orderID, from, to)
 }
 
 // --- leases ---
@@ -313,7 +304,7 @@ func Expire(ctx context.Context, tx *sqlx.Tx, orderID uint64, to inventory.Statu
 SET status = ?, reason = ?, expired_at = NOW(6), aggregate_version = aggregate_version + 1, updated_at = NOW(6)
 WHERE order_id = ? AND status = ? AND expires_at < NOW(6)`
 	res, err := tx.ExecContext(ctx, q, to, inventory.ClipReason(reason), orderID, inventory.Reserved)
-	return changed(res, err, "expire reservation %d", orderID)
+	return sqldb.Changed(res, err, "expire reservation %d", orderID)
 }
 
 // Note replaces the reason of a reservation still in status, without moving
@@ -321,7 +312,7 @@ WHERE order_id = ? AND status = ? AND expires_at < NOW(6)`
 func Note(ctx context.Context, tx *sqlx.Tx, orderID uint64, status inventory.Status, reason string) (bool, error) {
 	const q = `UPDATE reservations SET reason = ?, updated_at = NOW(6) WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, inventory.ClipReason(reason), orderID, status)
-	return changed(res, err, "note on reservation %d", orderID)
+	return sqldb.Changed(res, err, "note on reservation %d", orderID)
 }
 
 // DeleteMarker deletes the marker a cancel left for an order it had not
@@ -332,16 +323,4 @@ func DeleteMarker(ctx context.Context, tx *sqlx.Tx, orderID uint64) error {
 		return fmt.Errorf("delete marker %d: %w", orderID, err)
 	}
 	return nil
-}
-
-// changed turns the result of a one-row UPDATE into "did the row change";
-// an error is wrapped with what was tried.
-func changed(res sql.Result, err error, format string, args ...any) (bool, error) {
-	if err == nil {
-		var n int64
-		if n, err = res.RowsAffected(); err == nil {
-			return n == 1, nil
-		}
-	}
-	return false, fmt.Errorf(format+": %w", append(args, err)...)
 }

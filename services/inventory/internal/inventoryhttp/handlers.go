@@ -64,8 +64,8 @@ func (h *handlers) receive(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handlers) getReservation(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseUint(chi.URLParam(r, "order_id"), 10, 64)
-	if err != nil || id == 0 {
+	id, ok := web.ParseID(chi.URLParam(r, "order_id"))
+	if !ok {
 		h.fail(w, r, inventory.ErrNoReservation)
 		return
 	}
@@ -87,8 +87,8 @@ func (h *handlers) listGaps(w http.ResponseWriter, r *http.Request) {
 		err  error
 	)
 	if v := q.Get("aggregate_id"); v != "" {
-		id, perr := strconv.ParseUint(v, 10, 64)
-		if perr != nil || id == 0 {
+		id, ok := web.ParseID(v)
+		if !ok {
 			h.fail(w, r, web.Errorf(http.StatusBadRequest, "aggregate_id must be a positive number"))
 			return
 		}
@@ -127,8 +127,8 @@ type resolveRequest struct {
 
 // resolveGap closes an open gap by hand, with the operator's reason.
 func (h *handlers) resolveGap(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseUint(chi.URLParam(r, "id"), 10, 64)
-	if err != nil || id == 0 {
+	id, ok := web.ParseID(chi.URLParam(r, "id"))
+	if !ok {
 		h.fail(w, r, inventory.ErrNoGap)
 		return
 	}

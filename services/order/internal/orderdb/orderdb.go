@@ -4,7 +4,6 @@ package orderdb
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -131,10 +130,7 @@ func GetByKey(ctx context.Context, db sqlx.QueryerContext, key string) (order.Or
 	const q = `SELECT ` + orderColumns + ` FROM orders WHERE idempotency_key = ?`
 	var r orderRow
 	if err := sqlx.GetContext(ctx, db, &r, q, key); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return order.Order{}, "", order.ErrNotFound
-		}
-		return order.Order{}, "", fmt.Errorf("get order by key: %w", err)
+		return order.Order{}, "", sqldb.NoRowsAs(err, order.ErrNotFound, "get order by key")
 	}
 	o := r.domain()
 	items, err := Items(ctx, db, o.ID)
@@ -165,10 +161,7 @@ func Get(ctx context.Context, db sqlx.QueryerContext, id uint64) (order.Order, e
 	const q = `SELECT ` + orderColumns + ` FROM orders WHERE id = ?`
 	var r orderRow
 	if err := sqlx.GetContext(ctx, db, &r, q, id); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return order.Order{}, order.ErrNotFound
-		}
-		return order.Order{}, fmt.Errorf("get order %d: %w", id, err)
+		return order.Order{}, sqldb.NoRowsAs(err, order.ErrNotFound, "get order %d", id)
 	}
 	o := r.domain()
 	items, err := Items(ctx, db, id)
@@ -182,10 +175,7 @@ func Lock(ctx context.Context, tx *sqlx.Tx, id uint64) (order.Order, error) {
 	const q = `SELECT ` + orderColumns + ` FROM orders WHERE id = ? FOR UPDATE`
 	var r orderRow
 	if err := tx.GetContext(ctx, &r, q, id); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return order.Order{}, order.ErrNotFound
-		}
-		return order.Order{}, fmt.Errorf("lock order %d: %w", id, err)
+		return order.Order{}, sqldb.NoRowsAs(err, order.ErrNotFound, "lock order %d", id)
 	}
 	return r.domain(), nil
 }
@@ -247,9 +237,5 @@ SET status = ?, refund_status = ?, status_reason = ?, aggregate_version = ?, upd
     deadline_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
 WHERE id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, to, refund, reason, version, deadlineArg(deadline), id, from)
-	if err != nil {
-		return false, fmt.Errorf("order %d %s -> %s: %w", id, from, to, err)
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return sqldb.Changed(res, err, "order %d %s -> %s", id, from, to)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 )
 
@@ -125,11 +126,7 @@ WHERE event_id = ? AND status IN (?)`, eventID, from)
 		return false, err
 	}
 	res, err := tx.ExecContext(ctx, q, args...)
-	if err != nil {
-		return false, fmt.Errorf("requeue event %s: %w", eventID, err)
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return sqldb.Changed(res, err, "requeue event %s", eventID)
 }
 
 // Audit is one row of reconciliation_audit.

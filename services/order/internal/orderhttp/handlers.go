@@ -77,8 +77,8 @@ func checkKey(key string) error {
 }
 
 func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseUint(chi.URLParam(r, "id"), 10, 64)
-	if err != nil || id == 0 {
+	id, ok := web.ParseID(chi.URLParam(r, "id"))
+	if !ok {
 		h.fail(w, r, web.Errorf(http.StatusNotFound, "order not found"))
 		return
 	}
@@ -102,8 +102,8 @@ func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	id, err := strconv.ParseUint(chi.URLParam(r, "id"), 10, 64)
-	if err != nil || id == 0 {
+	id, ok := web.ParseID(chi.URLParam(r, "id"))
+	if !ok {
 		h.fail(w, r, web.Errorf(http.StatusNotFound, "order not found"))
 		return
 	}
@@ -140,14 +140,10 @@ func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, web.Errorf(http.StatusBadRequest, "unknown status %q (want one of %v)", status, order.Statuses))
 		return
 	}
-	limit := 50
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 500 {
-			h.fail(w, r, web.Errorf(http.StatusBadRequest, "limit must be between 1 and 500"))
-			return
-		}
-		limit = n
+	limit, err := web.Limit(r, 50, 500)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	var before uint64
 	if v := q.Get("before"); v != "" {

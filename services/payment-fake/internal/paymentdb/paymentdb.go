@@ -105,10 +105,7 @@ func Get(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.P
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = ?`
 	var r paymentRow
 	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return payment.Payment{}, payment.ErrNotFound
-		}
-		return payment.Payment{}, fmt.Errorf("get payment %d: %w", orderID, err)
+		return payment.Payment{}, sqldb.NoRowsAs(err, payment.ErrNotFound, "get payment %d", orderID)
 	}
 	return r.domain(), nil
 }
@@ -120,10 +117,7 @@ func Lock(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Payment, er
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = ? FOR UPDATE`
 	var r paymentRow
 	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return payment.Payment{}, payment.ErrNotFound
-		}
-		return payment.Payment{}, fmt.Errorf("lock payment %d: %w", orderID, err)
+		return payment.Payment{}, sqldb.NoRowsAs(err, payment.ErrNotFound, "lock payment %d", orderID)
 	}
 	return r.domain(), nil
 }
@@ -144,7 +138,7 @@ func Decide(ctx context.Context, tx *sqlx.Tx, orderID uint64, d Decision) (bool,
 SET status = ?, psp_charge_id = ?, failure_reason = ?, aggregate_version = ?, updated_at = NOW(6)
 WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, d.To, d.PSPChargeID, d.FailureReason, d.Version, orderID, d.From)
-	return changed(res, err, "payment %d %s -> %s", orderID, d.From, d.To)
+	return sqldb.Changed(res, err, "payment %d %s -> %s", orderID, d.From, d.To)
 }
 
 // RequestCancel remembers that the order was cancelled, once: only a
@@ -153,7 +147,7 @@ func RequestCancel(ctx context.Context, tx *sqlx.Tx, orderID uint64, status paym
 	const q = `UPDATE payments SET cancel_requested_at = NOW(6), cancel_reason = ?, updated_at = NOW(6)
 WHERE order_id = ? AND status = ? AND cancel_requested_at IS NULL`
 	res, err := tx.ExecContext(ctx, q, payment.Clip(reason, 255), orderID, status)
-	return changed(res, err, "cancel payment %d", orderID)
+	return sqldb.Changed(res, err, "cancel payment %d", orderID)
 }
 
 // NoteCancel replaces the cancel reason of a payment still in status,
@@ -161,7 +155,7 @@ WHERE order_id = ? AND status = ? AND cancel_requested_at IS NULL`
 func NoteCancel(ctx context.Context, tx *sqlx.Tx, orderID uint64, status payment.Status, note string) (bool, error) {
 	const q = `UPDATE payments SET cancel_reason = ?, updated_at = NOW(6) WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, payment.Clip(note, 255), orderID, status)
-	return changed(res, err, "note on payment %d", orderID)
+	return sqldb.Changed(res, err, "note on payment %d", orderID)
 }
 
 // Advance records that the payment emitted another event (a re-requested
@@ -171,7 +165,7 @@ func Advance(ctx context.Context, tx *sqlx.Tx, orderID uint64, status payment.St
 	const q = `UPDATE payments SET aggregate_version = ?, updated_at = NOW(6)
 WHERE order_id = ? AND status = ? AND aggregate_version = ?`
 	res, err := tx.ExecContext(ctx, q, to, orderID, status, from)
-	return changed(res, err, "payment %d version %d -> %d", orderID, from, to)
+	return sqldb.Changed(res, err, "payment %d version %d -> %d", orderID, from, to)
 }
 
 // Refunded moves a succeeded payment to refunded, with the version of the
@@ -180,7 +174,7 @@ func Refunded(ctx context.Context, tx *sqlx.Tx, orderID uint64, version uint64) 
 	const q = `UPDATE payments SET status = ?, aggregate_version = ?, updated_at = NOW(6)
 WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, payment.Refunded, version, orderID, payment.Succeeded)
-	return changed(res, err, "payment %d refunded", orderID)
+	return sqldb.Changed(res, err, "payment %d refunded", orderID)
 }
 
 // NoteFailure adds one unresolved charge attempt to the evidence of a
@@ -203,7 +197,7 @@ func Park(ctx context.Context, tx *sqlx.Tx, orderID uint64, to payment.Status, r
   updated_at = NOW(6)
 WHERE order_id = ? AND status = ? AND deadline_at <= NOW(6)`
 	res, err := tx.ExecContext(ctx, q, to, payment.Clip(reason, 512), orderID, payment.Pending)
-	return changed(res, err, "park payment %d", orderID)
+	return sqldb.Changed(res, err, "park payment %d", orderID)
 }
 
 // Unpark puts a parked payment back to pending for another round: a new
@@ -215,7 +209,7 @@ func Unpark(ctx context.Context, tx *sqlx.Tx, orderID uint64, deadline, grace ti
 WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, payment.Pending, deadline.Microseconds(), grace.Microseconds(),
 		orderID, payment.NeedsAttention)
-	return changed(res, err, "retry payment %d", orderID)
+	return sqldb.Changed(res, err, "retry payment %d", orderID)
 }
 
 // Due is a row the sweep claimed: which order, and whether its deadline
@@ -250,7 +244,7 @@ func Reschedule(ctx context.Context, tx *sqlx.Tx, orderID uint64, delay time.Dur
   next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
 WHERE order_id = ? AND status = ? AND next_attempt_at <= NOW(6)`
 	res, err := tx.ExecContext(ctx, q, delay.Microseconds(), orderID, payment.Pending)
-	return changed(res, err, "reschedule payment %d", orderID)
+	return sqldb.Changed(res, err, "reschedule payment %d", orderID)
 }
 
 // Parked returns the payments parked as needs_attention, oldest first.
@@ -295,16 +289,4 @@ func CountParked(ctx context.Context, db sqlx.QueryerContext) (charges, refunds 
 		return 0, 0, fmt.Errorf("count parked: %w", err)
 	}
 	return n.Charges, n.Refunds, nil
-}
-
-// changed turns the result of a one-row UPDATE into "did the row change";
-// an error is wrapped with what was tried.
-func changed(res sql.Result, err error, format string, args ...any) (bool, error) {
-	if err == nil {
-		var n int64
-		if n, err = res.RowsAffected(); err == nil {
-			return n == 1, nil
-		}
-	}
-	return false, fmt.Errorf(format+": %w", append(args, err)...)
 }

@@ -70,10 +70,7 @@ func GetRefund(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (pay
 	const q = `SELECT ` + refundColumns + ` FROM refunds WHERE order_id = ?`
 	var r refundRow
 	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return payment.Refund{}, ErrNoRefund
-		}
-		return payment.Refund{}, fmt.Errorf("get refund %d: %w", orderID, err)
+		return payment.Refund{}, sqldb.NoRowsAs(err, ErrNoRefund, "get refund %d", orderID)
 	}
 	return r.domain(), nil
 }
@@ -83,10 +80,7 @@ func LockRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Refun
 	const q = `SELECT ` + refundColumns + ` FROM refunds WHERE order_id = ? FOR UPDATE`
 	var r refundRow
 	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return payment.Refund{}, ErrNoRefund
-		}
-		return payment.Refund{}, fmt.Errorf("lock refund %d: %w", orderID, err)
+		return payment.Refund{}, sqldb.NoRowsAs(err, ErrNoRefund, "lock refund %d", orderID)
 	}
 	return r.domain(), nil
 }
@@ -96,7 +90,7 @@ func RefundDone(ctx context.Context, tx *sqlx.Tx, orderID uint64, from payment.R
 	const q = `UPDATE refunds SET status = ?, psp_refund_id = ?, next_attempt_at = NOW(6), updated_at = NOW(6)
 WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, payment.RefundSucceeded, pspRefundID, orderID, from)
-	return changed(res, err, "refund %d %s -> succeeded", orderID, from)
+	return sqldb.Changed(res, err, "refund %d %s -> succeeded", orderID, from)
 }
 
 // NoteRefundFailure adds one failed refund attempt to the evidence of a
@@ -120,7 +114,7 @@ WHERE order_id = ? AND status = ?`
 		q += ` AND deadline_at <= NOW(6)`
 	}
 	res, err := tx.ExecContext(ctx, q, payment.RefundNeedsAttention, payment.Clip(reason, 512), orderID, payment.RefundRequested)
-	return changed(res, err, "park refund %d", orderID)
+	return sqldb.Changed(res, err, "park refund %d", orderID)
 }
 
 // UnparkRefund puts a parked refund back to requested for another round:
@@ -132,7 +126,7 @@ func UnparkRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64, deadline, gr
 WHERE order_id = ? AND status = ?`
 	res, err := tx.ExecContext(ctx, q, payment.RefundRequested, deadline.Microseconds(), grace.Microseconds(),
 		orderID, payment.RefundNeedsAttention)
-	return changed(res, err, "retry refund %d", orderID)
+	return sqldb.Changed(res, err, "retry refund %d", orderID)
 }
 
 // SelectDueRefunds is SelectDue for requested refunds.
@@ -153,7 +147,7 @@ func RescheduleRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64, delay ti
   next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
 WHERE order_id = ? AND status = ? AND next_attempt_at <= NOW(6)`
 	res, err := tx.ExecContext(ctx, q, delay.Microseconds(), orderID, payment.RefundRequested)
-	return changed(res, err, "reschedule refund %d", orderID)
+	return sqldb.Changed(res, err, "reschedule refund %d", orderID)
 }
 
 // ParkedRefund is a parked refund with its schedule.

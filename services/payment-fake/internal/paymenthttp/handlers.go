@@ -45,14 +45,10 @@ func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
 
 // needsAttention lists the parked charges and refunds with their evidence.
 func (h *handlers) needsAttention(w http.ResponseWriter, r *http.Request) {
-	limit := 100
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			h.fail(w, r, web.Errorf(http.StatusBadRequest, "limit must be between 1 and 1000"))
-			return
-		}
-		limit = n
+	limit, err := web.Limit(r, 100, 1000)
+	if err != nil {
+		h.fail(w, r, err)
+		return
 	}
 	att, err := h.app.NeedsAttention(r.Context(), limit)
 	if err != nil {
@@ -89,8 +85,7 @@ func (h *handlers) retryParked(w http.ResponseWriter, r *http.Request) {
 }
 
 func orderID(r *http.Request) (uint64, bool) {
-	id, err := strconv.ParseUint(chi.URLParam(r, "order_id"), 10, 64)
-	return id, err == nil && id != 0
+	return web.ParseID(chi.URLParam(r, "order_id"))
 }
 
 // fail is the one place domain errors become HTTP answers.

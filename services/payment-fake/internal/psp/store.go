@@ -2,12 +2,12 @@ package psp
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
 
 // The PSP's books: psp_charges and psp_refunds. Nothing outside this package
@@ -81,10 +81,7 @@ func chargeByKey(ctx context.Context, db sqlx.QueryerContext, key string) (Charg
 FROM psp_charges WHERE idempotency_key = ?`
 	var r chargeRow
 	if err := sqlx.GetContext(ctx, db, &r, q, key); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return Charge{}, errNoCharge
-		}
-		return Charge{}, fmt.Errorf("charge by key: %w", err)
+		return Charge{}, sqldb.NoRowsAs(err, errNoCharge, "charge by key")
 	}
 	return r.charge(), nil
 }
@@ -112,10 +109,7 @@ func lockCharge(ctx context.Context, tx *sqlx.Tx, chargeID string) (Charge, erro
 FROM psp_charges WHERE charge_id = ? FOR UPDATE`
 	var r chargeRow
 	if err := tx.GetContext(ctx, &r, q, chargeID); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return Charge{}, errUnknownCharge
-		}
-		return Charge{}, fmt.Errorf("lock charge: %w", err)
+		return Charge{}, sqldb.NoRowsAs(err, errUnknownCharge, "lock charge")
 	}
 	return r.charge(), nil
 }
@@ -148,10 +142,7 @@ func refundByKey(ctx context.Context, db sqlx.QueryerContext, key string) (Refun
 FROM psp_refunds WHERE idempotency_key = ?`
 	var r refundRow
 	if err := sqlx.GetContext(ctx, db, &r, q, key); err != nil {
-		if errors.Is(err, sql.ErrNoRows) {
-			return Refund{}, errNoRefund
-		}
-		return Refund{}, fmt.Errorf("refund by key: %w", err)
+		return Refund{}, sqldb.NoRowsAs(err, errNoRefund, "refund by key")
 	}
 	return r.refund(), nil
 }
