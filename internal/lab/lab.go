@@ -169,6 +169,16 @@ func (l *Lab) createOrder(ctx context.Context, key, customer, sku string, qty in
 	return o, code, hdr, err
 }
 
+// placeOrder creates an order for the lab's customer and fails unless the
+// order service accepted it (202): for scenarios whose fault comes later.
+func (l *Lab) placeOrder(ctx context.Context, key, sku string, qty int) (Order, error) {
+	o, code, _, err := l.createOrder(ctx, key, "c-lab", sku, qty)
+	if err != nil || code != http.StatusAccepted {
+		return o, fmt.Errorf("create: %d %v", code, err)
+	}
+	return o, nil
+}
+
 func (l *Lab) order(ctx context.Context, id string) (Order, int, error) {
 	var o Order
 	code, _, err := l.call(ctx, "order", http.MethodGet, "/orders/"+id, nil, nil, &o)
@@ -366,6 +376,22 @@ func (l *Lab) failpoint(ctx context.Context, svc, point string) (FailpointStatus
 		}
 	}
 	return FailpointStatus{Name: point}, nil
+}
+
+// waitHit waits until the failpoint has been hit at least once.
+func (l *Lab) waitHit(ctx context.Context, what, svc, point string) error {
+	return l.waitFor(ctx, what, func() (bool, error) {
+		fp, err := l.failpoint(ctx, svc, point)
+		return fp.Hits >= 1, err
+	})
+}
+
+// waitPaused waits until a caller is held at the (pause) failpoint.
+func (l *Lab) waitPaused(ctx context.Context, what, svc, point string) error {
+	return l.waitFor(ctx, what, func() (bool, error) {
+		fp, err := l.failpoint(ctx, svc, point)
+		return fp.Paused > 0, err
+	})
 }
 
 func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) error {

@@ -180,14 +180,11 @@ func sendRecovery(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	if err := l.arm(ctx, "order", point, "pause", 0); err != nil {
 		return err
 	}
-	o, code, _, err := l.createOrder(ctx, key("send"), "c-lab", sku, qty)
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("create: %d %v", code, err)
+	o, err := l.placeOrder(ctx, key("send"), sku, qty)
+	if err != nil {
+		return err
 	}
-	if err := l.waitFor(ctx, "the dispatcher to stop at "+point, func() (bool, error) {
-		fp, err := l.failpoint(ctx, "order", point)
-		return fp.Paused > 0, err
-	}); err != nil {
+	if err := l.waitPaused(ctx, "the dispatcher to stop at "+point, "order", point); err != nil {
 		return err
 	}
 	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
@@ -319,14 +316,11 @@ func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err := l.arm(ctx, "inventory", point, "error", count); err != nil {
 		return err
 	}
-	o, code, _, err := l.createOrder(ctx, key("consume"), "c-lab", sku, qty)
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("create: %d %v", code, err)
+	o, err := l.placeOrder(ctx, key("consume"), sku, qty)
+	if err != nil {
+		return err
 	}
-	if err := l.waitFor(ctx, "inventory to fail inside its transaction", func() (bool, error) {
-		fp, err := l.failpoint(ctx, "inventory", point)
-		return fp.Hits >= 1, err
-	}); err != nil {
+	if err := l.waitHit(ctx, "inventory to fail inside its transaction", "inventory", point); err != nil {
 		return err
 	}
 	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
@@ -396,14 +390,11 @@ func ackLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	if err := l.arm(ctx, "inventory", point, "error", 1); err != nil {
 		return err
 	}
-	o, code, _, err := l.createOrder(ctx, key("ack"), "c-lab", sku, qty)
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("create: %d %v", code, err)
+	o, err := l.placeOrder(ctx, key("ack"), sku, qty)
+	if err != nil {
+		return err
 	}
-	if err := l.waitFor(ctx, "inventory to commit and lose its ACK", func() (bool, error) {
-		fp, err := l.failpoint(ctx, "inventory", point)
-		return fp.Hits >= 1, err
-	}); err != nil {
+	if err := l.waitHit(ctx, "inventory to commit and lose its ACK", "inventory", point); err != nil {
 		return err
 	}
 	r.Sections = append(r.Sections, l.snapshot(ctx, "after the fault (committed, channel closed before the ACK)", o.OrderID, sku))
@@ -456,14 +447,11 @@ func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) err
 	}
 	deliveries0, _ := l.metric(ctx, "inventory", "consumer_deliveries_total", "consumer", "inventory")
 	processed0, _ := l.metric(ctx, "inventory", "consumer_processed_total", "consumer", "inventory")
-	o, code, _, err := l.createOrder(ctx, key("concurrent"), "c-lab", sku, qty)
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("create: %d %v", code, err)
+	o, err := l.placeOrder(ctx, key("concurrent"), sku, qty)
+	if err != nil {
+		return err
 	}
-	if err := l.waitFor(ctx, "the first delivery to hold the event", func() (bool, error) {
-		fp, err := l.failpoint(ctx, "inventory", point)
-		return fp.Paused > 0, err
-	}); err != nil {
+	if err := l.waitPaused(ctx, "the first delivery to hold the event", "inventory", point); err != nil {
 		return err
 	}
 	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
@@ -550,14 +538,11 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err := l.arm(ctx, "order", pointA, "pause", 1); err != nil {
 		return err
 	}
-	o, code, _, err := l.createOrder(ctx, key("lease"), "c-lab", sku, qty)
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("create: %d %v", code, err)
+	o, err := l.placeOrder(ctx, key("lease"), sku, qty)
+	if err != nil {
+		return err
 	}
-	if err := l.waitFor(ctx, "dispatcher A to pause after the confirm", func() (bool, error) {
-		fp, err := l.failpoint(ctx, "order", pointA)
-		return fp.Paused > 0, err
-	}); err != nil {
+	if err := l.waitPaused(ctx, "dispatcher A to pause after the confirm", "order", pointA); err != nil {
 		return err
 	}
 	a, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
@@ -668,17 +653,14 @@ func outOfOrder(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err := l.arm(ctx, "order", point, "error", 1); err != nil {
 		return err
 	}
-	o, code, _, err := l.createOrder(ctx, key("order"), "c-lab", sku, qty)
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("create: %d %v", code, err)
-	}
-	if err := l.waitFor(ctx, "the create to be held back", func() (bool, error) {
-		fp, err := l.failpoint(ctx, "order", point)
-		return fp.Hits >= 1, err
-	}); err != nil {
+	o, err := l.placeOrder(ctx, key("order"), sku, qty)
+	if err != nil {
 		return err
 	}
-	code, _, err = l.call(ctx, "order", http.MethodPost, "/orders/"+o.OrderID+"/cancel",
+	if err := l.waitHit(ctx, "the create to be held back", "order", point); err != nil {
+		return err
+	}
+	code, _, err := l.call(ctx, "order", http.MethodPost, "/orders/"+o.OrderID+"/cancel",
 		map[string]string{"Idempotency-Key": key("cancel")}, map[string]string{"reason": "lab: cancel before create"}, nil)
 	if err != nil || code != http.StatusAccepted {
 		return fmt.Errorf("cancel: %d %v", code, err)
