@@ -343,6 +343,11 @@ func TestParticipantDeadlineCancelsAcrossARestart(t *testing.T) {
 	if cancelled.StatusReason != "inventory did not answer in time" {
 		t.Fatalf("reason %q", cancelled.StatusReason)
 	}
+	// The sweep counts the expiry after its commit, which the status
+	// already shows: wait for the count, then check it is exactly one.
+	sagatest.Eventually(t, 5*time.Second, "the deadline expiry to be counted", func() bool {
+		return s.Order.Metric("order_deadlines_expired_total", "status", "pending_inventory") >= 1
+	})
 	if got := s.Order.Metric("order_deadlines_expired_total", "status", "pending_inventory"); got != 1 {
 		t.Fatalf("order_deadlines_expired_total{pending_inventory} = %v, want 1", got)
 	}
