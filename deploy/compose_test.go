@@ -22,14 +22,14 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/relmsg/ordersaga/pkg/service"
+	"github.com/relmsg/ordersaga/pkg/process"
 )
 
 // No Docker engine runs where these tests run, so they check the compose
 // stack by reading it: docker-compose.yml (interpolated the way compose
 // does), the Dockerfile, .dockerignore, and the two provisioning scripts
 // run in their print modes. The reference for "the same system" is
-// scripts/up.sh, .env.example and pkg/service's configuration loader.
+// scripts/up.sh, .env.example and pkg/process's configuration loader.
 
 // root is the repository root, relative to this package's directory (where
 // go test runs).
@@ -215,10 +215,10 @@ func TestComposeAppEnvironment(t *testing.T) {
 
 			// What the service itself makes of it: the shared loader
 			// must accept every value.
-			senv := service.NewEnv(func(k string) string { return env[k] })
-			cfg := service.Load(senv, a.name, ":"+a.port, a.db)
+			senv := process.NewEnv(func(k string) string { return env[k] })
+			cfg := process.Load(senv, a.name, ":"+a.port, a.db)
 			if err := senv.Err(); err != nil {
-				t.Fatalf("pkg/service rejects the compose environment: %v", err)
+				t.Fatalf("pkg/process rejects the compose environment: %v", err)
 			}
 			if cfg.CreateDatabase || !cfg.DemoMode || cfg.OutboxLease != 5*time.Second {
 				t.Errorf("loaded config: CreateDatabase=%v DemoMode=%v OutboxLease=%s, want false, true, 5s", cfg.CreateDatabase, cfg.DemoMode, cfg.OutboxLease)

@@ -20,4 +20,4 @@ if [[ -z ${ADMIN_TOKEN:-} && -f .env ]]; then
 	ADMIN_TOKEN=$(sed -n 's/^ADMIN_TOKEN=//p' .env | tail -n 1)
 	export ADMIN_TOKEN
 fi
-exec go run ./scripts/lab "$@"
+exec go run ./cmd/lab "$@"

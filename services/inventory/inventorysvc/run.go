@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/inbox"
-	"github.com/relmsg/ordersaga/pkg/service"
-	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryamqp"
+	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryhttp"
 )
 
 // settings are the inventory service's own configuration, beyond the
-// shared service.Config.
+// shared process.Config.
 type settings struct {
 	ReservationTTL   time.Duration // RESERVATION_TTL: how long a reservation holds its stock
 	SweepInterval    time.Duration // RESERVATION_SWEEP_INTERVAL: how often the lease sweep runs
@@ -37,7 +37,7 @@ func (s settings) LogValue() slog.Value {
 	)
 }
 
-func loadSettings(env *service.Env) settings {
+func loadSettings(env *process.Env) settings {
 	return settings{
 		ReservationTTL:   env.Duration("RESERVATION_TTL", inventoryapp.DefaultLease),
 		SweepInterval:    env.Duration("RESERVATION_SWEEP_INTERVAL", 5*time.Second),
@@ -49,29 +49,29 @@ func loadSettings(env *service.Env) settings {
 
 // Run runs the inventory service until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
-	env := service.NewEnv(getenv)
-	cfg := service.Load(env, "inventory", ":8082", "inventory_service")
+	env := process.NewEnv(getenv)
+	cfg := process.Load(env, "inventory", ":8082", "inventory_service")
 	own := loadSettings(env)
 	if err := env.Err(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 
-	ctx, rt, err := service.Start(ctx, cfg, "inventory", inventoryamqp.Topology, stdout)
+	ctx, rt, err := process.Start(ctx, cfg, "inventory", inventorybindings.Topology, stdout)
 	if err != nil {
 		return err
 	}
 	rt.Log.Info("inventory settings", "settings", own)
 	app := inventoryapp.New(rt.DB, rt.Log, inventoryapp.Config{
-		Consumer:    inventoryamqp.ConsumerName,
+		Consumer:    inventorybindings.ConsumerName,
 		Lease:       own.ReservationTTL,
 		GapDeadline: own.GapDeadline,
 		Wake:        rt.Outbox.Wake,
 		WrongWay:    cfg.WrongWay,
 	})
 
-	consumer := rt.InboxConfig(inventoryamqp.ConsumerName)
-	consumer.Handlers = inventoryamqp.Handlers(app)
-	rt.Consume(inventoryamqp.Queue, inbox.NewConsumer(consumer))
+	consumer := rt.InboxConfig(inventorybindings.ConsumerName)
+	consumer.Handlers = inventorybindings.Handlers(app)
+	rt.Consume(inventorybindings.Queue, inbox.NewConsumer(consumer))
 
 	rt.Loop("lease-sweep", func(ctx context.Context) error {
 		return app.RunLeaseSweep(ctx, own.SweepInterval, own.SweepBatch)

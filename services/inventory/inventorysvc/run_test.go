@@ -21,7 +21,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
-	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryamqp"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 )
 
@@ -115,7 +115,7 @@ func TestRunReservesAndPublishesTheResult(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "inventory")
 	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, inventoryamqp.Topology(ns))
+	rabbittest.Cleanup(t, inventorybindings.Topology(ns))
 	// A queue of the test's own, standing in for the order service.
 	results := rabbittest.Topology(t, ns, rabbit.Queue{Name: "test.inventory-results",
 		Keys: []string{events.InventoryReserved, events.InventoryRejected}})
@@ -268,7 +268,7 @@ func TestRunExpiresLeasesAndReportsGaps(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "inventory")
 	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, inventoryamqp.Topology(ns))
+	rabbittest.Cleanup(t, inventorybindings.Topology(ns))
 	results := rabbittest.Topology(t, ns, rabbit.Queue{Name: "test.inventory-results",
 		Keys: []string{events.InventoryReserved, events.InventoryReservationExpired}})
 	conn := rabbittest.Conn(t, results)

@@ -12,16 +12,16 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/inbox"
-	"github.com/relmsg/ordersaga/pkg/service"
+	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
-	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
-	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
+	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
 // settings are the order service's own configuration, beyond the shared
-// service.Config.
+// process.Config.
 type settings struct {
 	Deadlines          order.Deadlines          // PARTICIPANT_DEADLINE, PAYMENT_DEADLINE
 	DeadlineSweep      time.Duration            // DEADLINE_SWEEP_INTERVAL
@@ -46,13 +46,13 @@ func (s settings) LogValue() slog.Value {
 		slog.String("reconcile_grace", s.Reconcile.Grace.String()),
 		slog.String("reconcile_refund_grace", s.Reconcile.RefundGrace.String()),
 		slog.Int("reconcile_batch", s.Reconcile.Batch),
-		slog.String("inventory_url", service.MaskURL(s.InventoryURL)),
-		slog.String("payment_url", service.MaskURL(s.PaymentURL)),
+		slog.String("inventory_url", process.MaskURL(s.InventoryURL)),
+		slog.String("payment_url", process.MaskURL(s.PaymentURL)),
 		slog.String("peer_timeout", s.PeerTimeout.String()),
 	)
 }
 
-func loadSettings(env *service.Env) (settings, error) {
+func loadSettings(env *process.Env) (settings, error) {
 	s := settings{
 		Deadlines: order.Deadlines{
 			Participant: env.Duration("PARTICIPANT_DEADLINE", order.DefaultDeadlines.Participant),
@@ -74,7 +74,7 @@ func loadSettings(env *service.Env) (settings, error) {
 	var errs []error
 	for key, v := range map[string]string{"INVENTORY_URL": s.InventoryURL, "PAYMENT_URL": s.PaymentURL} {
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s=%q: want http://host:port", key, service.MaskURL(v)))
+			errs = append(errs, fmt.Errorf("%s=%q: want http://host:port", key, process.MaskURL(v)))
 		}
 	}
 	return s, errors.Join(errs...)
@@ -82,14 +82,14 @@ func loadSettings(env *service.Env) (settings, error) {
 
 // Run runs the order service until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
-	env := service.NewEnv(getenv)
-	cfg := service.Load(env, "order", ":8081", "order_service")
+	env := process.NewEnv(getenv)
+	cfg := process.Load(env, "order", ":8081", "order_service")
 	own, serr := loadSettings(env)
 	if err := errors.Join(env.Err(), serr); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 
-	ctx, rt, err := service.Start(ctx, cfg, "order", orderamqp.Topology, stdout)
+	ctx, rt, err := process.Start(ctx, cfg, "order", orderbindings.Topology, stdout)
 	if err != nil {
 		return err
 	}
@@ -102,16 +102,16 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	app := orderapp.New(rt.DB, rt.Outbox.Wake, rt.Log, orderapp.Config{
 		Deadlines:  own.Deadlines,
 		Reconcile:  own.Reconcile,
-		Peers:      orderpeers.New(own.InventoryURL, own.PaymentURL, cfg.AdminToken, own.PeerTimeout),
+		Peers:      peerclient.New(own.InventoryURL, own.PaymentURL, cfg.AdminToken, own.PeerTimeout),
 		Registerer: rt.Metrics,
 	})
 	rt.Metrics.MustRegister(app.Collector())
 
 	app.WrongWay(cfg.WrongWay, rt.PublishNow)
 
-	consumer := rt.InboxConfig(orderamqp.ConsumerName)
-	consumer.Handlers = orderamqp.Handlers(app)
-	rt.Consume(orderamqp.Queue, inbox.NewConsumer(consumer))
+	consumer := rt.InboxConfig(orderbindings.ConsumerName)
+	consumer.Handlers = orderbindings.Handlers(app)
+	rt.Consume(orderbindings.Queue, inbox.NewConsumer(consumer))
 
 	// The persistent timer: deadlines live in orders.deadline_at, so a
 	// restart resumes from the table (see orderapp/deadline.go).

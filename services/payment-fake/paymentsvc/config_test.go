@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/service"
+	"github.com/relmsg/ordersaga/pkg/process"
 )
 
 func TestLoadPSPConfig(t *testing.T) {
@@ -30,7 +30,7 @@ func TestLoadPSPConfig(t *testing.T) {
 		{"PSP_TIMEOUT too long", ":8083", map[string]string{"PSP_TIMEOUT": "20s"}, "", "PSP_TIMEOUT"},
 	}
 	for _, tt := range tests {
-		env := service.NewEnv(func(k string) string { return tt.env[k] })
+		env := process.NewEnv(func(k string) string { return tt.env[k] })
 		c, err := loadPSPConfig(env, tt.httpAddr)
 		if err == nil {
 			err = env.Err()
@@ -62,7 +62,7 @@ func TestRunReportsBadConfiguration(t *testing.T) {
 }
 
 func TestLoadSagaConfig(t *testing.T) {
-	env := service.NewEnv(func(string) string { return "" })
+	env := process.NewEnv(func(string) string { return "" })
 	c, err := loadSagaConfig(env)
 	if err != nil || env.Err() != nil {
 		t.Fatalf("defaults: %v %v", err, env.Err())
@@ -75,7 +75,7 @@ func TestLoadSagaConfig(t *testing.T) {
 
 	set := map[string]string{"PAYMENT_DEADLINE": "2m", "REFUND_DEADLINE": "1h", "PAYMENT_SWEEP_INTERVAL": "250ms",
 		"PAYMENT_SWEEP_GRACE": "1s", "PAYMENT_SWEEP_BATCH": "5", "PAYMENT_RETRY_BASE": "2s", "PAYMENT_RETRY_CAP": "20s"}
-	env = service.NewEnv(func(k string) string { return set[k] })
+	env = process.NewEnv(func(k string) string { return set[k] })
 	c, err = loadSagaConfig(env)
 	if err != nil || env.Err() != nil {
 		t.Fatalf("set: %v %v", err, env.Err())
@@ -86,7 +86,7 @@ func TestLoadSagaConfig(t *testing.T) {
 	}
 
 	bad := map[string]string{"PAYMENT_DEADLINE": "soon", "REFUND_DEADLINE": "-1m", "PAYMENT_SWEEP_BATCH": "0"}
-	env = service.NewEnv(func(k string) string { return bad[k] })
+	env = process.NewEnv(func(k string) string { return bad[k] })
 	_, _ = loadSagaConfig(env)
 	for _, key := range []string{"PAYMENT_DEADLINE", "REFUND_DEADLINE", "PAYMENT_SWEEP_BATCH"} {
 		if env.Err() == nil || !strings.Contains(env.Err().Error(), key) {
@@ -94,7 +94,7 @@ func TestLoadSagaConfig(t *testing.T) {
 		}
 	}
 	inverted := map[string]string{"PAYMENT_RETRY_BASE": "1m", "PAYMENT_RETRY_CAP": "10s"}
-	if _, err := loadSagaConfig(service.NewEnv(func(k string) string { return inverted[k] })); err == nil ||
+	if _, err := loadSagaConfig(process.NewEnv(func(k string) string { return inverted[k] })); err == nil ||
 		!strings.Contains(err.Error(), "PAYMENT_RETRY_CAP") {
 		t.Errorf("cap below base: %v, want an error", err)
 	}

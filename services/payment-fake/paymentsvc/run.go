@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/inbox"
-	"github.com/relmsg/ordersaga/pkg/service"
-	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentamqp"
+	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenthttp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
@@ -23,19 +23,19 @@ import (
 // Run runs the payment service, with the fake PSP mounted at /psp on the
 // same listener, until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
-	env := service.NewEnv(getenv)
-	cfg := service.Load(env, "payment-fake", ":8083", "payment_service")
+	env := process.NewEnv(getenv)
+	cfg := process.Load(env, "payment-fake", ":8083", "payment_service")
 	pcfg, perr := loadPSPConfig(env, cfg.HTTPAddr)
 	scfg, serr := loadSagaConfig(env)
 	if err := errors.Join(env.Err(), perr, serr); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 
-	ctx, rt, err := service.Start(ctx, cfg, "payment", paymentamqp.Topology, stdout)
+	ctx, rt, err := process.Start(ctx, cfg, "payment", paymentbindings.Topology, stdout)
 	if err != nil {
 		return err
 	}
-	rt.Log.Info("psp client", "psp_url", service.MaskURL(pcfg.URL), "psp_timeout", pcfg.Timeout)
+	rt.Log.Info("psp client", "psp_url", process.MaskURL(pcfg.URL), "psp_timeout", pcfg.Timeout)
 	rt.Log.Info("payment deadlines and sweep", "payment_deadline", scfg.App.ChargeDeadline,
 		"refund_deadline", scfg.App.RefundDeadline, "sweep_interval", scfg.SweepInterval,
 		"sweep_grace", scfg.App.Grace, "sweep_batch", scfg.App.SweepBatch,
@@ -48,17 +48,17 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	scfg.App.Wake = rt.Outbox.Wake
 	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics, scfg.App)
 
-	saga := rt.InboxConfig(paymentamqp.SagaConsumer)
-	saga.Handlers = paymentamqp.SagaHandlers(app)
-	rt.Consume(paymentamqp.SagaQueue, inbox.NewConsumer(saga))
+	saga := rt.InboxConfig(paymentbindings.SagaConsumer)
+	saga.Handlers = paymentbindings.SagaHandlers(app)
+	rt.Consume(paymentbindings.SagaQueue, inbox.NewConsumer(saga))
 
-	charges := rt.InboxConfig(paymentamqp.PSPConsumer)
-	charges.External = paymentamqp.PSPHandlers(app)
-	rt.Consume(paymentamqp.PSPQueue, inbox.NewConsumer(charges))
+	charges := rt.InboxConfig(paymentbindings.PSPConsumer)
+	charges.External = paymentbindings.PSPHandlers(app)
+	rt.Consume(paymentbindings.PSPQueue, inbox.NewConsumer(charges))
 
-	refunds := rt.InboxConfig(paymentamqp.RefundConsumer)
-	refunds.External = paymentamqp.RefundHandlers(app)
-	rt.Consume(paymentamqp.RefundQueue, inbox.NewConsumer(refunds))
+	refunds := rt.InboxConfig(paymentbindings.RefundConsumer)
+	refunds.External = paymentbindings.RefundHandlers(app)
+	rt.Consume(paymentbindings.RefundQueue, inbox.NewConsumer(refunds))
 
 	// The persistent driver of every open charge and refund: a table scan,
 	// not a timer in memory (see paymentapp/sweep.go).
@@ -76,7 +76,7 @@ type sagaConfig struct {
 	SweepInterval time.Duration     // PAYMENT_SWEEP_INTERVAL
 }
 
-func loadSagaConfig(env *service.Env) (sagaConfig, error) {
+func loadSagaConfig(env *process.Env) (sagaConfig, error) {
 	c := sagaConfig{
 		App: paymentapp.Config{
 			ChargeDeadline: env.Duration("PAYMENT_DEADLINE", 10*time.Minute),
@@ -105,7 +105,7 @@ type pspConfig struct {
 // an unknown outcome is always followed by its status query.
 const maxPSPTimeout = 12 * time.Second
 
-func loadPSPConfig(env *service.Env, httpAddr string) (pspConfig, error) {
+func loadPSPConfig(env *process.Env, httpAddr string) (pspConfig, error) {
 	c := pspConfig{
 		URL:     env.String("PSP_URL", ""),
 		Timeout: env.Duration("PSP_TIMEOUT", 5*time.Second),
@@ -121,13 +121,13 @@ func loadPSPConfig(env *service.Env, httpAddr string) (pspConfig, error) {
 		}
 		c.URL = u
 	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("PSP_URL=%q: want http://host:port/path", service.MaskURL(c.URL)))
+		errs = append(errs, fmt.Errorf("PSP_URL=%q: want http://host:port/path", process.MaskURL(c.URL)))
 	}
 	return c, errors.Join(errs...)
 }
 
 // localPSPURL is the default PSP_URL: the PSP mounted on this service's own
-// listener. It is derived from HTTP_ADDR before listening (pkg/service
+// listener. It is derived from HTTP_ADDR before listening (pkg/process
 // listens inside Serve): an unspecified host (":8083", "0.0.0.0:8083",
 // "[::]:8083") means loopback; a named port ("http") is resolved. Port 0
 // (any free port) is only known after listening, so it needs PSP_URL.

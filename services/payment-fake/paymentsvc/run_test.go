@@ -20,7 +20,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
-	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentamqp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
 )
@@ -33,7 +33,7 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "payment")
 	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, paymentamqp.Topology(ns))
+	rabbittest.Cleanup(t, paymentbindings.Topology(ns))
 	const probeQueue = "probe.payment-results"
 	probe := rabbittest.Topology(t, ns, rabbit.Queue{Name: probeQueue,
 		Keys: []string{events.PaymentSucceeded, events.PaymentFailed}})
@@ -142,7 +142,7 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "payment")
 	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, paymentamqp.Topology(ns))
+	rabbittest.Cleanup(t, paymentbindings.Topology(ns))
 	const probeQueue = "probe.payment-refunds"
 	probe := rabbittest.Topology(t, ns, rabbit.Queue{Name: probeQueue,
 		Keys: []string{events.PaymentSucceeded, events.PaymentRefunded}})

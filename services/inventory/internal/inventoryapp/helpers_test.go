@@ -15,8 +15,8 @@ import (
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
-	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryamqp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -45,9 +45,9 @@ func setupWrongWay(t *testing.T, ww *wrongway.Set) *fixture {
 	db := sqldbtest.New(t, "inventory")
 	// The default lease (15m) and gap deadline (5m): no test waits for
 	// either; a test that needs one over moves it into the past.
-	app := inventoryapp.New(db.DB, quiet, inventoryapp.Config{Consumer: inventoryamqp.ConsumerName, WrongWay: ww})
-	c := inbox.NewConsumer(inbox.Config{Name: inventoryamqp.ConsumerName, DB: db.DB,
-		Handlers: inventoryamqp.Handlers(app), Log: quiet})
+	app := inventoryapp.New(db.DB, quiet, inventoryapp.Config{Consumer: inventorybindings.ConsumerName, WrongWay: ww})
+	c := inbox.NewConsumer(inbox.Config{Name: inventorybindings.ConsumerName, DB: db.DB,
+		Handlers: inventorybindings.Handlers(app), Log: quiet})
 	return &fixture{db: db, app: app, c: c}
 }
 

@@ -33,7 +33,7 @@ const (
 // Config is what the app needs beyond the database.
 type Config struct {
 	// Consumer is the name event gaps are recorded under: the inbox
-	// consumer name of the saga handlers (inventoryamqp.ConsumerName).
+	// consumer name of the saga handlers (inventorybindings.ConsumerName).
 	Consumer string
 	// Lease is how long a reservation holds its stock before the sweep may
 	// release it (RESERVATION_TTL). Zero means DefaultLease.
@@ -59,7 +59,7 @@ type App struct {
 }
 
 // New returns the app. Its saga handlers are run by an inbox.Consumer (see
-// inventoryamqp.Handlers), whose AfterCommit wakes the outbox dispatcher.
+// inventorybindings.Handlers), whose AfterCommit wakes the outbox dispatcher.
 func New(db *sqlx.DB, log *slog.Logger, cfg Config) *App {
 	if cfg.Consumer == "" {
 		panic("inventoryapp: Config.Consumer is required")

@@ -18,8 +18,8 @@ import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
-	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryamqp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryhttp"
 )
 
@@ -34,7 +34,7 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	db := sqldbtest.New(t, "inventory")
-	app := inventoryapp.New(db.DB, quiet, inventoryapp.Config{Consumer: inventoryamqp.ConsumerName})
+	app := inventoryapp.New(db.DB, quiet, inventoryapp.Config{Consumer: inventorybindings.ConsumerName})
 	r := chi.NewRouter()
 	inventoryhttp.Routes(r, app, quiet)
 	// The service mounts these under /admin behind ADMIN_TOKEN
@@ -42,8 +42,8 @@ func setup(t *testing.T) *fixture {
 	r.Route("/admin", inventoryhttp.AdminRoutes(app, quiet))
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
-	c := inbox.NewConsumer(inbox.Config{Name: inventoryamqp.ConsumerName, DB: db.DB,
-		Handlers: inventoryamqp.Handlers(app), Log: quiet})
+	c := inbox.NewConsumer(inbox.Config{Name: inventorybindings.ConsumerName, DB: db.DB,
+		Handlers: inventorybindings.Handlers(app), Log: quiet})
 	return &fixture{db: db, srv: srv, c: c}
 }
 

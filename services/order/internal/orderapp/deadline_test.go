@@ -13,8 +13,8 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
-	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 )
 
 var testDeadlines = order.Deadlines{Participant: 2 * time.Minute, Payment: 10 * time.Minute}
@@ -32,7 +32,7 @@ func newDeadlineFixture(t *testing.T) *deadlineFixture {
 	db := sqldbtest.New(t, "order")
 	f := &deadlineFixture{fixture: &fixture{db: db.DB}}
 	f.app, f.reg = f.newApp()
-	f.cons = inbox.NewConsumer(inbox.Config{Name: orderamqp.ConsumerName, DB: db.DB, Handlers: orderamqp.Handlers(f.app), Log: quiet})
+	f.cons = inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: db.DB, Handlers: orderbindings.Handlers(f.app), Log: quiet})
 	return f
 }
 

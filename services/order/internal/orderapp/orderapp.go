@@ -27,7 +27,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
-	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
+	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
 // App is the order service's application layer.
@@ -56,7 +56,7 @@ type Config struct {
 	Reconcile ReconcileConfig
 	// Peers asks inventory and payment over HTTP. Without it the reconciler
 	// and the timeline see the order service only.
-	Peers *orderpeers.Client
+	Peers *peerclient.Client
 	// Registerer receives the order metrics (nil: not registered).
 	Registerer prometheus.Registerer
 }

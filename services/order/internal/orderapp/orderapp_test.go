@@ -18,8 +18,8 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
-	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -36,7 +36,7 @@ func newFixture(t *testing.T) *fixture {
 	db := sqldbtest.New(t, "order")
 	var wakes atomic.Int32
 	app := orderapp.New(db.DB, func() { wakes.Add(1) }, quiet, orderapp.Config{})
-	cons := inbox.NewConsumer(inbox.Config{Name: orderamqp.ConsumerName, DB: db.DB, Handlers: orderamqp.Handlers(app), Log: quiet})
+	cons := inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: db.DB, Handlers: orderbindings.Handlers(app), Log: quiet})
 	return &fixture{db: db.DB, app: app, wakes: &wakes, cons: cons}
 }
 

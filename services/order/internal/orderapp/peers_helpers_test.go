@@ -17,9 +17,9 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
-	"github.com/relmsg/ordersaga/services/order/internal/orderamqp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
-	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
+	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
+	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
 // peer is an httptest fake of inventory's or payment's HTTP API: the
@@ -171,10 +171,10 @@ func newRecon(t *testing.T) *recon {
 	app := orderapp.New(db.DB, func() { wakes.Add(1) }, quiet, orderapp.Config{
 		Deadlines:  order.Deadlines{Participant: time.Hour, Payment: time.Hour},
 		Reconcile:  orderapp.ReconcileConfig{Grace: time.Minute, RefundGrace: time.Minute, Batch: 50},
-		Peers:      orderpeers.New(inv.srv.URL, pay.srv.URL, adminToken, 2*time.Second),
+		Peers:      peerclient.New(inv.srv.URL, pay.srv.URL, adminToken, 2*time.Second),
 		Registerer: reg,
 	})
-	cons := inbox.NewConsumer(inbox.Config{Name: orderamqp.ConsumerName, DB: db.DB, Handlers: orderamqp.Handlers(app), Log: quiet})
+	cons := inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: db.DB, Handlers: orderbindings.Handlers(app), Log: quiet})
 	t.Cleanup(func() {
 		if n := inv.psp.Load() + pay.psp.Load(); n != 0 {
 			t.Errorf("%d calls to the PSP", n)

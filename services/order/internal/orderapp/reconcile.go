@@ -15,7 +15,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
-	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
+	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
 // The reconciler (chapter: 对账, verify that the business loop closed).
@@ -104,9 +104,9 @@ type Evidence struct {
 		AgeSeconds   float64    `json:"seconds_since_last_change"`
 	} `json:"order"`
 	OrderOutbox     []orderdb.Event      `json:"order_outbox"`
-	Reservation     *orderpeers.Answer   `json:"inventory_reservation"`
-	Payment         *orderpeers.Answer   `json:"payment"`
-	InventoryOutbox *orderpeers.Answer   `json:"inventory_outbox"`
+	Reservation     *peerclient.Answer   `json:"inventory_reservation"`
+	Payment         *peerclient.Answer   `json:"payment"`
+	InventoryOutbox *peerclient.Answer   `json:"inventory_outbox"`
 	Classification  order.Classification `json:"classification"`
 	Action          order.RepairAction   `json:"action"`
 	Why             string               `json:"why"`
@@ -277,7 +277,7 @@ func (a *App) observe(ctx context.Context, runID string, c orderdb.Candidate) (E
 			obs.Refund = pay.Refund.Status
 		}
 	}
-	rows, outAns, err := peers.Outbox(ctx, orderpeers.InventoryService, c.ID)
+	rows, outAns, err := peers.Outbox(ctx, peerclient.InventoryService, c.ID)
 	ev.InventoryOutbox = &outAns
 	if err == nil {
 		obs.InventoryEvents = []order.EventState{}
@@ -288,7 +288,7 @@ func (a *App) observe(ctx context.Context, runID string, c orderdb.Candidate) (E
 	return ev, obs, nil
 }
 
-func answerError(a *orderpeers.Answer) string {
+func answerError(a *peerclient.Answer) string {
 	if a == nil {
 		return "not asked (no peers configured)"
 	}
@@ -377,7 +377,7 @@ func (a *App) retryParticipantEvent(ctx context.Context, c orderdb.Candidate, v 
 	}
 	_, err = a.cfg.Peers.RetryOutbox(ctx, v.Service, v.EventID)
 	switch {
-	case errors.Is(err, orderpeers.ErrNotRetried):
+	case errors.Is(err, peerclient.ErrNotRetried):
 		audit.Outcome = OutcomeStateChanged
 		audit.Detail = fmt.Sprintf("%s's event %s is no longer failed: left alone", v.Service, v.EventID)
 	case err != nil:

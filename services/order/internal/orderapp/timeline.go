@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
-	"github.com/relmsg/ordersaga/services/order/internal/orderpeers"
+	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
 // Timeline is one order's story across the three services, in time order:
@@ -86,20 +86,20 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 	type event struct{ service, typ string }
 	events := map[string]event{}
 	var ids []string
-	outboxes := map[string][]orderpeers.OutboxEvent{"order": {}}
+	outboxes := map[string][]peerclient.OutboxEvent{"order": {}}
 	for _, e := range own {
-		outboxes["order"] = append(outboxes["order"], orderpeers.OutboxEvent{EventID: e.EventID, AggregateVersion: e.AggregateVersion,
+		outboxes["order"] = append(outboxes["order"], peerclient.OutboxEvent{EventID: e.EventID, AggregateVersion: e.AggregateVersion,
 			EventType: e.EventType, Status: e.Status, Attempts: e.Attempts, CreatedAt: e.CreatedAt, SentAt: e.SentAt})
 	}
 	var (
-		res *orderpeers.Reservation
-		pay *orderpeers.Payment
+		res *peerclient.Reservation
+		pay *peerclient.Payment
 	)
 	peers := a.cfg.Peers
 	if peers == nil {
 		tl.Warnings = append(tl.Warnings, "no peers configured: inventory and payment not asked")
 	} else {
-		for _, svc := range []string{orderpeers.InventoryService, orderpeers.PaymentService} {
+		for _, svc := range []string{peerclient.InventoryService, peerclient.PaymentService} {
 			rows, _, err := peers.Outbox(ctx, svc, id)
 			if err != nil {
 				tl.Warnings = append(tl.Warnings, err.Error())
@@ -114,7 +114,7 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 			tl.Warnings = append(tl.Warnings, err.Error())
 		}
 	}
-	for _, svc := range []string{"order", orderpeers.InventoryService, orderpeers.PaymentService} {
+	for _, svc := range []string{"order", peerclient.InventoryService, peerclient.PaymentService} {
 		for _, e := range outboxes[svc] {
 			events[e.EventID] = event{service: svc, typ: e.EventType}
 			ids = append(ids, e.EventID)
@@ -128,7 +128,7 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 	add := func(at time.Time, service, kind string, detail map[string]any) {
 		entries = append(entries, TimelineEntry{At: at.UTC(), Service: service, Kind: kind, Detail: detail})
 	}
-	inbox := func(service string, rows []orderpeers.InboxRow) {
+	inbox := func(service string, rows []peerclient.InboxRow) {
 		for _, r := range rows {
 			e := events[r.EventID]
 			add(r.ProcessedAt, service, KindInboxProcessed, map[string]any{"consumer": r.Consumer, "event_id": r.EventID,
@@ -138,14 +138,14 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 	if mine, err := orderdb.Inbox(ctx, a.db, ids); err != nil {
 		return Timeline{}, err
 	} else {
-		rows := make([]orderpeers.InboxRow, len(mine))
+		rows := make([]peerclient.InboxRow, len(mine))
 		for i, r := range mine {
-			rows[i] = orderpeers.InboxRow{Consumer: r.Consumer, EventID: r.EventID, ProcessedAt: r.ProcessedAt}
+			rows[i] = peerclient.InboxRow{Consumer: r.Consumer, EventID: r.EventID, ProcessedAt: r.ProcessedAt}
 		}
 		inbox("order", rows)
 	}
 	if peers != nil && len(ids) > 0 {
-		for _, svc := range []string{orderpeers.InventoryService, orderpeers.PaymentService} {
+		for _, svc := range []string{peerclient.InventoryService, peerclient.PaymentService} {
 			rows, err := peers.Inbox(ctx, svc, ids)
 			if err != nil {
 				tl.Warnings = append(tl.Warnings, err.Error())
@@ -171,20 +171,20 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 		add(h.ChangedAt, "order", kind, d)
 	}
 	if res != nil {
-		add(res.CreatedAt, orderpeers.InventoryService, KindReservationCreated, map[string]any{"status_now": res.Status})
+		add(res.CreatedAt, peerclient.InventoryService, KindReservationCreated, map[string]any{"status_now": res.Status})
 		if res.ExpiredAt != nil {
-			add(*res.ExpiredAt, orderpeers.InventoryService, KindReservationExpired, map[string]any{"expires_at": res.ExpiresAt})
+			add(*res.ExpiredAt, peerclient.InventoryService, KindReservationExpired, map[string]any{"expires_at": res.ExpiresAt})
 		}
 		if res.UpdatedAt.After(res.CreatedAt) {
 			d := map[string]any{"status": res.Status}
 			if res.Reason != "" {
 				d["reason"] = res.Reason
 			}
-			add(res.UpdatedAt, orderpeers.InventoryService, KindReservationUpdated, d)
+			add(res.UpdatedAt, peerclient.InventoryService, KindReservationUpdated, d)
 		}
 	}
 	if pay != nil {
-		add(pay.CreatedAt, orderpeers.PaymentService, KindPaymentCreated, map[string]any{"status_now": pay.Status,
+		add(pay.CreatedAt, peerclient.PaymentService, KindPaymentCreated, map[string]any{"status_now": pay.Status,
 			"amount_cents": pay.AmountCents})
 		if pay.UpdatedAt.After(pay.CreatedAt) {
 			d := map[string]any{"status": pay.Status}
@@ -194,24 +194,24 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 			if pay.FailureReason != "" {
 				d["failure_reason"] = pay.FailureReason
 			}
-			add(pay.UpdatedAt, orderpeers.PaymentService, KindPaymentUpdated, d)
+			add(pay.UpdatedAt, peerclient.PaymentService, KindPaymentUpdated, d)
 		}
 		if f := pay.Refund; f != nil {
-			add(f.CreatedAt, orderpeers.PaymentService, KindRefundRequested, map[string]any{"status_now": f.Status,
+			add(f.CreatedAt, peerclient.PaymentService, KindRefundRequested, map[string]any{"status_now": f.Status,
 				"amount_cents": f.AmountCents})
 			if f.UpdatedAt.After(f.CreatedAt) {
-				add(f.UpdatedAt, orderpeers.PaymentService, KindRefundUpdated, map[string]any{"status": f.Status,
+				add(f.UpdatedAt, peerclient.PaymentService, KindRefundUpdated, map[string]any{"status": f.Status,
 					"psp_refund_id": f.PSPRefundID})
 			}
 		}
 	}
-	for _, svc := range []string{"order", orderpeers.InventoryService, orderpeers.PaymentService} {
+	for _, svc := range []string{"order", peerclient.InventoryService, peerclient.PaymentService} {
 		for _, e := range outboxes[svc] {
 			add(e.CreatedAt, svc, KindOutboxWritten, map[string]any{"event_id": e.EventID, "event_type": e.EventType,
 				"aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts})
 		}
 	}
-	for _, svc := range []string{"order", orderpeers.InventoryService, orderpeers.PaymentService} {
+	for _, svc := range []string{"order", peerclient.InventoryService, peerclient.PaymentService} {
 		for _, e := range outboxes[svc] {
 			if e.SentAt != nil {
 				add(*e.SentAt, svc, KindOutboxSent, map[string]any{"event_id": e.EventID, "event_type": e.EventType})

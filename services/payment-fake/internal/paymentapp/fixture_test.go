@@ -25,8 +25,8 @@ import (
 	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
-	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentamqp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
@@ -92,12 +92,12 @@ func newFixtureWith(t *testing.T, pspTimeout time.Duration, cfg paymentapp.Confi
 	f.pspView = psp.NewClient(base, nil)
 
 	f.app = paymentapp.New(f.db.DB, psp.NewClient(base, &http.Client{Timeout: pspTimeout}), quiet, f.metrics, cfg)
-	f.saga = inbox.NewConsumer(inbox.Config{Name: paymentamqp.SagaConsumer, DB: f.db.DB,
-		Handlers: paymentamqp.SagaHandlers(f.app), Log: quiet})
-	f.charges = inbox.NewConsumer(inbox.Config{Name: paymentamqp.PSPConsumer, DB: f.db.DB,
-		External: paymentamqp.PSPHandlers(f.app), Log: quiet})
-	f.refunds = inbox.NewConsumer(inbox.Config{Name: paymentamqp.RefundConsumer, DB: f.db.DB,
-		External: paymentamqp.RefundHandlers(f.app), Log: quiet})
+	f.saga = inbox.NewConsumer(inbox.Config{Name: paymentbindings.SagaConsumer, DB: f.db.DB,
+		Handlers: paymentbindings.SagaHandlers(f.app), Log: quiet})
+	f.charges = inbox.NewConsumer(inbox.Config{Name: paymentbindings.PSPConsumer, DB: f.db.DB,
+		External: paymentbindings.PSPHandlers(f.app), Log: quiet})
+	f.refunds = inbox.NewConsumer(inbox.Config{Name: paymentbindings.RefundConsumer, DB: f.db.DB,
+		External: paymentbindings.RefundHandlers(f.app), Log: quiet})
 	return f
 }
 
@@ -204,7 +204,7 @@ func handle(c *inbox.Consumer, e events.Envelope) rabbit.Decision {
 	d := rabbit.Delivery{Delivery: amqp.Delivery{
 		MessageId: m.Publishing.MessageId, Type: m.Publishing.Type, ContentType: m.Publishing.ContentType,
 		Headers: m.Publishing.Headers, Body: m.Publishing.Body, RoutingKey: m.RoutingKey,
-	}, Queue: paymentamqp.PSPQueue, Attempt: 1}
+	}, Queue: paymentbindings.PSPQueue, Attempt: 1}
 	return c.Handle(context.Background(), d)
 }
 

@@ -15,8 +15,8 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
-	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentamqp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
@@ -381,7 +381,7 @@ func TestPSPRefusalIsDeadLettered(t *testing.T) {
 	}
 	var reason string
 	if err := f.db.GetContext(context.Background(), &reason,
-		`SELECT reason FROM dead_letters WHERE consumer_name = ? AND event_id = ?`, paymentamqp.PSPConsumer, cmd.EventID); err != nil {
+		`SELECT reason FROM dead_letters WHERE consumer_name = ? AND event_id = ?`, paymentbindings.PSPConsumer, cmd.EventID); err != nil {
 		t.Fatalf("dead letter: %v", err)
 	}
 	t.Logf("dead letter reason: %s", reason)
@@ -445,7 +445,7 @@ func TestConcurrentChargeRequestsHaveOneEffect(t *testing.T) {
 		t.Errorf("payment = %+v, want succeeded, version 2", p)
 	}
 	f.outboxEvent(t, order, events.PaymentSucceeded) // exactly one
-	if got := f.count(t, `SELECT COUNT(*) FROM consumer_inbox WHERE consumer_name = ?`, paymentamqp.PSPConsumer); got != n {
+	if got := f.count(t, `SELECT COUNT(*) FROM consumer_inbox WHERE consumer_name = ?`, paymentbindings.PSPConsumer); got != n {
 		t.Errorf("inbox rows = %d, want %d (every event processed, one effect)", got, n)
 	}
 }

@@ -1,4 +1,4 @@
-package service_test
+package process_test
 
 import (
 	"bytes"
@@ -18,9 +18,9 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/service"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
@@ -71,7 +71,7 @@ func request(t *testing.T, method, url, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// What every service gets from pkg/service, in one running runtime: the
+// What every service gets from pkg/process, in one running runtime: the
 // consumer's replay window comes from INBOX_RETENTION, the retention job runs
 // every RETENTION_INTERVAL, and POST /admin/dead-letters/redrive finds the
 // consumer's queue through Runtime.Consume and brings a fixed dead letter
@@ -98,10 +98,10 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 		"AMQP_NAMESPACE": string(ns), "ADMIN_TOKEN": "secret", "SHUTDOWN_TIMEOUT": "10s",
 		"INBOX_RETENTION": "1h", "RETENTION_INTERVAL": "100ms",
 	}
-	cfg := service.Load(service.NewEnv(func(k string) string { return env[k] }), "svc", ":0", "unused")
+	cfg := process.Load(process.NewEnv(func(k string) string { return env[k] }), "svc", ":0", "unused")
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
-	ctx, rt, err := service.Start(ctx, cfg, "order", topology, logs)
+	ctx, rt, err := process.Start(ctx, cfg, "order", topology, logs)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

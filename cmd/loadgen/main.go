@@ -2,10 +2,10 @@
 // HTTP and follows each one to its terminal state, then reports throughput,
 // latency, outcomes, errors and the orders that never finished.
 //
-//	go run ./scripts/loadgen -rate 200 -duration 60s     open loop: 200 orders/s for a minute
-//	go run ./scripts/loadgen -rate 300 -count 5000       open loop: 5,000 orders at 300/s
-//	go run ./scripts/loadgen -workers 32 -duration 30s   closed loop: as fast as 32 clients go
-//	go run ./scripts/loadgen -rate 100 -decline 0.05 -overstock 0.02 -json
+//	go run ./cmd/loadgen -rate 200 -duration 60s     open loop: 200 orders/s for a minute
+//	go run ./cmd/loadgen -rate 300 -count 5000       open loop: 5,000 orders at 300/s
+//	go run ./cmd/loadgen -workers 32 -duration 30s   closed loop: as fast as 32 clients go
+//	go run ./cmd/loadgen -rate 100 -decline 0.05 -overstock 0.02 -json
 //
 // Open loop means the sends follow a timetable (send i at start + i/rate)
 // and never wait for earlier answers: a slow system gets the same offered

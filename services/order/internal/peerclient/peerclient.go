@@ -1,4 +1,4 @@
-// Package orderpeers is the order service's HTTP client of the other
+// Package peerclient is the order service's HTTP client of the other
 // services: their public records (GET /reservations/{order_id}, GET
 // /payments/{order_id}) and their admin views of the messaging tables
 // (/admin/outbox, /admin/inbox, the retry of a failed event). The
@@ -9,7 +9,7 @@
 // Nothing here calls the payment provider (PSP), and nothing here can
 // charge: the payment service's public and admin endpoints are read-only
 // except the outbox retry, which re-sends an event with its original id.
-package orderpeers
+package peerclient
 
 import (
 	"bytes"

@@ -1,10 +1,10 @@
-// Package service is the part of every service's composition root that
+// Package process is the part of every service's composition root that
 // does not depend on its domain: typed configuration from the environment,
 // the JSON logger, the database (opened and migrated), the broker
 // connection, the outbox dispatcher, the consume loops, the HTTP listener
 // with health, metrics and (demo mode only) failpoint endpoints, and an
 // orderly shutdown. Each service's run function reads top to bottom with it.
-package service
+package process
 
 import (
 	"errors"

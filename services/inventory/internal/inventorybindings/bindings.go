@@ -1,7 +1,7 @@
-// Package inventoryamqp lists what the inventory service consumes: its
+// Package inventorybindings lists what the inventory service consumes: its
 // queue, the routing keys bound to it, its consumer name and the handler of
 // each event.
-package inventoryamqp
+package inventorybindings
 
 import (
 	"github.com/relmsg/ordersaga/pkg/events"

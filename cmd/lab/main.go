@@ -3,10 +3,10 @@
 // the fault, after it and after recovery, the checks, and a verdict naming
 // the constraint or recovery job that held. scripts/experiment.sh runs it.
 //
-//	go run ./scripts/lab list
-//	go run ./scripts/lab duplicate-window
-//	go run ./scripts/lab -wrong-way atomic-commit
-//	go run ./scripts/lab all
+//	go run ./cmd/lab list
+//	go run ./cmd/lab duplicate-window
+//	go run ./cmd/lab -wrong-way atomic-commit
+//	go run ./cmd/lab all
 package main
 
 import (
@@ -27,8 +27,8 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/service"
 )
 
 func main() {
@@ -179,7 +179,7 @@ func (t *liveTarget) Publish(ctx context.Context, e events.Envelope) error {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := conn.WaitConnected(wctx); err != nil {
-		return fmt.Errorf("broker at %s (set LAB_AMQP_URL): %w", service.MaskURL(t.amqpURL), err)
+		return fmt.Errorf("broker at %s (set LAB_AMQP_URL): %w", process.MaskURL(t.amqpURL), err)
 	}
 	pub := conn.NewPublisher()
 	defer pub.Close()

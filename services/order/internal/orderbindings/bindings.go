@@ -1,6 +1,6 @@
-// Package orderamqp lists what the order service consumes: its queue, the
+// Package orderbindings lists what the order service consumes: its queue, the
 // routing keys bound to it, its consumer name and the handler of each event.
-package orderamqp
+package orderbindings
 
 import (
 	"github.com/relmsg/ordersaga/pkg/events"

@@ -1,4 +1,4 @@
-package inventoryamqp
+package inventorybindings
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-// Package paymentamqp lists what the payment service consumes: its queues,
+// Package paymentbindings lists what the payment service consumes: its queues,
 // the routing keys bound to each, the consumer names (inbox keys) and the
 // handler of each event.
 //
@@ -10,7 +10,7 @@
 // payment.refund-requested and the PSP's refunds. Their own queues keep the
 // slow, retried external calls from holding up the saga events, and their
 // own consumer names keep "requested" and "done" separately recorded steps.
-package paymentamqp
+package paymentbindings
 
 import (
 	"github.com/relmsg/ordersaga/pkg/events"
