@@ -29,7 +29,7 @@
 //   - Transient failure (deadlock 1213, lock wait timeout 1205, lost
 //     connection): rolled back explicitly (a lock wait timeout ends only the
 //     statement, not the transaction), then redelivered after
-//     min(cap, base*2^attempt) plus jitter through a retry queue, never
+//     min(cap, base*2^attempt), jitter inside it, through a retry queue, never
 //     requeued at once. Past MaxAttempts (8) or MaxRetryAge (15 min since
 //     the first failure), whichever comes first: dead letter.
 //   - Invalid payload, unknown type, unsupported schema_version, or an error

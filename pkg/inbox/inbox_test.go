@@ -391,12 +391,13 @@ func TestTransientFailureIsRetriedAfterADelay(t *testing.T) {
 	if len(attempts) != 3 {
 		t.Fatalf("attempts = %d, want 3", len(attempts))
 	}
-	// Backoff base 300ms: the gaps are at least the un-jittered delays.
-	if gap := attempts[1].Sub(attempts[0]); gap < 300*time.Millisecond {
-		t.Fatalf("first retry came after %v, want >= 300ms (a delayed retry, not an instant requeue)", gap)
+	// Backoff base 300ms: the n-th wait is at least half its bound
+	// min(cap, base*2^(n-1)) (equal jitter, pkg/retry).
+	if gap := attempts[1].Sub(attempts[0]); gap < 150*time.Millisecond {
+		t.Fatalf("first retry came after %v, want >= 150ms (a delayed retry, not an instant requeue)", gap)
 	}
-	if gap := attempts[2].Sub(attempts[1]); gap < 600*time.Millisecond {
-		t.Fatalf("second retry came after %v, want >= 600ms (exponential)", gap)
+	if gap := attempts[2].Sub(attempts[1]); gap < 300*time.Millisecond {
+		t.Fatalf("second retry came after %v, want >= 300ms (exponential)", gap)
 	}
 }
 

@@ -236,8 +236,8 @@ func TestUnroutableMessageIsNotMarkedSent(t *testing.T) {
 	if r.Status != "pending" || r.SentAt != nil || r.ClaimToken != nil || r.Attempts != 1 {
 		t.Fatalf("returned event row = %+v, want pending, never sent, 1 attempt", r)
 	}
-	if wait := time.Until(r.NextAttemptAt); wait < 50*time.Minute {
-		t.Fatalf("next attempt in %v, want about an hour (the backoff)", wait)
+	if wait := time.Until(r.NextAttemptAt); wait < 25*time.Minute || wait > time.Hour {
+		t.Fatalf("next attempt in %v, want 30 min to an hour (the backoff, jitter inside its bound)", wait)
 	}
 	if rows[routable[0]].Status != "sent" {
 		t.Fatalf("routable event = %+v, want sent", rows[routable[0]])
@@ -359,8 +359,10 @@ func TestUnconfirmedPublishIsRetried(t *testing.T) {
 		t.Fatalf("result = %+v, want 2 retried, 0 sent", res)
 	}
 	for _, id := range ids {
-		if r := readRows(t, db.DB)[id]; r.Status != "pending" || r.SentAt != nil || time.Until(r.NextAttemptAt) < 50*time.Second {
-			t.Fatalf("row = %+v, want pending with a next attempt about a minute away", r)
+		// Backoff bound one minute, equal jitter: 30 s to a minute away.
+		if r := readRows(t, db.DB)[id]; r.Status != "pending" || r.SentAt != nil ||
+			time.Until(r.NextAttemptAt) < 25*time.Second || time.Until(r.NextAttemptAt) > time.Minute {
+			t.Fatalf("row = %+v, want pending with a next attempt 30 s to a minute away", r)
 		}
 	}
 }

@@ -1,7 +1,8 @@
 // Package retry computes the waits between attempts: capped exponential
-// backoff plus random jitter, min(cap, base*2^n) + jitter, as the chapter
-// prescribes for every retry loop (outbox re-sends, consumer redeliveries,
-// PSP status queries), so that a burst of failures does not retry in lockstep.
+// backoff with random jitter inside the cap, as the chapter prescribes for
+// every retry loop (有限重试与死信: min(cap, base × 2^attempt) is the upper
+// bound, then jitter), so that a burst of failures does not retry in
+// lockstep and no wait ever exceeds the cap the operator configured.
 package retry
 
 import (
@@ -13,17 +14,21 @@ import (
 // Backoff is a capped exponential backoff with jitter.
 type Backoff struct {
 	Base time.Duration // wait after the first failure (before jitter)
-	Cap  time.Duration // no wait exceeds Cap (before jitter)
+	Cap  time.Duration // no wait exceeds Cap, jitter included
 }
 
 // Delay returns the wait after the given failed attempt (1 = first failure):
-// min(Cap, Base*2^(attempt-1)) plus a random jitter of up to half of that.
+// "equal jitter" under the bound e = min(Cap, Base*2^(attempt-1)), a random
+// wait in [e/2, e]. The jitter is taken out of the bound, never added on top
+// of it: a configured cap of five minutes means five minutes at the most.
+// Half of the bound stays fixed so that a retry is never immediate.
 func (b Backoff) Delay(attempt int) time.Duration {
-	d := b.Exp(attempt)
-	if d <= 0 {
+	e := b.Exp(attempt)
+	if e <= 0 {
 		return 0
 	}
-	return d + rand.N(d/2+1)
+	half := e / 2
+	return half + rand.N(e-half+1)
 }
 
 // Exp is the wait without jitter: min(Cap, Base*2^(attempt-1)).

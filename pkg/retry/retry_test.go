@@ -10,7 +10,7 @@ func TestBackoffDelay(t *testing.T) {
 	b := Backoff{Base: 100 * time.Millisecond, Cap: time.Second}
 	tests := []struct {
 		attempt int
-		want    time.Duration // the exponential part; jitter adds up to half
+		want    time.Duration // the bound: min(Cap, Base*2^(attempt-1))
 	}{
 		{0, 100 * time.Millisecond},
 		{1, 100 * time.Millisecond},
@@ -26,9 +26,32 @@ func TestBackoffDelay(t *testing.T) {
 		}
 		for i := 0; i < 100; i++ {
 			got := b.Delay(tt.attempt)
-			if got < tt.want || got > tt.want+tt.want/2 {
-				t.Fatalf("Delay(%d) = %v, want within [%v, %v]", tt.attempt, got, tt.want, tt.want+tt.want/2)
+			if got < tt.want/2 || got > tt.want {
+				t.Fatalf("Delay(%d) = %v, want within [%v, %v]", tt.attempt, got, tt.want/2, tt.want)
 			}
+		}
+	}
+}
+
+// The cap is the longest wait, jitter included: the outbox's 5-minute cap
+// once allowed 7.5 minutes, the consumer's 1-minute cap 90 seconds.
+func TestBackoffNeverExceedsTheCap(t *testing.T) {
+	for _, b := range []Backoff{
+		{Base: time.Second, Cap: 5 * time.Minute},        // the outbox's defaults
+		{Base: 500 * time.Millisecond, Cap: time.Minute}, // the consumers' defaults
+		{Base: 3 * time.Millisecond, Cap: 7 * time.Millisecond},
+	} {
+		var longest time.Duration
+		for attempt := 1; attempt <= 30; attempt++ {
+			for i := 0; i < 200; i++ {
+				longest = max(longest, b.Delay(attempt))
+			}
+		}
+		if longest > b.Cap {
+			t.Errorf("%+v: longest wait %v, want at most the cap %v", b, longest, b.Cap)
+		}
+		if longest < b.Cap*3/4 {
+			t.Errorf("%+v: longest wait %v in 6,000 draws, want close to the cap %v (jitter spans [cap/2, cap])", b, longest, b.Cap)
 		}
 	}
 }
