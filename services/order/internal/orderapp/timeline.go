@@ -317,22 +317,18 @@ func paymentEntries(pay *peerclient.Payment) []TimelineEntry {
 // outboxEntries: every service's events, as written (created_at), then as
 // sent (sent_at, the broker's confirm).
 func outboxEntries(outboxes map[string][]peerclient.OutboxEvent) []TimelineEntry {
-	var out []TimelineEntry
+	var written, sent []TimelineEntry
 	for _, svc := range timelineServices {
 		for _, e := range outboxes[svc] {
-			out = append(out, entry(e.CreatedAt, svc, KindOutboxWritten, map[string]any{"event_id": e.EventID,
+			written = append(written, entry(e.CreatedAt, svc, KindOutboxWritten, map[string]any{"event_id": e.EventID,
 				"event_type": e.EventType, "aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts}))
-		}
-	}
-	for _, svc := range timelineServices {
-		for _, e := range outboxes[svc] {
 			if e.SentAt != nil {
-				out = append(out, entry(*e.SentAt, svc, KindOutboxSent, map[string]any{"event_id": e.EventID,
+				sent = append(sent, entry(*e.SentAt, svc, KindOutboxSent, map[string]any{"event_id": e.EventID,
 					"event_type": e.EventType}))
 			}
 		}
 	}
-	return out
+	return append(written, sent...)
 }
 
 // repairEntries: the reconciler's audit rows of the order.
