@@ -89,7 +89,7 @@ func start(t *testing.T, db *sqldbtest.DB, ns rabbit.Namespace, extra map[string
 
 // The service end to end, in process, on the real database and broker: an
 // OrderCreated published to the exchange becomes a reservation, and the
-// InventoryReserved result leaves through the outbox with the SPEC's
+// InventoryReserved result leaves through the outbox with the contract's
 // message properties.
 func TestRunReservesAndPublishesTheResult(t *testing.T) {
 	t.Parallel()

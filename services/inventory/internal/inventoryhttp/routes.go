@@ -1,4 +1,5 @@
-// Package inventoryhttp is the inventory service's HTTP API (SPEC section 7).
+// Package inventoryhttp is the inventory service's HTTP API
+// (docs/contract.md, "HTTP API").
 package inventoryhttp
 
 import (

@@ -1,4 +1,5 @@
-// Package orderhttp is the order service's HTTP API (SPEC section 7).
+// Package orderhttp is the order service's HTTP API (docs/contract.md,
+// "HTTP API").
 package orderhttp
 
 import (

@@ -1,4 +1,4 @@
-// Package paymenthttp is the payment service's HTTP API (SPEC section 7):
+// Package paymenthttp is the payment service's HTTP API (docs/contract.md):
 // the payment of an order, the fake PSP's own API mounted under /psp, and
 // the operator's view of what is parked (under /admin, behind the admin
 // token).
