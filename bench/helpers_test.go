@@ -133,7 +133,7 @@ func countStatus(b *testing.B, db *sqlx.DB, status string) int {
 
 // messages builds n messages exactly as the dispatcher does for
 // OrderCreated events (rabbit.FromEnvelope: persistent, mandatory, the
-// SPEC headers), with fresh event ids.
+// contract's headers), with fresh event ids.
 func messages(exchange string, n int) []rabbit.Message {
 	out := make([]rabbit.Message, n)
 	for i := range out {

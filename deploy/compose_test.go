@@ -73,7 +73,7 @@ func TestComposeServices(t *testing.T) {
 	}
 
 	if img := cf.Services["mysql"].Image; img != "mysql:8.4" {
-		t.Errorf("mysql image = %q, want mysql:8.4 (the 8.4 LTS the SPEC names)", img)
+		t.Errorf("mysql image = %q, want mysql:8.4 (the 8.4 LTS docs/contract.md names)", img)
 	}
 	rabbit := cf.Services["rabbitmq"].Image
 	if m := regexp.MustCompile(`^rabbitmq:(\d+)\.(\d+)(?:\.\d+)?-management$`).FindStringSubmatch(rabbit); m == nil {

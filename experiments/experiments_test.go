@@ -1,7 +1,8 @@
-// Package experiments runs the chapter's eight fault experiments (SPEC
-// section 8) on the real MariaDB and RabbitMQ, each against its own stack of
-// the three services, and, where the mechanism has a wrong-way switch, the
-// same scenario the wrong way to show the anomaly the mechanism prevents.
+// Package experiments runs the chapter's eight fault experiments
+// (docs/contract.md, "Failure experiments") on the real MariaDB and
+// RabbitMQ, each against its own stack of the three services, and, where
+// the mechanism has a wrong-way switch, the same scenario the wrong way to
+// show the anomaly the mechanism prevents.
 // The scenarios live in internal/lab and are the same ones
 // scripts/experiment.sh runs against a live stack.
 package experiments

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/lab"
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
@@ -232,16 +233,11 @@ func (s *Service) TryDo(method, path string, headers map[string]string, body any
 	return resp.StatusCode, nil
 }
 
-// Eventually polls cond until it holds or the wait runs out.
+// Eventually polls cond until it holds or the wait runs out
+// (testutil.WaitFor).
 func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", wait, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testutil.WaitFor(t, wait, what, cond)
 }
 
 // freePort picks a free port below the kernel's ephemeral range (32768 and
@@ -263,22 +259,7 @@ func freePort(t testing.TB) int {
 }
 
 // logBuffer collects a service's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ testutil.SyncBuffer }
 
 func (b *logBuffer) tail(n int) string {
 	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")

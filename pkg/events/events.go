@@ -43,8 +43,8 @@ const (
 	PaymentRefundRequested Type = "payment.refund-requested"
 )
 
-// Message headers (SPEC section 3). The AMQP message_id is the event id and
-// the AMQP type property is the event type.
+// Message headers (docs/contract.md, "Messages"). The AMQP message_id is
+// the event id and the AMQP type property is the event type.
 const (
 	HeaderAggregateID      = "aggregate_id"
 	HeaderAggregateVersion = "aggregate_version"

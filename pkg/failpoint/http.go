@@ -26,19 +26,20 @@ const maxBody = 1 << 10
 // Unlike code, the API refuses unknown names, so a typo in a demo fails
 // loudly instead of arming a point nothing reaches.
 func (r *Registry) Handler() http.Handler {
+	e := web.Edge{} // nothing to log: every error here is the caller's
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", r.handleList)
-	mux.HandleFunc("DELETE /{$}", r.handleDisableAll)
-	mux.HandleFunc("PUT /{name}", r.handleArm)
-	mux.HandleFunc("DELETE /{name}", r.handleDisable)
-	mux.HandleFunc("POST /{name}/release", r.handleRelease)
+	mux.HandleFunc("GET /{$}", e.Handle(r.handleList))
+	mux.HandleFunc("DELETE /{$}", e.Handle(r.handleDisableAll))
+	mux.HandleFunc("PUT /{name}", e.Handle(r.handleArm))
+	mux.HandleFunc("DELETE /{name}", e.Handle(r.handleDisable))
+	mux.HandleFunc("POST /{name}/release", e.Handle(r.handleRelease))
 	// JSON answers for the rest too, instead of ServeMux's plain text.
-	mux.HandleFunc("/{$}", methodNotAllowed("GET, DELETE"))
-	mux.HandleFunc("/{name}", methodNotAllowed("PUT, DELETE"))
-	mux.HandleFunc("/{name}/release", methodNotAllowed("POST"))
-	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
-		web.WriteError(w, req, nil, web.Errorf(http.StatusNotFound, "no route %s %s", req.Method, req.URL.Path))
-	})
+	mux.HandleFunc("/{$}", e.Handle(methodNotAllowed("GET, DELETE")))
+	mux.HandleFunc("/{name}", e.Handle(methodNotAllowed("PUT, DELETE")))
+	mux.HandleFunc("/{name}/release", e.Handle(methodNotAllowed("POST")))
+	mux.HandleFunc("/", e.Handle(func(w http.ResponseWriter, req *http.Request) error {
+		return web.Errorf(http.StatusNotFound, "no route %s %s", req.Method, req.URL.Path)
+	}))
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		// StripPrefix turns a request for the mount point itself into "".
 		if req.URL.Path == "" {
@@ -52,10 +53,10 @@ func (r *Registry) Handler() http.Handler {
 	})
 }
 
-func methodNotAllowed(allow string) http.HandlerFunc {
-	return func(w http.ResponseWriter, req *http.Request) {
+func methodNotAllowed(allow string) web.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) error {
 		w.Header().Set("Allow", allow)
-		web.WriteError(w, req, nil, web.Errorf(http.StatusMethodNotAllowed, "method %s not allowed here (allowed: %s)", req.Method, allow))
+		return web.Errorf(http.StatusMethodNotAllowed, "method %s not allowed here (allowed: %s)", req.Method, allow)
 	}
 }
 
@@ -64,8 +65,9 @@ type listResponse struct {
 	Known []Point  `json:"known"`
 }
 
-func (r *Registry) handleList(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleList(w http.ResponseWriter, req *http.Request) error {
 	web.WriteJSON(w, http.StatusOK, listResponse{Armed: r.Armed(), Known: knownPoints()})
+	return nil
 }
 
 type armRequest struct {
@@ -73,58 +75,56 @@ type armRequest struct {
 	Count  int    `json:"count"` // 0 or absent: every hit
 }
 
-func (r *Registry) handleArm(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleArm(w http.ResponseWriter, req *http.Request) error {
 	name := req.PathValue("name")
 	if err := checkKnown(name); err != nil {
-		web.WriteError(w, req, nil, web.Errorf(http.StatusNotFound, "%v", err))
-		return
+		return web.Errorf(http.StatusNotFound, "%v", err)
 	}
 	var body armRequest
 	if err := web.DecodeJSON(w, req, maxBody, &body); err != nil {
-		web.WriteError(w, req, nil, err)
-		return
+		return err
 	}
 	action, err := parseAction(body.Action)
 	if err == nil {
 		err = checkCount(action, body.Count)
 	}
 	if err != nil {
-		web.WriteError(w, req, nil, web.Errorf(http.StatusBadRequest, "%v", err))
-		return
+		return web.Errorf(http.StatusBadRequest, "%v", err)
 	}
 	r.armAction(name, action, body.Count)
 	st, _ := r.status(name)
 	web.WriteJSON(w, http.StatusOK, st)
+	return nil
 }
 
-func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error {
 	name := req.PathValue("name")
 	if err := checkKnown(name); err != nil {
-		web.WriteError(w, req, nil, web.Errorf(http.StatusNotFound, "%v", err))
-		return
+		return web.Errorf(http.StatusNotFound, "%v", err)
 	}
 	st, ok := r.release(name)
 	switch {
 	case !ok:
-		web.WriteError(w, req, nil, web.Errorf(http.StatusNotFound, "failpoint %q is not armed", name))
+		return web.Errorf(http.StatusNotFound, "failpoint %q is not armed", name)
 	case st.Action != ActionPause:
-		web.WriteError(w, req, nil, web.Errorf(http.StatusConflict, "failpoint %q is armed with %s, not pause", name, st.Action))
-	default:
-		web.WriteJSON(w, http.StatusOK, st)
+		return web.Errorf(http.StatusConflict, "failpoint %q is armed with %s, not pause", name, st.Action)
 	}
+	web.WriteJSON(w, http.StatusOK, st)
+	return nil
 }
 
-func (r *Registry) handleDisable(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleDisable(w http.ResponseWriter, req *http.Request) error {
 	name := req.PathValue("name")
 	if err := checkKnown(name); err != nil {
-		web.WriteError(w, req, nil, web.Errorf(http.StatusNotFound, "%v", err))
-		return
+		return web.Errorf(http.StatusNotFound, "%v", err)
 	}
 	r.Disable(name)
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (r *Registry) handleDisableAll(w http.ResponseWriter, req *http.Request) {
+func (r *Registry) handleDisableAll(w http.ResponseWriter, req *http.Request) error {
 	r.DisableAll()
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }

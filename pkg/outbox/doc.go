@@ -9,7 +9,7 @@
 //   - An event exists if and only if its business change committed (Add
 //     takes the caller's *sqlx.Tx).
 //   - Every committed event is published at least once, with message_id =
-//     event_id, persistent, mandatory, with the SPEC headers; re-sends keep
+//     event_id, persistent, mandatory, with the contract's headers; re-sends keep
 //     the event_id, so consumers can deduplicate.
 //   - A row becomes 'sent' only after a publisher confirm (ack, and no
 //     mandatory return) and only under the claim token that published it.

@@ -124,7 +124,7 @@ type Config struct {
 }
 
 // Load reads the shared settings. defaultAddr and defaultDB are the
-// service's own defaults from the SPEC (":8081", "order_service").
+// service's own defaults from docs/contract.md (":8081", "order_service").
 func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 	c := Config{
 		Name:              name,

@@ -1,14 +1,12 @@
 package process_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/process"
@@ -23,34 +22,6 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-}
 
 func request(t *testing.T, method, url, body string) (int, string) {
 	t.Helper()
@@ -99,7 +70,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 		"INBOX_RETENTION": "1h", "RETENTION_INTERVAL": "100ms",
 	}
 	cfg := process.Load(process.NewEnv(func(k string) string { return env[k] }), "svc", ":0", "unused")
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	ctx, rt, err := process.Start(ctx, cfg, "order", topology, logs)
 	if err != nil {
@@ -129,7 +100,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 		}
 	})
 	base := "http://" + addr
-	waitFor(t, "ready", func() bool { code, _ := request(t, http.MethodGet, base+"/readyz", ""); return code == http.StatusOK })
+	testutil.WaitFor(t, 20*time.Second, "ready", func() bool { code, _ := request(t, http.MethodGet, base+"/readyz", ""); return code == http.StatusOK })
 
 	conn := rabbittest.Conn(t, topology(ns))
 	pub := conn.NewPublisher()
@@ -146,7 +117,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 	publish(fixable)
 	publish(old)
 	reasons := map[string]string{}
-	waitFor(t, "two dead letters", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "two dead letters", func() bool {
 		var rows []struct {
 			EventID string `db:"event_id"`
 			Reason  string `db:"reason"`
@@ -167,7 +138,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"redriven": 1`) || !strings.Contains(body, ns.Queue("svc.order-events")) {
 		t.Fatalf("redrive: %d %s, want one redriven to the consumer's queue", code, body)
 	}
-	waitFor(t, "the redriven event to be applied", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the redriven event to be applied", func() bool {
 		var n int
 		_ = db.Get(&n, `SELECT COUNT(*) FROM effects WHERE event_id = ?`, fixable.EventID)
 		return n == 1
@@ -175,7 +146,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 
 	// The retention job: an inbox row older than INBOX_RETENTION goes.
 	db.MustExec(`UPDATE consumer_inbox SET processed_at = NOW(6) - INTERVAL 2 HOUR WHERE event_id = ?`, fixable.EventID)
-	waitFor(t, "the retention job to delete the old inbox row", func() bool {
+	testutil.WaitFor(t, 20*time.Second, "the retention job to delete the old inbox row", func() bool {
 		var n int
 		_ = db.Get(&n, `SELECT COUNT(*) FROM consumer_inbox`)
 		return n == 0

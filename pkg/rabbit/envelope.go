@@ -11,8 +11,8 @@ import (
 )
 
 // Envelope reads the event metadata of a delivery. A message without a UUID
-// message_id, a type or the SPEC headers is invalid (events.ErrInvalid): it
-// can never be processed and goes to dead letters.
+// message_id, a type or the contract's headers is invalid
+// (events.ErrInvalid): it can never be processed and goes to dead letters.
 func (d Delivery) Envelope() (events.Envelope, error) {
 	e := events.Envelope{
 		EventID:    d.MessageId,

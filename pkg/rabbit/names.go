@@ -1,7 +1,7 @@
 package rabbit
 
 // Namespace prefixes every exchange and queue name. It is empty in
-// production (names are exactly those of the SPEC: "saga.events",
+// production (names are exactly those of docs/contract.md: "saga.events",
 // "inventory.order-events"); each test uses its own so tests can run in
 // parallel on one broker without seeing each other's messages.
 type Namespace string

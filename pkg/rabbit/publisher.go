@@ -72,7 +72,7 @@ type Message struct {
 }
 
 // FromEnvelope builds the message for an event: persistent, message_id =
-// event id, type = event type, the SPEC headers, routed by its type.
+// event id, type = event type, the contract's headers, routed by its type.
 func FromEnvelope(exchange string, e events.Envelope) Message {
 	m := Message{
 		Exchange:   exchange,

@@ -54,6 +54,42 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
 }
 
+// HandlerFunc is an HTTP handler that returns its error instead of
+// answering it: it writes the answer only on success, and returns before
+// writing anything when it fails. Handle turns it into an http.HandlerFunc.
+type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Edge is where one API's errors become answers, once: a handler returns
+// an *Error (from Errorf, DecodeJSON, Limit) or a domain error, Map turns
+// the domain's sentinels into *Error, and WriteError answers, logging only
+// what is left (an unexpected error, a generic 500).
+type Edge struct {
+	Log *slog.Logger // may be nil: nothing is logged
+	// Map is the service's one mapping from its domain errors to *Error.
+	// It returns any other error unchanged; nil maps nothing.
+	Map func(error) error
+}
+
+// Handle adapts h to net/http through the edge.
+func (e Edge) Handle(h HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		if e.Map != nil {
+			err = e.Map(err)
+		}
+		WriteError(w, r, e.Log, err)
+	}
+}
+
+// Handle adapts h to net/http for an API without domain errors of its own:
+// Edge{Log: log}.Handle(h).
+func Handle(log *slog.Logger, h HandlerFunc) http.HandlerFunc {
+	return Edge{Log: log}.Handle(h)
+}
+
 // ParseID reads a positive decimal id (an order id, a gap id) from a path or
 // query parameter. False for anything else, 0 included: callers answer 404
 // for a path and 400 for a query parameter.

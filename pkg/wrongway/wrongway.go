@@ -147,7 +147,7 @@ func known() []string {
 // and the known ones; PUT {"on":["no-inbox"]} replaces the set ({"on":[]}
 // turns every switch off).
 func (s *Set) Handler(log *slog.Logger) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return web.Handle(log, func(w http.ResponseWriter, r *http.Request) error {
 		switch r.Method {
 		case http.MethodGet:
 		case http.MethodPut:
@@ -155,26 +155,24 @@ func (s *Set) Handler(log *slog.Logger) http.Handler {
 				On []string `json:"on"`
 			}
 			if err := web.DecodeJSON(w, r, 4<<10, &body); err != nil {
-				web.WriteError(w, r, log, err)
-				return
+				return err
 			}
 			parsed, err := Parse(strings.Join(body.On, ","))
 			if err != nil {
-				web.WriteError(w, r, log, web.Errorf(http.StatusBadRequest, "%v", err))
-				return
+				return web.Errorf(http.StatusBadRequest, "%v", err)
 			}
 			s.Replace(parsed)
 			if log != nil {
 				log.Warn("wrong-way switches changed", "wrong_way", s.String())
 			}
 		default:
-			web.WriteError(w, r, log, web.Errorf(http.StatusMethodNotAllowed, "use GET or PUT"))
-			return
+			return web.Errorf(http.StatusMethodNotAllowed, "use GET or PUT")
 		}
 		on := []string{}
 		if str := s.String(); str != "" {
 			on = strings.Split(str, ",")
 		}
 		web.WriteJSON(w, http.StatusOK, map[string]any{"on": on, "known": All})
+		return nil
 	})
 }

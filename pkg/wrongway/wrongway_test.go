@@ -1,6 +1,11 @@
 package wrongway
 
-import "testing"
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
 
 func TestParse(t *testing.T) {
 	tests := []struct {
@@ -23,5 +28,48 @@ func TestParse(t *testing.T) {
 	var none *Set
 	if none.On(NoInbox) || NewSet(nil).On(NoInbox) {
 		t.Fatal("empty set has a switch on")
+	}
+}
+
+// The demo endpoint: GET shows the set, PUT replaces it, and every refusal
+// is a JSON error that leaves the set as it was.
+func TestHandler(t *testing.T) {
+	s := NewSet(nil)
+	h := s.Handler(nil)
+	call := func(method, body string) (int, string) {
+		t.Helper()
+		req := httptest.NewRequest(method, "/debug/wrong-way", strings.NewReader(body))
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	for _, c := range []struct {
+		method, body string
+		wantCode     int
+		wantBody     string // a part of the answer
+		wantOn       string // the set afterwards
+	}{
+		{http.MethodGet, "", http.StatusOK, `"on": []`, ""},
+		{http.MethodPut, `{"on":["no-inbox","ack-before-commit"]}`, http.StatusOK, `"on": [
+    "ack-before-commit",
+    "no-inbox"
+  ]`, "ack-before-commit,no-inbox"},
+		{http.MethodPut, `{"on":["no-inbox","typo"]}`, http.StatusBadRequest, `unknown wrong-way switch \"typo\"`, "ack-before-commit,no-inbox"},
+		{http.MethodPut, `{"on":`, http.StatusBadRequest, `{
+  "error": "malformed JSON"
+}`, "ack-before-commit,no-inbox"},
+		{http.MethodDelete, "", http.StatusMethodNotAllowed, `{
+  "error": "use GET or PUT"
+}`, "ack-before-commit,no-inbox"},
+		{http.MethodPut, `{"on":[]}`, http.StatusOK, `"on": []`, ""},
+	} {
+		code, body := call(c.method, c.body)
+		if code != c.wantCode || !strings.Contains(body, c.wantBody) || s.String() != c.wantOn {
+			t.Errorf("%s %s = %d %s (set %q), want %d with %s (set %q)",
+				c.method, c.body, code, body, s, c.wantCode, c.wantBody, c.wantOn)
+		}
 	}
 }

@@ -1,22 +1,20 @@
 package inventorysvc_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
@@ -24,24 +22,6 @@ import (
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 )
-
-// syncBuffer collects the service's log lines for the failure message.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -73,7 +53,7 @@ func start(t *testing.T, db *sqldbtest.DB, ns rabbit.Namespace, extra map[string
 	for k, v := range extra {
 		env[k] = v
 	}
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- inventorysvc.Run(ctx, func(k string) string { return env[k] }, logs) }()
@@ -100,7 +80,7 @@ func start(t *testing.T, db *sqldbtest.DB, ns rabbit.Namespace, extra map[string
 		}
 	})
 	base := "http://" + addr
-	waitFor(t, 30*time.Second, "ready", func() (bool, error) {
+	testutil.WaitForErr(t, 30*time.Second, "ready", func() (bool, error) {
 		code, _, err := get(base + "/readyz")
 		return code == http.StatusOK, err
 	})
@@ -109,7 +89,7 @@ func start(t *testing.T, db *sqldbtest.DB, ns rabbit.Namespace, extra map[string
 
 // The service end to end, in process, on the real database and broker: an
 // OrderCreated published to the exchange becomes a reservation, and the
-// InventoryReserved result leaves through the outbox with the SPEC's
+// InventoryReserved result leaves through the outbox with the contract's
 // message properties.
 func TestRunReservesAndPublishesTheResult(t *testing.T) {
 	t.Parallel()
@@ -131,13 +111,13 @@ func TestRunReservesAndPublishesTheResult(t *testing.T) {
 	defer pub.Close()
 	// Ready means connected, and the topology is declared on connect, so
 	// the message routes; a return would still be retried.
-	waitFor(t, 15*time.Second, "publish OrderCreated", func() (bool, error) {
+	testutil.WaitForErr(t, 15*time.Second, "publish OrderCreated", func() (bool, error) {
 		errs := pub.Publish(context.Background(), []rabbit.Message{rabbit.FromEnvelope(ns.Exchange(), e)}, 5*time.Second)
 		return errs[0] == nil, nil
 	})
 
 	var res map[string]any
-	waitFor(t, 15*time.Second, "reservation 42", func() (bool, error) {
+	testutil.WaitForErr(t, 15*time.Second, "reservation 42", func() (bool, error) {
 		code, body, err := get(fmt.Sprintf("%s/reservations/%d", base, orderID))
 		if err != nil || code != http.StatusOK {
 			return false, err
@@ -196,24 +176,6 @@ func get(url string) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	var last error
-	for time.Now().Before(deadline) {
-		ok, err := cond()
-		if ok && err == nil {
-			return
-		}
-		if err != nil && !errors.Is(err, context.Canceled) {
-			last = err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not reached within %s (last error: %v)", what, d, last)
-}
-
 // Every bad setting is reported at once, before anything is opened.
 func TestRunReportsEveryBadSetting(t *testing.T) {
 	t.Parallel()
@@ -235,7 +197,7 @@ func TestRunReportsEveryBadSetting(t *testing.T) {
 // publish sends e to the exchange, retrying until it routes.
 func publish(t *testing.T, pub *rabbit.Publisher, ns rabbit.Namespace, e events.Envelope) {
 	t.Helper()
-	waitFor(t, 15*time.Second, "publish "+e.Type, func() (bool, error) {
+	testutil.WaitForErr(t, 15*time.Second, "publish "+e.Type, func() (bool, error) {
 		errs := pub.Publish(context.Background(), []rabbit.Message{rabbit.FromEnvelope(ns.Exchange(), e)}, 5*time.Second)
 		return errs[0] == nil, nil
 	})
@@ -299,7 +261,7 @@ func TestRunExpiresLeasesAndReportsGaps(t *testing.T) {
 		t.Errorf("reservation 43 = %d %v, want expired", code, res)
 	}
 
-	waitFor(t, 15*time.Second, "overdue gap reported", func() (bool, error) {
+	testutil.WaitForErr(t, 15*time.Second, "overdue gap reported", func() (bool, error) {
 		var v struct {
 			Gaps []map[string]any `json:"gaps"`
 		}

@@ -1,7 +1,6 @@
 package paymentsvc_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,13 +8,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
@@ -51,7 +50,7 @@ func TestRunChargesReservedOrders(t *testing.T) {
 		"SHUTDOWN_TIMEOUT":     "10s",
 	}
 	startService(t, env)
-	waitFor(t, "the service to be ready", 30*time.Second, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the service to be ready", func() bool {
 		status, _ := get(base + "/readyz")
 		return status == http.StatusOK
 	})
@@ -59,7 +58,7 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	publish(t, broker, ns, reserved(42, "c-1", 1500), reserved(43, "decline-1", 2500))
 
 	var p42, p43 map[string]any
-	waitFor(t, "both payments to be decided", 30*time.Second, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "both payments to be decided", func() bool {
 		p42, p43 = payment(t, base, 42), payment(t, base, 43)
 		return p42["status"] == "succeeded" && p43["status"] == "failed"
 	})
@@ -115,7 +114,7 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	}
 
 	// Every outbox row was sent: two charge requests and two results.
-	waitFor(t, "every outbox row to be marked sent", 15*time.Second, func() bool {
+	testutil.WaitFor(t, 15*time.Second, "every outbox row to be marked sent", func() bool {
 		var sent, all int
 		_ = db.Get(&all, `SELECT COUNT(*) FROM outbox_events`)
 		_ = db.Get(&sent, `SELECT COUNT(*) FROM outbox_events WHERE status = 'sent'`)
@@ -162,16 +161,16 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 		"PAYMENT_SWEEP_INTERVAL": "100ms",
 	}
 	startService(t, env)
-	waitFor(t, "the service to be ready", 30*time.Second, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the service to be ready", func() bool {
 		status, _ := get(base + "/readyz")
 		return status == http.StatusOK
 	})
 
 	publish(t, broker, ns, reserved(42, "c-1", 1500))
-	waitFor(t, "the charge", 30*time.Second, func() bool { return payment(t, base, 42)["status"] == "succeeded" })
+	testutil.WaitFor(t, 30*time.Second, "the charge", func() bool { return payment(t, base, 42)["status"] == "succeeded" })
 	publish(t, broker, ns, cancelled(42))
 	var p42 map[string]any
-	waitFor(t, "the refund", 30*time.Second, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the refund", func() bool {
 		p42 = payment(t, base, 42)
 		return p42["status"] == "refunded"
 	})
@@ -208,12 +207,12 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 
 	// Cancel first, then the late inventory.reserved.
 	publish(t, broker, ns, cancelled(50))
-	waitFor(t, "the cancel marker", 30*time.Second, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the cancel marker", func() bool {
 		return payment(t, base, 50)["status"] == "cancelled_before_charge"
 	})
 	late := reserved(50, "c-1", 900)
 	publish(t, broker, ns, late)
-	waitFor(t, "the late event to be recorded as stale", 30*time.Second, func() bool {
+	testutil.WaitFor(t, 30*time.Second, "the late event to be recorded as stale", func() bool {
 		reason, _ := payment(t, base, 50)["cancel_reason"].(string)
 		return strings.Contains(reason, late.EventID)
 	})
@@ -269,7 +268,7 @@ func getWithToken(url, token string) (int, string) {
 // then stops cleanly. Its logs are shown if the test fails.
 func startService(t *testing.T, env map[string]string) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- paymentsvc.Run(ctx, func(k string) string { return env[k] }, logs) }()
@@ -353,17 +352,6 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after %s waiting for %s", limit, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func grep(s, substr string) string {
 	var out []string
 	for _, line := range strings.Split(s, "\n") {
@@ -372,22 +360,4 @@ func grep(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// syncBuffer collects the service's logs from its goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

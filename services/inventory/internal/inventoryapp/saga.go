@@ -43,7 +43,7 @@ func init() {
 // claim, before the reservation row and the first stock change.
 const holdSavepoint = "hold_items"
 
-// OnOrderCreated reserves every item of the order or none (SPEC section 2)
+// OnOrderCreated reserves every item of the order or none (docs/contract.md)
 // and emits the result: InventoryReserved or InventoryRejected, version 1
 // of the reservation. Insufficient stock is a business result, committed and
 // acked like a success. An order that already has a reservation row (a

@@ -30,9 +30,9 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 }
 
 // Handlers maps each consumed event type to its use case. Each is a state
-// transition (SPEC section 5): a conditional update on the legal prior
-// status, so an event that arrives out of order changes nothing it should
-// not.
+// transition (docs/contract.md, "Ordering"): a conditional update on the
+// legal prior status, so an event that arrives out of order changes nothing
+// it should not.
 func Handlers(app *inventoryapp.App) map[events.Type]inbox.Handler {
 	return map[events.Type]inbox.Handler{
 		events.OrderCreated:   app.OnOrderCreated,

@@ -2,7 +2,6 @@ package inventoryhttp
 
 import (
 	"errors"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -16,32 +15,31 @@ import (
 
 type handlers struct {
 	app *inventoryapp.App
-	log *slog.Logger
 }
 
 // maxBody bounds a receipt request: {"quantity":N} is a few bytes.
 const maxBody = 1 << 10
 
-func (h *handlers) listStock(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) listStock(w http.ResponseWriter, r *http.Request) error {
 	stock, err := h.app.Stock(r.Context())
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]stockJSON, len(stock))
 	for i, s := range stock {
 		out[i] = toStockJSON(s)
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"stock": out})
+	return nil
 }
 
-func (h *handlers) getStock(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) getStock(w http.ResponseWriter, r *http.Request) error {
 	s, err := h.app.StockOf(r.Context(), chi.URLParam(r, "sku"))
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, toStockJSON(s))
+	return nil
 }
 
 type receiptRequest struct {
@@ -49,38 +47,36 @@ type receiptRequest struct {
 }
 
 // receive books goods received: {"quantity":N} more on hand.
-func (h *handlers) receive(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) receive(w http.ResponseWriter, r *http.Request) error {
 	var body receiptRequest
 	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	s, err := h.app.Receive(r.Context(), chi.URLParam(r, "sku"), body.Quantity)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, toStockJSON(s))
+	return nil
 }
 
-func (h *handlers) getReservation(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) getReservation(w http.ResponseWriter, r *http.Request) error {
 	id, ok := web.ParseID(chi.URLParam(r, "order_id"))
 	if !ok {
-		h.fail(w, r, inventory.ErrNoReservation)
-		return
+		return inventory.ErrNoReservation
 	}
 	res, err := h.app.Reservation(r.Context(), id)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, toReservationJSON(res))
+	return nil
 }
 
 // listGaps lists event gaps, newest first. open=true: only the unresolved
 // ones; aggregate_id: only one order's, all of them, oldest first (as
 // /admin/outbox?aggregate_id=); limit: 1 to 1000 (100).
-func (h *handlers) listGaps(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) listGaps(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	var (
 		gaps []inventory.Gap
@@ -89,36 +85,33 @@ func (h *handlers) listGaps(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("aggregate_id"); v != "" {
 		id, ok := web.ParseID(v)
 		if !ok {
-			h.fail(w, r, web.Errorf(http.StatusBadRequest, "aggregate_id must be a positive number"))
-			return
+			return web.Errorf(http.StatusBadRequest, "aggregate_id must be a positive number")
 		}
 		gaps, err = h.app.OrderGaps(r.Context(), id)
 	} else {
 		open := false
 		if v := q.Get("open"); v != "" {
 			if open, err = strconv.ParseBool(v); err != nil {
-				h.fail(w, r, web.Errorf(http.StatusBadRequest, "open must be true or false"))
-				return
+				return web.Errorf(http.StatusBadRequest, "open must be true or false")
 			}
 		}
 		limit := 100
 		if v := q.Get("limit"); v != "" {
 			if limit, err = strconv.Atoi(v); err != nil {
-				h.fail(w, r, web.Errorf(http.StatusBadRequest, "limit must be a number"))
-				return
+				return web.Errorf(http.StatusBadRequest, "limit must be a number")
 			}
 		}
 		gaps, err = h.app.Gaps(r.Context(), open, limit)
 	}
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	out := make([]gapJSON, len(gaps))
 	for i, g := range gaps {
 		out[i] = toGapJSON(g)
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"gaps": out})
+	return nil
 }
 
 type resolveRequest struct {
@@ -126,40 +119,40 @@ type resolveRequest struct {
 }
 
 // resolveGap closes an open gap by hand, with the operator's reason.
-func (h *handlers) resolveGap(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) resolveGap(w http.ResponseWriter, r *http.Request) error {
 	id, ok := web.ParseID(chi.URLParam(r, "id"))
 	if !ok {
-		h.fail(w, r, inventory.ErrNoGap)
-		return
+		return inventory.ErrNoGap
 	}
 	var body resolveRequest
 	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	g, err := h.app.ResolveGap(r.Context(), id, body.Resolution)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, toGapJSON(g))
+	return nil
 }
 
-// fail is the one place domain errors become HTTP answers.
-func (h *handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
+// httpError is the one place domain errors become HTTP answers (the
+// web.Edge of every route calls it); any other error is returned as it
+// is and answered with a generic 500.
+func httpError(err error) error {
 	switch {
 	case errors.Is(err, inventory.ErrInvalid):
-		err = web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
+		return web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
 	case errors.Is(err, inventory.ErrUnknownSKU):
-		err = web.Errorf(http.StatusNotFound, "sku not found")
+		return web.Errorf(http.StatusNotFound, "sku not found")
 	case errors.Is(err, inventory.ErrNoReservation):
-		err = web.Errorf(http.StatusNotFound, "reservation not found")
+		return web.Errorf(http.StatusNotFound, "reservation not found")
 	case errors.Is(err, inventory.ErrNoGap):
-		err = web.Errorf(http.StatusNotFound, "gap not found")
+		return web.Errorf(http.StatusNotFound, "gap not found")
 	case errors.Is(err, inventory.ErrGapResolved):
-		err = web.Errorf(http.StatusConflict, "gap already resolved")
+		return web.Errorf(http.StatusConflict, "gap already resolved")
 	}
-	web.WriteError(w, r, h.log, err)
+	return err
 }
 
 type stockJSON struct {

@@ -60,100 +60,190 @@ const (
 	KindRepair             = "reconciliation.repair"
 )
 
-// Timeline builds the timeline of order id. A service that cannot be asked
-// leaves a warning, not an error: the rest is still worth seeing.
+// Timeline builds the timeline of order id in three steps: gather the
+// order's records from the three services, merge them into entries (one
+// per thing that happened), sort the entries by time. A service that
+// cannot be asked leaves a warning, not an error: the rest is still worth
+// seeing.
 func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 	o, err := orderdb.Get(ctx, a.db, id)
 	if err != nil {
 		return Timeline{}, err
 	}
-	tl := Timeline{OrderID: strconv.FormatUint(id, 10), Status: string(o.Status), Entries: []TimelineEntry{}}
-	history, err := orderdb.History(ctx, a.db, id)
+	rec, err := a.gather(ctx, id)
 	if err != nil {
 		return Timeline{}, err
+	}
+	return Timeline{OrderID: strconv.FormatUint(id, 10), Status: string(o.Status),
+		Entries: sortByTime(rec.merge()), Warnings: rec.warnings}, nil
+}
+
+// timelineServices are the services of a timeline, in the order their
+// records are merged.
+var timelineServices = []string{orderService, peerclient.InventoryService, peerclient.PaymentService}
+
+const orderService = "order"
+
+// records is everything a timeline is drawn from, as the services keep it.
+type records struct {
+	history     []orderdb.Change
+	audits      []orderdb.Audit
+	outboxes    map[string][]peerclient.OutboxEvent // by service
+	inboxes     map[string][]peerclient.InboxRow    // by service: the rows of the outboxes' events
+	reservation *peerclient.Reservation             // nil: none, or inventory not asked
+	payment     *peerclient.Payment                 // nil: none, or payment not asked
+	warnings    []string                            // services that could not be asked
+}
+
+// gather reads the order's records: the order service's own tables, then
+// the peers' over HTTP, then the inboxes, whose rows are selected by the
+// event ids of every outbox.
+func (a *App) gather(ctx context.Context, id uint64) (records, error) {
+	rec := records{outboxes: map[string][]peerclient.OutboxEvent{}, inboxes: map[string][]peerclient.InboxRow{}}
+	if err := a.gatherOwn(ctx, id, &rec); err != nil {
+		return records{}, err
+	}
+	a.gatherPeers(ctx, id, &rec)
+	if err := a.gatherInboxes(ctx, &rec); err != nil {
+		return records{}, err
+	}
+	return rec, nil
+}
+
+// gatherOwn reads the order service's history, outbox and audit rows of
+// the order.
+func (a *App) gatherOwn(ctx context.Context, id uint64, rec *records) error {
+	var err error
+	if rec.history, err = orderdb.History(ctx, a.db, id); err != nil {
+		return err
 	}
 	own, err := orderdb.Events(ctx, a.db, id)
 	if err != nil {
-		return Timeline{}, err
+		return err
 	}
-	audits, err := orderdb.Audits(ctx, a.db, id, 1000)
-	if err != nil {
-		return Timeline{}, err
-	}
-
-	// Every service's outbox rows for the order; their ids select the inbox
-	// rows.
-	type event struct{ service, typ string }
-	events := map[string]event{}
-	var ids []string
-	outboxes := map[string][]peerclient.OutboxEvent{"order": {}}
 	for _, e := range own {
-		outboxes["order"] = append(outboxes["order"], peerclient.OutboxEvent{EventID: e.EventID, AggregateVersion: e.AggregateVersion,
-			EventType: e.EventType, Status: e.Status, Attempts: e.Attempts, CreatedAt: e.CreatedAt, SentAt: e.SentAt})
+		rec.outboxes[orderService] = append(rec.outboxes[orderService], peerclient.OutboxEvent{EventID: e.EventID,
+			AggregateVersion: e.AggregateVersion, EventType: e.EventType, Status: e.Status, Attempts: e.Attempts,
+			CreatedAt: e.CreatedAt, SentAt: e.SentAt})
 	}
-	var (
-		res *peerclient.Reservation
-		pay *peerclient.Payment
-	)
+	rec.audits, err = orderdb.Audits(ctx, a.db, id, 1000)
+	return err
+}
+
+// gatherPeers asks inventory and payment for their outbox rows and their
+// record of the order (reservation, payment and refund).
+func (a *App) gatherPeers(ctx context.Context, id uint64, rec *records) {
 	peers := a.cfg.Peers
 	if peers == nil {
-		tl.Warnings = append(tl.Warnings, "no peers configured: inventory and payment not asked")
-	} else {
-		for _, svc := range []string{peerclient.InventoryService, peerclient.PaymentService} {
-			rows, _, err := peers.Outbox(ctx, svc, id)
-			if err != nil {
-				tl.Warnings = append(tl.Warnings, err.Error())
-				continue
-			}
-			outboxes[svc] = rows
-		}
-		if res, _, err = peers.Reservation(ctx, id); err != nil {
-			tl.Warnings = append(tl.Warnings, err.Error())
-		}
-		if pay, _, err = peers.Payment(ctx, id); err != nil {
-			tl.Warnings = append(tl.Warnings, err.Error())
+		rec.warnings = append(rec.warnings, "no peers configured: inventory and payment not asked")
+		return
+	}
+	for _, svc := range timelineServices[1:] {
+		rows, _, err := peers.Outbox(ctx, svc, id)
+		rec.warn(err)
+		if err == nil {
+			rec.outboxes[svc] = rows
 		}
 	}
-	for _, svc := range []string{"order", peerclient.InventoryService, peerclient.PaymentService} {
-		for _, e := range outboxes[svc] {
-			events[e.EventID] = event{service: svc, typ: e.EventType}
+	var err error
+	rec.reservation, _, err = peers.Reservation(ctx, id)
+	rec.warn(err)
+	rec.payment, _, err = peers.Payment(ctx, id)
+	rec.warn(err)
+}
+
+// gatherInboxes reads every service's inbox rows of the events gathered.
+func (a *App) gatherInboxes(ctx context.Context, rec *records) error {
+	ids := rec.eventIDs()
+	mine, err := orderdb.Inbox(ctx, a.db, ids)
+	if err != nil {
+		return err
+	}
+	for _, r := range mine {
+		rec.inboxes[orderService] = append(rec.inboxes[orderService],
+			peerclient.InboxRow{Consumer: r.Consumer, EventID: r.EventID, ProcessedAt: r.ProcessedAt})
+	}
+	if a.cfg.Peers == nil || len(ids) == 0 {
+		return nil
+	}
+	for _, svc := range timelineServices[1:] {
+		rows, err := a.cfg.Peers.Inbox(ctx, svc, ids)
+		rec.warn(err)
+		rec.inboxes[svc] = rows
+	}
+	return nil
+}
+
+// warn keeps err, if any, as a warning of the timeline.
+func (rec *records) warn(err error) {
+	if err != nil {
+		rec.warnings = append(rec.warnings, err.Error())
+	}
+}
+
+// eventIDs lists the events of every service's outbox.
+func (rec records) eventIDs() []string {
+	var ids []string
+	for _, svc := range timelineServices {
+		for _, e := range rec.outboxes[svc] {
 			ids = append(ids, e.EventID)
 		}
 	}
+	return ids
+}
 
-	// Appended in the order things happen inside one transaction (inbox
-	// row, then the change, then the outbox row), so that a stable sort
-	// keeps that order among entries with the same timestamp.
-	var entries []TimelineEntry
-	add := func(at time.Time, service, kind string, detail map[string]any) {
-		entries = append(entries, TimelineEntry{At: at.UTC(), Service: service, Kind: kind, Detail: detail})
+// merge turns the records into entries, one per thing that happened. They
+// are appended in the order things happen inside one transaction (inbox
+// row, then the change, then the outbox row), so that the stable sort
+// keeps that order among entries with the same timestamp. A new kind of
+// entry is one more function here.
+func (rec records) merge() []TimelineEntry {
+	entries := []TimelineEntry{} // [] in JSON, never null
+	entries = append(entries, rec.inboxEntries()...)
+	entries = append(entries, historyEntries(rec.history)...)
+	entries = append(entries, reservationEntries(rec.reservation)...)
+	entries = append(entries, paymentEntries(rec.payment)...)
+	entries = append(entries, outboxEntries(rec.outboxes)...)
+	entries = append(entries, repairEntries(rec.audits)...)
+	return entries
+}
+
+// sortByTime orders the entries by time. The sort is stable: entries with
+// the same timestamp keep the order merge gave them.
+func sortByTime(entries []TimelineEntry) []TimelineEntry {
+	slices.SortStableFunc(entries, func(x, y TimelineEntry) int { return x.At.Compare(y.At) })
+	return entries
+}
+
+func entry(at time.Time, service, kind string, detail map[string]any) TimelineEntry {
+	return TimelineEntry{At: at.UTC(), Service: service, Kind: kind, Detail: detail}
+}
+
+// inboxEntries: a consumer of a service processed one of the events, named
+// with its type and the service that sent it.
+func (rec records) inboxEntries() []TimelineEntry {
+	type sent struct{ service, typ string }
+	events := map[string]sent{}
+	for _, svc := range timelineServices {
+		for _, e := range rec.outboxes[svc] {
+			events[e.EventID] = sent{service: svc, typ: e.EventType}
+		}
 	}
-	inbox := func(service string, rows []peerclient.InboxRow) {
-		for _, r := range rows {
+	var out []TimelineEntry
+	for _, svc := range timelineServices {
+		for _, r := range rec.inboxes[svc] {
 			e := events[r.EventID]
-			add(r.ProcessedAt, service, KindInboxProcessed, map[string]any{"consumer": r.Consumer, "event_id": r.EventID,
-				"event_type": e.typ, "from": e.service})
+			out = append(out, entry(r.ProcessedAt, svc, KindInboxProcessed, map[string]any{"consumer": r.Consumer,
+				"event_id": r.EventID, "event_type": e.typ, "from": e.service}))
 		}
 	}
-	if mine, err := orderdb.Inbox(ctx, a.db, ids); err != nil {
-		return Timeline{}, err
-	} else {
-		rows := make([]peerclient.InboxRow, len(mine))
-		for i, r := range mine {
-			rows[i] = peerclient.InboxRow{Consumer: r.Consumer, EventID: r.EventID, ProcessedAt: r.ProcessedAt}
-		}
-		inbox("order", rows)
-	}
-	if peers != nil && len(ids) > 0 {
-		for _, svc := range []string{peerclient.InventoryService, peerclient.PaymentService} {
-			rows, err := peers.Inbox(ctx, svc, ids)
-			if err != nil {
-				tl.Warnings = append(tl.Warnings, err.Error())
-			}
-			inbox(svc, rows)
-		}
-	}
+	return out
+}
 
+// historyEntries: the order's creation and each of its moves
+// (order_history).
+func historyEntries(history []orderdb.Change) []TimelineEntry {
+	var out []TimelineEntry
 	for _, h := range history {
 		d := map[string]any{"to": h.To, "trigger": h.Trigger, "actor": h.Actor, "refund_status": h.RefundStatus}
 		if h.Reason != "" {
@@ -168,63 +258,88 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 		} else {
 			d["from"] = h.From
 		}
-		add(h.ChangedAt, "order", kind, d)
+		out = append(out, entry(h.ChangedAt, orderService, kind, d))
 	}
-	if res != nil {
-		add(res.CreatedAt, peerclient.InventoryService, KindReservationCreated, map[string]any{"status_now": res.Status})
-		if res.ExpiredAt != nil {
-			add(*res.ExpiredAt, peerclient.InventoryService, KindReservationExpired, map[string]any{"expires_at": res.ExpiresAt})
+	return out
+}
+
+// reservationEntries: inventory's reservation was made, expired, last
+// changed.
+func reservationEntries(res *peerclient.Reservation) []TimelineEntry {
+	if res == nil {
+		return nil
+	}
+	svc := peerclient.InventoryService
+	out := []TimelineEntry{entry(res.CreatedAt, svc, KindReservationCreated, map[string]any{"status_now": res.Status})}
+	if res.ExpiredAt != nil {
+		out = append(out, entry(*res.ExpiredAt, svc, KindReservationExpired, map[string]any{"expires_at": res.ExpiresAt}))
+	}
+	if res.UpdatedAt.After(res.CreatedAt) {
+		d := map[string]any{"status": res.Status}
+		if res.Reason != "" {
+			d["reason"] = res.Reason
 		}
-		if res.UpdatedAt.After(res.CreatedAt) {
-			d := map[string]any{"status": res.Status}
-			if res.Reason != "" {
-				d["reason"] = res.Reason
-			}
-			add(res.UpdatedAt, peerclient.InventoryService, KindReservationUpdated, d)
+		out = append(out, entry(res.UpdatedAt, svc, KindReservationUpdated, d))
+	}
+	return out
+}
+
+// paymentEntries: payment's payment was made and last changed; its refund
+// was requested and last changed.
+func paymentEntries(pay *peerclient.Payment) []TimelineEntry {
+	if pay == nil {
+		return nil
+	}
+	svc := peerclient.PaymentService
+	out := []TimelineEntry{entry(pay.CreatedAt, svc, KindPaymentCreated, map[string]any{"status_now": pay.Status,
+		"amount_cents": pay.AmountCents})}
+	if pay.UpdatedAt.After(pay.CreatedAt) {
+		d := map[string]any{"status": pay.Status}
+		if pay.PSPChargeID != "" {
+			d["psp_charge_id"] = pay.PSPChargeID
+		}
+		if pay.FailureReason != "" {
+			d["failure_reason"] = pay.FailureReason
+		}
+		out = append(out, entry(pay.UpdatedAt, svc, KindPaymentUpdated, d))
+	}
+	if f := pay.Refund; f != nil {
+		out = append(out, entry(f.CreatedAt, svc, KindRefundRequested, map[string]any{"status_now": f.Status,
+			"amount_cents": f.AmountCents}))
+		if f.UpdatedAt.After(f.CreatedAt) {
+			out = append(out, entry(f.UpdatedAt, svc, KindRefundUpdated, map[string]any{"status": f.Status,
+				"psp_refund_id": f.PSPRefundID}))
 		}
 	}
-	if pay != nil {
-		add(pay.CreatedAt, peerclient.PaymentService, KindPaymentCreated, map[string]any{"status_now": pay.Status,
-			"amount_cents": pay.AmountCents})
-		if pay.UpdatedAt.After(pay.CreatedAt) {
-			d := map[string]any{"status": pay.Status}
-			if pay.PSPChargeID != "" {
-				d["psp_charge_id"] = pay.PSPChargeID
-			}
-			if pay.FailureReason != "" {
-				d["failure_reason"] = pay.FailureReason
-			}
-			add(pay.UpdatedAt, peerclient.PaymentService, KindPaymentUpdated, d)
-		}
-		if f := pay.Refund; f != nil {
-			add(f.CreatedAt, peerclient.PaymentService, KindRefundRequested, map[string]any{"status_now": f.Status,
-				"amount_cents": f.AmountCents})
-			if f.UpdatedAt.After(f.CreatedAt) {
-				add(f.UpdatedAt, peerclient.PaymentService, KindRefundUpdated, map[string]any{"status": f.Status,
-					"psp_refund_id": f.PSPRefundID})
-			}
-		}
-	}
-	for _, svc := range []string{"order", peerclient.InventoryService, peerclient.PaymentService} {
+	return out
+}
+
+// outboxEntries: every service's events, as written (created_at), then as
+// sent (sent_at, the broker's confirm).
+func outboxEntries(outboxes map[string][]peerclient.OutboxEvent) []TimelineEntry {
+	var written, sent []TimelineEntry
+	for _, svc := range timelineServices {
 		for _, e := range outboxes[svc] {
-			add(e.CreatedAt, svc, KindOutboxWritten, map[string]any{"event_id": e.EventID, "event_type": e.EventType,
-				"aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts})
-		}
-	}
-	for _, svc := range []string{"order", peerclient.InventoryService, peerclient.PaymentService} {
-		for _, e := range outboxes[svc] {
+			written = append(written, entry(e.CreatedAt, svc, KindOutboxWritten, map[string]any{"event_id": e.EventID,
+				"event_type": e.EventType, "aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts}))
 			if e.SentAt != nil {
-				add(*e.SentAt, svc, KindOutboxSent, map[string]any{"event_id": e.EventID, "event_type": e.EventType})
+				sent = append(sent, entry(*e.SentAt, svc, KindOutboxSent, map[string]any{"event_id": e.EventID,
+					"event_type": e.EventType}))
 			}
 		}
 	}
+	return append(written, sent...)
+}
+
+// repairEntries: the reconciler's audit rows of the order.
+func repairEntries(audits []orderdb.Audit) []TimelineEntry {
+	out := make([]TimelineEntry, 0, len(audits))
 	for _, r := range audits {
-		add(r.CreatedAt, "order", KindRepair, map[string]any{"repair_id": r.RepairID, "run_id": r.RunID,
-			"classification": r.Classification, "action": r.Action, "outcome": r.Outcome, "detail": r.Detail})
+		out = append(out, entry(r.CreatedAt, orderService, KindRepair, map[string]any{"repair_id": r.RepairID,
+			"run_id": r.RunID, "classification": r.Classification, "action": r.Action, "outcome": r.Outcome,
+			"detail": r.Detail}))
 	}
-	slices.SortStableFunc(entries, func(x, y TimelineEntry) int { return x.At.Compare(y.At) })
-	tl.Entries = append(tl.Entries, entries...)
-	return tl, nil
+	return out
 }
 
 func setIf(d map[string]any, key string, v *string) {

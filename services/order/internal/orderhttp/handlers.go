@@ -2,7 +2,6 @@ package orderhttp
 
 import (
 	"errors"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 type handlers struct {
 	app *orderapp.App
-	log *slog.Logger
 }
 
 // maxBody bounds a create request: 50 lines fit in a few KiB.
@@ -33,16 +31,14 @@ type createRequest struct {
 	} `json:"items"`
 }
 
-func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) create(w http.ResponseWriter, r *http.Request) error {
 	key := r.Header.Get("Idempotency-Key")
 	if err := checkKey(key); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	var body createRequest
 	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	req := order.Request{CustomerID: body.CustomerID}
 	for _, it := range body.Items {
@@ -50,8 +46,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	}
 	o, created, err := h.app.Create(r.Context(), key, req)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	if !created {
 		w.Header().Set("Idempotent-Replayed", "true")
@@ -59,6 +54,7 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", "/orders/"+strconv.FormatUint(o.ID, 10))
 	// 202: accepted, not done. The saga continues asynchronously.
 	web.WriteJSON(w, http.StatusAccepted, toJSON(o))
+	return nil
 }
 
 func checkKey(key string) error {
@@ -76,18 +72,17 @@ func checkKey(key string) error {
 	return nil
 }
 
-func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
-	id, ok := web.ParseID(chi.URLParam(r, "id"))
-	if !ok {
-		h.fail(w, r, web.Errorf(http.StatusNotFound, "order not found"))
-		return
+func (h *handlers) get(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
 	}
 	o, err := h.app.Get(r.Context(), id)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, toJSON(o))
+	return nil
 }
 
 type cancelRequest struct {
@@ -97,25 +92,21 @@ type cancelRequest struct {
 // cancel answers 202 with the order and what the request did: "cancelled"
 // (the compensations are under way), or "already_cancelled" /
 // "already_rejected" (nothing to do; a repeated cancel is not an error).
-func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) error {
 	if err := checkKey(r.Header.Get("Idempotency-Key")); err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
-	id, ok := web.ParseID(chi.URLParam(r, "id"))
-	if !ok {
-		h.fail(w, r, web.Errorf(http.StatusNotFound, "order not found"))
-		return
+	id, err := pathID(r)
+	if err != nil {
+		return err
 	}
 	body := cancelRequest{Reason: "cancelled by the customer"}
 	if r.ContentLength != 0 {
 		if err := web.DecodeJSON(w, r, 4<<10, &body); err != nil {
-			h.fail(w, r, err)
-			return
+			return err
 		}
 		if len(body.Reason) > 200 {
-			h.fail(w, r, web.Errorf(http.StatusUnprocessableEntity, "reason longer than 200 characters"))
-			return
+			return web.Errorf(http.StatusUnprocessableEntity, "reason longer than 200 characters")
 		}
 		if body.Reason == "" {
 			body.Reason = "cancelled by the customer"
@@ -123,60 +114,65 @@ func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) {
 	}
 	o, result, err := h.app.Cancel(r.Context(), id, body.Reason)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	status := http.StatusAccepted
 	if result != orderapp.Cancelled {
 		status = http.StatusOK
 	}
 	web.WriteJSON(w, status, map[string]any{"result": result, "order": toJSON(o)})
+	return nil
 }
 
-func (h *handlers) list(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	status := order.Status(q.Get("status"))
 	if status != "" && !status.Valid() {
-		h.fail(w, r, web.Errorf(http.StatusBadRequest, "unknown status %q (want one of %v)", status, order.Statuses))
-		return
+		return web.Errorf(http.StatusBadRequest, "unknown status %q (want one of %v)", status, order.Statuses)
 	}
 	limit, err := web.Limit(r, 50, 500)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	var before uint64
 	if v := q.Get("before"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			h.fail(w, r, web.Errorf(http.StatusBadRequest, "before must be an order id"))
-			return
+			return web.Errorf(http.StatusBadRequest, "before must be an order id")
 		}
 		before = n
 	}
 	orders, err := h.app.List(r.Context(), status, before, limit)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
-	out := make([]orderJSON, len(orders))
-	for i, o := range orders {
-		out[i] = toJSON(o)
-	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{"orders": out})
+	web.WriteJSON(w, http.StatusOK, map[string]any{"orders": listJSON(orders)})
+	return nil
 }
 
-// fail is the one place domain errors become HTTP answers.
-func (h *handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
+// pathID reads the order id of the path: anything but an order id is an
+// order not found.
+func pathID(r *http.Request) (uint64, error) {
+	id, ok := web.ParseID(chi.URLParam(r, "id"))
+	if !ok {
+		return 0, order.ErrNotFound
+	}
+	return id, nil
+}
+
+// httpError is the one place domain errors become HTTP answers (the
+// web.Edge of every route calls it); any other error is returned as it
+// is and answered with a generic 500.
+func httpError(err error) error {
 	switch {
 	case errors.Is(err, order.ErrInvalid):
-		err = web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
+		return web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
 	case errors.Is(err, order.ErrNotFound):
-		err = web.Errorf(http.StatusNotFound, "order not found")
+		return web.Errorf(http.StatusNotFound, "order not found")
 	case errors.Is(err, order.ErrIdempotencyConflict):
-		err = web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
+		return web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
 	}
-	web.WriteError(w, r, h.log, err)
+	return err
 }
 
 type itemJSON struct {
@@ -199,6 +195,14 @@ type orderJSON struct {
 	// DeadlineAt: when the current waiting state runs out and the order is
 	// cancelled; absent once the saga is over.
 	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
+}
+
+func listJSON(orders []order.Order) []orderJSON {
+	out := make([]orderJSON, len(orders))
+	for i, o := range orders {
+		out[i] = toJSON(o)
+	}
+	return out
 }
 
 func toJSON(o order.Order) orderJSON {

@@ -1,4 +1,5 @@
-// Package orderhttp is the order service's HTTP API (SPEC section 7).
+// Package orderhttp is the order service's HTTP API (docs/contract.md,
+// "HTTP API").
 package orderhttp
 
 import (
@@ -6,27 +7,32 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
 
 // Routes lists every route of the order API.
 func Routes(r chi.Router, app *orderapp.App, log *slog.Logger) {
-	h := &handlers{app: app, log: log}
-	r.Post("/orders", h.create)
-	r.Get("/orders", h.list)
-	r.Get("/orders/{id}", h.get)
-	r.Post("/orders/{id}/cancel", h.cancel)
+	h, e := &handlers{app: app}, edge(log)
+	r.Post("/orders", e.Handle(h.create))
+	r.Get("/orders", e.Handle(h.list))
+	r.Get("/orders/{id}", e.Handle(h.get))
+	r.Post("/orders/{id}/cancel", e.Handle(h.cancel))
 }
 
 // AdminRoutes lists the order service's own operator routes, relative to
 // /admin: service.Runtime's Router mounts them behind ADMIN_TOKEN, next to
 // the messaging tables (outbox, inbox, dead letters).
 func AdminRoutes(app *orderapp.App, log *slog.Logger) func(chi.Router) {
-	h := &handlers{app: app, log: log}
+	h, e := &handlers{app: app}, edge(log)
 	return func(r chi.Router) {
-		r.Get("/reconciliation", h.reconciliationReport)   // ?limit=&order_id=: audit rows, newest first
-		r.Post("/reconciliation/run", h.reconciliationRun) // one pass now; answers its summary
-		r.Get("/orders/{id}/timeline", h.timeline)         // the order across the three services, in time order
-		r.Get("/deadlines", h.deadlines)                   // ?limit=: open orders by deadline (the timer table)
+		r.Get("/reconciliation", e.Handle(h.reconciliationReport))   // ?limit=&order_id=: audit rows, newest first
+		r.Post("/reconciliation/run", e.Handle(h.reconciliationRun)) // one pass now; answers its summary
+		r.Get("/orders/{id}/timeline", e.Handle(h.timeline))         // the order across the three services, in time order
+		r.Get("/deadlines", e.Handle(h.deadlines))                   // ?limit=: open orders by deadline (the timer table)
 	}
 }
+
+// edge answers the errors the handlers return: httpError maps the order
+// domain's, the rest is a logged 500.
+func edge(log *slog.Logger) web.Edge { return web.Edge{Log: log, Map: httpError} }

@@ -59,7 +59,7 @@ func (a *App) Retry(ctx context.Context, orderID uint64) (Retried, error) {
 		}
 		log := a.log.With("order_id", orderID, "component", "admin")
 		if to, ok := payment.Next(p.Status, payment.Retry); ok {
-			moved, err := paymentdb.Unpark(ctx, tx, orderID, a.cfg.ChargeDeadline, a.cfg.Grace)
+			moved, err := paymentdb.Charges.Unpark(ctx, tx, orderID, a.cfg.ChargeDeadline, a.cfg.Grace)
 			if err != nil {
 				return err
 			}
@@ -91,7 +91,7 @@ func (a *App) Retry(ctx context.Context, orderID uint64) (Retried, error) {
 		if !ok {
 			return payment.ErrNotParked
 		}
-		moved, err := paymentdb.UnparkRefund(ctx, tx, orderID, a.cfg.RefundDeadline, a.cfg.Grace)
+		moved, err := paymentdb.Refunds.Unpark(ctx, tx, orderID, a.cfg.RefundDeadline, a.cfg.Grace)
 		if err != nil {
 			return err
 		}

@@ -76,18 +76,21 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 		return noop, nil
 	}
 
-	var c psp.Charge
+	var (
+		call = a.chargeCall(chargeRequest(req))
+		c    psp.Charge
+	)
 	if p.CancelRequested {
-		c, err = a.chargeStatus(ctx, chargeRequest(req), nil)
+		c, err = call.status(ctx, nil)
 		if errors.Is(err, errNotCharged) {
 			log.InfoContext(ctx, "order cancelled before it was charged; no charge started (the sweep closes the payment at its deadline)")
 			return noop, nil
 		}
 	} else {
-		c, err = a.charge(ctx, log, req)
+		c, err = call.do(ctx, log)
 	}
 	if err != nil {
-		a.noteChargeFailure(ctx, log, req.OrderID, err)
+		a.noteFailure(ctx, log, paymentdb.Charges, req.OrderID, err)
 		return nil, err
 	}
 	// Window: the PSP has decided, we have not recorded it. Whatever
@@ -114,71 +117,18 @@ func chargeRequest(req events.PaymentChargeRequestedV1) psp.ChargeRequest {
 	}
 }
 
-// charge calls the PSP once and, if the answer is lost, asks for the
-// charge's status with the same key. It returns the PSP's charge record
-// (succeeded or declined) or an error: ErrOutcomeUnresolved (transient), a
-// Permanent refusal, or another transient error.
-func (a *App) charge(ctx context.Context, log *slog.Logger, req events.PaymentChargeRequestedV1) (psp.Charge, error) {
-	creq := chargeRequest(req)
-	c, err := a.psp.Charge(ctx, creq)
-	a.metrics.observe("charge", err)
-	var refused *psp.APIError
-	switch {
-	case err == nil:
-		return checkCharge(c, creq)
-
-	case errors.Is(err, psp.ErrOutcomeUnknown):
-		// Maybe charged, maybe not: never read this as a decline. Ask.
-		log.WarnContext(ctx, "PSP charge outcome unknown; querying its status with the same key", "err", err)
-		c, err := a.chargeStatus(ctx, creq, err)
-		if errors.Is(err, errNotCharged) {
-			// Not charged yet, not "never will be": the lost request may
-			// still arrive. Charging again with the same key is safe.
-			return psp.Charge{}, fmt.Errorf("%w: %w", ErrOutcomeUnresolved, err)
-		}
-		if err == nil {
-			log.InfoContext(ctx, "status query found the charge", "charge_id", c.ChargeID, "psp_status", c.Status)
-		}
-		return c, err
-
-	case errors.As(err, &refused):
-		// 4xx: the PSP understood and refused (bad request, key reused with
-		// other parameters). Nothing was charged; the same call gets the
-		// same answer, so retrying cannot help.
-		return psp.Charge{}, inbox.Permanent(fmt.Errorf("PSP refused the charge: %w", err))
-
-	default:
-		return psp.Charge{}, fmt.Errorf("psp charge: %w", err)
-	}
-}
-
-// chargeStatus asks the PSP for the charge made with the request's key. It
-// returns the checked charge, an error wrapping errNotCharged when the PSP
-// has none, or ErrOutcomeUnresolved when the query failed. callErr is the
-// charge call's own error, kept as evidence.
-func (a *App) chargeStatus(ctx context.Context, creq psp.ChargeRequest, callErr error) (psp.Charge, error) {
-	c, err := a.psp.GetCharge(ctx, creq.IdempotencyKey)
-	a.metrics.observe("status", err)
-	prefix := ""
-	if callErr != nil {
-		prefix = fmt.Sprintf("charge call: %v; ", callErr)
-	}
-	switch {
-	case err == nil:
-		return checkCharge(c, creq)
-	case errors.Is(err, psp.ErrNotFound):
-		return psp.Charge{}, fmt.Errorf("%s%w (key %s)", prefix, errNotCharged, creq.IdempotencyKey)
-	default:
-		return psp.Charge{}, fmt.Errorf("%w: %sstatus query: %w", ErrOutcomeUnresolved, prefix, err)
-	}
-}
-
-// noteChargeFailure keeps an attempt that did not settle the outcome as
-// evidence on the payment (attempts, last_error). Best effort: the attempt
-// fails either way.
-func (a *App) noteChargeFailure(ctx context.Context, log *slog.Logger, orderID uint64, cause error) {
-	if err := paymentdb.NoteFailure(ctx, a.db, orderID, cause.Error()); err != nil {
-		log.WarnContext(ctx, "could not note the failed charge attempt", "err", err)
+// chargeCall is a charge at the PSP with the request's idempotency key, by
+// the chapter's rule (keyedCall): a lost answer is followed by a status
+// query with the same key, a 4xx refusal is permanent (dead letter).
+func (a *App) chargeCall(creq psp.ChargeRequest) keyedCall[psp.Charge] {
+	return keyedCall[psp.Charge]{
+		what: "charge", callLabel: "charge", queryLabel: "status", key: creq.IdempotencyKey,
+		call:   func(ctx context.Context) (psp.Charge, error) { return a.psp.Charge(ctx, creq) },
+		query:  func(ctx context.Context) (psp.Charge, error) { return a.psp.GetCharge(ctx, creq.IdempotencyKey) },
+		check:  func(c psp.Charge) (psp.Charge, error) { return checkCharge(c, creq) },
+		found:  func(c psp.Charge) []any { return []any{"charge_id", c.ChargeID, "psp_status", c.Status} },
+		absent: errNotCharged, unresolved: ErrOutcomeUnresolved,
+		metrics: a.metrics,
 	}
 }
 

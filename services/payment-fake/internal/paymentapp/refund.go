@@ -96,13 +96,15 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 		return noop, nil
 	}
 
-	r, err := a.refund(ctx, log, refundRequest(f))
-	var refused *psp.APIError
+	r, err := a.refundCall(refundRequest(f)).do(ctx, log)
+	var refused *refusal
 	switch {
 	case err == nil:
 	case errors.As(err, &refused):
+		// Permanent, and a compensation cannot be dropped: an operator
+		// takes it over.
 		a.metrics.compensationFailures.Inc()
-		reason := fmt.Sprintf("PSP refused the refund: %v", err)
+		reason := refused.Error()
 		log.ErrorContext(ctx, "refund refused by the PSP; parking it for an operator", "err", err)
 		return func(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
 			_, err := a.parkRefund(ctx, tx, log, req.OrderID, reason, false)
@@ -110,9 +112,7 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 		}, nil
 	default:
 		a.metrics.compensationFailures.Inc()
-		if nerr := paymentdb.NoteRefundFailure(ctx, a.db, req.OrderID, err.Error()); nerr != nil {
-			log.WarnContext(ctx, "could not note the failed refund attempt", "err", nerr)
-		}
+		a.noteFailure(ctx, log, paymentdb.Refunds, req.OrderID, err)
 		return nil, err
 	}
 	if err := failpoint.Inject(ctx, FailpointAfterPSPRefund); err != nil {
@@ -127,51 +127,18 @@ func refundRequest(f payment.Refund) psp.RefundRequest {
 	return psp.RefundRequest{IdempotencyKey: f.IdempotencyKey, ChargeID: f.PSPChargeID, AmountCents: f.AmountCents}
 }
 
-// refund calls the PSP's refund once and, if the answer is lost, asks for
-// the refund's status with the same key. It returns the PSP's refund
-// record, a *psp.APIError refusal, or ErrRefundUnresolved / another
-// transient error.
-func (a *App) refund(ctx context.Context, log *slog.Logger, req psp.RefundRequest) (psp.Refund, error) {
-	r, err := a.psp.Refund(ctx, req)
-	a.metrics.observe("refund", err)
-	var refused *psp.APIError
-	switch {
-	case err == nil:
-		return checkRefund(r, req)
-	case errors.Is(err, psp.ErrOutcomeUnknown):
-		log.WarnContext(ctx, "PSP refund outcome unknown; querying its status with the same key", "err", err)
-		r, err := a.refundStatus(ctx, req, err)
-		if errors.Is(err, errNotRefunded) {
-			return psp.Refund{}, fmt.Errorf("%w: %w", ErrRefundUnresolved, err)
-		}
-		if err == nil {
-			log.InfoContext(ctx, "status query found the refund", "refund_id", r.RefundID)
-		}
-		return r, err
-	case errors.As(err, &refused):
-		return psp.Refund{}, err
-	default:
-		return psp.Refund{}, fmt.Errorf("psp refund: %w", err)
-	}
-}
-
-// refundStatus asks the PSP for the refund made with the request's key:
-// the checked refund, an error wrapping errNotRefunded, or
-// ErrRefundUnresolved when the query failed.
-func (a *App) refundStatus(ctx context.Context, req psp.RefundRequest, callErr error) (psp.Refund, error) {
-	r, err := a.psp.GetRefund(ctx, req.IdempotencyKey)
-	a.metrics.observe("refund_status", err)
-	prefix := ""
-	if callErr != nil {
-		prefix = fmt.Sprintf("refund call: %v; ", callErr)
-	}
-	switch {
-	case err == nil:
-		return checkRefund(r, req)
-	case errors.Is(err, psp.ErrNotFound):
-		return psp.Refund{}, fmt.Errorf("%s%w (key %s)", prefix, errNotRefunded, req.IdempotencyKey)
-	default:
-		return psp.Refund{}, fmt.Errorf("%w: %sstatus query: %w", ErrRefundUnresolved, prefix, err)
+// refundCall is a refund at the PSP with the refund's idempotency key, by
+// the chapter's rule (keyedCall): a lost answer is followed by a status
+// query with the same key; a 4xx refusal parks the refund (RefundAtPSP).
+func (a *App) refundCall(req psp.RefundRequest) keyedCall[psp.Refund] {
+	return keyedCall[psp.Refund]{
+		what: "refund", callLabel: "refund", queryLabel: "refund_status", key: req.IdempotencyKey,
+		call:   func(ctx context.Context) (psp.Refund, error) { return a.psp.Refund(ctx, req) },
+		query:  func(ctx context.Context) (psp.Refund, error) { return a.psp.GetRefund(ctx, req.IdempotencyKey) },
+		check:  func(r psp.Refund) (psp.Refund, error) { return checkRefund(r, req) },
+		found:  func(r psp.Refund) []any { return []any{"refund_id", r.RefundID} },
+		absent: errNotRefunded, unresolved: ErrRefundUnresolved,
+		metrics: a.metrics,
 	}
 }
 

@@ -85,7 +85,7 @@ func (a *App) RunSweeper(ctx context.Context, interval time.Duration) error {
 // the returned error is a failed claim.
 func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
-	charges, err := a.claim(ctx, paymentdb.SelectDue, paymentdb.Reschedule)
+	charges, err := a.claim(ctx, paymentdb.Charges)
 	if err != nil {
 		return rep, fmt.Errorf("claim payments: %w", err)
 	}
@@ -95,7 +95,7 @@ func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 		a.count(ctx, "charge", d, action, err, &rep.Charges)
 	}
 
-	refunds, err := a.claim(ctx, paymentdb.SelectDueRefunds, paymentdb.RescheduleRefund)
+	refunds, err := a.claim(ctx, paymentdb.Refunds)
 	if err != nil {
 		return rep, fmt.Errorf("claim refunds: %w", err)
 	}
@@ -145,19 +145,16 @@ func (a *App) count(ctx context.Context, kind string, d paymentdb.Due, action st
 // claim takes this round's due rows of one table in one short transaction:
 // select them with SKIP LOCKED, push each one's next round out by its
 // backoff, commit.
-func (a *App) claim(ctx context.Context,
-	selectDue func(context.Context, *sqlx.Tx, int) ([]paymentdb.Due, error),
-	reschedule func(context.Context, *sqlx.Tx, uint64, time.Duration) (bool, error),
-) ([]paymentdb.Due, error) {
+func (a *App) claim(ctx context.Context, step paymentdb.Step) ([]paymentdb.Due, error) {
 	var claimed []paymentdb.Due
 	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
 		claimed = claimed[:0]
-		due, err := selectDue(ctx, tx, a.cfg.SweepBatch)
+		due, err := step.SelectDue(ctx, tx, a.cfg.SweepBatch)
 		if err != nil {
 			return err
 		}
 		for _, d := range due {
-			ok, err := reschedule(ctx, tx, d.OrderID, a.cfg.Backoff.Delay(d.Rounds+1))
+			ok, err := step.Reschedule(ctx, tx, d.OrderID, a.cfg.Backoff.Delay(d.Rounds+1))
 			if err != nil {
 				return err
 			}
@@ -182,7 +179,7 @@ func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) 
 	}
 	creq := chargeRequest(events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
 		AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey})
-	c, err := a.chargeStatus(ctx, creq, nil)
+	c, err := a.chargeCall(creq).status(ctx, nil)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the charge; recording it", "charge_id", c.ChargeID, "psp_status", c.Status)
@@ -206,7 +203,7 @@ func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) 
 		return a.rerequestCharge(ctx, log, p.OrderID)
 
 	default:
-		a.noteChargeFailure(ctx, log, p.OrderID, err)
+		a.noteFailure(ctx, log, paymentdb.Charges, p.OrderID, err)
 		if d.PastDeadline {
 			reason := fmt.Sprintf("charge outcome unknown at the deadline %s: status query with key %s failed: %v; %d earlier unresolved attempts",
 				p.DeadlineAt.Format(time.RFC3339), p.IdempotencyKey, err, p.Attempts)
@@ -311,7 +308,7 @@ func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) 
 	if f.Status != payment.RefundRequested {
 		return actWaiting, nil
 	}
-	r, err := a.refundStatus(ctx, refundRequest(f), nil)
+	r, err := a.refundCall(refundRequest(f)).status(ctx, nil)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the refund; recording it", "refund_id", r.RefundID)
@@ -328,9 +325,7 @@ func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) 
 
 	default:
 		a.metrics.compensationFailures.Inc()
-		if nerr := paymentdb.NoteRefundFailure(ctx, a.db, f.OrderID, err.Error()); nerr != nil {
-			log.WarnContext(ctx, "could not note the failed refund status query", "err", nerr)
-		}
+		a.noteFailure(ctx, log, paymentdb.Refunds, f.OrderID, err)
 		if d.PastDeadline {
 			reason := fmt.Sprintf("refund outcome unknown at the deadline %s: status query with key %s failed: %v; %d earlier failed attempts",
 				f.DeadlineAt.Format(time.RFC3339), f.IdempotencyKey, err, f.Attempts)

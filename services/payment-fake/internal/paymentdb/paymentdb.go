@@ -177,18 +177,6 @@ WHERE order_id = ? AND status = ?`
 	return sqldb.Changed(res, err, "payment %d refunded", orderID)
 }
 
-// NoteFailure adds one unresolved charge attempt to the evidence of a
-// payment still pending: attempts+1 and the error. One statement, no
-// transaction: it runs where the attempt failed, outside any.
-func NoteFailure(ctx context.Context, db sqlx.ExecerContext, orderID uint64, msg string) error {
-	const q = `UPDATE payments SET attempts = attempts + 1, last_error = ?, updated_at = NOW(6)
-WHERE order_id = ? AND status = ?`
-	if _, err := db.ExecContext(ctx, q, payment.Clip(msg, 1024), orderID, payment.Pending); err != nil {
-		return fmt.Errorf("note failure on payment %d: %w", orderID, err)
-	}
-	return nil
-}
-
 // Park moves a payment still pending past its deadline (database time) to
 // status to (needs_attention, or cancelled_before_charge for a cancelled
 // order the PSP never charged), with the reason.
@@ -198,53 +186,6 @@ func Park(ctx context.Context, tx *sqlx.Tx, orderID uint64, to payment.Status, r
 WHERE order_id = ? AND status = ? AND deadline_at <= NOW(6)`
 	res, err := tx.ExecContext(ctx, q, to, payment.Clip(reason, 512), orderID, payment.Pending)
 	return sqldb.Changed(res, err, "park payment %d", orderID)
-}
-
-// Unpark puts a parked payment back to pending for another round: a new
-// deadline from now, the sweep's backoff restarted and its first look after
-// grace. The evidence (attempts, last error, parked reason) stays.
-func Unpark(ctx context.Context, tx *sqlx.Tx, orderID uint64, deadline, grace time.Duration) (bool, error) {
-	const q = `UPDATE payments SET status = ?, deadline_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
-  next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)), sweep_rounds = 0, parked_at = NULL, updated_at = NOW(6)
-WHERE order_id = ? AND status = ?`
-	res, err := tx.ExecContext(ctx, q, payment.Pending, deadline.Microseconds(), grace.Microseconds(),
-		orderID, payment.NeedsAttention)
-	return sqldb.Changed(res, err, "retry payment %d", orderID)
-}
-
-// Due is a row the sweep claimed: which order, and whether its deadline
-// had passed when it was claimed (database time).
-type Due struct {
-	OrderID      uint64 `db:"order_id"`
-	Rounds       int    `db:"sweep_rounds"`
-	PastDeadline bool   `db:"past_deadline"`
-}
-
-// SelectDue returns up to limit pending payments whose next sweep round is
-// due, locking them; rows another sweep holds are skipped (SKIP LOCKED), so
-// concurrent sweeps take disjoint rows. Run it in the short claim
-// transaction, followed by Reschedule for each row.
-func SelectDue(ctx context.Context, tx *sqlx.Tx, limit int) ([]Due, error) {
-	const q = `SELECT order_id, sweep_rounds, deadline_at <= NOW(6) AS past_deadline FROM payments
-WHERE status = ? AND next_attempt_at <= NOW(6)
-ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`
-	var due []Due
-	if err := tx.SelectContext(ctx, &due, q, payment.Pending, limit); err != nil {
-		return nil, fmt.Errorf("select due payments: %w", err)
-	}
-	return due, nil
-}
-
-// Reschedule claims a due payment for this round: one more round, and the
-// next one not before delay from now. Compare-and-set on "still pending and
-// still due", so a row claimed meanwhile is not claimed twice (false).
-// Once committed, no other sweep sees the row as due until then.
-func Reschedule(ctx context.Context, tx *sqlx.Tx, orderID uint64, delay time.Duration) (bool, error) {
-	const q = `UPDATE payments SET sweep_rounds = sweep_rounds + 1,
-  next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
-WHERE order_id = ? AND status = ? AND next_attempt_at <= NOW(6)`
-	res, err := tx.ExecContext(ctx, q, delay.Microseconds(), orderID, payment.Pending)
-	return sqldb.Changed(res, err, "reschedule payment %d", orderID)
 }
 
 // Parked returns the payments parked as needs_attention, oldest first.

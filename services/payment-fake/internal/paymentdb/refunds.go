@@ -93,17 +93,6 @@ WHERE order_id = ? AND status = ?`
 	return sqldb.Changed(res, err, "refund %d %s -> succeeded", orderID, from)
 }
 
-// NoteRefundFailure adds one failed refund attempt to the evidence of a
-// refund still requested. One statement, no transaction.
-func NoteRefundFailure(ctx context.Context, db sqlx.ExecerContext, orderID uint64, msg string) error {
-	const q = `UPDATE refunds SET attempts = attempts + 1, last_error = ?, updated_at = NOW(6)
-WHERE order_id = ? AND status = ?`
-	if _, err := db.ExecContext(ctx, q, payment.Clip(msg, 1024), orderID, payment.RefundRequested); err != nil {
-		return fmt.Errorf("note failure on refund %d: %w", orderID, err)
-	}
-	return nil
-}
-
 // ParkRefund moves a requested refund to needs_attention with the reason.
 // pastDeadline restricts it to a refund whose deadline has passed
 // (database time); without it the refund is parked now (the PSP refused).
@@ -115,39 +104,6 @@ WHERE order_id = ? AND status = ?`
 	}
 	res, err := tx.ExecContext(ctx, q, payment.RefundNeedsAttention, payment.Clip(reason, 512), orderID, payment.RefundRequested)
 	return sqldb.Changed(res, err, "park refund %d", orderID)
-}
-
-// UnparkRefund puts a parked refund back to requested for another round:
-// a new deadline from now, the sweep's backoff restarted and its first
-// look after grace. The evidence stays.
-func UnparkRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64, deadline, grace time.Duration) (bool, error) {
-	const q = `UPDATE refunds SET status = ?, deadline_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
-  next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)), sweep_rounds = 0, parked_at = NULL, updated_at = NOW(6)
-WHERE order_id = ? AND status = ?`
-	res, err := tx.ExecContext(ctx, q, payment.RefundRequested, deadline.Microseconds(), grace.Microseconds(),
-		orderID, payment.RefundNeedsAttention)
-	return sqldb.Changed(res, err, "retry refund %d", orderID)
-}
-
-// SelectDueRefunds is SelectDue for requested refunds.
-func SelectDueRefunds(ctx context.Context, tx *sqlx.Tx, limit int) ([]Due, error) {
-	const q = `SELECT order_id, sweep_rounds, deadline_at <= NOW(6) AS past_deadline FROM refunds
-WHERE status = ? AND next_attempt_at <= NOW(6)
-ORDER BY next_attempt_at LIMIT ? FOR UPDATE SKIP LOCKED`
-	var due []Due
-	if err := tx.SelectContext(ctx, &due, q, payment.RefundRequested, limit); err != nil {
-		return nil, fmt.Errorf("select due refunds: %w", err)
-	}
-	return due, nil
-}
-
-// RescheduleRefund is Reschedule for a requested refund.
-func RescheduleRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64, delay time.Duration) (bool, error) {
-	const q = `UPDATE refunds SET sweep_rounds = sweep_rounds + 1,
-  next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
-WHERE order_id = ? AND status = ? AND next_attempt_at <= NOW(6)`
-	res, err := tx.ExecContext(ctx, q, delay.Microseconds(), orderID, payment.RefundRequested)
-	return sqldb.Changed(res, err, "reschedule refund %d", orderID)
 }
 
 // ParkedRefund is a parked refund with its schedule.

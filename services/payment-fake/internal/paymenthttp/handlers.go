@@ -16,24 +16,20 @@ import (
 
 type handlers struct {
 	app *paymentapp.App
-	log *slog.Logger
 }
 
-func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
-	id, ok := orderID(r)
-	if !ok {
-		h.fail(w, r, payment.ErrNotFound)
-		return
+func (h *handlers) get(w http.ResponseWriter, r *http.Request) error {
+	id, err := orderID(r)
+	if err != nil {
+		return err
 	}
 	p, err := h.app.Get(r.Context(), id)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	f, hasRefund, err := h.app.Refund(r.Context(), id)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	out := toJSON(p)
 	if hasRefund {
@@ -41,19 +37,18 @@ func (h *handlers) get(w http.ResponseWriter, r *http.Request) {
 		out.Refund = &rj
 	}
 	web.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // needsAttention lists the parked charges and refunds with their evidence.
-func (h *handlers) needsAttention(w http.ResponseWriter, r *http.Request) {
+func (h *handlers) needsAttention(w http.ResponseWriter, r *http.Request) error {
 	limit, err := web.Limit(r, 100, 1000)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	att, err := h.app.NeedsAttention(r.Context(), limit)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	out := attentionJSON{Charges: []parkedChargeJSON{}, Refunds: []parkedRefundJSON{}}
 	for _, p := range att.Charges {
@@ -65,38 +60,46 @@ func (h *handlers) needsAttention(w http.ResponseWriter, r *http.Request) {
 			OrderID: strconv.FormatUint(f.OrderID, 10), SweepRounds: f.SweepRounds, ParkedAt: f.ParkedAt})
 	}
 	web.WriteJSON(w, http.StatusOK, out)
+	return nil
 }
 
 // retryParked puts an order's parked charge or refund back for another
 // round.
-func (h *handlers) retryParked(w http.ResponseWriter, r *http.Request) {
-	id, ok := orderID(r)
-	if !ok {
-		h.fail(w, r, payment.ErrNotFound)
-		return
+func (h *handlers) retryParked(w http.ResponseWriter, r *http.Request) error {
+	id, err := orderID(r)
+	if err != nil {
+		return err
 	}
 	res, err := h.app.Retry(r.Context(), id)
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]string{"order_id": strconv.FormatUint(id, 10),
 		"kind": res.Kind, "status": res.Status, "event_id": res.EventID})
+	return nil
 }
 
-func orderID(r *http.Request) (uint64, bool) {
-	return web.ParseID(chi.URLParam(r, "order_id"))
+// orderID reads the order id of the path: anything but an order id is a
+// payment not found.
+func orderID(r *http.Request) (uint64, error) {
+	id, ok := web.ParseID(chi.URLParam(r, "order_id"))
+	if !ok {
+		return 0, payment.ErrNotFound
+	}
+	return id, nil
 }
 
-// fail is the one place domain errors become HTTP answers.
-func (h *handlers) fail(w http.ResponseWriter, r *http.Request, err error) {
+// httpError is the one place domain errors become HTTP answers (the
+// web.Edge of every route calls it); any other error is returned as it
+// is and answered with a generic 500.
+func httpError(err error) error {
 	switch {
 	case errors.Is(err, payment.ErrNotFound):
-		err = web.Errorf(http.StatusNotFound, "payment not found")
+		return web.Errorf(http.StatusNotFound, "payment not found")
 	case errors.Is(err, payment.ErrNotParked):
-		err = web.Errorf(http.StatusConflict, "nothing of this order is parked as needs_attention")
+		return web.Errorf(http.StatusConflict, "nothing of this order is parked as needs_attention")
 	}
-	web.WriteError(w, r, h.log, err)
+	return err
 }
 
 // guardSwitches refuses changes to the PSP's fault switch outside demo
@@ -106,12 +109,12 @@ func guardSwitches(pspAPI http.Handler, demoMode bool, log *slog.Logger) http.Ha
 	if demoMode {
 		return pspAPI
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return web.Handle(log, func(w http.ResponseWriter, r *http.Request) error {
 		if r.URL.Path == "/switches" && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			web.WriteError(w, r, log, web.Errorf(http.StatusForbidden, "the PSP's fault switches can be changed only with DEMO_MODE=true"))
-			return
+			return web.Errorf(http.StatusForbidden, "the PSP's fault switches can be changed only with DEMO_MODE=true")
 		}
 		pspAPI.ServeHTTP(w, r)
+		return nil
 	})
 }
 

@@ -1,4 +1,4 @@
-// Package paymenthttp is the payment service's HTTP API (SPEC section 7):
+// Package paymenthttp is the payment service's HTTP API (docs/contract.md):
 // the payment of an order, the fake PSP's own API mounted under /psp, and
 // the operator's view of what is parked (under /admin, behind the admin
 // token).
@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 )
 
@@ -18,8 +19,8 @@ import (
 // psp/routes.go. Its fault switch can be changed (PUT /psp/switches) only
 // in demo mode.
 func Routes(r chi.Router, app *paymentapp.App, pspAPI http.Handler, demoMode bool, log *slog.Logger) {
-	h := &handlers{app: app, log: log}
-	r.Get("/payments/{order_id}", h.get)
+	h, e := &handlers{app: app}, edge(log)
+	r.Get("/payments/{order_id}", e.Handle(h.get))
 
 	// The PSP shares the listener, not the code path: the payment app calls
 	// it over HTTP through psp.Client, as it would call a real provider.
@@ -29,9 +30,13 @@ func Routes(r chi.Router, app *paymentapp.App, pspAPI http.Handler, demoMode boo
 // AdminRoutes lists the payment service's own admin routes, relative to
 // /admin (service.Runtime.Router mounts them behind ADMIN_TOKEN).
 func AdminRoutes(app *paymentapp.App, log *slog.Logger) func(chi.Router) {
-	h := &handlers{app: app, log: log}
+	h, e := &handlers{app: app}, edge(log)
 	return func(r chi.Router) {
-		r.Get("/needs-attention", h.needsAttention)                // parked charges and refunds, with evidence
-		r.Post("/needs-attention/{order_id}/retry", h.retryParked) // put one back for another round
+		r.Get("/needs-attention", e.Handle(h.needsAttention))                // parked charges and refunds, with evidence
+		r.Post("/needs-attention/{order_id}/retry", e.Handle(h.retryParked)) // put one back for another round
 	}
 }
+
+// edge answers the errors the handlers return: httpError maps the payment
+// domain's, the rest is a logged 500.
+func edge(log *slog.Logger) web.Edge { return web.Edge{Log: log, Map: httpError} }

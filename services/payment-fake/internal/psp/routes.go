@@ -1,19 +1,24 @@
 package psp
 
-import "net/http"
+import (
+	"net/http"
+
+	"github.com/relmsg/ordersaga/pkg/web"
+)
 
 // routes lists every endpoint of the PSP, relative to where it is mounted
 // (the payment-fake service mounts it under /psp).
 func (s *Server) routes() http.Handler {
+	e := web.Edge{Log: s.log, Map: httpError}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /charges", s.handleCreateCharge)   // charge once per idempotency key
-	mux.HandleFunc("GET /charges/{key}", s.handleGetCharge) // status query by idempotency key
-	mux.HandleFunc("GET /charges", s.handleListCharges)     // ?order_ref=42: every charge of an order
-	mux.HandleFunc("POST /refunds", s.handleCreateRefund)   // refund once per idempotency key
-	mux.HandleFunc("GET /refunds/{key}", s.handleGetRefund) // status query by idempotency key
-	mux.HandleFunc("GET /refunds", s.handleListRefunds)     // ?charge_id=ch_...: every refund of a charge
-	mux.HandleFunc("GET /switches", s.handleGetSwitch)      // the fault switch
-	mux.HandleFunc("PUT /switches", s.handlePutSwitch)      // {"mode":"lose-response","delay_ms":0,"count":1}
-	mux.HandleFunc("/", s.handleNotFound)                   // JSON 404 for everything else
+	mux.HandleFunc("POST /charges", e.Handle(s.handleCreateCharge))   // charge once per idempotency key
+	mux.HandleFunc("GET /charges/{key}", e.Handle(s.handleGetCharge)) // status query by idempotency key
+	mux.HandleFunc("GET /charges", e.Handle(s.handleListCharges))     // ?order_ref=42: every charge of an order
+	mux.HandleFunc("POST /refunds", e.Handle(s.handleCreateRefund))   // refund once per idempotency key
+	mux.HandleFunc("GET /refunds/{key}", e.Handle(s.handleGetRefund)) // status query by idempotency key
+	mux.HandleFunc("GET /refunds", e.Handle(s.handleListRefunds))     // ?charge_id=ch_...: every refund of a charge
+	mux.HandleFunc("GET /switches", e.Handle(s.handleGetSwitch))      // the fault switch
+	mux.HandleFunc("PUT /switches", e.Handle(s.handlePutSwitch))      // {"mode":"lose-response","delay_ms":0,"count":1}
+	mux.HandleFunc("/", e.Handle(s.handleNotFound))                   // JSON 404 for everything else
 	return mux
 }

@@ -63,128 +63,151 @@ func (s *Server) SetSwitch(sw Switch) error {
 // affects in Count (0: unlimited).
 func (s *Server) CurrentSwitch() Switch { return s.switches.current() }
 
-func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) error {
 	var req ChargeRequest
-	if err := web.DecodeJSON(w, r, maxBodyBytes, &req); err != nil {
-		web.WriteError(w, r, s.log, err)
-		return
-	}
-	if err := req.Validate(); err != nil {
-		web.WriteError(w, r, s.log, web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error()))
-		return
+	if err := decodeValid(w, r, &req); err != nil {
+		return err
 	}
 	log := s.log.With("order_ref", req.OrderRef, "idempotency_key", req.IdempotencyKey)
-	sw := s.switches.take()
-	if !s.beforeCall(w, r, log, sw) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), workTimeout)
-	defer cancel()
-	c, created, err := s.charge(ctx, req)
-	if err != nil {
-		s.afterCall(w, r, log, sw, func() { web.WriteError(w, r, s.log, httpError(err)) })
-		return
-	}
-	log.Info("psp charge", "charge_id", c.ChargeID, "status", c.Status, "decline_code", c.DeclineCode, "replayed", !created)
-	s.afterCall(w, r, log, sw, func() { writeResult(w, created, c) })
+	return s.serveCall(w, r, log, func(ctx context.Context) (any, bool, error) {
+		c, created, err := s.charge(ctx, req)
+		if err == nil {
+			log.Info("psp charge", "charge_id", c.ChargeID, "status", c.Status, "decline_code", c.DeclineCode, "replayed", !created)
+		}
+		return c, created, err
+	})
 }
 
-func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) error {
 	c, err := chargeByKey(r.Context(), s.db, r.PathValue("key"))
 	if err != nil {
-		web.WriteError(w, r, s.log, httpError(err))
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, c)
+	return nil
 }
 
-func (s *Server) handleListCharges(w http.ResponseWriter, r *http.Request) {
-	ref := r.URL.Query().Get("order_ref")
-	if err := validKey("order_ref", ref, 64); err != nil {
-		web.WriteError(w, r, s.log, web.Errorf(http.StatusBadRequest, "query parameter %s", err.Error()))
-		return
+func (s *Server) handleListCharges(w http.ResponseWriter, r *http.Request) error {
+	ref, err := queryKey(r, "order_ref")
+	if err != nil {
+		return err
 	}
 	cs, err := chargesForOrder(r.Context(), s.db, ref)
 	if err != nil {
-		web.WriteError(w, r, s.log, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string][]Charge{"charges": cs})
+	return nil
 }
 
-func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) error {
 	var req RefundRequest
-	if err := web.DecodeJSON(w, r, maxBodyBytes, &req); err != nil {
-		web.WriteError(w, r, s.log, err)
-		return
-	}
-	if err := req.Validate(); err != nil {
-		web.WriteError(w, r, s.log, web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error()))
-		return
+	if err := decodeValid(w, r, &req); err != nil {
+		return err
 	}
 	log := s.log.With("charge_id", req.ChargeID, "idempotency_key", req.IdempotencyKey)
-	sw := s.switches.take()
-	if !s.beforeCall(w, r, log, sw) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), workTimeout)
-	defer cancel()
-	f, created, err := s.refund(ctx, req)
-	if err != nil {
-		s.afterCall(w, r, log, sw, func() { web.WriteError(w, r, s.log, httpError(err)) })
-		return
-	}
-	log.Info("psp refund", "refund_id", f.RefundID, "amount_cents", f.AmountCents, "replayed", !created)
-	s.afterCall(w, r, log, sw, func() { writeResult(w, created, f) })
+	return s.serveCall(w, r, log, func(ctx context.Context) (any, bool, error) {
+		f, created, err := s.refund(ctx, req)
+		if err == nil {
+			log.Info("psp refund", "refund_id", f.RefundID, "amount_cents", f.AmountCents, "replayed", !created)
+		}
+		return f, created, err
+	})
 }
 
-func (s *Server) handleGetRefund(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGetRefund(w http.ResponseWriter, r *http.Request) error {
 	f, err := refundByKey(r.Context(), s.db, r.PathValue("key"))
 	if err != nil {
-		web.WriteError(w, r, s.log, httpError(err))
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, f)
+	return nil
 }
 
-func (s *Server) handleListRefunds(w http.ResponseWriter, r *http.Request) {
-	id := r.URL.Query().Get("charge_id")
-	if err := validKey("charge_id", id, 64); err != nil {
-		web.WriteError(w, r, s.log, web.Errorf(http.StatusBadRequest, "query parameter %s", err.Error()))
-		return
+func (s *Server) handleListRefunds(w http.ResponseWriter, r *http.Request) error {
+	id, err := queryKey(r, "charge_id")
+	if err != nil {
+		return err
 	}
 	fs, err := refundsForCharge(r.Context(), s.db, id)
 	if err != nil {
-		web.WriteError(w, r, s.log, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string][]Refund{"refunds": fs})
+	return nil
 }
 
-func (s *Server) handleGetSwitch(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleGetSwitch(w http.ResponseWriter, r *http.Request) error {
 	web.WriteJSON(w, http.StatusOK, s.CurrentSwitch())
+	return nil
 }
 
-func (s *Server) handlePutSwitch(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handlePutSwitch(w http.ResponseWriter, r *http.Request) error {
 	var sw Switch
 	if err := web.DecodeJSON(w, r, maxBodyBytes, &sw); err != nil {
-		web.WriteError(w, r, s.log, err)
-		return
+		return err
 	}
 	if err := s.SetSwitch(sw); err != nil {
-		web.WriteError(w, r, s.log, web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error()))
-		return
+		return web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
 	}
 	web.WriteJSON(w, http.StatusOK, s.CurrentSwitch())
+	return nil
 }
 
-func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
-	web.WriteError(w, r, s.log, web.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) error {
+	return web.Errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+}
+
+// decodeValid reads a charge or refund request: strict JSON, then its own
+// checks (422 with the reason).
+func decodeValid(w http.ResponseWriter, r *http.Request, req interface{ Validate() error }) error {
+	if err := web.DecodeJSON(w, r, maxBodyBytes, req); err != nil {
+		return err
+	}
+	if err := req.Validate(); err != nil {
+		return web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
+	}
+	return nil
+}
+
+// queryKey reads the query parameter that selects a list (order_ref,
+// charge_id).
+func queryKey(r *http.Request, name string) (string, error) {
+	v := r.URL.Query().Get(name)
+	if err := validKey(name, v, 64); err != nil {
+		return "", web.Errorf(http.StatusBadRequest, "query parameter %s", err.Error())
+	}
+	return v, nil
+}
+
+// serveCall runs one charge or refund through the fault switch. The switch
+// may stop it before any work (fail-before-charge, error-5xx); the work runs
+// on a context the caller cannot cancel, since a PSP finishes what it has
+// received; then its answer, the result (201, or 200 replayed) or the
+// error, goes back through the switch (slow, lose-response) and the
+// failpoint, which may drop it.
+func (s *Server) serveCall(w http.ResponseWriter, r *http.Request, log *slog.Logger,
+	work func(context.Context) (v any, created bool, err error)) error {
+	sw := s.switches.take()
+	if !s.beforeCall(w, log, sw) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), workTimeout)
+	defer cancel()
+	v, created, err := work(ctx)
+	if !s.afterCall(w, r, log, sw) {
+		return nil // no answer: the connection is dropped, or the caller left
+	}
+	if err != nil {
+		return err
+	}
+	writeResult(w, created, v)
+	return nil
 }
 
 // beforeCall applies the switch before anything is charged. It reports
 // whether the call goes on.
-func (s *Server) beforeCall(w http.ResponseWriter, r *http.Request, log *slog.Logger, sw Switch) bool {
+func (s *Server) beforeCall(w http.ResponseWriter, log *slog.Logger, sw Switch) bool {
 	switch sw.Mode {
 	case ModeFailBeforeCharge:
 		log.Warn("psp switch: dropping the connection before charging", "mode", sw.Mode)
@@ -198,21 +221,22 @@ func (s *Server) beforeCall(w http.ResponseWriter, r *http.Request, log *slog.Lo
 	return true
 }
 
-// afterCall delivers the answer of a call that has done its work through the
-// switch: slow waits first, lose-response drops the connection instead.
-func (s *Server) afterCall(w http.ResponseWriter, r *http.Request, log *slog.Logger, sw Switch, answer func()) {
+// afterCall applies the switch to a call that has done its work: slow
+// waits first, lose-response drops the connection instead. It reports
+// whether the answer is to be written.
+func (s *Server) afterCall(w http.ResponseWriter, r *http.Request, log *slog.Logger, sw Switch) bool {
 	// The same window as lose-response, as a named failpoint: "error"
 	// drops the answer, "crash" kills the PSP's process after the charge.
 	if err := failpoint.Inject(r.Context(), "psp.charge.after-charge-before-response"); err != nil {
 		log.Warn("failpoint: work committed, dropping the connection without an answer", "err", err)
 		dropConnection(w)
-		return
+		return false
 	}
 	switch sw.Mode {
 	case ModeLoseResponse:
 		log.Warn("psp switch: work committed, dropping the connection without an answer", "mode", sw.Mode)
 		dropConnection(w)
-		return
+		return false
 	case ModeSlow:
 		log.Warn("psp switch: work committed, answering late", "mode", sw.Mode, "delay_ms", sw.DelayMS)
 		t := time.NewTimer(time.Duration(sw.DelayMS) * time.Millisecond)
@@ -221,10 +245,10 @@ func (s *Server) afterCall(w http.ResponseWriter, r *http.Request, log *slog.Log
 		case <-t.C:
 		case <-r.Context().Done():
 			log.Warn("psp switch: caller gave up before the late answer", "err", r.Context().Err())
-			return
+			return false
 		}
 	}
-	answer()
+	return true
 }
 
 // dropConnection closes the client's connection without writing a byte of
@@ -249,8 +273,9 @@ func writeResult(w http.ResponseWriter, created bool, v any) {
 	web.WriteJSON(w, http.StatusOK, v)
 }
 
-// httpError maps the errors of the PSP's books to their HTTP answers; any
-// other error becomes a generic 500 in web.WriteError.
+// httpError maps the errors of the PSP's books to their HTTP answers (the
+// web.Edge of every route calls it); any other error is returned as it is
+// and answered with a generic 500.
 func httpError(err error) error {
 	switch {
 	case errors.Is(err, errKeyReused):

@@ -1,0 +1,72 @@
+// Package testutil holds the few helpers that tests of several packages
+// share: a log buffer a running service can write to while the test reads
+// it, and waiting for a condition a background loop makes true.
+package testutil
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+)
+
+// SyncBuffer is a bytes.Buffer safe for concurrent use: a service under
+// test logs into it from its goroutines while the test reads it.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// WaitFor polls cond until it holds, and fails the test if it does not
+// within limit. what names the condition in the failure.
+func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if !poll(limit, cond) {
+		t.Fatalf("gave up after %s waiting for %s", limit, what)
+	}
+}
+
+// WaitForErr is WaitFor for a condition that can fail to be checked (a
+// request that errs): it holds when cond reports true and no error, and
+// the failure names the last error seen.
+func WaitForErr(t testing.TB, limit time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	var last error
+	ok := poll(limit, func() bool {
+		ok, err := cond()
+		if err != nil {
+			last = err
+		}
+		return ok && err == nil
+	})
+	if !ok {
+		t.Fatalf("gave up after %s waiting for %s (last error: %v)", limit, what, last)
+	}
+}
+
+// poll checks cond until it holds or limit has passed, first every
+// millisecond (a goroutine parking at a failpoint), then less and less
+// often, up to every 50 ms (a message crossing the broker).
+func poll(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for pause := time.Millisecond; !cond(); pause = min(2*pause, 50*time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+	}
+	return true
+}

@@ -1,0 +1,77 @@
+package web
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+var errGone = errors.New("thing gone")
+
+func TestEdgeHandle(t *testing.T) {
+	edge := func(log *slog.Logger) Edge {
+		return Edge{Log: log, Map: func(err error) error {
+			if errors.Is(err, errGone) {
+				return Errorf(http.StatusNotFound, "thing not found")
+			}
+			return err
+		}}
+	}
+	for _, c := range []struct {
+		name     string
+		err      error
+		wantCode int
+		wantBody string
+		wantLog  bool
+	}{
+		{"success", nil, http.StatusTeapot, `{"ok":true}`, false},
+		{"status error", Errorf(http.StatusConflict, "busy"), http.StatusConflict, `{"error":"busy"}`, false},
+		{"domain sentinel, wrapped", fmt.Errorf("load: %w", errGone), http.StatusNotFound, `{"error":"thing not found"}`, false},
+		{"anything else", errors.New("db down at 10.0.0.7"), http.StatusInternalServerError, `{"error":"internal error"}`, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			h := edge(slog.New(slog.NewTextHandler(&logs, nil))).Handle(func(w http.ResponseWriter, r *http.Request) error {
+				if c.err != nil {
+					return c.err
+				}
+				WriteJSON(w, http.StatusTeapot, map[string]bool{"ok": true})
+				return nil
+			})
+			rec := httptest.NewRecorder()
+			h(rec, httptest.NewRequest(http.MethodGet, "/things/1", nil))
+			var body bytes.Buffer
+			if err := json.Compact(&body, rec.Body.Bytes()); err != nil {
+				t.Fatalf("body %q: %v", rec.Body, err)
+			}
+			if rec.Code != c.wantCode || body.String() != c.wantBody {
+				t.Errorf("answer = %d %s, want %d %s", rec.Code, &body, c.wantCode, c.wantBody)
+			}
+			logged := strings.Count(logs.String(), "request failed")
+			if c.wantLog && (logged != 1 || !strings.Contains(logs.String(), "db down")) {
+				t.Errorf("log = %q, want the error logged once", logs.String())
+			}
+			if !c.wantLog && logged != 0 {
+				t.Errorf("log = %q, want nothing logged for an answer the client gets", logs.String())
+			}
+		})
+	}
+}
+
+// Handle without a mapping: status errors pass, the rest is a 500, and a
+// nil logger is allowed.
+func TestHandleWithoutMap(t *testing.T) {
+	rec := httptest.NewRecorder()
+	Handle(nil, func(w http.ResponseWriter, r *http.Request) error {
+		return errGone
+	})(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"internal error"`) {
+		t.Errorf("answer = %d %s, want 500 internal error", rec.Code, rec.Body)
+	}
+}

@@ -1,0 +1,122 @@
+package paymentapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+)
+
+// Charges and refunds call the PSP by one rule, the chapter's (有限重试与死信):
+//
+//	外部调用超时、结果未知 -> 先用业务键查询状态，再决定是否重试
+//
+// An external call that timed out has an unknown outcome: first query its
+// status by the business key, then decide whether to retry. The business
+// key is the idempotency key the call was made with; the PSP answers a
+// status query by it and never charges or refunds twice for it.
+
+// keyedCall is one call to the PSP, a charge or a refund, and the status
+// query that goes with it. chargeCall and refundCall build them.
+type keyedCall[T any] struct {
+	what       string // "charge" or "refund", in logs and errors
+	callLabel  string // the call label of payment_psp_calls_total for the call,
+	queryLabel string // and for the status query
+	key        string // the idempotency key: the business key of the query
+
+	call  func(context.Context) (T, error) // the call, once
+	query func(context.Context) (T, error) // the status query by key
+	check func(T) (T, error)               // is the record the one asked for, with an outcome we understand
+	found func(T) []any                    // what the log says of a record the query found
+
+	absent     error // wrapped when the PSP has no record with the key
+	unresolved error // wrapped when the outcome stays unknown: transient
+
+	metrics *metrics
+}
+
+// refusal is a 4xx answer to the call: the PSP understood and refused
+// (bad request, key reused with other parameters, nothing to refund).
+// Nothing was done, and the same call gets the same answer: retrying
+// cannot help.
+type refusal struct {
+	what string
+	err  error
+}
+
+func (r *refusal) Error() string { return fmt.Sprintf("PSP refused the %s: %v", r.what, r.err) }
+func (r *refusal) Unwrap() error { return r.err }
+
+// do makes the call once and, if its answer is lost, queries the status by
+// the same key. It returns the PSP's record, checked, or an error:
+//   - the unresolved error: the outcome is still unknown (the query found
+//     nothing, or failed). Transient: calling again with the same key is
+//     safe, and it is how the consumer and the sweep go on;
+//   - a *refusal, marked inbox.Permanent;
+//   - another error: transient.
+func (k keyedCall[T]) do(ctx context.Context, log *slog.Logger) (T, error) {
+	var zero T
+	v, err := k.call(ctx)
+	k.metrics.observe(k.callLabel, err)
+	var refused *psp.APIError
+	switch {
+	case err == nil:
+		return k.check(v)
+
+	case errors.Is(err, psp.ErrOutcomeUnknown):
+		// Maybe done, maybe not: never read this as a decline. Ask.
+		log.WarnContext(ctx, "PSP "+k.what+" outcome unknown; querying its status with the same key", "err", err)
+		v, err := k.status(ctx, err)
+		if errors.Is(err, k.absent) {
+			// Not done yet, not "never will be": the lost request may
+			// still arrive. Calling again with the same key is safe.
+			return zero, fmt.Errorf("%w: %w", k.unresolved, err)
+		}
+		if err == nil {
+			log.InfoContext(ctx, "status query found the "+k.what, k.found(v)...)
+		}
+		return v, err
+
+	case errors.As(err, &refused):
+		return zero, inbox.Permanent(&refusal{what: k.what, err: err})
+
+	default:
+		return zero, fmt.Errorf("psp %s: %w", k.what, err)
+	}
+}
+
+// status asks the PSP for the record made with the key (a query never
+// charges or refunds). It returns the checked record, an error wrapping
+// the absent error when the PSP has none, or the unresolved error when the
+// query failed. callErr is the call's own error, kept as evidence; nil when
+// there was no call (the sweep, a cancelled order).
+func (k keyedCall[T]) status(ctx context.Context, callErr error) (T, error) {
+	var zero T
+	v, err := k.query(ctx)
+	k.metrics.observe(k.queryLabel, err)
+	prefix := ""
+	if callErr != nil {
+		prefix = fmt.Sprintf("%s call: %v; ", k.what, callErr)
+	}
+	switch {
+	case err == nil:
+		return k.check(v)
+	case errors.Is(err, psp.ErrNotFound):
+		return zero, fmt.Errorf("%s%w (key %s)", prefix, k.absent, k.key)
+	default:
+		return zero, fmt.Errorf("%w: %sstatus query: %w", k.unresolved, prefix, err)
+	}
+}
+
+// noteFailure keeps an attempt that did not settle the outcome as evidence
+// on the charge's or the refund's row (attempts, last_error). Best effort:
+// the attempt fails either way.
+func (a *App) noteFailure(ctx context.Context, log *slog.Logger, step paymentdb.Step, orderID uint64, cause error) {
+	if err := step.NoteFailure(ctx, a.db, orderID, cause.Error()); err != nil {
+		log.WarnContext(ctx, "could not note the failed attempt", "err", err)
+	}
+}
