@@ -10,11 +10,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
+
+// Table is the inbox table, for callers that must name it (the retention
+// job's metric label, the lab's reports). Only this package reads or writes
+// it.
+const Table = "consumer_inbox"
 
 // ErrAlreadyProcessed means this consumer already committed this event: roll
 // back the attempt and ACK the message.
@@ -142,4 +148,30 @@ func lookup(ctx context.Context, db sqlx.QueryerContext, consumer, eventID strin
 		return false, hash, fmt.Errorf("inbox lookup: %w", err)
 	}
 	return true, hash, nil
+}
+
+// Row is one processed event: the chapter's three columns.
+type Row struct {
+	Consumer    string    `db:"consumer_name" json:"consumer"`
+	EventID     string    `db:"event_id" json:"event_id"`
+	ProcessedAt time.Time `db:"processed_at" json:"processed_at"`
+}
+
+// Rows returns the inbox rows of these events, every consumer's, in the
+// order they were processed: the evidence of who applied what, for the
+// admin API and the order timeline.
+func Rows(ctx context.Context, db sqlx.QueryerContext, eventIDs []string) ([]Row, error) {
+	rows := []Row{}
+	if len(eventIDs) == 0 {
+		return rows, nil
+	}
+	q, args, err := sqlx.In(`SELECT consumer_name, event_id, processed_at FROM consumer_inbox
+WHERE event_id IN (?) ORDER BY processed_at`, eventIDs)
+	if err != nil {
+		return nil, err
+	}
+	if err := sqlx.SelectContext(ctx, db, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("inbox rows: %w", err)
+	}
+	return rows, nil
 }

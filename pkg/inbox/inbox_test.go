@@ -208,6 +208,12 @@ func TestDifferentConsumersEachProcessOnce(t *testing.T) {
 	if got := inboxRows(t, db.DB, e.EventID); got != 2 {
 		t.Fatalf("inbox rows = %d, want 2", got)
 	}
+	// The read API: every consumer's row of the event, in processing order.
+	rows, err := inbox.Rows(ctx, db.DB, []string{e.EventID, uuid.NewString()})
+	if err != nil || len(rows) != 2 || rows[0].Consumer != "inventory" || rows[1].Consumer != "notifications" ||
+		rows[0].EventID != e.EventID || rows[1].ProcessedAt.Before(rows[0].ProcessedAt) {
+		t.Fatalf("inbox.Rows = %+v, %v; want inventory's row then notifications'", rows, err)
+	}
 }
 
 // A duplicate key raised by the business SQL is a failure, not "already

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
@@ -72,7 +74,7 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 	if err != nil {
 		return Timeline{}, err
 	}
-	own, err := orderdb.Events(ctx, a.db, id)
+	own, err := outbox.OfAggregate(ctx, a.db, id)
 	if err != nil {
 		return Timeline{}, err
 	}
@@ -128,21 +130,21 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 	add := func(at time.Time, service, kind string, detail map[string]any) {
 		entries = append(entries, TimelineEntry{At: at.UTC(), Service: service, Kind: kind, Detail: detail})
 	}
-	inbox := func(service string, rows []peerclient.InboxRow) {
+	addInbox := func(service string, rows []peerclient.InboxRow) {
 		for _, r := range rows {
 			e := events[r.EventID]
 			add(r.ProcessedAt, service, KindInboxProcessed, map[string]any{"consumer": r.Consumer, "event_id": r.EventID,
 				"event_type": e.typ, "from": e.service})
 		}
 	}
-	if mine, err := orderdb.Inbox(ctx, a.db, ids); err != nil {
+	if mine, err := inbox.Rows(ctx, a.db, ids); err != nil {
 		return Timeline{}, err
 	} else {
 		rows := make([]peerclient.InboxRow, len(mine))
 		for i, r := range mine {
 			rows[i] = peerclient.InboxRow{Consumer: r.Consumer, EventID: r.EventID, ProcessedAt: r.ProcessedAt}
 		}
-		inbox("order", rows)
+		addInbox("order", rows)
 	}
 	if peers != nil && len(ids) > 0 {
 		for _, svc := range []string{peerclient.InventoryService, peerclient.PaymentService} {
@@ -150,7 +152,7 @@ func (a *App) Timeline(ctx context.Context, id uint64) (Timeline, error) {
 			if err != nil {
 				tl.Warnings = append(tl.Warnings, err.Error())
 			}
-			inbox(svc, rows)
+			addInbox(svc, rows)
 		}
 	}
 
