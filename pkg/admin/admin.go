@@ -1,7 +1,9 @@
 // Package admin is the operator's view of the messaging tables every service
-// has: the outbox (summary, rows, retry of failed events), the inbox, and
-// the dead letters (list, search, redrive). Services mount it under /admin
-// behind a bearer token.
+// has: the outbox (summary, rows, retry of failed events), the inbox, the
+// dead letters (list, search, redrive) and the parked delta events.
+// Services mount it under /admin behind a bearer token. It writes no SQL of
+// its own: each table's owner (pkg/outbox, pkg/inbox, pkg/deadletter,
+// pkg/ordering) answers.
 package admin
 
 import (
@@ -13,12 +15,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/ordering"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/web"
 )
@@ -30,7 +33,7 @@ type Handler struct {
 	// Wake is called after failed events were put back to pending.
 	Wake func()
 	// Redriver republishes dead letters; nil: redrive answers 503.
-	Redriver *inbox.Redriver
+	Redriver *deadletter.Redriver
 }
 
 // Routes mounts the endpoints on r (relative paths; mount under /admin).
@@ -140,7 +143,7 @@ func (h *Handler) inboxRows(w http.ResponseWriter, r *http.Request) {
 // DeadLetterRow is a dead letter as operators see it: the headers as JSON,
 // the payload as text.
 type DeadLetterRow struct {
-	inbox.DeadLetter
+	deadletter.Letter
 	Headers json.RawMessage `json:"headers"`
 	Payload string          `json:"payload"`
 }
@@ -154,7 +157,7 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := r.URL.Query()
-	dls, err := inbox.ListDeadLetters(r.Context(), h.DB, inbox.DeadLetterFilter{
+	dls, err := deadletter.List(r.Context(), h.DB, deadletter.Filter{
 		Consumer: query.Get("consumer"), Status: query.Get("status"), EventType: query.Get("event_type"),
 		EventID: query.Get("event_id"), Query: query.Get("q"), Limit: limit,
 	})
@@ -164,7 +167,7 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := make([]DeadLetterRow, len(dls))
 	for i, dl := range dls {
-		rows[i] = DeadLetterRow{DeadLetter: dl, Payload: string(dl.Payload)}
+		rows[i] = DeadLetterRow{Letter: dl, Payload: string(dl.Payload)}
 		if json.Valid(dl.Headers) {
 			rows[i].Headers = dl.Headers
 		}
@@ -182,14 +185,14 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, h.Log, web.Errorf(http.StatusServiceUnavailable, "redrive is not configured on this service"))
 		return
 	}
-	var sel inbox.Selection
+	var sel deadletter.Selection
 	if err := web.DecodeJSON(w, r, 64<<10, &sel); err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
 	results, err := h.Redriver.Redrive(r.Context(), sel)
-	if errors.Is(err, inbox.ErrBadSelection) {
-		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), inbox.ErrBadSelection.Error()+": ")))
+	if errors.Is(err, deadletter.ErrBadSelection) {
+		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), deadletter.ErrBadSelection.Error()+": ")))
 		return
 	}
 	if err != nil {
@@ -202,7 +205,7 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) {
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{
 		"requested": len(results),
-		"redriven":  counts[inbox.OutcomeRedriven],
+		"redriven":  counts[deadletter.OutcomeRedriven],
 		"outcomes":  counts,
 		"results":   results,
 	})
@@ -218,32 +221,14 @@ func splitList(s string) []string {
 	return out
 }
 
-// ParkedRow is a delta event waiting for an earlier version of its
-// aggregate (pkg/inbox/delta.go).
-type ParkedRow struct {
-	Consumer         string     `db:"consumer_name" json:"consumer"`
-	EventID          string     `db:"event_id" json:"event_id"`
-	EventType        string     `db:"event_type" json:"event_type"`
-	AggregateID      uint64     `db:"aggregate_id" json:"aggregate_id,string"`
-	AggregateVersion uint64     `db:"aggregate_version" json:"aggregate_version"`
-	ExpectedVersion  uint64     `db:"expected_version" json:"waiting_for_version"`
-	ParkedAt         time.Time  `db:"parked_at" json:"parked_at"`
-	DeadlineAt       time.Time  `db:"deadline_at" json:"deadline_at"`
-	AppliedAt        *time.Time `db:"applied_at" json:"applied_at"`
-	AlertedAt        *time.Time `db:"alerted_at" json:"alerted_at"`
-}
-
 // parkedEvents lists parked delta events: ?state=waiting (not applied yet,
 // the default), overdue (past the deadline), or all.
 func (h *Handler) parkedEvents(w http.ResponseWriter, r *http.Request) {
-	q := `SELECT consumer_name, event_id, event_type, aggregate_id, aggregate_version, expected_version,
-  parked_at, deadline_at, applied_at, alerted_at FROM parked_events`
-	switch r.URL.Query().Get("state") {
-	case "", "waiting":
-		q += ` WHERE applied_at IS NULL`
-	case "overdue":
-		q += ` WHERE applied_at IS NULL AND deadline_at < NOW(6)`
-	case "all":
+	state := r.URL.Query().Get("state")
+	switch state {
+	case "":
+		state = ordering.Waiting
+	case ordering.Waiting, ordering.Overdue, ordering.All:
 	default:
 		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "state must be waiting, overdue or all"))
 		return
@@ -253,9 +238,8 @@ func (h *Handler) parkedEvents(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
-	q += ` ORDER BY parked_at DESC LIMIT ?`
-	rows := []ParkedRow{}
-	if err := h.DB.SelectContext(r.Context(), &rows, q, limit); err != nil {
+	rows, err := ordering.ListParked(r.Context(), h.DB, state, limit)
+	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}

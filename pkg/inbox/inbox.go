@@ -52,11 +52,10 @@ func canonicalJSON(p []byte) []byte {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return p // trailing data: not one JSON value
 	}
-	out, err := json.Marshal(v) // map keys sorted
-	if err != nil {
-		return p
+	if out, err := json.Marshal(v); err == nil { // map keys sorted
+		return out
 	}
-	return out
+	return p
 }
 
 // Claim records that consumer processes eventID, inside tx, before the
@@ -119,12 +118,6 @@ func compare(stored sql.NullString, payload []byte) error {
 	return ErrPayloadMismatch
 }
 
-// Processed reports whether consumer has committed eventID.
-func Processed(ctx context.Context, db sqlx.QueryerContext, consumer, eventID string) (bool, error) {
-	found, _, err := lookup(ctx, db, consumer, eventID)
-	return found, err
-}
-
 // Seen answers for an event before any transaction: nil when consumer has
 // not committed eventID, ErrAlreadyProcessed when it has with the same
 // payload (or a row without a hash), ErrPayloadMismatch when it has with
@@ -174,4 +167,30 @@ WHERE event_id IN (?) ORDER BY processed_at`, eventIDs)
 		return nil, fmt.Errorf("inbox rows: %w", err)
 	}
 	return rows, nil
+}
+
+// DeleteExpired deletes up to limit inbox rows processed more than window
+// ago (database time), oldest first, and returns how many it deleted. It is
+// one short autocommit statement on the processed_at index, so several
+// instances may run it at once: a row is deleted by one of them, and the
+// others skip it. pkg/retention calls it in batches until a batch is short.
+//
+// Rows inside the window are what makes a redelivery a duplicate; deleting
+// one earlier would let a replay apply its event twice. That is why the
+// window must cover every way an old message can come back, and why a
+// consumer refuses events older than its ReplayWindow (see ErrTooOld).
+func DeleteExpired(ctx context.Context, db sqlx.ExecerContext, window time.Duration, limit int) (int64, error) {
+	const q = `DELETE FROM consumer_inbox
+WHERE processed_at < TIMESTAMPADD(MICROSECOND, ?, NOW(6))
+ORDER BY processed_at
+LIMIT ?`
+	res, err := db.ExecContext(ctx, q, -window.Microseconds(), limit)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired inbox rows: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("delete expired inbox rows: %w", err)
+	}
+	return n, nil
 }
