@@ -34,7 +34,7 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 		m.redeliveries.WithLabelValues(c.cfg.Name).Inc()
 	}
 	if c.cfg.WrongWay.On(wrongway.AckBeforeCommit) {
-		return c.handleAckFirst(ctx, d)
+		return c.handleAckFirst(ctx, d) // the wrong way: wrongway.go
 	}
 	e, err := d.Envelope() // validate the structure
 	// Continue the producer's trace: this handler's logs and the events it
@@ -64,7 +64,7 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 		m.duplicates.WithLabelValues(c.cfg.Name).Inc()
 		log.Info("duplicate delivery suppressed by the inbox")
 		return rabbit.Ack()
-	case errors.Is(err, ErrParked):
+	case errors.Is(err, ordering.ErrParked):
 		log.Warn("delta event parked until the earlier versions of its aggregate arrive", "version", e.AggregateVersion)
 		return rabbit.Ack()
 	case errors.Is(err, ErrPayloadMismatch):
@@ -89,14 +89,11 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 	return rabbit.RetryAfter(delay, err.Error())
 }
 
-// Process runs one event through the inbox: BEGIN; INSERT inbox row (with
-// the payload's hash); handler (business change + own outbox events);
-// COMMIT. It returns ErrAlreadyProcessed for a duplicate, ErrPayloadMismatch
-// for a known event_id with another payload, an error wrapping ErrTooOld for
-// an event older than the replay window, ErrParked for a delta event that
-// waits for an earlier version, nil once committed, or the error that rolled
-// the attempt back. It knows nothing about the broker, so the experiments
-// can call it from two connections at once.
+// Process runs one event through the inbox transaction, without the broker
+// (the experiments call it from two connections at once). It returns nil
+// once committed, ErrAlreadyProcessed, ErrPayloadMismatch,
+// ordering.ErrParked, an error wrapping ErrTooOld, or the error that rolled
+// the attempt back.
 func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
 	return c.process(ctx, e, e.OccurredAt)
 }
@@ -115,13 +112,12 @@ func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Ti
 		return err
 	}
 	if c.cfg.WrongWay.On(wrongway.NoInbox) {
-		return c.processCheckThenInsert(ctx, e, h)
+		return c.processCheckThenInsert(ctx, e, h) // the wrong way: wrongway.go
 	}
 	var res ordering.Result
-	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
+	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) (err error) {
 		// The event's ordering strategy says when apply runs: now, or for a
 		// delta ahead of a gap later, with its parked successors.
-		var err error
 		res, err = c.order.InOrder(ctx, tx, e, ordering.Steps{
 			Apply:  func(e events.Envelope) error { return c.apply(ctx, tx, e, h) },
 			Record: func(e events.Envelope) error { return ClaimPayload(ctx, tx, c.cfg.Name, e.EventID, e.Payload) },
@@ -137,7 +133,7 @@ func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Ti
 	c.cfg.Metrics.unparked.WithLabelValues(c.cfg.Name).Add(float64(res.Unparked))
 	if res.Parked {
 		c.cfg.Metrics.parked.WithLabelValues(c.cfg.Name).Inc()
-		return ErrParked
+		return ordering.ErrParked
 	}
 	if c.cfg.AfterCommit != nil {
 		c.cfg.AfterCommit()
@@ -163,11 +159,10 @@ func (c *Consumer) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, h 
 	return failpoint.Inject(ctx, "inbox.after-effect-before-commit")
 }
 
-// handler returns the Handler of e's type. For an ExternalHandler the
-// external call happens here, before any transaction: skipped for an event
-// this consumer already committed (a redelivery), refused for a known id
-// with another payload. That is not the correctness check: the inbox INSERT
-// in apply is.
+// handler returns the Handler of e's type. An ExternalHandler calls out
+// here, before any transaction, unless this consumer already has the event
+// (Seen: a redelivery or a mismatch); the correctness check is still the
+// inbox INSERT in apply.
 func (c *Consumer) handler(ctx context.Context, e events.Envelope) (Handler, error) {
 	if ext, ok := c.cfg.External[e.Type]; ok {
 		if err := Seen(ctx, c.cfg.DB, c.cfg.Name, e.EventID, e.Payload); err != nil {
@@ -181,9 +176,8 @@ func (c *Consumer) handler(ctx context.Context, e events.Envelope) (Handler, err
 	return nil, fmt.Errorf("%w: consumer %s has no handler for %s", events.ErrInvalid, c.cfg.Name, e.Type)
 }
 
-// checkAge refuses an event older than the replay window unless the inbox
-// still knows it (then it is a duplicate, or a mismatch, as usual): past the
-// window, a missing inbox row no longer proves the event was never applied.
+// checkAge refuses an event older than the replay window (ErrTooOld) unless
+// the inbox still knows it: then it is a duplicate, or a mismatch, as usual.
 func (c *Consumer) checkAge(ctx context.Context, e events.Envelope, since time.Time) error {
 	if since.IsZero() {
 		return nil
@@ -200,9 +194,8 @@ func (c *Consumer) checkAge(ctx context.Context, e events.Envelope, since time.T
 }
 
 // deadLetter keeps the message as a dead letter (pkg/deadletter) and acks
-// it. If even that fails (the database is down), retry later; past the
-// attempt limit, hand it to the broker's dead-letter queue so it is still
-// not lost.
+// it. If that fails (the database is down), retry later; past the attempt
+// limit, reject it to the broker's dead-letter queue: still not lost.
 func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.Delivery, reason string) rabbit.Decision {
 	if err := deadletter.Record(ctx, c.cfg.DB, deadletter.FromDelivery(c.cfg.Name, d, reason)); err != nil {
 		if d.Attempt < c.cfg.MaxAttempts {
@@ -225,8 +218,6 @@ func (c *Consumer) HandleBrokerDeadLetter(ctx context.Context, d rabbit.Delivery
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type)
 	return c.deadLetter(ctx, log, d, "broker dead-lettered the message: "+reason)
 }
-
-// --- the consumer and its configuration ---------------------------------
 
 // Handler applies one event inside the consumer's transaction: the business
 // change and the consumer's own result events (outbox.Add on the same tx).
@@ -257,15 +248,10 @@ func isPermanent(err error) bool {
 	return errors.As(err, &p) || errors.Is(err, events.ErrInvalid) || errors.Is(err, ErrTooOld)
 }
 
-// ErrTooOld means the event is older than the consumer's inbox replay
-// window: the retention job may have deleted its inbox row, so the inbox can
-// no longer say whether it was applied. It becomes a dead letter; an
-// operator applies it by hand after checking.
+// ErrTooOld means the event is older than the inbox replay window: its row
+// may have been deleted, so the inbox cannot say whether it was applied. A
+// dead letter; an operator applies it by hand after checking.
 var ErrTooOld = errors.New("older than the inbox replay window")
-
-// ErrParked means the event waits for an earlier version of its aggregate
-// (pkg/ordering): committed as a waiting task, not processed; acked.
-var ErrParked = errors.New("event parked until the earlier versions of its aggregate arrive")
 
 // DefaultReplayWindow is how long inbox rows are kept (INBOX_RETENTION) and
 // so how old an event may be and still be deduplicated by the inbox.
@@ -279,23 +265,18 @@ type Config struct {
 	DB       *sqlx.DB
 	Handlers map[events.Type]Handler
 	External map[events.Type]ExternalHandler
-	// AfterCommit runs after each committed event, e.g. the outbox
-	// dispatcher's Wake so result events leave at once.
+	// AfterCommit runs after each commit: the dispatcher's Wake.
 	AfterCommit func()
 	Backoff     retry.Backoff // between attempts after transient failures [500ms .. 1m]
 	MaxAttempts int           // attempts before a message becomes a dead letter [8]
 	MaxRetryAge time.Duration // time since the first failure after which we stop [15m]
-	// ReplayWindow is how long this service keeps inbox rows
-	// (INBOX_RETENTION). An event older than that (by its AMQP timestamp,
-	// the outbox's created_at) is not applied: it becomes a dead letter.
-	ReplayWindow time.Duration // [DefaultReplayWindow = 168h]
+	// ReplayWindow: how long inbox rows are kept (INBOX_RETENTION); an
+	// older event becomes a dead letter [DefaultReplayWindow = 168h].
+	ReplayWindow time.Duration
 	Log          *slog.Logger
-	Metrics      *Metrics // shared by the consumers of one service; nil: none
-	// WrongWay turns on deliberate mistakes for the experiments (demo only).
-	WrongWay *wrongway.Set
-	// ParkDeadline is how long a delta event may wait for the earlier
-	// versions of its aggregate [ordering.DefaultParkDeadline = 5m].
-	ParkDeadline time.Duration
+	Metrics      *Metrics      // shared by the consumers of one service; nil: none
+	WrongWay     *wrongway.Set // deliberate mistakes for the lab (demo only)
+	ParkDeadline time.Duration // a delta's wait for its gap [ordering.DefaultParkDeadline = 5m]
 }
 
 // Consumer runs the chapter's consume sequence for each delivery.
@@ -331,49 +312,4 @@ func orDefault[T int | time.Duration](v *T, d T) {
 	if *v <= 0 {
 		*v = d
 	}
-}
-
-// processCheckThenInsert is the wrong way (wrongway.NoInbox): "SELECT,
-// and if absent, process and record". Two deliveries at once both see
-// "absent" and both apply the effect; INSERT IGNORE then hides the clash.
-func (c *Consumer) processCheckThenInsert(ctx context.Context, e events.Envelope, h Handler) error {
-	done, _, err := lookup(ctx, c.cfg.DB, c.cfg.Name, e.EventID)
-	if err != nil {
-		return err
-	}
-	if done {
-		return ErrAlreadyProcessed
-	}
-	if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
-		return err
-	}
-	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
-		if err := h(ctx, tx, e); err != nil {
-			return err
-		}
-		const q = `INSERT IGNORE INTO consumer_inbox (consumer_name, event_id) VALUES (?, ?)`
-		_, err := tx.ExecContext(ctx, q, c.cfg.Name, e.EventID)
-		return err
-	})
-	if err == nil && c.cfg.AfterCommit != nil {
-		c.cfg.AfterCommit()
-	}
-	return err
-}
-
-// handleAckFirst is the wrong way (wrongway.AckBeforeCommit): the message
-// is acked, then processed. If processing fails, nothing brings it back.
-func (c *Consumer) handleAckFirst(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
-	if err := d.Ack(false); err != nil {
-		return rabbit.AlreadyAcked()
-	}
-	e, err := d.Envelope()
-	if err == nil {
-		err = c.Process(ctx, e)
-	}
-	if err != nil && !errors.Is(err, ErrAlreadyProcessed) {
-		c.cfg.Log.Error("processing failed after the message was acked: the event is lost",
-			"consumer", c.cfg.Name, "event_id", d.MessageId, "err", err)
-	}
-	return rabbit.AlreadyAcked()
 }

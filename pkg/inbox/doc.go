@@ -19,9 +19,8 @@
 // The inbox dedupes; it does not order. Each event's ordering strategy
 // (pkg/ordering) decides inside the transaction when the INSERT and the
 // business change run: at once for a state transition, in version order for
-// a delta (a version ahead of a gap is parked, committed and acked:
-// ErrParked). Dead letters are kept, searched and redriven by
-// pkg/deadletter.
+// a delta (one ahead of a gap is parked, committed and acked). Dead letters
+// are kept, searched and redriven by pkg/deadletter.
 //
 // # Outcomes
 //
@@ -54,13 +53,11 @@
 // # Retention and the replay window
 //
 // pkg/retention deletes inbox rows older than the replay window
-// (INBOX_RETENTION, default 168h). Past that age a missing inbox row no
-// longer proves that an event was never applied, so the consumer refuses
-// events older than Config.ReplayWindow (the same setting), by the AMQP
-// timestamp (the outbox's created_at) or else the first failure time,
-// unless the inbox still has the row (then it is the usual duplicate). The
-// producer's and the consumer's clocks differ by seconds; the window is
-// days.
+// (INBOX_RETENTION, default 168h). Past that age a missing row no longer
+// proves that an event was never applied, so the consumer refuses older
+// events (by the AMQP timestamp, the outbox's created_at, else the first
+// failure), unless the inbox still has the row (a duplicate). The clocks
+// of producer and consumer differ by seconds; the window is days.
 //
 // # Failure windows and who handles them
 //

@@ -205,18 +205,18 @@ func TestRetriesAreCappedByAttemptsAndTime(t *testing.T) {
 		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: failing}})
 	ctx := context.Background()
 	tests := []struct {
-		name        string
-		attempt     int
-		firstFailed time.Time
-		dead        string // reason substring, "" for a retry
+		name      string
+		attempt   int
+		failedAgo time.Duration // the first failure, measured right before the delivery
+		dead      string        // reason substring, "" for a retry
 	}{
-		{"early attempt, recent failure: retry", 2, time.Now().Add(-time.Minute), ""},
-		{"attempt cap", 8, time.Now().Add(-time.Minute), "gave up after 8 attempts"},
-		{"time cap", 3, time.Now().Add(-time.Hour), "gave up after 3 attempts over 1h0m0s"},
+		{"early attempt, recent failure: retry", 2, time.Minute, ""},
+		{"attempt cap", 8, time.Minute, "gave up after 8 attempts"},
+		{"time cap", 3, time.Hour, "gave up after 3 attempts over 1h0m0s"},
 	}
 	for _, tt := range tests {
 		e := inboxtest.Event(events.OrderCreated)
-		c.Handle(ctx, delivery(e, tt.attempt, tt.firstFailed))
+		c.Handle(ctx, delivery(e, tt.attempt, time.Now().Add(-tt.failedAgo)))
 		dl, ok := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID)
 		switch {
 		case tt.dead == "" && ok:

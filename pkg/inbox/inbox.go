@@ -17,9 +17,8 @@ import (
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
 
-// Table is the inbox table, for callers that must name it (the retention
-// job's metric label, the lab's reports). Only this package reads or writes
-// it.
+// Table is the inbox table, for callers that must name it (metric labels,
+// the lab's reports). Only this package reads or writes it.
 const Table = "consumer_inbox"
 
 // ErrAlreadyProcessed means this consumer already committed this event: roll
@@ -64,13 +63,9 @@ func canonicalJSON(p []byte) []byte {
 // event; the second blocks until the first commits (then gets a duplicate
 // key: ErrAlreadyProcessed) or rolls back (then it proceeds). INSERT IGNORE
 // would hide other errors and, outside strict mode, truncate a long id.
-//
 // Only the duplicate key of this statement means "already processed": any
-// other error, including a duplicate key raised later by the business SQL,
-// is a failure of the attempt.
-//
-// Claim stores no payload hash; ClaimPayload does, and is what
-// Consumer.Process uses.
+// other error, a business duplicate key included, fails the attempt. Claim
+// stores no payload hash; ClaimPayload, which the Consumer uses, does.
 func Claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string) error {
 	return claim(ctx, tx, consumer, eventID, nil)
 }
@@ -150,9 +145,8 @@ type Row struct {
 	ProcessedAt time.Time `db:"processed_at" json:"processed_at"`
 }
 
-// Rows returns the inbox rows of these events, every consumer's, in the
-// order they were processed: the evidence of who applied what, for the
-// admin API and the order timeline.
+// Rows returns every consumer's inbox rows of these events, in processing
+// order: who applied what, for the admin API and the order timeline.
 func Rows(ctx context.Context, db sqlx.QueryerContext, eventIDs []string) ([]Row, error) {
 	rows := []Row{}
 	if len(eventIDs) == 0 {
@@ -170,27 +164,23 @@ WHERE event_id IN (?) ORDER BY processed_at`, eventIDs)
 }
 
 // DeleteExpired deletes up to limit inbox rows processed more than window
-// ago (database time), oldest first, and returns how many it deleted. It is
-// one short autocommit statement on the processed_at index, so several
-// instances may run it at once: a row is deleted by one of them, and the
-// others skip it. pkg/retention calls it in batches until a batch is short.
-//
-// Rows inside the window are what makes a redelivery a duplicate; deleting
-// one earlier would let a replay apply its event twice. That is why the
-// window must cover every way an old message can come back, and why a
-// consumer refuses events older than its ReplayWindow (see ErrTooOld).
+// ago (database time), oldest first, and returns how many it deleted: one
+// short autocommit statement on the processed_at index, safe to run from
+// several instances at once. pkg/retention calls it in batches. A row
+// deleted inside the window would let a replay apply its event twice, which
+// is why the window must cover every way an old message can come back, and
+// why consumers refuse older events (ErrTooOld).
 func DeleteExpired(ctx context.Context, db sqlx.ExecerContext, window time.Duration, limit int) (int64, error) {
 	const q = `DELETE FROM consumer_inbox
 WHERE processed_at < TIMESTAMPADD(MICROSECOND, ?, NOW(6))
 ORDER BY processed_at
 LIMIT ?`
 	res, err := db.ExecContext(ctx, q, -window.Microseconds(), limit)
-	if err != nil {
-		return 0, fmt.Errorf("delete expired inbox rows: %w", err)
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil {
+			return n, nil
+		}
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("delete expired inbox rows: %w", err)
-	}
-	return n, nil
+	return 0, fmt.Errorf("delete expired inbox rows: %w", err)
 }

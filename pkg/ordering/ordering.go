@@ -54,6 +54,11 @@ type Result struct {
 	Unparked int
 }
 
+// ErrParked is the consumer's answer for a parked event: it waits for an
+// earlier version of its aggregate, committed as a waiting task, not
+// processed. Acknowledge the message.
+var ErrParked = errors.New("event parked until the earlier versions of its aggregate arrive")
+
 // ErrAlreadyParked means e is already waiting in the parked table: a
 // redelivery, so a duplicate. Roll back and acknowledge the message.
 var ErrAlreadyParked = errors.New("event already parked")

@@ -65,7 +65,7 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	ctx := context.Background()
 	v1, v2, v3 := delta(1), delta(2), delta(3)
 	for _, e := range []events.Envelope{v2, v3} {
-		if err := c.Process(ctx, e); !errors.Is(err, inbox.ErrParked) {
+		if err := c.Process(ctx, e); !errors.Is(err, ordering.ErrParked) {
 			t.Fatalf("v%d ahead of the gap: err = %v, want ErrParked", e.AggregateVersion, err)
 		}
 	}
@@ -119,7 +119,7 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 	c, db := deltaConsumer(t, time.Millisecond)
 	ctx := context.Background()
 	v2 := delta(2)
-	if err := c.Process(ctx, v2); !errors.Is(err, inbox.ErrParked) {
+	if err := c.Process(ctx, v2); !errors.Is(err, ordering.ErrParked) {
 		t.Fatalf("v2: %v, want ErrParked", err)
 	}
 	inboxtest.WaitFor(t, "the deadline to pass in database time", func() bool {

@@ -317,7 +317,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 		// owns those events now; we must not overwrite its state.
 		mark := markSent
 		if d.cfg.WrongWay.On(wrongway.MarkSentWithoutToken) {
-			mark = markSentIgnoringClaim
+			mark = markSentIgnoringClaim // the wrong way: wrongway.go
 		}
 		n, err := mark(ctx, d.db, token, sent)
 		if err != nil {
