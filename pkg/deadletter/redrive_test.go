@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relmsg/ordersaga/pkg/deadletter"
@@ -178,9 +177,7 @@ func TestRedriveMessageIsTheOriginal(t *testing.T) {
 func TestRedriveOfAnAppliedEventChangesNothing(t *testing.T) {
 	t.Parallel()
 	db := inboxtest.DB(t)
-	reg := prometheus.NewRegistry()
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: inboxtest.Increment}})
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
 	f := inboxtest.Consume(t, c.Handle, 0)
 	e := inboxtest.Event(events.OrderCreated)
 	msg := inboxtest.Message(e)
@@ -308,9 +305,7 @@ func TestRedriveThatCannotPublishLeavesTheRowDead(t *testing.T) {
 func TestConcurrentRedrivesMarkOnce(t *testing.T) {
 	t.Parallel()
 	db := inboxtest.DB(t)
-	reg := prometheus.NewRegistry()
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: inboxtest.Increment}})
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
 	f := inboxtest.Consume(t, c.Handle, 0)
 	e := inboxtest.Event(events.OrderCreated)
 	headers, _ := jsonOf(inboxtest.Message(e).Headers)

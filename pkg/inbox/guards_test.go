@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relmsg/ordersaga/pkg/events"
@@ -101,9 +100,7 @@ func TestExternalHandlerIsNotCalledForAMismatch(t *testing.T) {
 func TestPayloadMismatchIsADeadLetterAndAnAlert(t *testing.T) {
 	t.Parallel()
 	db := inboxtest.DB(t)
-	reg := prometheus.NewRegistry()
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: inboxtest.Increment}})
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
 	f := inboxtest.Consume(t, c.Handle, 0)
 	e := inboxtest.Event(events.OrderCreated)
 	f.Publish(t, inboxtest.Message(e))

@@ -81,8 +81,16 @@ func Message(e events.Envelope) amqp.Publishing {
 
 // Consumer is a consumer named name that handles order.created with h.
 func Consumer(db *sqlx.DB, name string, h inbox.Handler) *inbox.Consumer {
-	return inbox.NewConsumer(inbox.Config{Name: name, DB: db, Log: quiet,
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: h}})
+	c, _ := Metered(db, name, h)
+	return c
+}
+
+// Metered is Consumer with its metrics on a registry of its own (read them
+// with Counter).
+func Metered(db *sqlx.DB, name string, h inbox.Handler) (*inbox.Consumer, *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	return inbox.NewConsumer(inbox.Config{Name: name, DB: db, Log: quiet, Metrics: inbox.NewMetrics(reg),
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: h}}), reg
 }
 
 // Broker is a queue of its own, bound to order.created, with a consume loop
