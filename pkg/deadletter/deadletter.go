@@ -32,10 +32,12 @@
 // drops. A redriven event that was already applied changes nothing, for the
 // same reason.
 //
-//	window                                 state left              handled by
-//	confirmed, before the mark              row still 'dead'        a second redrive: a duplicate the inbox drops
-//	two redrives at once                    one of them marks it    the mark's WHERE; extra copies are inbox duplicates
-//	failed again while being redriven       dead, the new reason    the mark's attempts condition leaves it dead
+// # Failure windows and who handles them
+//
+//	window                              state left             handled by
+//	confirmed, before the mark          row still 'dead'       a second redrive: a duplicate the inbox drops
+//	two redrives at once                one of them marks it   the mark's WHERE; extra copies are inbox duplicates
+//	failed again while being redriven   dead, the new reason   the mark's attempts condition leaves it dead
 package deadletter
 
 import (
