@@ -7,6 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 )
 
 // Report is what one experiment found.
@@ -126,7 +129,7 @@ func (l *Lab) snapshot(ctx context.Context, title, orderID string, skus ...strin
 		var ids []string
 		for _, svc := range []string{"order", "inventory", "payment"} {
 			rows, err := l.outbox(ctx, svc, orderID)
-			t := Table{Title: svc + " service: outbox_events", Header: []string{"event_id", "event_type", "version", "status", "attempts", "claim_token", "sent_at"}}
+			t := Table{Title: svc + " service: " + outbox.Table, Header: []string{"event_id", "event_type", "version", "status", "attempts", "claim_token", "sent_at"}}
 			if err != nil {
 				t.Rows = append(t.Rows, []string{"error: " + err.Error()})
 			}
@@ -144,7 +147,7 @@ func (l *Lab) snapshot(ctx context.Context, title, orderID string, skus ...strin
 			}
 			s.Tables = append(s.Tables, t)
 		}
-		t = Table{Title: "consumer_inbox (all services)", Header: []string{"consumer", "event_id", "processed_at"}}
+		t = Table{Title: inbox.Table + " (all services)", Header: []string{"consumer", "event_id", "processed_at"}}
 		for _, svc := range []string{"order", "inventory", "payment"} {
 			rows, err := l.inbox(ctx, svc, ids)
 			if err != nil {

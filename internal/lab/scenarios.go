@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
@@ -166,7 +168,7 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	final, _ := l.stock(ctx, sku)
 	r.Sections = append(r.Sections, l.snapshot(ctx, "after recovery (client retry)", o.OrderID, sku))
 	r.check(final.OnHand == before.OnHand-qty, "stock taken once", "on_hand %d -> %d", before.OnHand, final.OnHand)
-	r.Verdict = "held: one local transaction (orders + order_items + outbox_events). The fault rolled the order and " +
+	r.Verdict = "held: one local transaction (orders + order_items + " + outbox.Table + "). The fault rolled the order and " +
 		"its OrderCreated back together; the client's retry with the same Idempotency-Key created it once."
 	return nil
 }
@@ -513,7 +515,7 @@ func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) err
 	r.check(dups1 > dups0, "one delivery was a duplicate", "consumer_duplicates_suppressed_total %g -> %g", dups0, dups1)
 	r.check(len(in) == 1, "one inbox row", "%d inbox row(s)", len(in))
 	r.check(final.OnHand == before.OnHand-qty, "one business effect", "on_hand %d -> %d", before.OnHand, final.OnHand)
-	r.Verdict = "held: the second delivery's INSERT into consumer_inbox waited on the first one's uncommitted key, then " +
+	r.Verdict = "held: the second delivery's INSERT into " + inbox.Table + " waited on the first one's uncommitted key, then " +
 		"failed with a duplicate key once the first committed: one effect, one inbox row."
 	return nil
 }

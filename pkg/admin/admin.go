@@ -1,7 +1,9 @@
 // Package admin is the operator's view of the messaging tables every service
-// has: the outbox (summary, rows, retry of failed events), the inbox, and
-// the dead letters (list, search, redrive). Services mount it under /admin
-// behind a bearer token.
+// has: the outbox (summary, rows, retry of failed events), the inbox, the
+// dead letters (list, search, redrive) and the parked delta events.
+// Services mount it under /admin behind a bearer token. It writes no SQL of
+// its own: each table's owner (pkg/outbox, pkg/inbox, pkg/deadletter,
+// pkg/ordering) answers.
 package admin
 
 import (
@@ -10,14 +12,17 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/ordering"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/web"
 )
 
@@ -28,7 +33,7 @@ type Handler struct {
 	// Wake is called after failed events were put back to pending.
 	Wake func()
 	// Redriver republishes dead letters; nil: redrive answers 503.
-	Redriver *inbox.Redriver
+	Redriver *deadletter.Redriver
 }
 
 // Routes mounts the endpoints on r (relative paths; mount under /admin).
@@ -65,79 +70,36 @@ func RequireToken(token string, open bool) func(http.Handler) http.Handler {
 	}
 }
 
-// OutboxRow is one outbox event as operators see it.
-type OutboxRow struct {
-	EventID          string          `db:"event_id" json:"event_id"`
-	AggregateID      uint64          `db:"aggregate_id" json:"aggregate_id,string"`
-	AggregateVersion uint64          `db:"aggregate_version" json:"aggregate_version"`
-	EventType        string          `db:"event_type" json:"event_type"`
-	Status           string          `db:"status" json:"status"`
-	Attempts         int             `db:"attempts" json:"attempts"`
-	NextAttemptAt    time.Time       `db:"next_attempt_at" json:"next_attempt_at"`
-	ClaimToken       *string         `db:"claim_token" json:"claim_token"`
-	LeaseUntil       *time.Time      `db:"lease_until" json:"lease_until"`
-	CreatedAt        time.Time       `db:"created_at" json:"created_at"`
-	SentAt           *time.Time      `db:"sent_at" json:"sent_at"`
-	Payload          json.RawMessage `db:"payload" json:"payload"`
-}
-
 func (h *Handler) outboxSummary(w http.ResponseWriter, r *http.Request) {
-	const qCounts = `SELECT status, COUNT(*) AS n FROM outbox_events GROUP BY status`
-	var rows []struct {
-		Status string `db:"status"`
-		N      int64  `db:"n"`
-	}
-	if err := h.DB.SelectContext(r.Context(), &rows, qCounts); err != nil {
+	sum, err := outbox.Summarize(r.Context(), h.DB)
+	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
-	counts := map[string]int64{"pending": 0, "sending": 0, "sent": 0, "failed": 0}
-	for _, row := range rows {
-		counts[row.Status] = row.N
-	}
-	const qOldest = `SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)), 0)
-FROM outbox_events WHERE status = 'pending'`
-	var micros int64
-	if err := h.DB.GetContext(r.Context(), &micros, qOldest); err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
-	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{
-		"by_status":                  counts,
-		"oldest_pending_age_seconds": float64(micros) / 1e6,
-	})
+	web.WriteJSON(w, http.StatusOK, sum)
 }
 
 func (h *Handler) outboxRows(w http.ResponseWriter, r *http.Request) {
-	q := `SELECT event_id, aggregate_id, aggregate_version, event_type, status, attempts, next_attempt_at,
-  claim_token, lease_until, created_at, sent_at, payload FROM outbox_events WHERE 1 = 1`
-	var args []any
+	var f outbox.Filter
 	if v := r.URL.Query().Get("aggregate_id"); v != "" {
 		id, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "aggregate_id must be a number"))
 			return
 		}
-		q += ` AND aggregate_id = ?`
-		args = append(args, id)
+		f.AggregateID = id
 	}
-	if v := r.URL.Query().Get("status"); v != "" {
-		if v != "pending" && v != "sending" && v != "sent" && v != "failed" {
-			web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "status must be pending, sending, sent or failed"))
-			return
-		}
-		q += ` AND status = ?`
-		args = append(args, v)
+	if f.Status = r.URL.Query().Get("status"); f.Status != "" && !slices.Contains(outbox.Statuses, f.Status) {
+		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "status must be pending, sending, sent or failed"))
+		return
 	}
-	limit, err := web.Limit(r, 100, 1000)
-	if err != nil {
+	var err error
+	if f.Limit, err = web.Limit(r, 100, 1000); err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
-	q += ` ORDER BY created_at, event_id LIMIT ?`
-	args = append(args, limit)
-	rows := []OutboxRow{}
-	if err := h.DB.SelectContext(r.Context(), &rows, q, args...); err != nil {
+	rows, err := outbox.List(r.Context(), h.DB, f)
+	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
@@ -148,15 +110,12 @@ func (h *Handler) outboxRows(w http.ResponseWriter, r *http.Request) {
 // event_id (consumers deduplicate on it).
 func (h *Handler) outboxRetry(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "event_id")
-	const q = `UPDATE outbox_events
-SET status = 'pending', attempts = 0, next_attempt_at = NOW(6)
-WHERE event_id = ? AND status = 'failed'`
-	res, err := h.DB.ExecContext(r.Context(), q, id)
+	done, err := outbox.Requeue(r.Context(), h.DB, id, outbox.StatusFailed)
 	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if !done {
 		web.WriteError(w, r, h.Log, web.Errorf(http.StatusConflict, "no failed event %s (only failed events can be retried)", id))
 		return
 	}
@@ -164,14 +123,7 @@ WHERE event_id = ? AND status = 'failed'`
 	if h.Wake != nil {
 		h.Wake()
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]string{"event_id": id, "status": "pending"})
-}
-
-// InboxRow is one processed event.
-type InboxRow struct {
-	Consumer    string    `db:"consumer_name" json:"consumer"`
-	EventID     string    `db:"event_id" json:"event_id"`
-	ProcessedAt time.Time `db:"processed_at" json:"processed_at"`
+	web.WriteJSON(w, http.StatusOK, map[string]string{"event_id": id, "status": outbox.StatusPending})
 }
 
 func (h *Handler) inboxRows(w http.ResponseWriter, r *http.Request) {
@@ -180,14 +132,8 @@ func (h *Handler) inboxRows(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "give 1 to 200 comma-separated event_id values"))
 		return
 	}
-	q, args, err := sqlx.In(`SELECT consumer_name, event_id, processed_at FROM consumer_inbox
-WHERE event_id IN (?) ORDER BY processed_at`, ids)
+	rows, err := inbox.Rows(r.Context(), h.DB, ids)
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
-	}
-	rows := []InboxRow{}
-	if err := h.DB.SelectContext(r.Context(), &rows, q, args...); err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
@@ -197,7 +143,7 @@ WHERE event_id IN (?) ORDER BY processed_at`, ids)
 // DeadLetterRow is a dead letter as operators see it: the headers as JSON,
 // the payload as text.
 type DeadLetterRow struct {
-	inbox.DeadLetter
+	deadletter.Letter
 	Headers json.RawMessage `json:"headers"`
 	Payload string          `json:"payload"`
 }
@@ -211,7 +157,7 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	query := r.URL.Query()
-	dls, err := inbox.ListDeadLetters(r.Context(), h.DB, inbox.DeadLetterFilter{
+	dls, err := deadletter.List(r.Context(), h.DB, deadletter.Filter{
 		Consumer: query.Get("consumer"), Status: query.Get("status"), EventType: query.Get("event_type"),
 		EventID: query.Get("event_id"), Query: query.Get("q"), Limit: limit,
 	})
@@ -221,7 +167,7 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := make([]DeadLetterRow, len(dls))
 	for i, dl := range dls {
-		rows[i] = DeadLetterRow{DeadLetter: dl, Payload: string(dl.Payload)}
+		rows[i] = DeadLetterRow{Letter: dl, Payload: string(dl.Payload)}
 		if json.Valid(dl.Headers) {
 			rows[i].Headers = dl.Headers
 		}
@@ -239,14 +185,14 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, h.Log, web.Errorf(http.StatusServiceUnavailable, "redrive is not configured on this service"))
 		return
 	}
-	var sel inbox.Selection
+	var sel deadletter.Selection
 	if err := web.DecodeJSON(w, r, 64<<10, &sel); err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
 	results, err := h.Redriver.Redrive(r.Context(), sel)
-	if errors.Is(err, inbox.ErrBadSelection) {
-		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), inbox.ErrBadSelection.Error()+": ")))
+	if errors.Is(err, deadletter.ErrBadSelection) {
+		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), deadletter.ErrBadSelection.Error()+": ")))
 		return
 	}
 	if err != nil {
@@ -259,7 +205,7 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) {
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{
 		"requested": len(results),
-		"redriven":  counts[inbox.OutcomeRedriven],
+		"redriven":  counts[deadletter.OutcomeRedriven],
 		"outcomes":  counts,
 		"results":   results,
 	})
@@ -275,32 +221,14 @@ func splitList(s string) []string {
 	return out
 }
 
-// ParkedRow is a delta event waiting for an earlier version of its
-// aggregate (pkg/inbox/delta.go).
-type ParkedRow struct {
-	Consumer         string     `db:"consumer_name" json:"consumer"`
-	EventID          string     `db:"event_id" json:"event_id"`
-	EventType        string     `db:"event_type" json:"event_type"`
-	AggregateID      uint64     `db:"aggregate_id" json:"aggregate_id,string"`
-	AggregateVersion uint64     `db:"aggregate_version" json:"aggregate_version"`
-	ExpectedVersion  uint64     `db:"expected_version" json:"waiting_for_version"`
-	ParkedAt         time.Time  `db:"parked_at" json:"parked_at"`
-	DeadlineAt       time.Time  `db:"deadline_at" json:"deadline_at"`
-	AppliedAt        *time.Time `db:"applied_at" json:"applied_at"`
-	AlertedAt        *time.Time `db:"alerted_at" json:"alerted_at"`
-}
-
 // parkedEvents lists parked delta events: ?state=waiting (not applied yet,
 // the default), overdue (past the deadline), or all.
 func (h *Handler) parkedEvents(w http.ResponseWriter, r *http.Request) {
-	q := `SELECT consumer_name, event_id, event_type, aggregate_id, aggregate_version, expected_version,
-  parked_at, deadline_at, applied_at, alerted_at FROM parked_events`
-	switch r.URL.Query().Get("state") {
-	case "", "waiting":
-		q += ` WHERE applied_at IS NULL`
-	case "overdue":
-		q += ` WHERE applied_at IS NULL AND deadline_at < NOW(6)`
-	case "all":
+	state := r.URL.Query().Get("state")
+	switch state {
+	case "":
+		state = ordering.Waiting
+	case ordering.Waiting, ordering.Overdue, ordering.All:
 	default:
 		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "state must be waiting, overdue or all"))
 		return
@@ -310,9 +238,8 @@ func (h *Handler) parkedEvents(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}
-	q += ` ORDER BY parked_at DESC LIMIT ?`
-	rows := []ParkedRow{}
-	if err := h.DB.SelectContext(r.Context(), &rows, q, limit); err != nil {
+	rows, err := ordering.ListParked(r.Context(), h.DB, state, limit)
+	if err != nil {
 		web.WriteError(w, r, h.Log, err)
 		return
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relmsg/ordersaga/pkg/admin"
+	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
@@ -53,7 +53,7 @@ func TestRedriveEndpoint(t *testing.T) {
 	pub := conn.NewPublisher()
 	t.Cleanup(pub.Close)
 
-	h := &admin.Handler{DB: db.DB, Log: quiet, Redriver: &inbox.Redriver{DB: db.DB, Publisher: pub, Log: quiet,
+	h := &admin.Handler{DB: db.DB, Log: quiet, Redriver: &deadletter.Redriver{DB: db.DB, Publisher: pub, Log: quiet,
 		QueueOf: func(c string) (string, bool) { return queue, c == "order" }}}
 	r := chi.NewRouter()
 	r.Route("/admin", func(ar chi.Router) {
@@ -67,7 +67,7 @@ func TestRedriveEndpoint(t *testing.T) {
 	msg := rabbit.FromEnvelope("", e).Publishing
 	headers, _ := json.Marshal(msg.Headers)
 	ct := msg.ContentType
-	if err := inbox.RecordDeadLetter(context.Background(), db.DB, inbox.DeadLetter{Consumer: "order", EventID: e.EventID,
+	if err := deadletter.Record(context.Background(), db.DB, deadletter.Letter{Consumer: "order", EventID: e.EventID,
 		EventType: e.Type, Reason: "handler bug", Headers: headers, Payload: e.Payload, ContentType: &ct, MessageTimestamp: &e.OccurredAt}); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestRedriveEndpoint(t *testing.T) {
 	id := rows[0].(map[string]any)["id"]
 	code, out = call(t, r, http.MethodPost, "/admin/dead-letters/redrive", `{"ids":[`+jsonNumber(id)+`]}`)
 	results, _ := out["results"].([]any)
-	if code != http.StatusOK || len(results) != 1 || results[0].(map[string]any)["outcome"] != inbox.OutcomeNotDead {
+	if code != http.StatusOK || len(results) != 1 || results[0].(map[string]any)["outcome"] != deadletter.OutcomeNotDead {
 		t.Fatalf("second redrive by id: %d %v, want not_dead", code, out)
 	}
 	if extra := rabbittest.Drain(t, queue, 0, 0); len(extra) != 0 {

@@ -2,17 +2,17 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/ordering"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
@@ -20,222 +20,12 @@ import (
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
-// Handler applies one event inside the consumer's transaction: the business
-// change and the consumer's own result events (outbox.Add on the same tx).
-// Return nil for a processed event, business rejections included (they are
-// results, written as events). Wrap an error with Permanent, or return one
-// wrapping events.ErrInvalid, when retrying can never help.
-type Handler func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error
+// The consume path, in the chapter's order (doc.go):
+//
+//	Handle:  validate; process; ACK only after COMMIT (or retry, or dead letter)
+//	process: BEGIN; apply (INSERT inbox; business change; own outbox); COMMIT
 
-// ExternalHandler is for an event whose processing calls something outside
-// the database (a payment provider). The call happens first, with no
-// transaction open (no locks held across a network call); the returned
-// Handler then records its outcome inside the inbox transaction. The
-// external system must be idempotent (same key, same answer): a crash
-// between the call and the commit repeats the call on redelivery.
-type ExternalHandler func(ctx context.Context, e events.Envelope) (record Handler, err error)
-
-type permanentError struct{ err error }
-
-func (p permanentError) Error() string { return p.err.Error() }
-func (p permanentError) Unwrap() error { return p.err }
-
-// Permanent marks err as not worth retrying: the message goes to dead letters.
-func Permanent(err error) error { return permanentError{err} }
-
-func isPermanent(err error) bool {
-	var p permanentError
-	return errors.As(err, &p) || errors.Is(err, events.ErrInvalid) || errors.Is(err, ErrTooOld)
-}
-
-// ErrTooOld means the event is older than the consumer's inbox replay
-// window: the retention job may have deleted its inbox row, so the inbox can
-// no longer say whether it was applied. It goes to dead letters; an operator
-// applies it by hand after checking.
-var ErrTooOld = errors.New("older than the inbox replay window")
-
-// DefaultReplayWindow is how long inbox rows are kept (INBOX_RETENTION) and
-// so how old an event may be and still be deduplicated by the inbox.
-const DefaultReplayWindow = 7 * 24 * time.Hour
-
-// Config describes one consumer.
-type Config struct {
-	// Name is the consumer_name of the inbox key: a constant, because
-	// renaming it would make every past event look new.
-	Name     string
-	DB       *sqlx.DB
-	Handlers map[events.Type]Handler
-	External map[events.Type]ExternalHandler
-	// AfterCommit runs after each committed event, e.g. the outbox
-	// dispatcher's Wake so result events leave at once.
-	AfterCommit func()
-	Backoff     retry.Backoff // between attempts after transient failures [500ms .. 1m]
-	MaxAttempts int           // attempts before a message becomes a dead letter [8]
-	MaxRetryAge time.Duration // time since the first failure after which we stop [15m]
-	// ReplayWindow is how long this service keeps inbox rows
-	// (INBOX_RETENTION). An event older than that (by its AMQP timestamp,
-	// the outbox's created_at) is not applied: it becomes a dead letter.
-	ReplayWindow time.Duration // [DefaultReplayWindow = 168h]
-	Log          *slog.Logger
-	Metrics      *Metrics // shared by the consumers of one service; nil: none
-	// WrongWay turns on deliberate mistakes for the experiments (demo only).
-	WrongWay *wrongway.Set
-	// ParkDeadline is how long a delta event may wait for the earlier
-	// versions of its aggregate [5m].
-	ParkDeadline time.Duration
-}
-
-// Consumer runs the chapter's consume sequence for each delivery.
-type Consumer struct {
-	cfg Config
-}
-
-// NewConsumer checks cfg and fills in defaults.
-func NewConsumer(cfg Config) *Consumer {
-	if cfg.Name == "" || cfg.DB == nil {
-		panic("inbox: consumer needs a Name and a DB")
-	}
-	if cfg.Backoff.Base <= 0 {
-		cfg.Backoff.Base = 500 * time.Millisecond
-	}
-	if cfg.Backoff.Cap <= 0 {
-		cfg.Backoff.Cap = time.Minute
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 8
-	}
-	if cfg.MaxRetryAge <= 0 {
-		cfg.MaxRetryAge = 15 * time.Minute
-	}
-	if cfg.ReplayWindow <= 0 {
-		cfg.ReplayWindow = DefaultReplayWindow
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
-	}
-	cfg.Metrics.start(cfg.Name)
-	return &Consumer{cfg: cfg}
-}
-
-// Name is the consumer name (the inbox key prefix).
-func (c *Consumer) Name() string { return c.cfg.Name }
-
-// Process runs one event through the inbox: BEGIN; INSERT inbox row (with
-// the payload's hash); handler (business change + own outbox events);
-// COMMIT. It returns ErrAlreadyProcessed for a duplicate, ErrPayloadMismatch
-// for a known event_id with another payload, an error wrapping ErrTooOld for
-// an event older than the replay window, nil once committed, or the error
-// that rolled the attempt back. It knows nothing about the broker, so the
-// experiments can call it from two connections at once.
-func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
-	return c.process(ctx, e, e.OccurredAt)
-}
-
-// process is Process with the time the event is known to exist since: its
-// timestamp, or (a message without one) its first failure.
-func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Time) error {
-	if err := events.CheckVersion(e.Type, e.SchemaVersion); err != nil {
-		return err
-	}
-	if err := c.checkAge(ctx, e, since); err != nil {
-		return err
-	}
-	h, ok := c.cfg.Handlers[e.Type]
-	if ext, isExt := c.cfg.External[e.Type]; isExt {
-		// Skip the external call for an event we already committed (a
-		// redelivery), or refuse a known id with another payload. Not the
-		// correctness check: the inbox INSERT below is.
-		if err := Seen(ctx, c.cfg.DB, c.cfg.Name, e.EventID, e.Payload); err != nil {
-			return err
-		}
-		var err error
-		if h, err = ext(ctx, e); err != nil {
-			return err
-		}
-		ok = true
-	}
-	if !ok {
-		return fmt.Errorf("%w: consumer %s has no handler for %s", events.ErrInvalid, c.cfg.Name, e.Type)
-	}
-	if c.cfg.WrongWay.On(wrongway.NoInbox) {
-		return c.processCheckThenInsert(ctx, e, h)
-	}
-	if events.StrategyOf(e.Type) == events.Delta {
-		return c.processDelta(ctx, e, h)
-	}
-	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
-		if err := ClaimPayload(ctx, tx, c.cfg.Name, e.EventID, e.Payload); err != nil {
-			return err
-		}
-		if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
-			return err
-		}
-		if err := h(ctx, tx, e); err != nil {
-			return err
-		}
-		// Window: business change made, not committed. Whatever happens
-		// here, the inbox row and the change roll back together.
-		return failpoint.Inject(ctx, "inbox.after-effect-before-commit")
-	})
-	if err != nil {
-		return err
-	}
-	if c.cfg.AfterCommit != nil {
-		c.cfg.AfterCommit()
-	}
-	return nil
-}
-
-// checkAge refuses an event older than the replay window unless the inbox
-// still knows it (then it is a duplicate, or a mismatch, as usual): past the
-// window, a missing inbox row no longer proves the event was never applied.
-func (c *Consumer) checkAge(ctx context.Context, e events.Envelope, since time.Time) error {
-	if since.IsZero() {
-		return nil
-	}
-	age := time.Since(since)
-	if age <= c.cfg.ReplayWindow {
-		return nil
-	}
-	if err := Seen(ctx, c.cfg.DB, c.cfg.Name, e.EventID, e.Payload); err != nil {
-		return err
-	}
-	return fmt.Errorf("event is %s old, %w (%s): its inbox row may have been deleted; apply by hand after checking",
-		age.Round(time.Second), ErrTooOld, c.cfg.ReplayWindow)
-}
-
-// processCheckThenInsert is the wrong way (wrongway.NoInbox): "SELECT,
-// and if absent, process and record". Two deliveries at once both see
-// "absent" and both apply the effect; INSERT IGNORE then hides the clash.
-func (c *Consumer) processCheckThenInsert(ctx context.Context, e events.Envelope, h Handler) error {
-	done, err := Processed(ctx, c.cfg.DB, c.cfg.Name, e.EventID)
-	if err != nil {
-		return err
-	}
-	if done {
-		return ErrAlreadyProcessed
-	}
-	if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
-		return err
-	}
-	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
-		if err := h(ctx, tx, e); err != nil {
-			return err
-		}
-		const q = `INSERT IGNORE INTO consumer_inbox (consumer_name, event_id) VALUES (?, ?)`
-		_, err := tx.ExecContext(ctx, q, c.cfg.Name, e.EventID)
-		return err
-	})
-	if err == nil && c.cfg.AfterCommit != nil {
-		c.cfg.AfterCommit()
-	}
-	return err
-}
-
-// Handle is the rabbit.Handler of this consumer: validate, Process, and turn
+// Handle is the rabbit.Handler of this consumer: validate, process, and turn
 // the outcome into ack, delayed retry or dead letter. ACK only after COMMIT.
 func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
 	m := c.cfg.Metrics
@@ -244,9 +34,9 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 		m.redeliveries.WithLabelValues(c.cfg.Name).Inc()
 	}
 	if c.cfg.WrongWay.On(wrongway.AckBeforeCommit) {
-		return c.handleAckFirst(ctx, d)
+		return c.handleAckFirst(ctx, d) // the wrong way: wrongway.go
 	}
-	e, err := d.Envelope()
+	e, err := d.Envelope() // validate the structure
 	// Continue the producer's trace: this handler's logs and the events it
 	// writes carry the same trace_id (pkg/tracing).
 	tp := tracing.Child(e.Traceparent)
@@ -274,7 +64,7 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 		m.duplicates.WithLabelValues(c.cfg.Name).Inc()
 		log.Info("duplicate delivery suppressed by the inbox")
 		return rabbit.Ack()
-	case errors.Is(err, ErrParked):
+	case errors.Is(err, ordering.ErrParked):
 		log.Warn("delta event parked until the earlier versions of its aggregate arrive", "version", e.AggregateVersion)
 		return rabbit.Ack()
 	case errors.Is(err, ErrPayloadMismatch):
@@ -299,40 +89,115 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 	return rabbit.RetryAfter(delay, err.Error())
 }
 
-// handleAckFirst is the wrong way (wrongway.AckBeforeCommit): the message
-// is acked, then processed. If processing fails, nothing brings it back.
-func (c *Consumer) handleAckFirst(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
-	if err := d.Ack(false); err != nil {
-		return rabbit.AlreadyAcked()
-	}
-	e, err := d.Envelope()
-	if err == nil {
-		err = c.Process(ctx, e)
-	}
-	if err != nil && !errors.Is(err, ErrAlreadyProcessed) {
-		c.cfg.Log.Error("processing failed after the message was acked: the event is lost",
-			"consumer", c.cfg.Name, "event_id", d.MessageId, "err", err)
-	}
-	return rabbit.AlreadyAcked()
+// Process runs one event through the inbox transaction, without the broker
+// (the experiments call it from two connections at once). It returns nil
+// once committed, ErrAlreadyProcessed, ErrPayloadMismatch,
+// ordering.ErrParked, an error wrapping ErrTooOld, or the error that rolled
+// the attempt back.
+func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
+	return c.process(ctx, e, e.OccurredAt)
 }
 
-// deadLetter stores the message in dead_letters and acks it. If even that
-// fails (the database is down), retry later; past the attempt limit, hand
-// it to the broker's dead-letter queue so it is still not lost.
-func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.Delivery, reason string) rabbit.Decision {
-	headers, _ := json.Marshal(d.Headers)
-	first := d.FirstFailedAt
-	contentType := d.ContentType
-	dl := DeadLetter{
-		Consumer: c.cfg.Name, EventID: d.MessageId, EventType: d.Type, RoutingKey: d.RoutingKey,
-		Reason: reason, Attempts: d.Attempt, FirstFailedAt: first, Headers: headers, Payload: d.Body,
-		ContentType: &contentType,
+// process is Process with the time the event is known to exist since: its
+// timestamp, or (a message without one) its first failure.
+func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Time) error {
+	if err := events.CheckVersion(e.Type, e.SchemaVersion); err != nil {
+		return err
 	}
-	if !d.Timestamp.IsZero() {
-		dl.MessageTimestamp = &d.Timestamp
+	if err := c.checkAge(ctx, e, since); err != nil {
+		return err
 	}
-	err := RecordDeadLetter(ctx, c.cfg.DB, dl)
+	h, err := c.handler(ctx, e)
 	if err != nil {
+		return err
+	}
+	if c.cfg.WrongWay.On(wrongway.NoInbox) {
+		return c.processCheckThenInsert(ctx, e, h) // the wrong way: wrongway.go
+	}
+	var res ordering.Result
+	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) (err error) {
+		// The event's ordering strategy says when apply runs: now, or for a
+		// delta ahead of a gap later, with its parked successors.
+		res, err = c.order.InOrder(ctx, tx, e, ordering.Steps{
+			Apply:  func(e events.Envelope) error { return c.apply(ctx, tx, e, h) },
+			Record: func(e events.Envelope) error { return ClaimPayload(ctx, tx, c.cfg.Name, e.EventID, e.Payload) },
+		})
+		return err
+	})
+	switch {
+	case errors.Is(err, ordering.ErrAlreadyParked):
+		return ErrAlreadyProcessed
+	case err != nil:
+		return err
+	}
+	c.cfg.Metrics.unparked.WithLabelValues(c.cfg.Name).Add(float64(res.Unparked))
+	if res.Parked {
+		c.cfg.Metrics.parked.WithLabelValues(c.cfg.Name).Inc()
+		return ordering.ErrParked
+	}
+	if c.cfg.AfterCommit != nil {
+		c.cfg.AfterCommit()
+	}
+	return nil
+}
+
+// apply is the body of the chapter's transaction for one event: the inbox
+// row first (its primary key decides between racing deliveries), then the
+// business change and the consumer's own outbox events.
+func (c *Consumer) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, h Handler) error {
+	if err := ClaimPayload(ctx, tx, c.cfg.Name, e.EventID, e.Payload); err != nil {
+		return err
+	}
+	if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
+		return err
+	}
+	if err := h(ctx, tx, e); err != nil {
+		return err
+	}
+	// Window: business change made, not committed. Whatever happens here,
+	// the inbox row and the change roll back together.
+	return failpoint.Inject(ctx, "inbox.after-effect-before-commit")
+}
+
+// handler returns the Handler of e's type. An ExternalHandler calls out
+// here, before any transaction, unless this consumer already has the event
+// (Seen: a redelivery or a mismatch); the correctness check is still the
+// inbox INSERT in apply.
+func (c *Consumer) handler(ctx context.Context, e events.Envelope) (Handler, error) {
+	if ext, ok := c.cfg.External[e.Type]; ok {
+		if err := Seen(ctx, c.cfg.DB, c.cfg.Name, e.EventID, e.Payload); err != nil {
+			return nil, err
+		}
+		return ext(ctx, e)
+	}
+	if h, ok := c.cfg.Handlers[e.Type]; ok {
+		return h, nil
+	}
+	return nil, fmt.Errorf("%w: consumer %s has no handler for %s", events.ErrInvalid, c.cfg.Name, e.Type)
+}
+
+// checkAge refuses an event older than the replay window (ErrTooOld) unless
+// the inbox still knows it: then it is a duplicate, or a mismatch, as usual.
+func (c *Consumer) checkAge(ctx context.Context, e events.Envelope, since time.Time) error {
+	if since.IsZero() {
+		return nil
+	}
+	age := time.Since(since)
+	if age <= c.cfg.ReplayWindow {
+		return nil
+	}
+	if err := Seen(ctx, c.cfg.DB, c.cfg.Name, e.EventID, e.Payload); err != nil {
+		return err
+	}
+	return fmt.Errorf("event is %s old, %w (%s): its inbox row may have been deleted; apply by hand after checking",
+		age.Round(time.Second), ErrTooOld, c.cfg.ReplayWindow)
+}
+
+// deadLetter keeps the message as a dead letter (pkg/deadletter) and acks
+// it. If that fails (the database is down), retry later; past the attempt
+// limit, reject it to the broker's dead-letter queue: still not lost.
+func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.Delivery, reason string) rabbit.Decision {
+	if err := deadletter.Record(ctx, c.cfg.DB, deadletter.FromDelivery(c.cfg.Name, d, reason)); err != nil {
 		if d.Attempt < c.cfg.MaxAttempts {
 			log.Warn("could not record dead letter; retrying", "err", err)
 			return rabbit.RetryAfter(c.cfg.Backoff.Delay(d.Attempt), err.Error())
@@ -346,7 +211,7 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.De
 }
 
 // HandleBrokerDeadLetter drains the queue's broker-side dead-letter queue
-// (messages past the delivery limit, or rejected) into dead_letters, so
+// (messages past the delivery limit, or rejected) into the dead letters, so
 // every dead letter of this consumer is in one searchable table.
 func (c *Consumer) HandleBrokerDeadLetter(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
 	reason, _ := d.Headers["x-first-death-reason"].(string)
@@ -354,44 +219,97 @@ func (c *Consumer) HandleBrokerDeadLetter(ctx context.Context, d rabbit.Delivery
 	return c.deadLetter(ctx, log, d, "broker dead-lettered the message: "+reason)
 }
 
-// Metrics counts what consumers do, labelled by consumer name.
-type Metrics struct {
-	deliveries, redeliveries, processed, duplicates, retries, deadLetters *prometheus.CounterVec
-	payloadMismatch, redriven, parked, unparked                           *prometheus.CounterVec
+// Handler applies one event inside the consumer's transaction: the business
+// change and the consumer's own result events (outbox.Add on the same tx).
+// Return nil for a processed event, business rejections included (they are
+// results, written as events). Wrap an error with Permanent, or return one
+// wrapping events.ErrInvalid, when retrying can never help.
+type Handler func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error
+
+// ExternalHandler is for an event whose processing calls something outside
+// the database (a payment provider). The call happens first, with no
+// transaction open (no locks held across a network call); the returned
+// Handler then records its outcome inside the inbox transaction. The
+// external system must be idempotent (same key, same answer): a crash
+// between the call and the commit repeats the call on redelivery.
+type ExternalHandler func(ctx context.Context, e events.Envelope) (record Handler, err error)
+
+type permanentError struct{ err error }
+
+func (p permanentError) Error() string { return p.err.Error() }
+func (p permanentError) Unwrap() error { return p.err }
+
+// Permanent marks err as not worth retrying: the message becomes a dead
+// letter.
+func Permanent(err error) error { return permanentError{err} }
+
+func isPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p) || errors.Is(err, events.ErrInvalid) || errors.Is(err, ErrTooOld)
 }
 
-// NewMetrics creates the consumer metrics and registers them on reg (nil:
-// not exported).
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer"})
-	}
-	m := &Metrics{
-		deliveries:   counter("consumer_deliveries_total", "Messages delivered to the consumer."),
-		redeliveries: counter("consumer_redeliveries_total", "Deliveries flagged redelivered by the broker (a lost ack or a crash)."),
-		processed:    counter("consumer_processed_total", "Events committed (business change + inbox row)."),
-		duplicates:   counter("consumer_duplicates_suppressed_total", "Deliveries of an event the inbox had already seen."),
-		retries:      counter("consumer_retries_total", "Transient failures scheduled for a delayed retry."),
-		deadLetters:  counter("consumer_dead_letters_total", "Messages stored as dead letters."),
-		payloadMismatch: counter("consumer_payload_mismatch_total",
-			"Deliveries of an event_id this consumer already processed with a different payload (alert: stored as dead letters, never applied)."),
-		redriven: counter("consumer_dead_letters_redriven_total", "Dead letters republished to the consumer's queue by an operator."),
-		parked:   counter("consumer_parked_total", "Delta events parked because an earlier version of their aggregate had not arrived."),
-		unparked: counter("consumer_unparked_total", "Parked delta events applied once their gap filled."),
-	}
-	if reg != nil {
-		reg.MustRegister(m.deliveries, m.redeliveries, m.processed, m.duplicates, m.retries, m.deadLetters,
-			m.payloadMismatch, m.redriven, m.parked, m.unparked)
-	}
-	return m
+// ErrTooOld means the event is older than the inbox replay window: its row
+// may have been deleted, so the inbox cannot say whether it was applied. A
+// dead letter; an operator applies it by hand after checking.
+var ErrTooOld = errors.New("older than the inbox replay window")
+
+// DefaultReplayWindow is how long inbox rows are kept (INBOX_RETENTION) and
+// so how old an event may be and still be deduplicated by the inbox.
+const DefaultReplayWindow = 7 * 24 * time.Hour
+
+// Config describes one consumer.
+type Config struct {
+	// Name is the consumer_name of the inbox key: a constant, because
+	// renaming it would make every past event look new.
+	Name     string
+	DB       *sqlx.DB
+	Handlers map[events.Type]Handler
+	External map[events.Type]ExternalHandler
+	// AfterCommit runs after each commit: the dispatcher's Wake.
+	AfterCommit func()
+	Backoff     retry.Backoff // between attempts after transient failures [500ms .. 1m]
+	MaxAttempts int           // attempts before a message becomes a dead letter [8]
+	MaxRetryAge time.Duration // time since the first failure after which we stop [15m]
+	// ReplayWindow: how long inbox rows are kept (INBOX_RETENTION); an
+	// older event becomes a dead letter [DefaultReplayWindow = 168h].
+	ReplayWindow time.Duration
+	Log          *slog.Logger
+	Metrics      *Metrics      // shared by the consumers of one service; nil: none
+	WrongWay     *wrongway.Set // deliberate mistakes for the lab (demo only)
+	ParkDeadline time.Duration // a delta's wait for its gap [ordering.DefaultParkDeadline = 5m]
 }
 
-// start exports every counter of a consumer at zero from the beginning, so
-// dashboards and alerts see the series before the first event (an absent
-// series and a zero are not the same thing to Prometheus).
-func (m *Metrics) start(consumer string) {
-	for _, c := range []*prometheus.CounterVec{m.deliveries, m.redeliveries, m.processed, m.duplicates,
-		m.retries, m.deadLetters, m.payloadMismatch, m.redriven, m.parked, m.unparked} {
-		c.WithLabelValues(consumer)
+// Consumer runs the chapter's consume sequence for each delivery.
+type Consumer struct {
+	cfg   Config
+	order ordering.Sequencer
+}
+
+// NewConsumer checks cfg and fills in defaults.
+func NewConsumer(cfg Config) *Consumer {
+	if cfg.Name == "" || cfg.DB == nil {
+		panic("inbox: consumer needs a Name and a DB")
+	}
+	orDefault(&cfg.Backoff.Base, 500*time.Millisecond)
+	orDefault(&cfg.Backoff.Cap, time.Minute)
+	orDefault(&cfg.MaxAttempts, 8)
+	orDefault(&cfg.MaxRetryAge, 15*time.Minute)
+	orDefault(&cfg.ReplayWindow, DefaultReplayWindow)
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	cfg.Metrics.start(cfg.Name)
+	return &Consumer{cfg: cfg, order: ordering.Sequencer{Consumer: cfg.Name, ParkDeadline: cfg.ParkDeadline, Log: cfg.Log}}
+}
+
+// Name is the consumer name (the inbox key prefix).
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+func orDefault[T int | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
 	}
 }

@@ -10,11 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
+
+// Table is the inbox table, for callers that must name it (metric labels,
+// the lab's reports). Only this package reads or writes it.
+const Table = "consumer_inbox"
 
 // ErrAlreadyProcessed means this consumer already committed this event: roll
 // back the attempt and ACK the message.
@@ -46,11 +51,10 @@ func canonicalJSON(p []byte) []byte {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return p // trailing data: not one JSON value
 	}
-	out, err := json.Marshal(v) // map keys sorted
-	if err != nil {
-		return p
+	if out, err := json.Marshal(v); err == nil { // map keys sorted
+		return out
 	}
-	return out
+	return p
 }
 
 // Claim records that consumer processes eventID, inside tx, before the
@@ -59,13 +63,9 @@ func canonicalJSON(p []byte) []byte {
 // event; the second blocks until the first commits (then gets a duplicate
 // key: ErrAlreadyProcessed) or rolls back (then it proceeds). INSERT IGNORE
 // would hide other errors and, outside strict mode, truncate a long id.
-//
 // Only the duplicate key of this statement means "already processed": any
-// other error, including a duplicate key raised later by the business SQL,
-// is a failure of the attempt.
-//
-// Claim stores no payload hash; ClaimPayload does, and is what
-// Consumer.Process uses.
+// other error, a business duplicate key included, fails the attempt. Claim
+// stores no payload hash; ClaimPayload, which the Consumer uses, does.
 func Claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string) error {
 	return claim(ctx, tx, consumer, eventID, nil)
 }
@@ -113,12 +113,6 @@ func compare(stored sql.NullString, payload []byte) error {
 	return ErrPayloadMismatch
 }
 
-// Processed reports whether consumer has committed eventID.
-func Processed(ctx context.Context, db sqlx.QueryerContext, consumer, eventID string) (bool, error) {
-	found, _, err := lookup(ctx, db, consumer, eventID)
-	return found, err
-}
-
 // Seen answers for an event before any transaction: nil when consumer has
 // not committed eventID, ErrAlreadyProcessed when it has with the same
 // payload (or a row without a hash), ErrPayloadMismatch when it has with
@@ -142,4 +136,51 @@ func lookup(ctx context.Context, db sqlx.QueryerContext, consumer, eventID strin
 		return false, hash, fmt.Errorf("inbox lookup: %w", err)
 	}
 	return true, hash, nil
+}
+
+// Row is one processed event: the chapter's three columns.
+type Row struct {
+	Consumer    string    `db:"consumer_name" json:"consumer"`
+	EventID     string    `db:"event_id" json:"event_id"`
+	ProcessedAt time.Time `db:"processed_at" json:"processed_at"`
+}
+
+// Rows returns every consumer's inbox rows of these events, in processing
+// order: who applied what, for the admin API and the order timeline.
+func Rows(ctx context.Context, db sqlx.QueryerContext, eventIDs []string) ([]Row, error) {
+	rows := []Row{}
+	if len(eventIDs) == 0 {
+		return rows, nil
+	}
+	q, args, err := sqlx.In(`SELECT consumer_name, event_id, processed_at FROM consumer_inbox
+WHERE event_id IN (?) ORDER BY processed_at`, eventIDs)
+	if err != nil {
+		return nil, err
+	}
+	if err := sqlx.SelectContext(ctx, db, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("inbox rows: %w", err)
+	}
+	return rows, nil
+}
+
+// DeleteExpired deletes up to limit inbox rows processed more than window
+// ago (database time), oldest first, and returns how many it deleted: one
+// short autocommit statement on the processed_at index, safe to run from
+// several instances at once. pkg/retention calls it in batches. A row
+// deleted inside the window would let a replay apply its event twice, which
+// is why the window must cover every way an old message can come back, and
+// why consumers refuse older events (ErrTooOld).
+func DeleteExpired(ctx context.Context, db sqlx.ExecerContext, window time.Duration, limit int) (int64, error) {
+	const q = `DELETE FROM consumer_inbox
+WHERE processed_at < TIMESTAMPADD(MICROSECOND, ?, NOW(6))
+ORDER BY processed_at
+LIMIT ?`
+	res, err := db.ExecContext(ctx, q, -window.Microseconds(), limit)
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("delete expired inbox rows: %w", err)
 }

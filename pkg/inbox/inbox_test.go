@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,68 +14,22 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
-	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
-	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// testDB is a migrated database plus a tiny business table: the handler's
-// "effect" is one increment of counters.n.
-func testDB(t *testing.T) *sqldbtest.DB {
-	t.Helper()
-	db := sqldbtest.New(t, "inventory")
-	db.MustExec(`CREATE TABLE counters (name VARCHAR(20) PRIMARY KEY, n INT NOT NULL)`)
-	db.MustExec(`INSERT INTO counters VALUES ('effects', 0)`)
-	db.MustExec(`CREATE TABLE unique_things (thing VARCHAR(20) PRIMARY KEY)`)
-	return db
-}
-
-func effects(t *testing.T, db *sqlx.DB) int {
-	t.Helper()
-	var n int
-	if err := db.Get(&n, `SELECT n FROM counters WHERE name = 'effects'`); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func inboxRows(t *testing.T, db *sqlx.DB, eventID string) int {
-	t.Helper()
-	var n int
-	if err := db.Get(&n, `SELECT COUNT(*) FROM consumer_inbox WHERE event_id = ?`, eventID); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func increment(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
-	_, err := tx.ExecContext(ctx, `UPDATE counters SET n = n + 1 WHERE name = 'effects'`)
-	return err
-}
-
-func event(typ string) events.Envelope {
-	return events.Envelope{EventID: uuid.NewString(), Type: typ, AggregateID: 1, AggregateVersion: 1,
-		SchemaVersion: 1, Payload: []byte(`{"order_id":"1"}`)}
-}
-
-func consumer(db *sqlx.DB, name string, h inbox.Handler) *inbox.Consumer {
-	return inbox.NewConsumer(inbox.Config{Name: name, DB: db, Log: quiet,
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: h}})
-}
-
 func TestSameEventTwiceHasOneEffect(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	c := consumer(db.DB, "inventory", increment)
-	e := event(events.OrderCreated)
+	db := inboxtest.DB(t)
+	c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment)
+	e := inboxtest.Event(events.OrderCreated)
 	ctx := context.Background()
 	if err := c.Process(ctx, e); err != nil {
 		t.Fatalf("first delivery: %v", err)
@@ -82,10 +37,10 @@ func TestSameEventTwiceHasOneEffect(t *testing.T) {
 	if err := c.Process(ctx, e); !errors.Is(err, inbox.ErrAlreadyProcessed) {
 		t.Fatalf("second delivery: err = %v, want ErrAlreadyProcessed", err)
 	}
-	if got := effects(t, db.DB); got != 1 {
+	if got := inboxtest.Effects(t, db.DB); got != 1 {
 		t.Fatalf("effects = %d, want 1", got)
 	}
-	if got := inboxRows(t, db.DB, e.EventID); got != 1 {
+	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
 		t.Fatalf("inbox rows = %d, want 1", got)
 	}
 }
@@ -97,8 +52,8 @@ func TestSameEventTwiceHasOneEffect(t *testing.T) {
 // have happened, not just hoped for.
 func TestRacingDeliveriesOfOneEventHaveOneEffect(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	e := event(events.OrderCreated)
+	db := inboxtest.DB(t)
+	e := inboxtest.Event(events.OrderCreated)
 	const n = 10
 	var maxBlocked atomic.Int32
 	waitForRivals := func(ctx context.Context, tx *sqlx.Tx, env events.Envelope) error {
@@ -124,9 +79,9 @@ WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%')`
 			}
 			time.Sleep(150 * time.Millisecond)
 		}
-		return increment(ctx, tx, env)
+		return inboxtest.Increment(ctx, tx, env)
 	}
-	c := consumer(db.DB, "inventory", waitForRivals)
+	c := inboxtest.Consumer(db.DB, "inventory", waitForRivals)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	errs := make([]error, n)
@@ -155,10 +110,10 @@ WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%')`
 	if winners != 1 || dups != n-1 {
 		t.Fatalf("winners=%d duplicates=%d, want 1 and %d", winners, dups, n-1)
 	}
-	if got := effects(t, db.DB); got != 1 {
+	if got := inboxtest.Effects(t, db.DB); got != 1 {
 		t.Fatalf("effects = %d, want 1", got)
 	}
-	if got := inboxRows(t, db.DB, e.EventID); got != 1 {
+	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
 		t.Fatalf("inbox rows = %d, want 1", got)
 	}
 }
@@ -168,11 +123,11 @@ WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%')`
 // succeed").
 func TestRolledBackClaimLetsTheNextDeliveryThrough(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	e := event(events.OrderCreated)
+	db := inboxtest.DB(t)
+	e := inboxtest.Event(events.OrderCreated)
 	boom := errors.New("effect failed")
-	failing := consumer(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, env events.Envelope) error {
-		if err := increment(ctx, tx, env); err != nil {
+	failing := inboxtest.Consumer(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, env events.Envelope) error {
+		if err := inboxtest.Increment(ctx, tx, env); err != nil {
 			return err
 		}
 		return boom
@@ -180,33 +135,39 @@ func TestRolledBackClaimLetsTheNextDeliveryThrough(t *testing.T) {
 	if err := failing.Process(context.Background(), e); !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want %v", err, boom)
 	}
-	if got, rows := effects(t, db.DB), inboxRows(t, db.DB, e.EventID); got != 0 || rows != 0 {
+	if got, rows := inboxtest.Effects(t, db.DB), inboxtest.InboxRows(t, db.DB, e.EventID); got != 0 || rows != 0 {
 		t.Fatalf("after the failed attempt: effects=%d inbox rows=%d, want both rolled back to 0", got, rows)
 	}
-	if err := consumer(db.DB, "inventory", increment).Process(context.Background(), e); err != nil {
+	if err := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment).Process(context.Background(), e); err != nil {
 		t.Fatalf("redelivery: %v", err)
 	}
-	if got := effects(t, db.DB); got != 1 {
+	if got := inboxtest.Effects(t, db.DB); got != 1 {
 		t.Fatalf("effects = %d, want 1", got)
 	}
 }
 
 func TestDifferentConsumersEachProcessOnce(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	e := event(events.OrderCreated)
+	db := inboxtest.DB(t)
+	e := inboxtest.Event(events.OrderCreated)
 	ctx := context.Background()
 	for _, name := range []string{"inventory", "notifications", "inventory", "notifications"} {
-		err := consumer(db.DB, name, increment).Process(ctx, e)
+		err := inboxtest.Consumer(db.DB, name, inboxtest.Increment).Process(ctx, e)
 		if err != nil && !errors.Is(err, inbox.ErrAlreadyProcessed) {
 			t.Fatal(err)
 		}
 	}
-	if got := effects(t, db.DB); got != 2 {
+	if got := inboxtest.Effects(t, db.DB); got != 2 {
 		t.Fatalf("effects = %d, want 2 (once per consumer name)", got)
 	}
-	if got := inboxRows(t, db.DB, e.EventID); got != 2 {
+	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 2 {
 		t.Fatalf("inbox rows = %d, want 2", got)
+	}
+	// The read API: every consumer's row of the event, in processing order.
+	rows, err := inbox.Rows(ctx, db.DB, []string{e.EventID, uuid.NewString()})
+	if err != nil || len(rows) != 2 || rows[0].Consumer != "inventory" || rows[1].Consumer != "notifications" ||
+		rows[0].EventID != e.EventID || rows[1].ProcessedAt.Before(rows[0].ProcessedAt) {
+		t.Fatalf("inbox.Rows = %+v, %v; want inventory's row then notifications'", rows, err)
 	}
 }
 
@@ -214,80 +175,33 @@ func TestDifferentConsumersEachProcessOnce(t *testing.T) {
 // processed": the attempt rolls back, inbox row included.
 func TestBusinessDuplicateKeyIsNotTreatedAsProcessed(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
+	db := inboxtest.DB(t)
 	db.MustExec(`INSERT INTO unique_things VALUES ('taken')`)
-	c := consumer(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
+	c := inboxtest.Consumer(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO unique_things VALUES ('taken')`)
 		return err
 	})
-	e := event(events.OrderCreated)
+	e := inboxtest.Event(events.OrderCreated)
 	err := c.Process(context.Background(), e)
 	if err == nil || errors.Is(err, inbox.ErrAlreadyProcessed) || !sqldb.IsDuplicateKey(err) {
 		t.Fatalf("err = %v, want the business duplicate key error, not ErrAlreadyProcessed", err)
 	}
-	if got := inboxRows(t, db.DB, e.EventID); got != 0 {
+	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 0 {
 		t.Fatalf("inbox rows = %d, want 0 (rolled back with the attempt)", got)
 	}
 }
 
 func TestUnsupportedSchemaVersionIsInvalid(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	e := event(events.OrderCreated)
+	db := inboxtest.DB(t)
+	e := inboxtest.Event(events.OrderCreated)
 	e.SchemaVersion = 2
-	err := consumer(db.DB, "inventory", increment).Process(context.Background(), e)
+	err := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment).Process(context.Background(), e)
 	if !errors.Is(err, events.ErrInvalid) {
 		t.Fatalf("err = %v, want events.ErrInvalid", err)
 	}
-	if got := effects(t, db.DB); got != 0 {
+	if got := inboxtest.Effects(t, db.DB); got != 0 {
 		t.Fatalf("effects = %d, want 0", got)
-	}
-}
-
-// brokerFixture runs a consumer on a real queue.
-type brokerFixture struct {
-	db    *sqldbtest.DB
-	ns    rabbit.Namespace
-	conn  *rabbit.Conn
-	queue string
-}
-
-func runConsumer(t *testing.T, c *inbox.Consumer, db *sqldbtest.DB) *brokerFixture {
-	t.Helper()
-	f := &brokerFixture{db: db, ns: rabbittest.Namespace(t)}
-	topo := rabbittest.Topology(t, f.ns, rabbit.Queue{Name: "inventory.order-events", Keys: []string{events.OrderCreated}})
-	f.conn = rabbittest.Conn(t, topo)
-	f.queue = topo.Queues[0].Name
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = f.conn.Consume(ctx, rabbit.ConsumeConfig{Queue: f.queue, Log: quiet}, c.Handle)
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return f
-}
-
-func (f *brokerFixture) publish(t *testing.T, p amqp.Publishing) {
-	t.Helper()
-	msg := rabbit.Message{Exchange: f.ns.Exchange(), RoutingKey: events.OrderCreated, Publishing: p}
-	if err := f.conn.NewPublisher().Publish(context.Background(), []rabbit.Message{msg}, 5*time.Second)[0]; err != nil {
-		t.Fatal(err)
-	}
-}
-
-func validMessage(e events.Envelope) amqp.Publishing {
-	return rabbit.FromEnvelope("", e).Publishing
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -295,14 +209,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // behind them are processed.
 func TestPoisonMessagesBecomeDeadLettersWithReason(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	c := consumer(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	db := inboxtest.DB(t)
+	c := inboxtest.Consumer(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 		if _, err := events.Decode[events.OrderCreatedV1](e.Payload); err != nil {
 			return err
 		}
-		return increment(ctx, tx, e)
+		return inboxtest.Increment(ctx, tx, e)
 	})
-	f := runConsumer(t, c, db)
+	f := inboxtest.Consume(t, c.Handle, 0)
 
 	good := events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: 9, AggregateVersion: 1, SchemaVersion: 1,
 		Payload: []byte(`{"order_id":"9","customer_id":"c-1","items":[{"sku":"SKU-1","quantity":1,"unit_price_cents":100}],"total_cents":100,"currency":"EUR"}`)}
@@ -312,20 +226,20 @@ func TestPoisonMessagesBecomeDeadLettersWithReason(t *testing.T) {
 	v2 := good
 	v2.EventID = uuid.NewString()
 	v2.SchemaVersion = 2
-	noID := validMessage(good)
+	noID := inboxtest.Message(good)
 	noID.MessageId = "not-a-uuid"
 
-	f.publish(t, validMessage(badJSON))
-	f.publish(t, validMessage(v2))
-	f.publish(t, noID)
-	f.publish(t, validMessage(good))
+	f.Publish(t, inboxtest.Message(badJSON))
+	f.Publish(t, inboxtest.Message(v2))
+	f.Publish(t, noID)
+	f.Publish(t, inboxtest.Message(good))
 
-	waitFor(t, "three dead letters and one effect", func() bool {
+	inboxtest.WaitFor(t, "three dead letters and one effect", func() bool {
 		var n int
 		_ = db.Get(&n, `SELECT COUNT(*) FROM dead_letters`)
-		return n == 3 && effects(t, db.DB) == 1
+		return n == 3 && inboxtest.Effects(t, db.DB) == 1
 	})
-	var dls []inbox.DeadLetter
+	var dls []deadletter.Letter
 	if err := db.Select(&dls, `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at, last_failed_at, status, redriven_at, headers, payload FROM dead_letters ORDER BY id`); err != nil {
 		t.Fatal(err)
 	}
@@ -340,27 +254,14 @@ func TestPoisonMessagesBecomeDeadLettersWithReason(t *testing.T) {
 			t.Errorf("unexpected dead letter %+v", dl)
 			continue
 		}
-		if dl.Consumer != "inventory" || dl.Status != "dead" || dl.Attempts != 1 || len(dl.Payload) == 0 || !contains(dl.Reason, want) {
+		if dl.Consumer != "inventory" || dl.Status != "dead" || dl.Attempts != 1 || len(dl.Payload) == 0 || !strings.Contains(dl.Reason, want) {
 			t.Errorf("dead letter %s = consumer %q status %q attempts %d reason %q, want reason containing %q and the payload kept",
 				dl.EventID, dl.Consumer, dl.Status, dl.Attempts, dl.Reason, want)
 		}
 	}
-	if got := inboxRows(t, db.DB, badJSON.EventID); got != 0 {
+	if got := inboxtest.InboxRows(t, db.DB, badJSON.EventID); got != 0 {
 		t.Fatalf("poison message left %d inbox rows, want 0", got)
 	}
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && stringIndex(s, sub) >= 0)
-}
-
-func stringIndex(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 // A transient failure (here: the first two attempts hit a lock wait) is
@@ -368,7 +269,7 @@ func stringIndex(s, sub string) int {
 // attempt succeeds with one effect.
 func TestTransientFailureIsRetriedAfterADelay(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
+	db := inboxtest.DB(t)
 	var mu sync.Mutex
 	var attempts []time.Time
 	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
@@ -379,13 +280,13 @@ func TestTransientFailureIsRetriedAfterADelay(t *testing.T) {
 			n := len(attempts)
 			mu.Unlock()
 			if n <= 2 {
-				return fmt.Errorf("simulated: %w", errLockWait)
+				return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
 			}
-			return increment(ctx, tx, e)
+			return inboxtest.Increment(ctx, tx, e)
 		}}})
-	f := runConsumer(t, c, db)
-	f.publish(t, validMessage(event(events.OrderCreated)))
-	waitFor(t, "the third attempt to commit", func() bool { return effects(t, db.DB) == 1 })
+	f := inboxtest.Consume(t, c.Handle, 0)
+	f.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
+	inboxtest.WaitFor(t, "the third attempt to commit", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(attempts) != 3 {
@@ -400,5 +301,3 @@ func TestTransientFailureIsRetriedAfterADelay(t *testing.T) {
 		t.Fatalf("second retry came after %v, want >= 300ms (exponential)", gap)
 	}
 }
-
-var errLockWait = errors.New("Error 1205: Lock wait timeout exceeded")

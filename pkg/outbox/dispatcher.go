@@ -317,7 +317,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 		// owns those events now; we must not overwrite its state.
 		mark := markSent
 		if d.cfg.WrongWay.On(wrongway.MarkSentWithoutToken) {
-			mark = markSentIgnoringClaim
+			mark = markSentIgnoringClaim // the wrong way: wrongway.go
 		}
 		n, err := mark(ctx, d.db, token, sent)
 		if err != nil {
@@ -335,9 +335,9 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 }
 
 func (d *Dispatcher) retryLater(ctx context.Context, token string, r claimed, cause error, res *Result) error {
-	status := "pending"
+	status := StatusPending
 	if r.Attempts >= d.cfg.MaxAttempts {
-		status = "failed"
+		status = StatusFailed
 	}
 	delay := d.cfg.Backoff.Delay(r.Attempts)
 	ours, err := markRetry(ctx, d.db, token, r.EventID, status, delay)
@@ -350,7 +350,7 @@ func (d *Dispatcher) retryLater(ctx context.Context, token string, r claimed, ca
 	case !ours:
 		res.Lost++
 		d.m.claimsLost.Inc()
-	case status == "failed":
+	case status == StatusFailed:
 		res.Failed++
 		d.m.failed.Inc()
 		log.Error("outbox event failed permanently: kept as 'failed' for an operator")

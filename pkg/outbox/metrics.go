@@ -87,26 +87,12 @@ func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	counts := map[string]float64{"pending": 0, "sending": 0, "failed": 0}
-	const qCounts = `SELECT status, COUNT(*) AS n FROM outbox_events
-WHERE status IN ('pending', 'sending', 'failed') GROUP BY status`
-	rows, err := c.db.QueryxContext(ctx, qCounts)
-	if err == nil {
-		for rows.Next() {
-			var s string
-			var n float64
-			if rows.Scan(&s, &n) == nil {
-				counts[s] = n
-			}
-		}
-		rows.Close()
+	// 'sent' only grows: it is not counted at every scrape. A failed read
+	// reports zeros, as an empty table would.
+	counts, _ := countByStatus(ctx, c.db, StatusPending, StatusSending, StatusFailed)
+	for _, s := range []string{StatusPending, StatusSending, StatusFailed} {
+		ch <- prometheus.MustNewConstMetric(rowsDesc, prometheus.GaugeValue, float64(counts[s]), s)
 	}
-	for s, n := range counts {
-		ch <- prometheus.MustNewConstMetric(rowsDesc, prometheus.GaugeValue, n, s)
-	}
-	const qOldest = `SELECT COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)), 0)
-FROM outbox_events WHERE status = 'pending'`
-	var micros float64
-	_ = c.db.GetContext(ctx, &micros, qOldest)
-	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, micros/1e6)
+	age, _ := oldestPendingAge(ctx, c.db)
+	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age.Seconds())
 }

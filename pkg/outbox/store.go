@@ -103,24 +103,6 @@ WHERE event_id IN (%s) AND status = 'sending' AND claim_token = ?`
 	return res.RowsAffected()
 }
 
-// markSentIgnoringClaim is the wrong way (wrongway.MarkSentWithoutToken):
-// it marks by event id alone, so a dispatcher whose lease expired
-// overwrites the claim of the one that took the rows over.
-func markSentIgnoringClaim(ctx context.Context, db sqlx.ExecerContext, _ string, ids []string) (int64, error) {
-	const q = `UPDATE outbox_events
-SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL
-WHERE event_id IN (%s)`
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	res, err := db.ExecContext(ctx, fmt.Sprintf(q, placeholders(len(ids))), args...)
-	if err != nil {
-		return 0, fmt.Errorf("mark sent: %w", err)
-	}
-	return res.RowsAffected()
-}
-
 // markRetry hands one event back after a failed publish: to 'pending' with
 // a later next_attempt_at, or to 'failed' (kept, alerted on, never deleted)
 // once its attempts are used up. Under our claim token only, like markSent.

@@ -21,9 +21,11 @@ import (
 
 	"github.com/relmsg/ordersaga/migrations"
 	"github.com/relmsg/ordersaga/pkg/admin"
+	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/ordering"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retention"
@@ -133,7 +135,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 	})
 	r.Loop("retention", cleaner.Run)
 	// Delta events parked past their deadline are alerted on once each.
-	r.Metrics.MustRegister(inbox.ParkedCollector(db))
+	r.Metrics.MustRegister(ordering.ParkedCollector(db))
 	r.Loop("parked events check", func(ctx context.Context) error {
 		t := time.NewTicker(30 * time.Second)
 		defer t.Stop()
@@ -143,7 +145,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 				return nil
 			case <-t.C:
 			}
-			if _, err := inbox.OverdueParked(ctx, db, log); err != nil && ctx.Err() == nil {
+			if _, err := ordering.OverdueParked(ctx, db, log); err != nil && ctx.Err() == nil {
 				log.Warn("parked events check failed", "err", err)
 			}
 		}
@@ -212,8 +214,8 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
 	mux.Route("/admin", func(ar chi.Router) {
 		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
-		(&admin.Handler{DB: r.DB, Log: r.Log, Wake: r.Outbox.Wake, Redriver: &inbox.Redriver{
-			DB: r.DB, Publisher: r.redrive, QueueOf: r.QueueOf, Log: r.Log.With("component", "redrive"), Metrics: r.Inbox,
+		(&admin.Handler{DB: r.DB, Log: r.Log, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
+			DB: r.DB, Publisher: r.redrive, QueueOf: r.QueueOf, Log: r.Log.With("component", "redrive"), OnRedriven: r.Inbox.Redriven,
 		}}).Routes(ar)
 		for _, routes := range adminRoutes {
 			routes(ar)

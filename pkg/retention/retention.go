@@ -2,13 +2,13 @@
 // purpose, in small batches, so the tables do not grow forever (the
 // chapter: "retention is also a correctness boundary"):
 //
-//   - consumer_inbox rows older than the replay window (INBOX_RETENTION,
-//     default 168h). Until then a redelivered or replayed event is a
-//     duplicate the inbox drops; after it, the row is gone, so consumers
-//     refuse events older than the same window (inbox.ErrTooOld: a dead
-//     letter, applied by hand after checking).
-//   - outbox_events rows in status 'sent' older than OUTBOX_RETENTION
-//     (default 72h), kept that long for investigations only.
+//   - inbox rows older than the replay window (INBOX_RETENTION, default
+//     168h). Until then a redelivered or replayed event is a duplicate the
+//     inbox drops; after it, the row is gone, so consumers refuse events
+//     older than the same window (inbox.ErrTooOld: a dead letter, applied by
+//     hand after checking).
+//   - outbox rows in status 'sent' older than OUTBOX_RETENTION (default
+//     72h), kept that long for investigations only.
 //
 // It never deletes 'pending', 'sending' or 'failed' outbox rows, dead
 // letters, or any parked or service table (needs_attention, event_gaps):
@@ -18,12 +18,9 @@
 // transaction holds locks for long, and several instances may clean at
 // once: a row is deleted by exactly one of them (the others find it gone
 // and count nothing). A run deletes batches until one comes back short, or
-// MaxBatches per table, and continues at the next interval.
-//
-// consumer_inbox is cleaned by one DELETE ... WHERE processed_at < cutoff
-// ORDER BY processed_at LIMIT n on ix_inbox_processed_at; outbox_events by a
-// plain read of up to n expired 'sent' ids on ix_dispatch followed by a
-// DELETE of those ids that restates the conditions (see outbox.DeleteSent).
+// MaxBatches per table, and continues at the next interval. The statements
+// belong to the tables' owners: inbox.DeleteExpired and outbox.DeleteSent
+// say how each uses its index.
 package retention
 
 import (
@@ -59,12 +56,6 @@ type Cleaner struct {
 	deleted *prometheus.CounterVec
 }
 
-// Tables the cleaner deletes from (the label of retention_deleted_total).
-const (
-	TableInbox  = "consumer_inbox"
-	TableOutbox = "outbox_events"
-)
-
 // New checks cfg and fills in defaults.
 func New(db *sqlx.DB, cfg Config) *Cleaner {
 	if cfg.InboxWindow <= 0 {
@@ -87,9 +78,9 @@ func New(db *sqlx.DB, cfg Config) *Cleaner {
 	}
 	c := &Cleaner{db: db, cfg: cfg, deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "retention_deleted_total",
-		Help: "Rows deleted by the retention job after their window (consumer_inbox: replay window; outbox_events: sent rows).",
+		Help: "Rows deleted by the retention job after their window (" + inbox.Table + ": replay window; " + outbox.Table + ": sent rows).",
 	}, []string{"table"})}
-	for _, t := range []string{TableInbox, TableOutbox} {
+	for _, t := range []string{inbox.Table, outbox.Table} {
 		c.deleted.WithLabelValues(t) // export zeros
 	}
 	if cfg.Registerer != nil {
@@ -109,7 +100,7 @@ type Deleted struct {
 func (c *Cleaner) RunOnce(ctx context.Context) (Deleted, error) {
 	var d Deleted
 	var errs []error
-	n, err := c.drain(ctx, TableInbox, func(ctx context.Context) (int64, bool, error) {
+	n, err := c.drain(ctx, inbox.Table, func(ctx context.Context) (int64, bool, error) {
 		// One DELETE ... LIMIT: rows a rival deletes first are skipped and
 		// the batch fills with others, so a short count means the end.
 		n, err := inbox.DeleteExpired(ctx, c.db, c.cfg.InboxWindow, c.cfg.Batch)
@@ -117,7 +108,7 @@ func (c *Cleaner) RunOnce(ctx context.Context) (Deleted, error) {
 	})
 	d.Inbox = n
 	errs = append(errs, err)
-	n, err = c.drain(ctx, TableOutbox, func(ctx context.Context) (int64, bool, error) {
+	n, err = c.drain(ctx, outbox.Table, func(ctx context.Context) (int64, bool, error) {
 		return outbox.DeleteSent(ctx, c.db, c.cfg.OutboxWindow, c.cfg.Batch)
 	})
 	d.Outbox = n

@@ -14,7 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/retention"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
@@ -92,7 +92,7 @@ func TestRetentionDeletesOnlyExpiredRowsInBatches(t *testing.T) {
 	seedOutbox(t, db.DB, "pending.old", "pending", 2, 500*time.Hour)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
-		if err := inbox.RecordDeadLetter(ctx, db.DB, inbox.DeadLetter{Consumer: "inventory", EventID: uuid.NewString(), Reason: "old", Payload: []byte("{}")}); err != nil {
+		if err := deadletter.Record(ctx, db.DB, deadletter.Letter{Consumer: "inventory", EventID: uuid.NewString(), Reason: "old", Payload: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 	}

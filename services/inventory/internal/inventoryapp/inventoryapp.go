@@ -73,15 +73,6 @@ func New(db *sqlx.DB, log *slog.Logger, cfg Config) *App {
 	return &App{db: db, log: log, cfg: cfg}
 }
 
-// ignoringOrder reports whether the wrong way of wrongway.IgnoreOrder is on:
-// OnOrderCreated then disregards the marker a cancel left for an order it
-// had not seen, so a create that arrives after its cancel reserves stock for
-// a cancelled order, and no later event will ever release it (a "hanging"
-// reservation). No gap is recorded or resolved either: the wrong way does
-// not look at order at all. For the out-of-order experiment only; each
-// handler reads it once, so one event sees one setting.
-func (a *App) ignoringOrder() bool { return a.cfg.WrongWay.On(wrongway.IgnoreOrder) }
-
 // Stock returns every SKU's stock, sorted by SKU.
 func (a *App) Stock(ctx context.Context) ([]inventory.Stock, error) {
 	return inventorydb.ListStock(ctx, a.db)

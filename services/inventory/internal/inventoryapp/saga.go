@@ -64,10 +64,8 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 		return inbox.Permanent(err)
 	}
 
-	ignoreOrder := a.ignoringOrder()
-	if ignoreOrder {
-		// The wrong way: act as if the cancel had left no marker.
-		if err := inventorydb.DeleteMarker(ctx, tx, p.OrderID); err != nil {
+	if a.ignoringOrder() {
+		if err := forgetCancel(ctx, tx, p.OrderID); err != nil { // the wrong way: wrongway.go
 			return err
 		}
 	}
@@ -93,7 +91,7 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 		if err != nil {
 			return err
 		}
-		return a.createNotApplied(ctx, tx, log, e, r, ignoreOrder)
+		return a.createNotApplied(ctx, tx, log, e, r)
 	}
 	if err != nil {
 		return err
@@ -170,8 +168,7 @@ const lateCreate = "late OrderCreated"
 // order), or the cancel overtook the create. Nothing is held and nothing is
 // emitted; a late create after a cancel is recorded on the marker row, and
 // it closes the gap the cancel recorded: the missing event did arrive.
-func (a *App) createNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e events.Envelope, r inventory.Reservation,
-	ignoreOrder bool) error {
+func (a *App) createNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e events.Envelope, r inventory.Reservation) error {
 	if r.Status != inventory.CancelledBeforeReserve {
 		log.InfoContext(ctx, "order already has a reservation; nothing changed", "status", r.Status)
 		return nil
@@ -182,13 +179,10 @@ func (a *App) createNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logge
 			return err
 		}
 	}
-	resolved := int64(0)
-	if !ignoreOrder {
-		resolution := fmt.Sprintf("late %s %s recorded as stale: cancel marker kept, nothing reserved", e.Type, e.EventID)
-		var err error
-		if resolved, err = inventorydb.ResolveGaps(ctx, tx, a.cfg.Consumer, r.OrderID, inventory.CreatedVersion, resolution); err != nil {
-			return err
-		}
+	resolution := fmt.Sprintf("late %s %s recorded as stale: cancel marker kept, nothing reserved", e.Type, e.EventID)
+	resolved, err := inventorydb.ResolveGaps(ctx, tx, a.cfg.Consumer, r.OrderID, inventory.CreatedVersion, resolution)
+	if err != nil {
+		return err
 	}
 	log.WarnContext(ctx, "OrderCreated arrived after the order's cancel; recorded as stale, nothing reserved",
 		"status", r.Status, "gaps_resolved", resolved)
@@ -314,6 +308,9 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 		err = inventorydb.InsertReservation(ctx, tx, marker, 0)
 		if err == nil {
 			log.WarnContext(ctx, "cancel arrived before create: nothing to release; marker left so a late create reserves nothing")
+			if a.ignoringOrder() {
+				return nil // the wrong way keeps no gap books: wrongway.go
+			}
 			return a.recordGap(ctx, tx, log, e)
 		}
 		if !errors.Is(err, inventorydb.ErrReservationExists) {
@@ -337,11 +334,7 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 // a subset of the order's events, so a jump between the versions it does
 // see (a cancel at version 3 after a create at 1) is not evidence of a loss,
 // while the create is the first event of every order and always comes here.
-// The wrong way ignore-order keeps no such books.
 func (a *App) recordGap(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e events.Envelope) error {
-	if a.ignoringOrder() {
-		return nil
-	}
 	g := inventory.Gap{Consumer: a.cfg.Consumer, OrderID: e.AggregateID, EventID: e.EventID, EventType: e.Type,
 		ReceivedVersion: e.AggregateVersion, ExpectedVersion: inventory.CreatedVersion}
 	added, err := inventorydb.InsertGap(ctx, tx, g, a.cfg.GapDeadline)

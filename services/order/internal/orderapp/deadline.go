@@ -29,7 +29,7 @@ import (
 //	    FOR UPDATE SKIP LOCKED                               -- a row someone else holds is skipped
 //	  CancelRequested, reason from the state                 -- the customer cancel's decision:
 //	  UPDATE orders ... WHERE id = ? AND status = ?          --   compare-and-set, deadline cleared
-//	  INSERT order_history, INSERT outbox_events (OrderCancelled)
+//	  INSERT order_history, outbox.Add (OrderCancelled)
 //	COMMIT, wake the dispatcher
 //
 // OrderCancelled makes inventory release the reservation (or leave a marker

@@ -98,14 +98,6 @@ func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
 	return &App{db: db, wake: wake, log: log, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 }
 
-// WrongWay wires the wrong-way switches (demo mode only): while
-// publish-before-commit is on, Create publishes OrderCreated with publish
-// inside its transaction, before COMMIT, and writes no outbox row. For the
-// atomic-commit experiment only.
-func (a *App) WrongWay(set *wrongway.Set, publish func(ctx context.Context, e events.Envelope) error) {
-	a.wrong, a.publishNow = set, publish
-}
-
 // Create accepts an order: one transaction inserts the order (its
 // idempotency key is unique), its lines and the OrderCreated event. It
 // answers "accepted" (pending_inventory), never "succeeded". A retry with
@@ -143,7 +135,6 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	o = order.Order{CustomerID: req.CustomerID, Status: order.PendingInventory, RefundStatus: order.RefundNone,
 		Items: items, TotalCents: total, Currency: currency, Version: 1}
 
-	publishFirst := a.wrong.On(wrongway.PublishBeforeCommit)
 	err = sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
 		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o, a.cfg.Deadlines.For(order.PendingInventory))
 		if err != nil {
@@ -152,10 +143,9 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		o.ID = id
 		created := events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
 			TotalCents: total, Currency: currency}
-		if publishFirst {
-			// The wrong way: the event leaves before we know the order
-			// will commit.
-			if err := a.publishWithoutOutbox(ctx, created); err != nil {
+		emit := insertCreated // the event is a row of this transaction
+		if a.wrong.On(wrongway.PublishBeforeCommit) {
+			if emit, err = a.publishBeforeCommit(ctx, created); err != nil { // the wrong way: wrongway.go
 				return err
 			}
 		}
@@ -171,11 +161,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		// timeline shows the order before its event.
 		change := orderdb.Change{OrderID: id, To: string(order.PendingInventory), RefundStatus: string(order.RefundNone),
 			Trigger: TriggerCreated, Actor: ActorAPI}
-		if publishFirst {
-			if err := orderdb.InsertChange(ctx, tx, change); err != nil {
-				return err
-			}
-		} else if err := insertCreated(ctx, tx, change, created); err != nil {
+		if err := emit(ctx, tx, change, created); err != nil {
 			return err
 		}
 		// The server-set timestamps, read in the transaction that set
@@ -214,20 +200,6 @@ func insertCreated(ctx context.Context, tx *sqlx.Tx, change orderdb.Change, crea
 		EventID: eventID, AggregateID: created.OrderID, AggregateVersion: 1, Type: events.OrderCreated, Payload: created,
 	})
 	return err
-}
-
-func (a *App) publishWithoutOutbox(ctx context.Context, p events.OrderCreatedV1) error {
-	body, err := json.Marshal(p)
-	if err != nil {
-		return err
-	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return err
-	}
-	return a.publishNow(ctx, events.Envelope{EventID: id.String(), Type: events.OrderCreated,
-		AggregateID: p.OrderID, AggregateVersion: 1, SchemaVersion: events.CurrentSchemaVersion,
-		CorrelationID: fmt.Sprint(p.OrderID), OccurredAt: time.Now().UTC(), Payload: body})
 }
 
 // newEventID makes an event id the way pkg/outbox does (UUIDv7, time

@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
@@ -103,7 +104,7 @@ type Evidence struct {
 		DeadlineAt   *time.Time `json:"deadline_at"`
 		AgeSeconds   float64    `json:"seconds_since_last_change"`
 	} `json:"order"`
-	OrderOutbox     []orderdb.Event      `json:"order_outbox"`
+	OrderOutbox     []outbox.Row         `json:"order_outbox"`
 	Reservation     *peerclient.Answer   `json:"inventory_reservation"`
 	Payment         *peerclient.Answer   `json:"payment"`
 	InventoryOutbox *peerclient.Answer   `json:"inventory_outbox"`
@@ -252,7 +253,7 @@ func (a *App) observe(ctx context.Context, runID string, c orderdb.Candidate) (E
 	ev.Order.UpdatedAt, ev.Order.DeadlineAt, ev.Order.AgeSeconds = c.UpdatedAt, c.DeadlineAt, float64(c.AgeMicros)/1e6
 	obs := order.Observation{Status: order.Status(c.Status), RefundStatus: order.RefundStatus(c.RefundStatus)}
 
-	own, err := orderdb.Events(ctx, a.db, c.ID)
+	own, err := outbox.OfAggregate(ctx, a.db, c.ID)
 	if err != nil {
 		return ev, obs, err
 	}
@@ -345,7 +346,7 @@ func (a *App) requeue(ctx context.Context, c orderdb.Candidate, v order.Verdict,
 			audit.Detail = fmt.Sprintf("the order moved during the scan (now %s): event %s left alone", o.Status, v.EventID)
 			return orderdb.InsertAudit(ctx, tx, *audit)
 		}
-		done, err := orderdb.RequeueEvent(ctx, tx, v.EventID, from...)
+		done, err := outbox.Requeue(ctx, tx, v.EventID, from...)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
@@ -117,7 +119,7 @@ func (a *App) gatherOwn(ctx context.Context, id uint64, rec *records) error {
 	if rec.history, err = orderdb.History(ctx, a.db, id); err != nil {
 		return err
 	}
-	own, err := orderdb.Events(ctx, a.db, id)
+	own, err := outbox.OfAggregate(ctx, a.db, id)
 	if err != nil {
 		return err
 	}
@@ -155,7 +157,7 @@ func (a *App) gatherPeers(ctx context.Context, id uint64, rec *records) {
 // gatherInboxes reads every service's inbox rows of the events gathered.
 func (a *App) gatherInboxes(ctx context.Context, rec *records) error {
 	ids := rec.eventIDs()
-	mine, err := orderdb.Inbox(ctx, a.db, ids)
+	mine, err := inbox.Rows(ctx, a.db, ids)
 	if err != nil {
 		return err
 	}

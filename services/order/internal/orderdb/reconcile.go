@@ -8,7 +8,6 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 )
 
@@ -60,73 +59,6 @@ ORDER BY updated_at LIMIT ?`
 // Same reports whether the locked order o is still what the scan saw.
 func (c Candidate) Same(o order.Order) bool {
 	return string(o.Status) == c.Status && string(o.RefundStatus) == c.RefundStatus && o.UpdatedAt.Equal(c.UpdatedAt)
-}
-
-// Event is one of our outbox rows.
-type Event struct {
-	EventID          string     `db:"event_id" json:"event_id"`
-	AggregateVersion uint64     `db:"aggregate_version" json:"aggregate_version"`
-	EventType        string     `db:"event_type" json:"event_type"`
-	Status           string     `db:"status" json:"status"`
-	Attempts         int        `db:"attempts" json:"attempts"`
-	NextAttemptAt    time.Time  `db:"next_attempt_at" json:"next_attempt_at"`
-	CreatedAt        time.Time  `db:"created_at" json:"created_at"`
-	SentAt           *time.Time `db:"sent_at" json:"sent_at"`
-}
-
-// Events returns our outbox rows of one order, in version order.
-func Events(ctx context.Context, db sqlx.QueryerContext, orderID uint64) ([]Event, error) {
-	const q = `SELECT event_id, aggregate_version, event_type, status, attempts, next_attempt_at, created_at, sent_at
-FROM outbox_events WHERE aggregate_id = ? ORDER BY aggregate_version, created_at`
-	rows := []Event{}
-	if err := sqlx.SelectContext(ctx, db, &rows, q, orderID); err != nil {
-		return nil, fmt.Errorf("outbox of order %d: %w", orderID, err)
-	}
-	return rows, nil
-}
-
-// Processed is one row of our consumer_inbox.
-type Processed struct {
-	Consumer    string    `db:"consumer_name"`
-	EventID     string    `db:"event_id"`
-	ProcessedAt time.Time `db:"processed_at"`
-}
-
-// Inbox returns our inbox rows for these event ids.
-func Inbox(ctx context.Context, db sqlx.QueryerContext, eventIDs []string) ([]Processed, error) {
-	if len(eventIDs) == 0 {
-		return nil, nil
-	}
-	q, args, err := sqlx.In(`SELECT consumer_name, event_id, processed_at FROM consumer_inbox WHERE event_id IN (?)
-ORDER BY processed_at`, eventIDs)
-	if err != nil {
-		return nil, err
-	}
-	var rows []Processed
-	if err := sqlx.SelectContext(ctx, db, &rows, q, args...); err != nil {
-		return nil, fmt.Errorf("inbox rows: %w", err)
-	}
-	return rows, nil
-}
-
-// RequeueEvent puts one of our outbox events back to pending, due now,
-// keeping its event_id, if its status is one of from; a failed event gets a
-// fresh round of attempts. It reports whether it did (false: the event
-// moved meanwhile, e.g. a dispatcher claimed it). This is the reconciler's
-// re-publish: no new row and no new id, so consumers that already processed
-// the event drop the copy by their inbox. Re-sending a 'sent' event
-// overwrites its sent_at when it is sent again; the earlier value stays in
-// the audit row's evidence.
-func RequeueEvent(ctx context.Context, tx *sqlx.Tx, eventID string, from ...string) (bool, error) {
-	q, args, err := sqlx.In(`UPDATE outbox_events
-SET attempts = IF(status = 'pending', attempts, 0), -- before status changes: SET runs left to right
-    status = 'pending', next_attempt_at = NOW(6), claim_token = NULL, lease_until = NULL
-WHERE event_id = ? AND status IN (?)`, eventID, from)
-	if err != nil {
-		return false, err
-	}
-	res, err := tx.ExecContext(ctx, q, args...)
-	return sqldb.Changed(res, err, "requeue event %s", eventID)
 }
 
 // Audit is one row of reconciliation_audit.

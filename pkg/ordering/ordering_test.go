@@ -1,9 +1,10 @@
-package inbox_test
+package ordering_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -15,7 +16,11 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
+	"github.com/relmsg/ordersaga/pkg/ordering"
 )
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // No event of the saga is a delta today; this type exercises the mechanism.
 const deltaType = "test.counter-delta"
@@ -26,7 +31,7 @@ func init() { events.Register(deltaType, []int{1}, events.Delta) }
 // application is visible.
 func deltaConsumer(t *testing.T, deadline time.Duration) (*inbox.Consumer, *sqlx.DB) {
 	t.Helper()
-	db := testDB(t)
+	db := inboxtest.DB(t)
 	db.MustExec(`CREATE TABLE applied (id INT PRIMARY KEY, seq VARCHAR(100) NOT NULL)`)
 	db.MustExec(`INSERT INTO applied VALUES (1, '')`)
 	c := inbox.NewConsumer(inbox.Config{Name: "projector", DB: db.DB, Log: quiet, ParkDeadline: deadline,
@@ -60,7 +65,7 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	ctx := context.Background()
 	v1, v2, v3 := delta(1), delta(2), delta(3)
 	for _, e := range []events.Envelope{v2, v3} {
-		if err := c.Process(ctx, e); !errors.Is(err, inbox.ErrParked) {
+		if err := c.Process(ctx, e); !errors.Is(err, ordering.ErrParked) {
 			t.Fatalf("v%d ahead of the gap: err = %v, want ErrParked", e.AggregateVersion, err)
 		}
 	}
@@ -114,27 +119,27 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 	c, db := deltaConsumer(t, time.Millisecond)
 	ctx := context.Background()
 	v2 := delta(2)
-	if err := c.Process(ctx, v2); !errors.Is(err, inbox.ErrParked) {
+	if err := c.Process(ctx, v2); !errors.Is(err, ordering.ErrParked) {
 		t.Fatalf("v2: %v, want ErrParked", err)
 	}
-	waitFor(t, "the deadline to pass in database time", func() bool {
+	inboxtest.WaitFor(t, "the deadline to pass in database time", func() bool {
 		var past bool
 		db.Get(&past, `SELECT deadline_at < NOW(6) FROM parked_events WHERE event_id = ?`, v2.EventID)
 		return past
 	})
 	var logs strings.Builder
-	n, err := inbox.OverdueParked(ctx, db, quietTo(&logs))
+	n, err := ordering.OverdueParked(ctx, db, quietTo(&logs))
 	if err != nil || n != 1 {
 		t.Fatalf("OverdueParked = %d, %v; want 1", n, err)
 	}
 	if !strings.Contains(logs.String(), "ALERT") || !strings.Contains(logs.String(), v2.EventID) {
 		t.Fatalf("no alert logged for %s: %q", v2.EventID, logs.String())
 	}
-	if n, _ := inbox.OverdueParked(ctx, db, quiet); n != 0 {
+	if n, _ := ordering.OverdueParked(ctx, db, quiet); n != 0 {
 		t.Fatalf("second check alerted %d again, want 0", n)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(inbox.ParkedCollector(db))
+	reg.MustRegister(ordering.ParkedCollector(db))
 	if got := parkedGauge(t, reg, "overdue"); got != 1 {
 		t.Fatalf("consumer_parked_events{state=overdue} = %g, want 1", got)
 	}

@@ -1,10 +1,12 @@
-package inbox_test
+package deadletter_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,82 +14,36 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
 )
 
-// metric reads one counter of a registry, by name and consumer label.
-func metric(t *testing.T, reg *prometheus.Registry, name, consumer string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "consumer" && l.GetValue() == consumer {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
-
-const dlColumns = `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at,
-  last_failed_at, status, redriven_at, headers, payload, content_type, message_timestamp FROM dead_letters`
-
-// deadLetter returns the dead letter of (consumer, eventID), or ok=false.
-func deadLetter(t *testing.T, db *sqlx.DB, consumer, eventID string) (inbox.DeadLetter, bool) {
-	t.Helper()
-	var dls []inbox.DeadLetter
-	if err := db.Select(&dls, dlColumns+` WHERE consumer_name = ? AND event_id = ?`, consumer, eventID); err != nil {
-		t.Fatal(err)
-	}
-	if len(dls) == 0 {
-		return inbox.DeadLetter{}, false
-	}
-	return dls[0], true
-}
-
-func waitDeadLetter(t *testing.T, db *sqlx.DB, consumer, eventID string) inbox.DeadLetter {
-	t.Helper()
-	var dl inbox.DeadLetter
-	waitFor(t, "dead letter of "+eventID, func() bool {
-		var ok bool
-		dl, ok = deadLetter(t, db, consumer, eventID)
-		return ok && dl.Status == inbox.StatusDead
-	})
-	return dl
-}
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func jsonOf(h amqp.Table) ([]byte, error) { return json.Marshal(h) }
 
 // redriver redrives this fixture's dead letters: consumer "inventory" reads
 // the fixture's queue.
-func (f *brokerFixture) redriver(t *testing.T) *inbox.Redriver {
+func redriver(t *testing.T, db *sqlx.DB, f *inboxtest.Broker) *deadletter.Redriver {
 	t.Helper()
-	pub := f.conn.NewPublisher()
+	pub := f.Conn.NewPublisher()
 	t.Cleanup(pub.Close)
-	return &inbox.Redriver{DB: f.db.DB, Publisher: pub, Log: quiet,
+	return &deadletter.Redriver{DB: db, Publisher: pub, Log: quiet,
 		QueueOf: func(consumer string) (string, bool) {
 			if consumer == "inventory" {
-				return f.queue, true
+				return f.Queue, true
 			}
 			return "", false
 		}}
 }
 
-func redrive(t *testing.T, r *inbox.Redriver, sel inbox.Selection) []inbox.RedriveResult {
+func redrive(t *testing.T, r *deadletter.Redriver, sel deadletter.Selection) []deadletter.RedriveResult {
 	t.Helper()
 	res, err := r.Redrive(context.Background(), sel)
 	if err != nil {
@@ -103,7 +59,7 @@ func redrive(t *testing.T, r *inbox.Redriver, sel inbox.Selection) []inbox.Redri
 // redrive publishes nothing and changes nothing.
 func TestRedriveOfAFixedDeadLetter(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
+	db := inboxtest.DB(t)
 	var broken atomic.Bool
 	broken.Store(true)
 	var mu sync.Mutex
@@ -117,18 +73,18 @@ func TestRedriveOfAFixedDeadLetter(t *testing.T) {
 			mu.Unlock()
 			switch {
 			case !broken.Load():
-				return increment(ctx, tx, e)
+				return inboxtest.Increment(ctx, tx, e)
 			case n == 1:
-				return fmt.Errorf("simulated: %w", errLockWait)
+				return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
 			default:
 				return inbox.Permanent(errors.New("bug: cannot handle this order"))
 			}
 		}}})
-	f := runConsumer(t, c, db)
-	e := event(events.OrderCreated)
+	f := inboxtest.Consume(t, c.Handle, 0)
+	e := inboxtest.Event(events.OrderCreated)
 	e.OccurredAt = time.Now().Add(-time.Hour).Truncate(time.Second)
-	f.publish(t, validMessage(e))
-	dl := waitDeadLetter(t, db.DB, "inventory", e.EventID)
+	f.Publish(t, inboxtest.Message(e))
+	dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
 	if dl.Attempts != 2 || !strings.Contains(dl.Reason, "bug: cannot handle this order") {
 		t.Fatalf("dead letter: attempts=%d reason=%q, want 2 and the handler's error", dl.Attempts, dl.Reason)
 	}
@@ -137,34 +93,34 @@ func TestRedriveOfAFixedDeadLetter(t *testing.T) {
 	}
 
 	broken.Store(false) // the fix is deployed
-	r := f.redriver(t)
-	res := redrive(t, r, inbox.Selection{IDs: []uint64{dl.ID}})
-	if len(res) != 1 || res[0].Outcome != inbox.OutcomeRedriven || res[0].Queue != f.queue || res[0].EventID != e.EventID {
-		t.Fatalf("redrive results = %+v, want one redriven to %s", res, f.queue)
+	r := redriver(t, db.DB, f)
+	res := redrive(t, r, deadletter.Selection{IDs: []uint64{dl.ID}})
+	if len(res) != 1 || res[0].Outcome != deadletter.OutcomeRedriven || res[0].Queue != f.Queue || res[0].EventID != e.EventID {
+		t.Fatalf("redrive results = %+v, want one redriven to %s", res, f.Queue)
 	}
-	waitFor(t, "the redriven event to be processed", func() bool { return effects(t, db.DB) == 1 })
-	got, _ := deadLetter(t, db.DB, "inventory", e.EventID)
-	if got.Status != inbox.StatusRedriven || got.RedrivenAt == nil {
+	inboxtest.WaitFor(t, "the redriven event to be processed", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
+	got, _ := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID)
+	if got.Status != deadletter.StatusRedriven || got.RedrivenAt == nil {
 		t.Fatalf("row after redrive: status %q redriven_at %v, want redriven with a time", got.Status, got.RedrivenAt)
 	}
-	if n := inboxRows(t, db.DB, e.EventID); n != 1 {
+	if n := inboxtest.InboxRows(t, db.DB, e.EventID); n != 1 {
 		t.Fatalf("inbox rows for the original event_id = %d, want 1", n)
 	}
 
 	// Again: nothing is published, the effect stays one.
-	res = redrive(t, r, inbox.Selection{IDs: []uint64{dl.ID}})
-	if len(res) != 1 || res[0].Outcome != inbox.OutcomeNotDead {
+	res = redrive(t, r, deadletter.Selection{IDs: []uint64{dl.ID}})
+	if len(res) != 1 || res[0].Outcome != deadletter.OutcomeNotDead {
 		t.Fatalf("second redrive = %+v, want not_dead", res)
 	}
-	res = redrive(t, r, inbox.Selection{Consumer: "inventory"})
+	res = redrive(t, r, deadletter.Selection{Consumer: "inventory"})
 	if len(res) != 0 {
 		t.Fatalf("filter redrive after the redrive = %+v, want nothing selected", res)
 	}
 	mu.Lock()
 	calls := len(seen)
 	mu.Unlock()
-	if calls != 3 || effects(t, db.DB) != 1 {
-		t.Fatalf("handler calls = %d effects = %d, want 3 (two failures, one success) and 1", calls, effects(t, db.DB))
+	if calls != 3 || inboxtest.Effects(t, db.DB) != 1 {
+		t.Fatalf("handler calls = %d effects = %d, want 3 (two failures, one success) and 1", calls, inboxtest.Effects(t, db.DB))
 	}
 }
 
@@ -172,10 +128,10 @@ func TestRedriveOfAFixedDeadLetter(t *testing.T) {
 // the numbers they had, body), minus the retry path's x- headers.
 func TestRedriveMessageIsTheOriginal(t *testing.T) {
 	t.Parallel()
-	e := event(events.OrderCreated)
+	e := inboxtest.Event(events.OrderCreated)
 	e.AggregateVersion = 7
 	e.OccurredAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	orig := validMessage(e)
+	orig := inboxtest.Message(e)
 	orig.Headers[rabbit.HeaderRetryAttempt] = int64(3)
 	orig.Headers[rabbit.HeaderFirstFailedAt] = int64(12345)
 	orig.Headers["x-death"] = []any{amqp.Table{"count": int64(1)}}
@@ -184,9 +140,9 @@ func TestRedriveMessageIsTheOriginal(t *testing.T) {
 		t.Fatal(err)
 	}
 	ct := "application/json"
-	dl := inbox.DeadLetter{ID: 42, Consumer: "inventory", EventID: e.EventID, EventType: e.Type, Headers: headers,
+	dl := deadletter.Letter{ID: 42, Consumer: "inventory", EventID: e.EventID, EventType: e.Type, Headers: headers,
 		Payload: e.Payload, ContentType: &ct, MessageTimestamp: &e.OccurredAt, FirstFailedAt: time.Now()}
-	m := inbox.RedriveMessage(dl, "q1")
+	m := deadletter.RedriveMessage(dl, "q1")
 	if m.Exchange != "" || m.RoutingKey != "q1" {
 		t.Fatalf("addressed to %q/%q, want the default exchange and the queue", m.Exchange, m.RoutingKey)
 	}
@@ -205,12 +161,12 @@ func TestRedriveMessageIsTheOriginal(t *testing.T) {
 			t.Errorf("header %s kept, want it dropped (a redrive starts with fresh attempts)", h)
 		}
 	}
-	if m.Publishing.Headers[inbox.HeaderRedriveOf] != int64(42) {
-		t.Errorf("%s = %v, want 42", inbox.HeaderRedriveOf, m.Publishing.Headers[inbox.HeaderRedriveOf])
+	if m.Publishing.Headers[deadletter.HeaderRedriveOf] != int64(42) {
+		t.Errorf("%s = %v, want 42", deadletter.HeaderRedriveOf, m.Publishing.Headers[deadletter.HeaderRedriveOf])
 	}
 	// A row from before the timestamp was kept: the first failure stands in.
 	dl.MessageTimestamp, dl.ContentType = nil, nil
-	if m := inbox.RedriveMessage(dl, "q1"); !m.Publishing.Timestamp.Equal(dl.FirstFailedAt.UTC()) || m.Publishing.ContentType != "application/json" {
+	if m := deadletter.RedriveMessage(dl, "q1"); !m.Publishing.Timestamp.Equal(dl.FirstFailedAt.UTC()) || m.Publishing.ContentType != "application/json" {
 		t.Fatalf("old row: timestamp %v content type %q, want first_failed_at and application/json", m.Publishing.Timestamp, m.Publishing.ContentType)
 	}
 }
@@ -220,34 +176,32 @@ func TestRedriveMessageIsTheOriginal(t *testing.T) {
 // effect stays one.
 func TestRedriveOfAnAppliedEventChangesNothing(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	reg := prometheus.NewRegistry()
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: increment}})
-	f := runConsumer(t, c, db)
-	e := event(events.OrderCreated)
-	msg := validMessage(e)
-	f.publish(t, msg)
-	waitFor(t, "the event to be applied", func() bool { return effects(t, db.DB) == 1 })
+	db := inboxtest.DB(t)
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+	f := inboxtest.Consume(t, c.Handle, 0)
+	e := inboxtest.Event(events.OrderCreated)
+	msg := inboxtest.Message(e)
+	f.Publish(t, msg)
+	inboxtest.WaitFor(t, "the event to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
 
 	headers, err := jsonOf(msg.Headers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ct := msg.ContentType
-	if err := inbox.RecordDeadLetter(context.Background(), db.DB, inbox.DeadLetter{Consumer: "inventory", EventID: e.EventID,
+	if err := deadletter.Record(context.Background(), db.DB, deadletter.Letter{Consumer: "inventory", EventID: e.EventID,
 		EventType: e.Type, Reason: "broker dead-lettered the message: delivery_limit", Headers: headers, Payload: e.Payload, ContentType: &ct}); err != nil {
 		t.Fatal(err)
 	}
-	dl, _ := deadLetter(t, db.DB, "inventory", e.EventID)
-	res := redrive(t, f.redriver(t), inbox.Selection{IDs: []uint64{dl.ID}})
-	if res[0].Outcome != inbox.OutcomeRedriven {
+	dl, _ := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID)
+	res := redrive(t, redriver(t, db.DB, f), deadletter.Selection{IDs: []uint64{dl.ID}})
+	if res[0].Outcome != deadletter.OutcomeRedriven {
 		t.Fatalf("redrive = %+v, want redriven", res)
 	}
-	waitFor(t, "the redriven copy to be suppressed", func() bool {
-		return metric(t, reg, "consumer_duplicates_suppressed_total", "inventory") == 1
+	inboxtest.WaitFor(t, "the redriven copy to be suppressed", func() bool {
+		return inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory") == 1
 	})
-	if got, rows := effects(t, db.DB), inboxRows(t, db.DB, e.EventID); got != 1 || rows != 1 {
+	if got, rows := inboxtest.Effects(t, db.DB), inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 || rows != 1 {
 		t.Fatalf("effects=%d inbox rows=%d, want 1 and 1", got, rows)
 	}
 }
@@ -256,19 +210,19 @@ func TestRedriveOfAnAppliedEventChangesNothing(t *testing.T) {
 // payload; only those are redriven.
 func TestRedriveByFilter(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	c := consumer(db.DB, "inventory", increment)
-	f := runConsumer(t, c, db)
+	db := inboxtest.DB(t)
+	c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment)
+	f := inboxtest.Consume(t, c.Handle, 0)
 	ctx := context.Background()
 	add := func(consumer, typ, sku string) string {
-		e := event(typ)
+		e := inboxtest.Event(typ)
 		e.Payload = []byte(`{"order_id":"1","sku":"` + sku + `"}`)
-		msg := validMessage(e)
+		msg := inboxtest.Message(e)
 		headers, err := jsonOf(msg.Headers)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := inbox.RecordDeadLetter(ctx, db.DB, inbox.DeadLetter{Consumer: consumer, EventID: e.EventID, EventType: typ,
+		if err := deadletter.Record(ctx, db.DB, deadletter.Letter{Consumer: consumer, EventID: e.EventID, EventType: typ,
 			Reason: "handler bug", Headers: headers, Payload: e.Payload}); err != nil {
 			t.Fatal(err)
 		}
@@ -280,19 +234,19 @@ func TestRedriveByFilter(t *testing.T) {
 		add("inventory", events.OrderCancelled, "SKU-1"),
 		add("notifications", events.OrderCreated, "SKU-1"),
 	}
-	res := redrive(t, f.redriver(t), inbox.Selection{Consumer: "inventory", EventType: events.OrderCreated, Query: "SKU-1", Limit: 10})
+	res := redrive(t, redriver(t, db.DB, f), deadletter.Selection{Consumer: "inventory", EventType: events.OrderCreated, Query: "SKU-1", Limit: 10})
 	if len(res) != 2 {
 		t.Fatalf("results = %+v, want the two matching rows", res)
 	}
 	for i, r := range res {
-		if r.EventID != want[i] || r.Outcome != inbox.OutcomeRedriven {
+		if r.EventID != want[i] || r.Outcome != deadletter.OutcomeRedriven {
 			t.Errorf("result %d = %+v, want %s redriven", i, r, want[i])
 		}
 	}
-	waitFor(t, "the two redriven events to be applied", func() bool { return effects(t, db.DB) == 2 })
+	inboxtest.WaitFor(t, "the two redriven events to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 2 })
 	for _, id := range others {
 		var status string
-		if err := db.Get(&status, `SELECT status FROM dead_letters WHERE event_id = ?`, id); err != nil || status != inbox.StatusDead {
+		if err := db.Get(&status, `SELECT status FROM dead_letters WHERE event_id = ?`, id); err != nil || status != deadletter.StatusDead {
 			t.Errorf("row %s: status %q (%v), want dead (not selected)", id, status, err)
 		}
 	}
@@ -302,29 +256,29 @@ func TestRedriveByFilter(t *testing.T) {
 // an unknown consumer and an unknown id; each gets its own outcome.
 func TestRedriveThatCannotPublishLeavesTheRowDead(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	f := runConsumer(t, consumer(db.DB, "inventory", increment), db)
+	db := inboxtest.DB(t)
+	f := inboxtest.Consume(t, inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment).Handle, 0)
 	ctx := context.Background()
 	var ids []uint64
 	for _, name := range []string{"inventory", "lost-consumer"} {
-		e := event(events.OrderCreated)
-		headers, _ := jsonOf(validMessage(e).Headers)
-		if err := inbox.RecordDeadLetter(ctx, db.DB, inbox.DeadLetter{Consumer: name, EventID: e.EventID, EventType: e.Type,
+		e := inboxtest.Event(events.OrderCreated)
+		headers, _ := jsonOf(inboxtest.Message(e).Headers)
+		if err := deadletter.Record(ctx, db.DB, deadletter.Letter{Consumer: name, EventID: e.EventID, EventType: e.Type,
 			Reason: "bug", Headers: headers, Payload: e.Payload}); err != nil {
 			t.Fatal(err)
 		}
-		dl, _ := deadLetter(t, db.DB, name, e.EventID)
+		dl, _ := inboxtest.DeadLetter(t, db.DB, name, e.EventID)
 		ids = append(ids, dl.ID)
 	}
-	r := f.redriver(t)
+	r := redriver(t, db.DB, f)
 	r.QueueOf = func(consumer string) (string, bool) {
 		if consumer == "inventory" {
-			return f.ns.Queue("no-such-queue"), true // unroutable: the broker returns it
+			return f.NS.Queue("no-such-queue"), true // unroutable: the broker returns it
 		}
 		return "", false
 	}
-	res := redrive(t, r, inbox.Selection{IDs: append(ids, 999999)})
-	want := []string{inbox.OutcomePublishFailed, inbox.OutcomeNoQueue, inbox.OutcomeNotFound}
+	res := redrive(t, r, deadletter.Selection{IDs: append(ids, 999999)})
+	want := []string{deadletter.OutcomePublishFailed, deadletter.OutcomeNoQueue, deadletter.OutcomeNotFound}
 	if len(res) != 3 {
 		t.Fatalf("results = %+v, want 3", res)
 	}
@@ -340,7 +294,7 @@ func TestRedriveThatCannotPublishLeavesTheRowDead(t *testing.T) {
 	if err := db.Get(&n, `SELECT COUNT(*) FROM dead_letters WHERE status = 'dead' AND redriven_at IS NULL`); err != nil || n != 2 {
 		t.Fatalf("dead rows = %d (%v), want both still dead", n, err)
 	}
-	if effects(t, db.DB) != 0 {
+	if inboxtest.Effects(t, db.DB) != 0 {
 		t.Fatal("an effect happened")
 	}
 }
@@ -350,29 +304,27 @@ func TestRedriveThatCannotPublishLeavesTheRowDead(t *testing.T) {
 // effect happens once.
 func TestConcurrentRedrivesMarkOnce(t *testing.T) {
 	t.Parallel()
-	db := testDB(t)
-	reg := prometheus.NewRegistry()
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: increment}})
-	f := runConsumer(t, c, db)
-	e := event(events.OrderCreated)
-	headers, _ := jsonOf(validMessage(e).Headers)
-	if err := inbox.RecordDeadLetter(context.Background(), db.DB, inbox.DeadLetter{Consumer: "inventory", EventID: e.EventID,
+	db := inboxtest.DB(t)
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+	f := inboxtest.Consume(t, c.Handle, 0)
+	e := inboxtest.Event(events.OrderCreated)
+	headers, _ := jsonOf(inboxtest.Message(e).Headers)
+	if err := deadletter.Record(context.Background(), db.DB, deadletter.Letter{Consumer: "inventory", EventID: e.EventID,
 		EventType: e.Type, Reason: "bug", Headers: headers, Payload: e.Payload}); err != nil {
 		t.Fatal(err)
 	}
-	dl, _ := deadLetter(t, db.DB, "inventory", e.EventID)
+	dl, _ := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID)
 	const n = 5
 	outcomes := make([]string, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for i := 0; i < n; i++ {
-		r := f.redriver(t) // each its own channel
+		r := redriver(t, db.DB, f) // each its own channel
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			res, err := r.Redrive(context.Background(), inbox.Selection{IDs: []uint64{dl.ID}})
+			res, err := r.Redrive(context.Background(), deadletter.Selection{IDs: []uint64{dl.ID}})
 			if err != nil {
 				t.Error(err)
 				return
@@ -386,16 +338,16 @@ func TestConcurrentRedrivesMarkOnce(t *testing.T) {
 	for _, o := range outcomes {
 		counts[o]++
 	}
-	published := counts[inbox.OutcomeRedriven] + counts[inbox.OutcomeChanged]
+	published := counts[deadletter.OutcomeRedriven] + counts[deadletter.OutcomeChanged]
 	t.Logf("outcomes of %d concurrent redrives: %v", n, counts)
-	if counts[inbox.OutcomeRedriven] != 1 || published+counts[inbox.OutcomeNotDead] != n {
+	if counts[deadletter.OutcomeRedriven] != 1 || published+counts[deadletter.OutcomeNotDead] != n {
 		t.Fatalf("outcomes = %v, want exactly one redriven, the rest changed or not_dead", counts)
 	}
-	waitFor(t, "every published copy to be consumed", func() bool {
-		return metric(t, reg, "consumer_processed_total", "inventory")+
-			metric(t, reg, "consumer_duplicates_suppressed_total", "inventory") == float64(published)
+	inboxtest.WaitFor(t, "every published copy to be consumed", func() bool {
+		return inboxtest.Counter(t, reg, "consumer_processed_total", "inventory")+
+			inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory") == float64(published)
 	})
-	if got := effects(t, db.DB); got != 1 {
+	if got := inboxtest.Effects(t, db.DB); got != 1 {
 		t.Fatalf("effects = %d, want 1 (published %d copies)", got, published)
 	}
 }
@@ -404,21 +356,21 @@ func TestRedriveSelectionIsChecked(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		sel  inbox.Selection
+		sel  deadletter.Selection
 		ok   bool
 	}{
-		{"ids", inbox.Selection{IDs: []uint64{1}}, true},
-		{"filter", inbox.Selection{Consumer: "inventory"}, true},
-		{"filter with limit", inbox.Selection{Query: "SKU-1", Limit: 1000}, true},
-		{"nothing", inbox.Selection{}, false},
-		{"only a limit", inbox.Selection{Limit: 5}, false},
-		{"ids and a filter", inbox.Selection{IDs: []uint64{1}, Consumer: "inventory"}, false},
-		{"limit too big", inbox.Selection{Consumer: "inventory", Limit: 1001}, false},
-		{"too many ids", inbox.Selection{IDs: make([]uint64, 1001)}, false},
+		{"ids", deadletter.Selection{IDs: []uint64{1}}, true},
+		{"filter", deadletter.Selection{Consumer: "inventory"}, true},
+		{"filter with limit", deadletter.Selection{Query: "SKU-1", Limit: 1000}, true},
+		{"nothing", deadletter.Selection{}, false},
+		{"only a limit", deadletter.Selection{Limit: 5}, false},
+		{"ids and a filter", deadletter.Selection{IDs: []uint64{1}, Consumer: "inventory"}, false},
+		{"limit too big", deadletter.Selection{Consumer: "inventory", Limit: 1001}, false},
+		{"too many ids", deadletter.Selection{IDs: make([]uint64, 1001)}, false},
 	}
 	for _, tt := range tests {
 		err := tt.sel.Check()
-		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, inbox.ErrBadSelection)) {
+		if (err == nil) != tt.ok || (err != nil && !errors.Is(err, deadletter.ErrBadSelection)) {
 			t.Errorf("%s: Check() = %v, want ok=%v", tt.name, err, tt.ok)
 		}
 	}

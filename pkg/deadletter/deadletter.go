@@ -1,4 +1,44 @@
-package inbox
+// Package deadletter keeps the messages a consumer gave up on, and puts
+// them back. Dead letters are not a dustbin: each is kept in the consumer's
+// own database with the evidence an operator needs, searchable, until it is
+// redriven under its original event_id.
+//
+// # What a dead letter keeps
+//
+// Per (consumer, event_id): event type, routing key, reason, attempts, first
+// and last failure time, status ('dead' or 'redriven'), redriven_at, the
+// headers, content type and timestamp, and the raw payload (GET
+// /admin/dead-letters?consumer=&event_type=&q=). A new failure of the same
+// event adds its attempts, refreshes the reason and makes a redriven row
+// dead again. The consume loop (pkg/inbox) records a dead letter for a
+// poison message, a message past its retries or older than the replay
+// window, a payload mismatch, and every message the broker dead-lettered.
+//
+// # Redrive
+//
+// Redriver (POST /admin/dead-letters/redrive, by ids or by filter)
+// republishes the original message (same message_id = event_id, type,
+// headers without the x- retry and broker headers, timestamp, body) to the
+// consumer's own queue through the default exchange, not to the topic
+// exchange: other consumers of that event type already processed it. The
+// queue is not stored in the row; it comes from the consumer name through
+// the service's registry of consumers (process.Runtime.Consume), so a
+// namespaced or renamed queue is found as it is now. The row becomes
+// 'redriven' only after the publisher confirm, and only if it is still the
+// row that was read (UPDATE ... WHERE id = ? AND status = 'dead' AND
+// attempts = ?); a returned or nacked publish leaves it dead. Redriving
+// twice is safe: the second call selects nothing (the row is no longer
+// dead), and if two calls race, the extra copy is a duplicate the inbox
+// drops. A redriven event that was already applied changes nothing, for the
+// same reason.
+//
+// # Failure windows and who handles them
+//
+//	window                              state left             handled by
+//	confirmed, before the mark          row still 'dead'       a second redrive: a duplicate the inbox drops
+//	two redrives at once                one of them marks it   the mark's WHERE; extra copies are inbox duplicates
+//	failed again while being redriven   dead, the new reason   the mark's attempts condition leaves it dead
+package deadletter
 
 import (
 	"context"
@@ -9,11 +49,17 @@ import (
 	"unicode/utf8"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
-// DeadLetter is a message a consumer gave up on, kept with the evidence an
+// Table is the dead-letter table, for callers that must name it. Only this
+// package reads or writes it.
+const Table = "dead_letters"
+
+// Letter is a message a consumer gave up on, kept with the evidence an
 // operator needs to fix and redrive it.
-type DeadLetter struct {
+type Letter struct {
 	ID            uint64     `db:"id" json:"id"`
 	Consumer      string     `db:"consumer_name" json:"consumer"`
 	EventID       string     `db:"event_id" json:"event_id"`
@@ -43,9 +89,9 @@ const deadLetterColumns = `SELECT id, consumer_name, event_id, event_type, routi
   first_failed_at, last_failed_at, status, redriven_at, headers, payload, content_type, message_timestamp
 FROM dead_letters`
 
-// DeadLetterFilter selects dead letters: every field set must match, the
-// empty ones match everything.
-type DeadLetterFilter struct {
+// Filter selects dead letters: every field set must match, the empty ones
+// match everything.
+type Filter struct {
 	Consumer    string
 	Status      string // StatusDead or StatusRedriven
 	EventType   string
@@ -55,9 +101,9 @@ type DeadLetterFilter struct {
 	OldestFirst bool   // by id; otherwise the latest failure first
 }
 
-// ListDeadLetters returns the dead letters f selects, for the admin list
-// and for a redrive by filter.
-func ListDeadLetters(ctx context.Context, db sqlx.QueryerContext, f DeadLetterFilter) ([]DeadLetter, error) {
+// List returns the dead letters f selects, for the admin list and for a
+// redrive by filter.
+func List(ctx context.Context, db sqlx.QueryerContext, f Filter) ([]Letter, error) {
 	if f.Limit <= 0 {
 		return nil, fmt.Errorf("list dead letters: a limit is required")
 	}
@@ -73,7 +119,7 @@ func ListDeadLetters(ctx context.Context, db sqlx.QueryerContext, f DeadLetterFi
 	}
 	if f.Query != "" {
 		q += ` AND (CAST(payload AS CHAR) LIKE ? OR reason LIKE ?)`
-		like := "%" + EscapeLike(f.Query) + "%"
+		like := "%" + escapeLike(f.Query) + "%"
 		args = append(args, like, like)
 	}
 	if f.OldestFirst {
@@ -82,19 +128,34 @@ func ListDeadLetters(ctx context.Context, db sqlx.QueryerContext, f DeadLetterFi
 		q += ` ORDER BY last_failed_at DESC, id DESC LIMIT ?`
 	}
 	args = append(args, f.Limit)
-	dls := []DeadLetter{}
+	dls := []Letter{}
 	if err := sqlx.SelectContext(ctx, db, &dls, q, args...); err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
 	return dls, nil
 }
 
-// RecordDeadLetter stores (or, for the same consumer and event, updates)
-// a dead letter. A repeat adds its attempts and refreshes the reason, the
+// FromDelivery is the dead letter of a delivery consumer gives up on, for
+// reason: the message as it arrived (id, type, routing key, headers, content
+// type, timestamp, body) and its attempts so far.
+func FromDelivery(consumer string, d rabbit.Delivery, reason string) Letter {
+	headers, _ := json.Marshal(d.Headers)
+	contentType := d.ContentType
+	l := Letter{Consumer: consumer, EventID: d.MessageId, EventType: d.Type, RoutingKey: d.RoutingKey,
+		Reason: reason, Attempts: d.Attempt, FirstFailedAt: d.FirstFailedAt, Headers: headers, Payload: d.Body,
+		ContentType: &contentType}
+	if !d.Timestamp.IsZero() {
+		l.MessageTimestamp = &d.Timestamp
+	}
+	return l
+}
+
+// Record stores (or, for the same consumer and event, updates) a dead
+// letter. A repeat adds its attempts and refreshes the reason, the
 // message and the last failure time, and makes a redriven row dead again;
 // the first failure time stays. Attempts only grow, which is what a redrive
 // checks to notice a failure that happened while it was publishing.
-func RecordDeadLetter(ctx context.Context, db sqlx.ExecerContext, dl DeadLetter) error {
+func Record(ctx context.Context, db sqlx.ExecerContext, dl Letter) error {
 	const q = `INSERT INTO dead_letters
   (consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at, last_failed_at,
    headers, payload, content_type, message_timestamp)
@@ -138,4 +199,9 @@ func clip(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n])
+}
+
+// escapeLike escapes the LIKE wildcards of s.
+func escapeLike(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }

@@ -1,4 +1,4 @@
-package inbox
+package deadletter
 
 import (
 	"bytes"
@@ -100,7 +100,9 @@ type Redriver struct {
 	// ConfirmTimeout bounds the wait for confirms of one batch [5s].
 	ConfirmTimeout time.Duration
 	Log            *slog.Logger
-	Metrics        *Metrics // nil: none
+	// OnRedriven is called with the consumer name of every row marked
+	// redriven (the consumer metrics count it); nil: nothing.
+	OnRedriven func(consumer string)
 }
 
 // HeaderRedriveOf carries the dead letter id on a redriven message.
@@ -125,7 +127,7 @@ func (r *Redriver) Redrive(ctx context.Context, sel Selection) ([]RedriveResult,
 	results := make([]RedriveResult, 0, len(rows))
 	type pending struct {
 		idx int
-		dl  DeadLetter
+		dl  Letter
 		msg rabbit.Message
 	}
 	var batch []pending
@@ -153,8 +155,8 @@ func (r *Redriver) Redrive(ctx context.Context, sel Selection) ([]RedriveResult,
 			if res.Outcome == OutcomeRedriven {
 				log.Warn("operator redrove a dead letter", "dead_letter_id", p.dl.ID, "consumer", p.dl.Consumer,
 					"event_id", p.dl.EventID, "queue", res.Queue)
-				if r.Metrics != nil {
-					r.Metrics.redriven.WithLabelValues(p.dl.Consumer).Inc()
+				if r.OnRedriven != nil {
+					r.OnRedriven(p.dl.Consumer)
 				}
 			}
 		}
@@ -195,7 +197,7 @@ func (r *Redriver) Redrive(ctx context.Context, sel Selection) ([]RedriveResult,
 }
 
 // mark sets the row redriven if it is still the row that was published.
-func (r *Redriver) mark(ctx context.Context, res *RedriveResult, dl DeadLetter) {
+func (r *Redriver) mark(ctx context.Context, res *RedriveResult, dl Letter) {
 	const q = `UPDATE dead_letters SET status = 'redriven', redriven_at = NOW(6)
 WHERE id = ? AND status = 'dead' AND attempts = ?`
 	ctx = context.WithoutCancel(ctx) // published: record it even if the caller went away
@@ -227,7 +229,7 @@ WHERE id = ? AND status = 'dead' AND attempts = ?`
 
 type loaded struct {
 	id uint64
-	dl *DeadLetter
+	dl *Letter
 }
 
 func (r *Redriver) load(ctx context.Context, sel Selection) ([]loaded, error) {
@@ -236,11 +238,11 @@ func (r *Redriver) load(ctx context.Context, sel Selection) ([]loaded, error) {
 		if err != nil {
 			return nil, err
 		}
-		var dls []DeadLetter
+		var dls []Letter
 		if err := r.DB.SelectContext(ctx, &dls, q, args...); err != nil {
 			return nil, fmt.Errorf("load dead letters: %w", err)
 		}
-		byID := make(map[uint64]*DeadLetter, len(dls))
+		byID := make(map[uint64]*Letter, len(dls))
 		for i := range dls {
 			byID[dls[i].ID] = &dls[i]
 		}
@@ -259,7 +261,7 @@ func (r *Redriver) load(ctx context.Context, sel Selection) ([]loaded, error) {
 	if limit == 0 {
 		limit = 100
 	}
-	dls, err := ListDeadLetters(ctx, r.DB, DeadLetterFilter{Consumer: sel.Consumer, Status: StatusDead,
+	dls, err := List(ctx, r.DB, Filter{Consumer: sel.Consumer, Status: StatusDead,
 		EventType: sel.EventType, Query: sel.Query, Limit: limit, OldestFirst: true})
 	if err != nil {
 		return nil, err
@@ -273,7 +275,7 @@ func (r *Redriver) load(ctx context.Context, sel Selection) ([]loaded, error) {
 
 // RedriveMessage rebuilds the original message of dl, addressed to queue
 // through the default exchange.
-func RedriveMessage(dl DeadLetter, queue string) rabbit.Message {
+func RedriveMessage(dl Letter, queue string) rabbit.Message {
 	contentType := "application/json" // rows from before content_type was kept
 	if dl.ContentType != nil {
 		contentType = *dl.ContentType
@@ -350,9 +352,4 @@ func tableValue(v any) any {
 	default:
 		return v // string, bool, nil
 	}
-}
-
-// EscapeLike escapes the LIKE wildcards of s.
-func EscapeLike(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }

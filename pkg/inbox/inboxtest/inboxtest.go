@@ -1,0 +1,192 @@
+// Package inboxtest holds the fixtures of the tests that run a consumer
+// (pkg/inbox, pkg/deadletter, pkg/ordering): a migrated database whose
+// business table is one counter, a handler that increments it, and a
+// consume loop on a real queue of its own.
+package inboxtest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/deadletter"
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// ErrLockWait is what a handler returns to simulate a transient failure.
+var ErrLockWait = errors.New("Error 1205: Lock wait timeout exceeded")
+
+// DB is a migrated database plus a tiny business table: the handler's
+// "effect" is one increment of counters.n (Increment, Effects), and
+// unique_things lets a handler raise a business duplicate key.
+func DB(t testing.TB) *sqldbtest.DB {
+	t.Helper()
+	db := sqldbtest.New(t, "inventory")
+	db.MustExec(`CREATE TABLE counters (name VARCHAR(20) PRIMARY KEY, n INT NOT NULL)`)
+	db.MustExec(`INSERT INTO counters VALUES ('effects', 0)`)
+	db.MustExec(`CREATE TABLE unique_things (thing VARCHAR(20) PRIMARY KEY)`)
+	return db
+}
+
+// Effects returns how many effects committed.
+func Effects(t testing.TB, db *sqlx.DB) int {
+	t.Helper()
+	var n int
+	if err := db.Get(&n, `SELECT n FROM counters WHERE name = 'effects'`); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Increment is a Handler whose business change is one effect.
+func Increment(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
+	_, err := tx.ExecContext(ctx, `UPDATE counters SET n = n + 1 WHERE name = 'effects'`)
+	return err
+}
+
+// InboxRows counts the inbox rows of eventID, every consumer's.
+func InboxRows(t testing.TB, db *sqlx.DB, eventID string) int {
+	t.Helper()
+	var n int
+	if err := db.Get(&n, `SELECT COUNT(*) FROM consumer_inbox WHERE event_id = ?`, eventID); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Event is a new valid event of type typ for order 1.
+func Event(typ string) events.Envelope {
+	return events.Envelope{EventID: uuid.NewString(), Type: typ, AggregateID: 1, AggregateVersion: 1,
+		SchemaVersion: 1, Payload: []byte(`{"order_id":"1"}`)}
+}
+
+// Message is e as the outbox publishes it.
+func Message(e events.Envelope) amqp.Publishing {
+	return rabbit.FromEnvelope("", e).Publishing
+}
+
+// Consumer is a consumer named name that handles order.created with h.
+func Consumer(db *sqlx.DB, name string, h inbox.Handler) *inbox.Consumer {
+	c, _ := Metered(db, name, h)
+	return c
+}
+
+// Metered is Consumer with its metrics on a registry of its own (read them
+// with Counter).
+func Metered(db *sqlx.DB, name string, h inbox.Handler) (*inbox.Consumer, *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	return inbox.NewConsumer(inbox.Config{Name: name, DB: db, Log: quiet, Metrics: inbox.NewMetrics(reg),
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: h}}), reg
+}
+
+// Broker is a queue of its own, bound to order.created, with a consume loop
+// on it.
+type Broker struct {
+	NS    rabbit.Namespace
+	Conn  *rabbit.Conn
+	Queue string
+}
+
+// Consume runs h on a new queue with workers workers (0: the consume loop's
+// default) until the test ends.
+func Consume(t testing.TB, h rabbit.Handler, workers int) *Broker {
+	t.Helper()
+	b := &Broker{NS: rabbittest.Namespace(t)}
+	topo := rabbittest.Topology(t, b.NS, rabbit.Queue{Name: "inventory.order-events", Keys: []string{events.OrderCreated}})
+	b.Conn = rabbittest.Conn(t, topo)
+	b.Queue = topo.Queues[0].Name
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = b.Conn.Consume(ctx, rabbit.ConsumeConfig{Queue: b.Queue, Workers: workers, Log: quiet}, h)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return b
+}
+
+// Publish publishes p through the exchange as an order.created event.
+func (b *Broker) Publish(t testing.TB, p amqp.Publishing) {
+	t.Helper()
+	msg := rabbit.Message{Exchange: b.NS.Exchange(), RoutingKey: events.OrderCreated, Publishing: p}
+	pub := b.Conn.NewPublisher()
+	defer pub.Close()
+	if err := pub.Publish(context.Background(), []rabbit.Message{msg}, 5*time.Second)[0]; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// WaitFor polls cond until it holds, and fails the test after 15 seconds.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// DeadLetter returns the dead letter of (consumer, eventID), or ok=false.
+func DeadLetter(t testing.TB, db *sqlx.DB, consumer, eventID string) (dl deadletter.Letter, ok bool) {
+	t.Helper()
+	dls, err := deadletter.List(context.Background(), db, deadletter.Filter{Consumer: consumer, EventID: eventID, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dls) == 0 {
+		return deadletter.Letter{}, false
+	}
+	return dls[0], true
+}
+
+// WaitDeadLetter waits until (consumer, eventID) is a dead letter in status
+// dead, and returns it.
+func WaitDeadLetter(t testing.TB, db *sqlx.DB, consumer, eventID string) deadletter.Letter {
+	t.Helper()
+	var dl deadletter.Letter
+	WaitFor(t, "dead letter of "+eventID, func() bool {
+		var ok bool
+		dl, ok = DeadLetter(t, db, consumer, eventID)
+		return ok && dl.Status == deadletter.StatusDead
+	})
+	return dl
+}
+
+// Counter reads one counter of reg, by name and consumer label (0 when
+// absent).
+func Counter(t testing.TB, reg *prometheus.Registry, name, consumer string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "consumer" && l.GetValue() == consumer {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

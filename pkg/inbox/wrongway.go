@@ -1,0 +1,63 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+)
+
+// The wrong ways of this package, for the lab (pkg/wrongway, demo mode
+// only), each reached by one switch in consumer.go.
+
+// handleAckFirst is the wrong way of Handle (wrongway.AckBeforeCommit): the
+// message is acked, then processed. If processing fails, nothing brings it
+// back: the event is lost.
+func (c *Consumer) handleAckFirst(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
+	if err := d.Ack(false); err != nil {
+		return rabbit.AlreadyAcked()
+	}
+	e, err := d.Envelope()
+	if err == nil {
+		err = c.Process(ctx, e)
+	}
+	if err != nil && !errors.Is(err, ErrAlreadyProcessed) {
+		c.cfg.Log.Error("processing failed after the message was acked: the event is lost",
+			"consumer", c.cfg.Name, "event_id", d.MessageId, "err", err)
+	}
+	return rabbit.AlreadyAcked()
+}
+
+// processCheckThenInsert is the wrong way of process (wrongway.NoInbox):
+// "SELECT, and if absent, process and record". Two deliveries at once both
+// see "absent" and both apply the effect; INSERT IGNORE then hides the
+// clash.
+func (c *Consumer) processCheckThenInsert(ctx context.Context, e events.Envelope, h Handler) error {
+	done, _, err := lookup(ctx, c.cfg.DB, c.cfg.Name, e.EventID)
+	if err != nil {
+		return err
+	}
+	if done {
+		return ErrAlreadyProcessed
+	}
+	if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
+		return err
+	}
+	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
+		if err := h(ctx, tx, e); err != nil {
+			return err
+		}
+		const q = `INSERT IGNORE INTO consumer_inbox (consumer_name, event_id) VALUES (?, ?)`
+		_, err := tx.ExecContext(ctx, q, c.cfg.Name, e.EventID)
+		return err
+	})
+	if err == nil && c.cfg.AfterCommit != nil {
+		c.cfg.AfterCommit()
+	}
+	return err
+}

@@ -1,0 +1,31 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// The wrong way of this package, for the lab's lease-expiry experiment
+// (pkg/wrongway; demo mode only). DispatchOnce reaches it by one switch at
+// its mark-sent step; the right way is markSent in store.go.
+
+// markSentIgnoringClaim is the wrong way (wrongway.MarkSentWithoutToken):
+// it marks by event id alone, without "status = 'sending' AND claim_token =
+// ?", so a dispatcher whose lease expired overwrites the claim of the one
+// that took the rows over, and neither notices.
+func markSentIgnoringClaim(ctx context.Context, db sqlx.ExecerContext, _ string, ids []string) (int64, error) {
+	const q = `UPDATE outbox_events
+SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL
+WHERE event_id IN (%s)`
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	res, err := db.ExecContext(ctx, fmt.Sprintf(q, placeholders(len(ids))), args...)
+	if err != nil {
+		return 0, fmt.Errorf("mark sent: %w", err)
+	}
+	return res.RowsAffected()
+}
