@@ -38,13 +38,14 @@ type Handler struct {
 
 // Routes mounts the endpoints on r (relative paths; mount under /admin).
 func (h *Handler) Routes(r chi.Router) {
-	r.Get("/outbox/summary", h.outboxSummary)
-	r.Get("/outbox", h.outboxRows)
-	r.Post("/outbox/{event_id}/retry", h.outboxRetry)
-	r.Get("/inbox", h.inboxRows)
-	r.Get("/dead-letters", h.deadLetters)
-	r.Get("/parked", h.parkedEvents)
-	r.Post("/dead-letters/redrive", h.redrive)
+	handle := func(f web.HandlerFunc) http.HandlerFunc { return web.Handle(h.Log, f) }
+	r.Get("/outbox/summary", handle(h.outboxSummary))
+	r.Get("/outbox", handle(h.outboxRows))
+	r.Post("/outbox/{event_id}/retry", handle(h.outboxRetry))
+	r.Get("/inbox", handle(h.inboxRows))
+	r.Get("/dead-letters", handle(h.deadLetters))
+	r.Get("/parked", handle(h.parkedEvents))
+	r.Post("/dead-letters/redrive", handle(h.redrive))
 }
 
 // RequireToken guards next with "Authorization: Bearer <token>". An empty
@@ -70,74 +71,69 @@ func RequireToken(token string, open bool) func(http.Handler) http.Handler {
 	}
 }
 
-func (h *Handler) outboxSummary(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) outboxSummary(w http.ResponseWriter, r *http.Request) error {
 	sum, err := outbox.Summarize(r.Context(), h.DB)
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, sum)
+	return nil
 }
 
-func (h *Handler) outboxRows(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) outboxRows(w http.ResponseWriter, r *http.Request) error {
 	var f outbox.Filter
 	if v := r.URL.Query().Get("aggregate_id"); v != "" {
 		id, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "aggregate_id must be a number"))
-			return
+			return web.Errorf(http.StatusBadRequest, "aggregate_id must be a number")
 		}
 		f.AggregateID = id
 	}
 	if f.Status = r.URL.Query().Get("status"); f.Status != "" && !slices.Contains(outbox.Statuses, f.Status) {
-		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "status must be pending, sending, sent or failed"))
-		return
+		return web.Errorf(http.StatusBadRequest, "status must be pending, sending, sent or failed")
 	}
 	var err error
 	if f.Limit, err = web.Limit(r, 100, 1000); err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	rows, err := outbox.List(r.Context(), h.DB, f)
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"events": rows})
+	return nil
 }
 
 // outboxRetry gives a 'failed' event a new round of attempts, keeping its
 // event_id (consumers deduplicate on it).
-func (h *Handler) outboxRetry(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) outboxRetry(w http.ResponseWriter, r *http.Request) error {
 	id := chi.URLParam(r, "event_id")
 	done, err := outbox.Requeue(r.Context(), h.DB, id, outbox.StatusFailed)
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	if !done {
-		web.WriteError(w, r, h.Log, web.Errorf(http.StatusConflict, "no failed event %s (only failed events can be retried)", id))
-		return
+		return web.Errorf(http.StatusConflict, "no failed event %s (only failed events can be retried)", id)
 	}
 	h.Log.Warn("operator retried a failed outbox event", "event_id", id)
 	if h.Wake != nil {
 		h.Wake()
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]string{"event_id": id, "status": outbox.StatusPending})
+	return nil
 }
 
-func (h *Handler) inboxRows(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) inboxRows(w http.ResponseWriter, r *http.Request) error {
 	ids := splitList(r.URL.Query().Get("event_id"))
 	if len(ids) == 0 || len(ids) > 200 {
-		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "give 1 to 200 comma-separated event_id values"))
-		return
+		return web.Errorf(http.StatusBadRequest, "give 1 to 200 comma-separated event_id values")
 	}
 	rows, err := inbox.Rows(r.Context(), h.DB, ids)
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"inbox": rows})
+	return nil
 }
 
 // DeadLetterRow is a dead letter as operators see it: the headers as JSON,
@@ -150,11 +146,10 @@ type DeadLetterRow struct {
 
 // deadLetters lists dead letters, latest failure first; q searches the
 // payload and the reason.
-func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) error {
 	limit, err := web.Limit(r, 100, 1000)
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	query := r.URL.Query()
 	dls, err := deadletter.List(r.Context(), h.DB, deadletter.Filter{
@@ -162,8 +157,7 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 		EventID: query.Get("event_id"), Query: query.Get("q"), Limit: limit,
 	})
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	rows := make([]DeadLetterRow, len(dls))
 	for i, dl := range dls {
@@ -173,6 +167,7 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"dead_letters": rows})
+	return nil
 }
 
 // redrive republishes dead letters to their consumer's queue, keeping the
@@ -180,24 +175,20 @@ func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
 // "event_type":"order.created","q":"SKU-1","limit":100} over dead rows. The
 // answer lists what happened to each one; 200 even when some could not be
 // redriven (their outcome says why; those rows stay dead).
-func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
 	if h.Redriver == nil {
-		web.WriteError(w, r, h.Log, web.Errorf(http.StatusServiceUnavailable, "redrive is not configured on this service"))
-		return
+		return web.Errorf(http.StatusServiceUnavailable, "redrive is not configured on this service")
 	}
 	var sel deadletter.Selection
 	if err := web.DecodeJSON(w, r, 64<<10, &sel); err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	results, err := h.Redriver.Redrive(r.Context(), sel)
 	if errors.Is(err, deadletter.ErrBadSelection) {
-		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), deadletter.ErrBadSelection.Error()+": ")))
-		return
+		return web.Errorf(http.StatusBadRequest, "%s", strings.TrimPrefix(err.Error(), deadletter.ErrBadSelection.Error()+": "))
 	}
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	counts := map[string]int{}
 	for _, res := range results {
@@ -209,6 +200,7 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) {
 		"outcomes":  counts,
 		"results":   results,
 	})
+	return nil
 }
 
 func splitList(s string) []string {
@@ -223,25 +215,23 @@ func splitList(s string) []string {
 
 // parkedEvents lists parked delta events: ?state=waiting (not applied yet,
 // the default), overdue (past the deadline), or all.
-func (h *Handler) parkedEvents(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) parkedEvents(w http.ResponseWriter, r *http.Request) error {
 	state := r.URL.Query().Get("state")
 	switch state {
 	case "":
 		state = ordering.Waiting
 	case ordering.Waiting, ordering.Overdue, ordering.All:
 	default:
-		web.WriteError(w, r, h.Log, web.Errorf(http.StatusBadRequest, "state must be waiting, overdue or all"))
-		return
+		return web.Errorf(http.StatusBadRequest, "state must be waiting, overdue or all")
 	}
 	limit, err := web.Limit(r, 100, 1000)
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	rows, err := ordering.ListParked(r.Context(), h.DB, state, limit)
 	if err != nil {
-		web.WriteError(w, r, h.Log, err)
-		return
+		return err
 	}
 	web.WriteJSON(w, http.StatusOK, map[string]any{"parked": rows})
+	return nil
 }
