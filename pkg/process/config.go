@@ -130,6 +130,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		Name:              name,
 		HTTPAddr:          env.String("HTTP_ADDR", defaultAddr),
 		MySQLDSN:          env.String("MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"+defaultDB),
+		MySQLMaxConns:     env.Int("MYSQL_MAX_CONNS", 16, 1, 512),
 		CreateDatabase:    env.Bool("MYSQL_CREATE_DATABASE", true),
 		AMQPURL:           env.String("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		AMQPNamespace:     env.String("AMQP_NAMESPACE", ""),

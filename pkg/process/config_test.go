@@ -42,3 +42,24 @@ func TestRetentionSettings(t *testing.T) {
 		}
 	}
 }
+
+// MYSQL_MAX_CONNS sizes the pool (it was once declared and never read).
+func TestPoolSize(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		value   string
+		want    int
+		wantErr bool
+	}{{"", 16, false}, {"40", 40, false}, {"0", 16, true}, {"many", 16, true}} {
+		env := NewEnv(func(k string) string {
+			if k == "MYSQL_MAX_CONNS" {
+				return tt.value
+			}
+			return ""
+		})
+		c := Load(env, "order", ":8081", "order_service")
+		if c.MySQLMaxConns != tt.want || (env.Err() != nil) != tt.wantErr {
+			t.Errorf("MYSQL_MAX_CONNS=%q: pool %d, error %v; want %d, error %v", tt.value, c.MySQLMaxConns, env.Err(), tt.want, tt.wantErr)
+		}
+	}
+}
