@@ -3,6 +3,7 @@
 #
 #   log MSG...        progress line on stderr, prefixed with the script name
 #   die MSG...        log and exit 1
+#   load_settings     export the settings of .env, else .env.example
 #   ensure_go         put /usr/local/go/bin on PATH when go is not found
 #   ensure_mariadb    MariaDB/MySQL answers on MYSQL_HOST:MYSQL_PORT, starting
 #                     a local server if it is installed and stopped
@@ -34,6 +35,26 @@ die() {
 	exit 1
 }
 have() { command -v "$1" >/dev/null 2>&1; }
+
+# load_settings: export the settings of .env, else .env.example, and set
+# SETTINGS_FILE to the file read. The file is plain KEY=VALUE lines that
+# bash runs as they are (the format .env.example documents, which docker
+# compose reads the same way). A variable the environment already exports
+# keeps its value, as with docker compose.
+load_settings() {
+	SETTINGS_FILE=.env
+	[[ -f $SETTINGS_FILE ]] || SETTINGS_FILE=.env.example
+	local name
+	local -A environment=()
+	for name in $(compgen -e); do environment[$name]=${!name}; done
+	set -a
+	# shellcheck source=.env.example
+	. "./$SETTINGS_FILE"
+	set +a
+	for name in "${!environment[@]}"; do
+		[[ ${!name-} == "${environment[$name]}" ]] || export "$name=${environment[$name]}"
+	done
+}
 
 ensure_go() {
 	if ! have go; then

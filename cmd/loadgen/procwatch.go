@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/relmsg/ordersaga/internal/stack"
 )
 
 // procWatch samples the resident memory and CPU time of a few processes
@@ -44,8 +45,8 @@ type watched struct {
 	start time.Time
 }
 
-// newProcWatch resolves spec: "" (nothing), "auto" (the services started by
-// scripts/up.sh, found from .run/<service>.pid, plus mariadbd/mysqld and
+// newProcWatch resolves spec: "" (nothing), "auto" (the processes started
+// by scripts/up.sh, found in .run/stack.json, plus mariadbd/mysqld and
 // RabbitMQ's beam.smp), or "name=pid,...".
 func newProcWatch(spec, runDir string) (*procWatch, error) {
 	w := &procWatch{}
@@ -69,21 +70,12 @@ func newProcWatch(spec, runDir string) (*procWatch, error) {
 		w.procs = append(w.procs, &watched{Name: name, PID: pid})
 	}
 	if spec == "auto" {
-		for _, svc := range []string{"order", "inventory", "payment-fake"} {
-			b, err := os.ReadFile(filepath.Join(runDir, svc+".pid"))
-			if err != nil {
-				continue
+		// What scripts/up.sh runs, from .run/stack.json (a stack that is
+		// not running leaves only the servers to watch).
+		if f, err := stack.Read(runDir); err == nil {
+			for _, p := range f.Processes {
+				add(p.Name, p.PID)
 			}
-			sup, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				continue
-			}
-			// up.sh records the supervisor; the service is its child.
-			pid := sup
-			if kids := w.children(sup); len(kids) > 0 {
-				pid = kids[0]
-			}
-			add(svc, pid)
 		}
 		for _, comm := range []string{"mariadbd", "mysqld", "beam.smp"} {
 			for _, pid := range w.byComm(comm) {
@@ -210,17 +202,6 @@ func (w *procWatch) cpuSeconds(pid int) (float64, error) {
 		return 0, err
 	}
 	return st.CPUTime(), nil
-}
-
-func (w *procWatch) children(pid int) []int {
-	procs, _ := w.fs.AllProcs()
-	var out []int
-	for _, p := range procs {
-		if st, err := p.Stat(); err == nil && st.PPID == pid {
-			out = append(out, p.PID)
-		}
-	}
-	return out
 }
 
 func (w *procWatch) byComm(comm string) []int {
