@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +20,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/procfs"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/outbox"
@@ -211,48 +210,46 @@ func reportLatency(b *testing.B, prefix string, ds []time.Duration) {
 }
 
 // cpuMeter measures the CPU time the database server, the broker and this
-// process use over an interval, from /proc (Linux; elsewhere it reports
-// nothing). Cores = CPU seconds / wall seconds. other_cores is everything
-// else busy on the machine meanwhile (other tests sharing the servers'
-// host): a high value means the figure is disturbed.
+// process use over an interval, from /proc through procfs (Linux; elsewhere
+// it reports nothing). Cores = CPU seconds / wall seconds. other_cores is
+// everything else busy on the machine meanwhile (other tests sharing the
+// servers' host): a high value means the figure is disturbed.
 type cpuMeter struct {
+	fs    procfs.FS
 	pids  map[string][]int
-	start map[string]int64
-	busy0 int64
+	start map[string]float64
+	busy0 float64
 	t0    time.Time
 }
 
 func startCPU() *cpuMeter {
-	m := &cpuMeter{pids: map[string][]int{
-		"db": append(pidsByComm("mariadbd"), pidsByComm("mysqld")...),
-		"mq": pidsByComm("beam.smp"),
-		"go": {os.Getpid()},
-	}, start: map[string]int64{}}
-	for k, pids := range m.pids {
-		m.start[k] = ticks(pids)
+	m := &cpuMeter{start: map[string]float64{}}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return m // not Linux: no pids, nothing reported
 	}
-	m.busy0 = machineBusy()
+	m.fs = fs
+	m.pids = map[string][]int{
+		"db": append(m.oldestByComm("mariadbd"), m.oldestByComm("mysqld")...),
+		"mq": m.oldestByComm("beam.smp"),
+		"go": {os.Getpid()},
+	}
+	for k, pids := range m.pids {
+		m.start[k] = m.cpuSeconds(pids)
+	}
+	m.busy0 = m.machineBusy()
 	m.t0 = time.Now()
 	return m
 }
 
-// machineBusy is the busy time of all CPUs in ticks (/proc/stat).
-func machineBusy() int64 {
-	b, err := os.ReadFile("/proc/stat")
+// machineBusy is the busy time of all CPUs in seconds (/proc/stat).
+func (m *cpuMeter) machineBusy() float64 {
+	st, err := m.fs.Stat()
 	if err != nil {
 		return 0
 	}
-	l, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(l)
-	var busy int64
-	for i, v := range f[1:min(len(f), 9)] { // user .. steal; guest is inside user
-		if i == 3 || i == 4 { // idle, iowait
-			continue
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		busy += n
-	}
-	return busy
+	c := st.CPUTotal // guest time is inside user
+	return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
 }
 
 // report adds db_cores, mq_cores and go_cores to the benchmark.
@@ -266,81 +263,53 @@ func (m *cpuMeter) report(b *testing.B, prefix string) {
 		if len(m.pids[k]) == 0 {
 			continue
 		}
-		cores := float64(ticks(m.pids[k])-m.start[k]) / 100 / wall // USER_HZ = 100
+		cores := (m.cpuSeconds(m.pids[k]) - m.start[k]) / wall
 		ours += cores
 		b.ReportMetric(math.Round(cores*100)/100, prefix+k+"_cores")
 	}
 	if m.busy0 > 0 {
-		all := float64(machineBusy()-m.busy0) / 100 / wall
+		all := (m.machineBusy() - m.busy0) / wall
 		b.ReportMetric(math.Round(max(0, all-ours)*100)/100, prefix+"other_cores")
 	}
 }
 
-func ticks(pids []int) int64 {
-	var sum int64
+// cpuSeconds is the user+system time the processes have used.
+func (m *cpuMeter) cpuSeconds(pids []int) float64 {
+	var sum float64
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
+		if st, err := m.stat(pid); err == nil {
+			sum += st.CPUTime()
 		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		s, _ := strconv.ParseInt(f[12], 10, 64)
-		sum += u + s
 	}
 	return sum
 }
 
-// pidsByComm returns the oldest process with that command name (the
+func (m *cpuMeter) stat(pid int) (procfs.ProcStat, error) {
+	p, err := m.fs.Proc(pid)
+	if err != nil {
+		return procfs.ProcStat{}, err
+	}
+	return p.Stat()
+}
+
+// oldestByComm returns the oldest process with that command name (the
 // server itself, not a short-lived rabbitmqctl that is also a beam.smp).
-func pidsByComm(comm string) []int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	best, bestStart := 0, int64(math.MaxInt64)
-	for _, d := range dirs {
-		c, err := os.ReadFile(d)
-		if err != nil || strings.TrimSpace(string(c)) != comm {
+func (m *cpuMeter) oldestByComm(comm string) []int {
+	procs, _ := m.fs.AllProcs()
+	best, bestStart := 0, uint64(math.MaxUint64)
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil || st.Comm != comm {
 			continue
 		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-		if err != nil {
-			continue
-		}
-		if st := startTime(pid); st < bestStart {
-			best, bestStart = pid, st
+		if st.Starttime < bestStart {
+			best, bestStart = p.PID, st.Starttime
 		}
 	}
 	if best == 0 {
 		return nil
 	}
 	return []int{best}
-}
-
-// startTime is field 22 of /proc/<pid>/stat: when the process started.
-func startTime(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return math.MaxInt64
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return math.MaxInt64
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return math.MaxInt64
-	}
-	n, err := strconv.ParseInt(f[19], 10, 64)
-	if err != nil {
-		return math.MaxInt64
-	}
-	return n
 }
 
 // sqlCounter is a TCP proxy in front of the MySQL server that counts the

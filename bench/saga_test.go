@@ -111,7 +111,7 @@ func BenchmarkSagaCost(b *testing.B) {
 	b.ReportMetric(all, "stmts/order")
 	for _, k := range []string{"db", "mq", "go"} {
 		if len(cpu.pids[k]) > 0 {
-			ms := float64(ticks(cpu.pids[k])-cpu.start[k]) * 10 / float64(n) // 1 tick = 10 ms
+			ms := (cpu.cpuSeconds(cpu.pids[k]) - cpu.start[k]) * 1000 / float64(n)
 			b.ReportMetric(ms, k+"_cpu_ms/order")
 		}
 	}

@@ -16,10 +16,10 @@ import (
 )
 
 // Least privilege, checked on the real server: scripts/up.sh setup creates
-// the three schemas and one user per service (the same SQL as
-// deploy/mysql/init.sh for docker compose, as TestComposeMatchesUpScript
-// checks). Each user can work in its own schema and cannot read another
-// service's schema or create schemas.
+// the three schemas and one user per service with deploy/provision.sh's SQL
+// (the SQL docker compose runs too, as TestMySQLInitScript and
+// TestLocalSetupRunsTheSameProvisioning check). Each user can work in its
+// own schema and cannot read another service's schema or create schemas.
 func TestServiceUsersCannotReadOtherSchemas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs MariaDB/MySQL and RabbitMQ (run without -short)")

@@ -1,13 +1,14 @@
 package e2e
 
 import (
-	"io"
+	"context"
 	"net/http"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/sagatest"
 )
 
@@ -45,19 +46,18 @@ func TestEveryDocumentedMetricIsExported(t *testing.T) {
 	}
 
 	s := sagatest.Start(t)
-	var exposition strings.Builder
+	exported := map[string]bool{}
 	for _, svc := range []*sagatest.Service{s.Order, s.Inventory, s.Payment} {
-		resp, err := http.Get(svc.URL + "/metrics")
+		families, err := lab.Scrape(context.Background(), http.DefaultClient, svc.URL+"/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		exposition.Write(b)
+		for name := range families {
+			exported[name] = true
+		}
 	}
-	text := exposition.String()
 	for _, m := range documented {
-		if !strings.Contains(text, "\n"+m+" ") && !strings.Contains(text, "\n"+m+"{") {
+		if !exported[m] {
 			t.Errorf("%s is in the README's metrics table but no service exports it", m)
 		}
 	}

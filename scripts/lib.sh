@@ -3,11 +3,14 @@
 #
 #   log MSG...        progress line on stderr, prefixed with the script name
 #   die MSG...        log and exit 1
+#   load_settings     export the settings of .env, else .env.example
 #   ensure_go         put /usr/local/go/bin on PATH when go is not found
 #   ensure_mariadb    MariaDB/MySQL answers on MYSQL_HOST:MYSQL_PORT, starting
-#                     a local server if it is installed and stopped
+#                     a local server if it is installed and stopped, and
+#                     installing it first if it is not (see below)
 #   ensure_rabbitmq   RabbitMQ accepts connections on RABBITMQ_HOST:RABBITMQ_PORT,
-#                     starting a local broker if it is installed and stopped
+#                     the same way
+#   install_packages WHY PKG...   install Debian packages (see below)
 #   mysql_root ARGS   the mysql client as the admin user (MYSQL_ROOT_USER,
 #                     default root; MYSQL_ROOT_PASSWORD, default empty)
 #
@@ -17,6 +20,14 @@
 # Both ensure_* return at once, without starting anything, when the server
 # already answers: a ping for MariaDB (about 10 ms), a TCP connect for RabbitMQ
 # (rabbitmqctl takes about half a second, so it is only used after a start).
+#
+# A fresh machine: when a local server is not installed at all, on Debian or
+# Ubuntu as root or with password-less sudo, install_packages installs it
+# with apt-get (mariadb-server, rabbitmq-server), saying what and why, and
+# ensure_* start it; a MariaDB installed so lets root log in over TCP from
+# this machine with MYSQL_ROOT_PASSWORD (empty by default), as the setup and
+# the tests do. Elsewhere, or without root, they print the exact commands to
+# run and stop.
 
 MYSQL_HOST=${MYSQL_HOST:-127.0.0.1}
 MYSQL_PORT=${MYSQL_PORT:-3306}
@@ -34,6 +45,26 @@ die() {
 	exit 1
 }
 have() { command -v "$1" >/dev/null 2>&1; }
+
+# load_settings: export the settings of .env, else .env.example, and set
+# SETTINGS_FILE to the file read. The file is plain KEY=VALUE lines that
+# bash runs as they are (the format .env.example documents, which docker
+# compose reads the same way). A variable the environment already exports
+# keeps its value, as with docker compose.
+load_settings() {
+	SETTINGS_FILE=.env
+	[[ -f $SETTINGS_FILE ]] || SETTINGS_FILE=.env.example
+	local name
+	local -A environment=()
+	for name in $(compgen -e); do environment[$name]=${!name}; done
+	set -a
+	# shellcheck source=.env.example
+	. "./$SETTINGS_FILE"
+	set +a
+	for name in "${!environment[@]}"; do
+		[[ ${!name-} == "${environment[$name]}" ]] || export "$name=${environment[$name]}"
+	done
+}
 
 ensure_go() {
 	if ! have go; then
@@ -72,6 +103,77 @@ systemd_running() { [[ -d /run/systemd/system ]]; }
 # start_log NAME: where the output of a server start goes (never our stdout:
 # a daemon holding it open would keep a `scripts/test.sh | tee` pipe open).
 start_log() { printf '%s/ordersaga-start-%s-%s.log' "${TMPDIR:-/tmp}" "$1" "$(id -u)"; }
+
+# ------------------------------------------------------- missing packages
+
+# os_family: how this system installs packages: debian (Debian, Ubuntu and
+# their derivatives: apt-get), fedora (Fedora, RHEL: dnf), macos (Homebrew)
+# or other. ORDERSAGA_OS_RELEASE names another os-release file (tests).
+os_family() {
+	local ids
+	if [[ $(uname -s) == Darwin ]]; then
+		echo macos
+		return
+	fi
+	# shellcheck source=/dev/null
+	ids=$(. "${ORDERSAGA_OS_RELEASE:-/etc/os-release}" 2>/dev/null && echo " ${ID:-} ${ID_LIKE:-} ") || ids=
+	case $ids in
+	*" debian "* | *" ubuntu "*) echo debian ;;
+	*" fedora "* | *" rhel "*) echo fedora ;;
+	*) echo other ;;
+	esac
+}
+
+# install_commands FAMILY PKG...: the commands that install the Debian
+# packages PKG on FAMILY (and start the servers where that is not done).
+install_commands() {
+	local family=$1 pkgs=() p
+	shift
+	for p; do
+		case $family:$p in
+		fedora:shellcheck) p=ShellCheck ;;
+		fedora:libc6-dev) p=glibc-devel ;;
+		macos:*-server) p=${p%-server} ;;
+		macos:gcc | macos:libc6-dev) p= ;; # the Xcode command line tools
+		esac
+		if [[ -n $p ]]; then pkgs+=("$p"); fi
+	done
+	case $family in
+	debian) echo "sudo apt-get update && sudo apt-get install -y ${pkgs[*]}" ;;
+	fedora) echo "sudo dnf install -y ${pkgs[*]}" ;;
+	macos) if ((${#pkgs[@]})); then echo "brew install ${pkgs[*]}"; else echo "xcode-select --install"; fi ;;
+	*) echo "install ${pkgs[*]} (their Debian names) with your system's package manager" ;;
+	esac
+	for p in "${pkgs[@]+"${pkgs[@]}"}"; do
+		case $family:$p in
+		fedora:mariadb-server) echo "sudo systemctl start mariadb" ;;
+		fedora:rabbitmq-server) echo "sudo systemctl start rabbitmq-server" ;;
+		macos:mariadb | macos:rabbitmq) echo "brew services start $p" ;;
+		esac
+	done
+}
+
+# install_packages WHY PKG...: install the Debian packages PKG with apt-get,
+# saying what and why, on Debian or Ubuntu as root or with password-less
+# sudo; elsewhere print the commands that install them, and fail.
+install_packages() {
+	local why=$1 family
+	shift
+	family=$(os_family)
+	if [[ $family == debian ]] && have apt-get && as_root true; then
+		log "installing $* with apt-get: $why"
+		# A fresh system (a container image) may have no package lists yet.
+		if ! apt-cache show "$@" >/dev/null 2>&1; then
+			as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 || return 1
+		fi
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >&2
+		return
+	fi
+	log "$why, and $* is not installed. Install it with:"
+	install_commands "$family" "$@" | sed 's/^/    /' >&2
+	if [[ $family == debian ]]; then log "(this script installs it itself when run as root or with password-less sudo)"; fi
+	return 1
+}
 
 # ---------------------------------------------------------------- MariaDB
 
@@ -123,16 +225,26 @@ mariadb_start() {
 ensure_mariadb() {
 	mariadb_alive && return 0
 
-	local where="$MYSQL_HOST:$MYSQL_PORT"
+	local where="$MYSQL_HOST:$MYSQL_PORT" installed=false
 	local laptop="On a laptop without a local server: docker compose up -d mysql rabbitmq"
-	if ! is_local_host "$MYSQL_HOST" || [[ ! -x /usr/sbin/mariadbd ]]; then
-		die "MariaDB/MySQL does not answer at $where and no local server is installed to start. $laptop"
+	is_local_host "$MYSQL_HOST" || die "MariaDB/MySQL does not answer at $where. $laptop"
+	if [[ ! -x /usr/sbin/mariadbd && ! -x /usr/sbin/mysqld ]]; then
+		install_packages "the services and the tests need a MariaDB/MySQL server at $where" mariadb-server ||
+			die "no MariaDB/MySQL server here. $laptop"
+		installed=true
 	fi
+	mariadb_alive || mariadb_start_and_wait
+	if [[ $installed == true ]]; then mariadb_allow_root_tcp; fi
+}
+
+mariadb_start_and_wait() {
+	local where="$MYSQL_HOST:$MYSQL_PORT"
+	[[ -x /usr/sbin/mariadbd ]] || die "MySQL does not answer at $where: start it (sudo systemctl start mysql)"
 	log "MariaDB does not answer at $where; starting /usr/sbin/mariadbd"
 	if ! mariadb_start; then
 		local how="sudo start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"
 		systemd_running && how="sudo systemctl start mariadb"
-		die "could not start MariaDB (needs root or password-less sudo; see $(start_log mariadb)). Start it yourself: $how. $laptop"
+		die "could not start MariaDB (needs root or password-less sudo; see $(start_log mariadb)). Start it yourself: $how"
 	fi
 	local start=$SECONDS waited=0 next_note=5
 	while ! mariadb_alive; do
@@ -151,11 +263,20 @@ ensure_mariadb() {
 	log "MariaDB is up at $where after $((SECONDS - start))s"
 }
 
+# mariadb_allow_root_tcp: on a MariaDB installed by ensure_mariadb just now
+# (nothing else relies on its root yet), root logs in through the socket
+# only; the setup and the tests log in over TCP.
+mariadb_allow_root_tcp() {
+	log "letting root log in to the new MariaDB over TCP from this machine (password: MYSQL_ROOT_PASSWORD, empty by default), as scripts/up.sh and the tests do"
+	bash deploy/provision.sh mysql-root | as_root "$(mysql_client)" --protocol=socket -uroot ||
+		log "warning: could not; as root, run: deploy/provision.sh mysql-root | $(mysql_client)"
+}
+
 # mariadb_root_ok: we can log in as the admin user (tests and provisioning need it).
 mariadb_root_ok() {
 	local err
 	if ! err=$(mysql_root -N -e 'SELECT 1' 2>&1 >/dev/null); then
-		die "MariaDB at $MYSQL_HOST:$MYSQL_PORT answers but $MYSQL_ROOT_USER cannot log in: $err (set MYSQL_ROOT_PASSWORD)"
+		die "MariaDB at $MYSQL_HOST:$MYSQL_PORT answers but $MYSQL_ROOT_USER cannot log in: $err (set MYSQL_ROOT_PASSWORD; a Debian install lets root in through the socket only: as root, run deploy/provision.sh mysql-root | $(mysql_client))"
 	fi
 }
 
@@ -176,16 +297,21 @@ ensure_rabbitmq() {
 
 	local where="$RABBITMQ_HOST:$RABBITMQ_PORT"
 	local laptop="On a laptop without a local broker: docker compose up -d mysql rabbitmq"
-	if ! is_local_host "$RABBITMQ_HOST" || ! have rabbitmq-server; then
-		die "RabbitMQ does not accept connections at $where and no local broker is installed to start. $laptop"
-	fi
-	log "RabbitMQ does not accept connections at $where; starting rabbitmq-server"
-	if ! rabbitmq_start; then
-		local how="sudo rabbitmq-server -detached"
-		systemd_running && how="sudo systemctl start rabbitmq-server"
-		die "could not start RabbitMQ (needs root or password-less sudo; see $(start_log rabbitmq)). Start it yourself: $how. $laptop"
+	is_local_host "$RABBITMQ_HOST" || die "RabbitMQ does not accept connections at $where. $laptop"
+	if ! have rabbitmq-server; then
+		install_packages "the services and the tests need a RabbitMQ broker at $where" rabbitmq-server ||
+			die "no RabbitMQ broker here. $laptop"
 	fi
 	local start=$SECONDS waited=0 next_note=5
+	# apt may have started it already.
+	if ! tcp_open "$RABBITMQ_HOST" "$RABBITMQ_PORT"; then
+		log "RabbitMQ does not accept connections at $where; starting rabbitmq-server"
+		if ! rabbitmq_start; then
+			local how="sudo rabbitmq-server -detached"
+			systemd_running && how="sudo systemctl start rabbitmq-server"
+			die "could not start RabbitMQ (needs root or password-less sudo; see $(start_log rabbitmq)). Start it yourself: $how"
+		fi
+	fi
 	while ! tcp_open "$RABBITMQ_HOST" "$RABBITMQ_PORT"; do
 		waited=$((SECONDS - start))
 		if ((waited >= RABBITMQ_START_TIMEOUT)); then

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # shellcheck source-path=SCRIPTDIR
-# Run the whole test suite the way CI does: vet, then every test with the race
-# detector against the real MariaDB/MySQL and RabbitMQ (started here when they
-# are installed locally and stopped).
+# Run the whole test suite the way CI does: shellcheck on every shell script,
+# go vet, then every test with the race detector against the real
+# MariaDB/MySQL and RabbitMQ (started here when they are installed locally
+# and stopped; installed first when missing, see scripts/lib.sh). shellcheck
+# and the C compiler that -race needs are installed the same way.
 #
 # Usage: scripts/test.sh [go test flags] [packages]
 #
@@ -97,7 +99,7 @@ if [[ ${TEST_AMQP_URL:-} =~ ^amqps?://([^@/]*@)?([^:/]+)(:([0-9]+))? ]]; then
 fi
 
 t0=$SECONDS
-vet_s=- test_s=- result=FAIL
+shellcheck_s=- vet_s=- test_s=- result=FAIL
 empty_dbs=()
 
 # test_databases prints "name state" for each test database: state is empty
@@ -172,12 +174,32 @@ finish() {
 	local rc=$?
 	if [[ $short == false ]]; then drop_still_empty || true; fi
 	((rc == 0)) && result=PASS
-	log "$result: go vet $(fmt_dur "$vet_s"), go test $(fmt_dur "$test_s"), total wall time $(fmt_dur $((SECONDS - t0)))"
+	log "$result: shellcheck $(fmt_dur "$shellcheck_s"), go vet $(fmt_dur "$vet_s"), go test $(fmt_dur "$test_s"), total wall time $(fmt_dur $((SECONDS - t0)))"
 	exit "$rc"
 }
 trap finish EXIT
 
+# check_scripts: shellcheck on every shell script of the repository; a
+# missing shellcheck is a failure.
+check_scripts() {
+	if ! have shellcheck; then
+		install_packages "scripts/test.sh checks every shell script with shellcheck" shellcheck ||
+			die "shellcheck is missing"
+	fi
+	local scripts
+	mapfile -t scripts < <(find scripts deploy -name '*.sh' | sort; echo .ci/run)
+	log "shellcheck ${scripts[*]}"
+	shellcheck -x "${scripts[@]}"
+}
+
 ensure_go
+# go test -race needs cgo, and cgo a C compiler.
+if ! have "$(go env CC)"; then
+	install_packages "go test -race needs cgo, which needs a C compiler" gcc libc6-dev || die "no C compiler for -race"
+fi
+t=$SECONDS
+check_scripts
+shellcheck_s=$((SECONDS - t))
 if [[ $short == true ]]; then
 	log "-short: integration tests are skipped, not checking MariaDB/RabbitMQ"
 else

@@ -205,7 +205,7 @@ func (t *liveTarget) PrepareCrash(ctx context.Context, svc string) error {
 	return nil
 }
 
-// AwaitRestart waits until the supervisor (scripts/up.sh's supervise.sh, or
+// AwaitRestart waits until the supervisor (scripts/up.sh's cmd/stack, or
 // docker compose's restart policy) has brought a new process up.
 func (t *liveTarget) AwaitRestart(ctx context.Context, svc string) error {
 	t.mu.Lock()

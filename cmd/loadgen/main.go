@@ -121,7 +121,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed of the order mix (0: random)")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "idempotency key prefix (default lg-<time>-<random>)")
 	fs.StringVar(&c.watch, "watch", "auto", "processes to sample for RSS and CPU: auto (up.sh services, mariadbd, beam.smp), name=pid,..., or none")
-	fs.StringVar(&c.runDir, "run-dir", ".run", "where scripts/up.sh keeps <service>.pid (for -watch auto)")
+	fs.StringVar(&c.runDir, "run-dir", ".run", "where scripts/up.sh keeps stack.json (for -watch auto)")
 	fs.IntVar(&c.listMax, "list-max", 50, "most non-terminal orders listed in the text summary")
 	if err := fs.Parse(args); err != nil {
 		return c, err

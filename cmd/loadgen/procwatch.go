@@ -1,22 +1,25 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/relmsg/ordersaga/internal/stack"
 )
 
 // procWatch samples the resident memory and CPU time of a few processes
-// (the services, the database, the broker) once a second from /proc, so a
-// run reports each one's peak RSS and how many cores it used. Linux only;
-// elsewhere it watches nothing.
+// (the services, the database, the broker) once a second from /proc
+// (through procfs), so a run reports each one's peak RSS and how many cores
+// it used. Linux only; elsewhere it watches nothing.
 type procWatch struct {
+	fs    procfs.FS
 	mu    sync.Mutex
 	procs []*watched
 	cpu0  cpuTimes // whole machine, at start
@@ -24,9 +27,9 @@ type procWatch struct {
 
 	// For the share of the machine used by processes we do not watch
 	// (other work on a shared host disturbs a run): the previous sample.
-	lastCPU   cpuTimes
-	lastTicks int64
-	lastAt    time.Time
+	lastCPU  cpuTimes
+	lastSecs float64
+	lastAt   time.Time
 }
 
 type watched struct {
@@ -38,25 +41,23 @@ type watched struct {
 	CPUCores  float64 `json:"cpu_cores"`   // CPUSec / wall time: 1.0 = one core busy
 	Exited    bool    `json:"exited,omitempty"`
 
-	ticks0 int64
-	start  time.Time
+	cpu0  float64 // CPU seconds at the start of the run
+	start time.Time
 }
 
-// clkTck is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every
-// Linux a Go program is likely to meet (sysconf is not reachable without cgo).
-const clkTck = 100
-
-// newProcWatch resolves spec: "" (nothing), "auto" (the services started by
-// scripts/up.sh, found from .run/<service>.pid, plus mariadbd/mysqld and
+// newProcWatch resolves spec: "" (nothing), "auto" (the processes started
+// by scripts/up.sh, found in .run/stack.json, plus mariadbd/mysqld and
 // RabbitMQ's beam.smp), or "name=pid,...".
 func newProcWatch(spec, runDir string) (*procWatch, error) {
 	w := &procWatch{}
 	if spec == "" || spec == "none" {
 		return w, nil
 	}
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
 		return w, nil // not Linux
 	}
+	w.fs = fs
 	add := func(name string, pid int) {
 		if pid <= 0 {
 			return
@@ -69,24 +70,15 @@ func newProcWatch(spec, runDir string) (*procWatch, error) {
 		w.procs = append(w.procs, &watched{Name: name, PID: pid})
 	}
 	if spec == "auto" {
-		for _, svc := range []string{"order", "inventory", "payment-fake"} {
-			b, err := os.ReadFile(filepath.Join(runDir, svc+".pid"))
-			if err != nil {
-				continue
+		// What scripts/up.sh runs, from .run/stack.json (a stack that is
+		// not running leaves only the servers to watch).
+		if f, err := stack.Read(runDir); err == nil {
+			for _, p := range f.Processes {
+				add(p.Name, p.PID)
 			}
-			sup, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				continue
-			}
-			// up.sh records the supervisor; the service is its child.
-			pid := sup
-			if kids := children(sup); len(kids) > 0 {
-				pid = kids[0]
-			}
-			add(svc, pid)
 		}
 		for _, comm := range []string{"mariadbd", "mysqld", "beam.smp"} {
-			for _, pid := range byComm(comm) {
+			for _, pid := range w.byComm(comm) {
 				add(comm, pid)
 			}
 		}
@@ -107,14 +99,14 @@ func newProcWatch(spec, runDir string) (*procWatch, error) {
 func (w *procWatch) begin() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.cpu0 = readCPUTimes()
+	w.cpu0 = w.readCPUTimes()
 	now := time.Now()
 	for _, p := range w.procs {
-		p.ticks0, _ = procTicks(p.PID)
+		p.cpu0, _ = w.cpuSeconds(p.PID)
 		p.start = now
 	}
 	w.sampleLocked()
-	w.lastCPU, w.lastTicks, w.lastAt = w.cpu0, w.watchedTicks(), now
+	w.lastCPU, w.lastSecs, w.lastAt = w.cpu0, w.watchedSeconds(), now
 }
 
 // sample records memory and returns how many cores processes other than
@@ -126,21 +118,21 @@ func (w *procWatch) sample() float64 {
 	if len(w.procs) == 0 {
 		return -1
 	}
-	c, t, now := readCPUTimes(), w.watchedTicks(), time.Now()
+	c, secs, now := w.readCPUTimes(), w.watchedSeconds(), time.Now()
 	other := -1.0
 	if wall := now.Sub(w.lastAt).Seconds(); wall > 0 && c.total > w.lastCPU.total {
-		busyCores := float64(c.busy-w.lastCPU.busy) / clkTck / wall
-		other = round2(math.Max(0, busyCores-float64(t-w.lastTicks)/clkTck/wall))
+		busyCores := (c.busy - w.lastCPU.busy) / wall
+		other = round2(math.Max(0, busyCores-(secs-w.lastSecs)/wall))
 	}
-	w.lastCPU, w.lastTicks, w.lastAt = c, t, now
+	w.lastCPU, w.lastSecs, w.lastAt = c, secs, now
 	return other
 }
 
-func (w *procWatch) watchedTicks() int64 {
-	var sum int64
+func (w *procWatch) watchedSeconds() float64 {
+	var sum float64
 	for _, p := range w.procs {
-		if t, err := procTicks(p.PID); err == nil {
-			sum += t
+		if s, err := w.cpuSeconds(p.PID); err == nil {
+			sum += s
 		}
 	}
 	return sum
@@ -151,7 +143,7 @@ func (w *procWatch) sampleLocked() {
 		if p.Exited {
 			continue
 		}
-		rss, hwm, err := procMem(p.PID)
+		rss, hwm, err := w.procMem(p.PID)
 		if err != nil {
 			p.Exited = true
 			continue
@@ -167,12 +159,12 @@ func (w *procWatch) end() ([]watched, float64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.sampleLocked()
-	w.cpu1 = readCPUTimes()
+	w.cpu1 = w.readCPUTimes()
 	now := time.Now()
 	out := make([]watched, 0, len(w.procs))
 	for _, p := range w.procs {
-		if t, err := procTicks(p.PID); err == nil {
-			p.CPUSec = float64(t-p.ticks0) / clkTck
+		if s, err := w.cpuSeconds(p.PID); err == nil {
+			p.CPUSec = round2(s - p.cpu0)
 			if wall := now.Sub(p.start).Seconds(); wall > 0 {
 				p.CPUCores = round2(p.CPUSec / wall)
 			}
@@ -187,107 +179,61 @@ func (w *procWatch) end() ([]watched, float64) {
 func round2(f float64) float64 { return math.Round(f*100) / 100 }
 
 // procMem reads VmRSS and VmHWM in MiB.
-func procMem(pid int) (rss, hwm float64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func (w *procWatch) procMem(pid int) (rss, hwm float64, err error) {
+	p, err := w.fs.Proc(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			rss = kb / 1024
-		case "VmHWM:":
-			hwm = kb / 1024
-		}
+	st, err := p.NewStatus()
+	if err != nil {
+		return 0, 0, err
 	}
-	return rss, hwm, nil
+	return float64(st.VmRSS) / (1 << 20), float64(st.VmHWM) / (1 << 20), nil
 }
 
-// procTicks returns utime+stime of a process in clock ticks.
-func procTicks(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// cpuSeconds is the user+system time a process has used.
+func (w *procWatch) cpuSeconds(pid int) (float64, error) {
+	p, err := w.fs.Proc(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name may hold spaces: fields count from after its ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// After ")": state is field 3 of the man page; utime 14, stime 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s, nil
+	return st.CPUTime(), nil
 }
 
-func children(pid int) []int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		return nil
-	}
+func (w *procWatch) byComm(comm string) []int {
+	procs, _ := w.fs.AllProcs()
 	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
+	for _, p := range procs {
+		if c, err := p.Comm(); err == nil && c == comm {
+			out = append(out, p.PID)
 		}
 	}
 	return out
 }
 
-func byComm(comm string) []int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	var out []int
-	for _, d := range dirs {
-		b, err := os.ReadFile(d)
-		if err != nil || strings.TrimSpace(string(b)) != comm {
-			continue
-		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d))); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+// cpuTimes is the machine's CPU time, all CPUs together, in seconds: busy
+// and in total.
+type cpuTimes struct{ busy, total float64 }
 
-// cpuTimes is the first line of /proc/stat: busy and total ticks of all CPUs.
-type cpuTimes struct{ busy, total int64 }
-
-func readCPUTimes() cpuTimes {
-	b, err := os.ReadFile("/proc/stat")
+func (w *procWatch) readCPUTimes() cpuTimes {
+	st, err := w.fs.Stat()
 	if err != nil {
 		return cpuTimes{}
 	}
-	l, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(l)
-	if len(f) < 5 || f[0] != "cpu" {
-		return cpuTimes{}
-	}
-	var c cpuTimes
-	for i, s := range f[1:] {
-		if i >= 8 { // guest, guest_nice: already counted in user and nice
-			break
-		}
-		n, _ := strconv.ParseInt(s, 10, 64)
-		c.total += n
-		if i != 3 && i != 4 { // idle, iowait
-			c.busy += n
-		}
-	}
-	return c
+	c := st.CPUTotal
+	// guest and guest_nice are already counted in user and nice.
+	idle := c.Idle + c.Iowait
+	busy := c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
+	return cpuTimes{busy: busy, total: busy + idle}
 }
 
 func (c cpuTimes) busySince(c0 cpuTimes) float64 {
 	if c.total <= c0.total {
 		return 0
 	}
-	return round2(float64(c.busy-c0.busy) / float64(c.total-c0.total))
+	return round2((c.busy - c0.busy) / (c.total - c0.total))
 }

@@ -406,52 +406,13 @@ func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) e
 }
 
 // metric reads one sample from a service's /metrics: the sum over every
-// series of name whose labels include the given ones.
+// series of name whose labels have the given values.
 func (l *Lab) metric(ctx context.Context, svc, name string, labels ...string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, l.T.URL(svc)+"/metrics", nil)
+	families, err := Scrape(ctx, &l.client, l.T.URL(svc)+"/metrics")
 	if err != nil {
 		return 0, err
 	}
-	resp, err := l.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, err
-	}
-	return SumSamples(string(data), name, labels...), nil
-}
-
-// SumSamples adds up the samples of metric name in a Prometheus text
-// exposition whose labels include every given label pair.
-func SumSamples(exposition, name string, labels ...string) float64 {
-	var sum float64
-	for _, line := range strings.Split(exposition, "\n") {
-		if strings.HasPrefix(line, "#") || !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		match := true
-		for i := 0; i+1 < len(labels); i += 2 {
-			if !strings.Contains(rest, labels[i]+`="`+labels[i+1]+`"`) {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		var v float64
-		if fields := strings.Fields(rest[strings.LastIndex(rest, "}")+1:]); len(fields) > 0 {
-			fmt.Sscan(fields[0], &v)
-		}
-		sum += v
-	}
-	return sum
+	return SumSamples(families, name, labels...), nil
 }
 
 // envelopeOf rebuilds the envelope of an outbox row, to publish it again

@@ -270,17 +270,12 @@ func (b *logBuffer) tail(n int) string {
 }
 
 // Metric reads one sample from the service's /metrics: the sum over every
-// series of name whose labels include the given label pairs.
+// series of name whose labels have the given values.
 func (s *Service) Metric(name string, labels ...string) float64 {
 	s.t.Helper()
-	resp, err := http.Get(s.URL + "/metrics")
-	if err != nil {
-		s.t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	families, err := lab.Scrape(context.Background(), http.DefaultClient, s.URL+"/metrics")
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	return lab.SumSamples(string(data), name, labels...)
+	return lab.SumSamples(families, name, labels...)
 }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/relmsg/ordersaga/internal/stack"
+)
+
+// testSupervisor supervises two stand-in services (shell scripts that log a
+// line and wait) in a temporary directory.
+func testSupervisor(t *testing.T) (*supervisor, config) {
+	t.Helper()
+	root := t.TempDir()
+	cfg := config{root: root, runDir: filepath.Join(root, ".run"), stopTimeout: 5 * time.Second, getenv: os.Getenv}
+	script := filepath.Join(root, "service")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"started as $NAME\"\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var procs []*proc
+	for _, name := range []string{"alpha", "beta"} {
+		procs = append(procs, &proc{
+			Process: stack.Process{Name: name, Service: name, Instance: 1, Exe: script,
+				Log: filepath.Join(cfg.runDir, name+".log"), PIDFile: filepath.Join(cfg.runDir, name+".pid")},
+			env:  []string{"NAME=" + name, "PATH=" + os.Getenv("PATH")},
+			done: make(chan struct{}),
+		})
+	}
+	s, err := newSupervisor(cfg, newConsole(io.Discard, io.Discard), "", procs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cfg
+}
+
+// waitLog waits until the log at path holds n lines that contain line.
+func waitLog(t *testing.T, path, line string, n int) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(path)
+		if strings.Count(string(b), line) >= n {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %d× %q within 10s:\n%s", path, n, line, b)
+		}
+	}
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// A process that dies by itself is started again, and the pid file and
+// stack.json follow it; stopping ends every process and removes the files.
+func TestSupervisorRestartsAndStops(t *testing.T) {
+	s, cfg := testSupervisor(t)
+	if err := os.WriteFile(filepath.Join(cfg.runDir, "alpha.log"), []byte("previous run\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.startAll(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stopAll()
+	f, err := stack.Read(cfg.runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Processes) != 2 || f.Supervisor.PID != os.Getpid() {
+		t.Fatalf("stack.json = %+v, want alpha and beta under this process", f)
+	}
+	alpha := f.Processes[0]
+	if pid := readPID(t, alpha.PIDFile); pid != alpha.PID || pid <= 0 {
+		t.Fatalf("alpha.pid = %d, stack.json says %d", pid, alpha.PID)
+	}
+	if b, _ := os.ReadFile(filepath.Join(cfg.runDir, "alpha.log.1")); string(b) != "previous run\n" {
+		t.Errorf("alpha.log.1 = %q, want the previous run's log", b)
+	}
+
+	waitLog(t, alpha.Log, "started as alpha", 1)
+	if err := syscall.Kill(alpha.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var again stack.Process
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if f, err := stack.Read(cfg.runDir); err == nil && f.Processes[0].Restarts == 1 {
+			again = f.Processes[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("alpha was not started again within 10s")
+		}
+	}
+	if again.PID == alpha.PID || readPID(t, alpha.PIDFile) != again.PID {
+		t.Errorf("after the restart: pid %d (was %d), alpha.pid %d", again.PID, alpha.PID, readPID(t, alpha.PIDFile))
+	}
+	if err := syscall.Kill(again.PID, 0); err != nil {
+		t.Errorf("the new alpha (pid %d) is not running: %v", again.PID, err)
+	}
+	if log := waitLog(t, alpha.Log, "started as alpha", 2); !strings.Contains(log, "supervisor: service exited (signal: killed)") {
+		t.Errorf("alpha.log has no note of the supervisor:\n%s", log)
+	}
+
+	beta := f.Processes[1]
+	s.stopAll()
+	for _, pid := range []int{again.PID, beta.PID} {
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("pid %d still runs after stopAll", pid)
+		}
+	}
+	for _, path := range []string{alpha.PIDFile, beta.PIDFile, stack.Path(cfg.runDir)} {
+		if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s left behind after stopAll (%v)", path, err)
+		}
+	}
+}
+
+// A process that ignores SIGTERM is killed once the stop timeout has passed.
+func TestSupervisorKillsWhatDoesNotStop(t *testing.T) {
+	s, cfg := testSupervisor(t)
+	stubborn := filepath.Join(cfg.root, "stubborn")
+	if err := os.WriteFile(stubborn, []byte("#!/bin/sh\ntrap '' TERM\necho up\nwhile :; do sleep 1; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.procs[1].Exe = stubborn
+	s.cfg.stopTimeout = 500 * time.Millisecond
+	if err := s.startAll(); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, s.procs[1].Log, "up", 1) // the trap is set
+	pid := s.procs[1].PID
+	var said strings.Builder
+	s.con = newConsole(io.Discard, &said)
+	s.stopAll()
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Fatalf("pid %d survived stopAll", pid)
+	}
+	if want := "[up] beta did not stop within 500ms: SIGKILL"; !strings.Contains(said.String(), want) {
+		t.Errorf("stopAll said:\n%s\nwant the line %q", said.String(), want)
+	}
+}
