@@ -119,14 +119,8 @@ func (a *App) gatherOwn(ctx context.Context, id uint64, rec *records) error {
 	if rec.history, err = orderdb.History(ctx, a.db, id); err != nil {
 		return err
 	}
-	own, err := outbox.OfAggregate(ctx, a.db, id)
-	if err != nil {
+	if rec.outboxes[orderService], err = outbox.OfAggregate(ctx, a.db, id); err != nil {
 		return err
-	}
-	for _, e := range own {
-		rec.outboxes[orderService] = append(rec.outboxes[orderService], peerclient.OutboxEvent{EventID: e.EventID,
-			AggregateVersion: e.AggregateVersion, EventType: e.EventType, Status: e.Status, Attempts: e.Attempts,
-			CreatedAt: e.CreatedAt, SentAt: e.SentAt})
 	}
 	rec.audits, err = orderdb.Audits(ctx, a.db, id, 1000)
 	return err
@@ -157,13 +151,9 @@ func (a *App) gatherPeers(ctx context.Context, id uint64, rec *records) {
 // gatherInboxes reads every service's inbox rows of the events gathered.
 func (a *App) gatherInboxes(ctx context.Context, rec *records) error {
 	ids := rec.eventIDs()
-	mine, err := inbox.Rows(ctx, a.db, ids)
-	if err != nil {
+	var err error
+	if rec.inboxes[orderService], err = inbox.Rows(ctx, a.db, ids); err != nil {
 		return err
-	}
-	for _, r := range mine {
-		rec.inboxes[orderService] = append(rec.inboxes[orderService],
-			peerclient.InboxRow{Consumer: r.Consumer, EventID: r.EventID, ProcessedAt: r.ProcessedAt})
 	}
 	if a.cfg.Peers == nil || len(ids) == 0 {
 		return nil

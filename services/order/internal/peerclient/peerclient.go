@@ -23,6 +23,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 )
 
 // The services the order service talks to.
@@ -102,23 +105,12 @@ type Refund struct {
 	UpdatedAt    time.Time `json:"updated_at"`
 }
 
-// OutboxEvent is a row of a service's outbox (GET /admin/outbox).
-type OutboxEvent struct {
-	EventID          string     `json:"event_id"`
-	AggregateVersion uint64     `json:"aggregate_version"`
-	EventType        string     `json:"event_type"`
-	Status           string     `json:"status"`
-	Attempts         int        `json:"attempts"`
-	CreatedAt        time.Time  `json:"created_at"`
-	SentAt           *time.Time `json:"sent_at"`
-}
+// OutboxEvent is a row of a service's outbox (GET /admin/outbox): the
+// outbox's own row type, as every service's admin API writes it.
+type OutboxEvent = outbox.Row
 
 // InboxRow is a row of a service's inbox (GET /admin/inbox).
-type InboxRow struct {
-	Consumer    string    `json:"consumer"`
-	EventID     string    `json:"event_id"`
-	ProcessedAt time.Time `json:"processed_at"`
-}
+type InboxRow = inbox.Row
 
 // Reservation asks inventory for an order's reservation. The error is set
 // only when the answer is neither the record nor a 404; the Answer is
