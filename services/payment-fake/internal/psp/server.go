@@ -80,7 +80,7 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), workTimeout)
 	defer cancel()
-	c, created, err := s.charge(ctx, req)
+	c, created, err := s.charge(ctx, req, sw.Mode == ModeDecline)
 	if err != nil {
 		s.afterCall(w, r, log, sw, func() { web.WriteError(w, r, s.log, httpError(err)) })
 		return
@@ -123,7 +123,7 @@ func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := s.log.With("charge_id", req.ChargeID, "idempotency_key", req.IdempotencyKey)
-	sw := s.switches.take()
+	sw := s.switches.takeRefund()
 	if !s.beforeCall(w, r, log, sw) {
 		return
 	}
