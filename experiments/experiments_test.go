@@ -31,6 +31,8 @@ func run(t *testing.T, name string, wrong bool) *lab.Report {
 	)
 	l := lab.New(sagatest.NewTarget(t, s), "", nil)
 	l.Patience = 60 * time.Second
+	var steps []lab.Step
+	l.Steps = func(st lab.Step) { steps = append(steps, st) }
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep := l.Run(ctx, sc, wrong)
@@ -40,7 +42,44 @@ func run(t *testing.T, name string, wrong bool) *lab.Report {
 	if !rep.Passed() {
 		t.Fatalf("%s (wrong way: %v) failed:\n  %s", name, wrong, strings.Join(rep.Failures(), "\n  "))
 	}
+	checkSteps(t, rep, steps)
 	return rep
+}
+
+// checkSteps checks that the steps reported live (the viewer's lab panel)
+// tell the same story as the report: from start to verdict, every section
+// and check in order, and the fault itself (a failpoint armed, or a
+// duplicate published).
+func checkSteps(t *testing.T, rep *lab.Report, steps []lab.Step) {
+	t.Helper()
+	if len(steps) < 2 || steps[0].Kind != lab.StepStarted || steps[len(steps)-1].Kind != lab.StepVerdict {
+		t.Fatalf("steps do not run from started to verdict: %+v", steps)
+	}
+	if last := steps[len(steps)-1]; last.Passed != rep.Passed() || last.Verdict != rep.Verdict {
+		t.Errorf("verdict step = %v %q, report = %v %q", last.Passed, last.Verdict, rep.Passed(), rep.Verdict)
+	}
+	var sections, checks int
+	fault := false
+	for _, st := range steps {
+		switch st.Kind {
+		case lab.StepSection:
+			if sections < len(rep.Sections) && st.Section.Title != rep.Sections[sections].Title {
+				t.Errorf("section step %d = %q, report has %q", sections, st.Section.Title, rep.Sections[sections].Title)
+			}
+			sections++
+		case lab.StepCheck:
+			if checks < len(rep.Checks) && *st.Check != rep.Checks[checks] {
+				t.Errorf("check step %d = %+v, report has %+v", checks, *st.Check, rep.Checks[checks])
+			}
+			checks++
+		case lab.StepArmed, lab.StepPublished:
+			fault = true
+		}
+	}
+	if sections != len(rep.Sections) || checks != len(rep.Checks) || !fault {
+		t.Errorf("steps: %d sections, %d checks, fault step %v; report: %d sections, %d checks",
+			sections, checks, fault, len(rep.Sections), len(rep.Checks))
+	}
 }
 
 func TestExperimentAtomicCommit(t *testing.T) {

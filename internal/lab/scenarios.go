@@ -61,7 +61,7 @@ func Find(name string) (Scenario, bool) {
 // Run runs one scenario; wrong turns its wrong-way switch on for the run
 // (and off again at the end). Failpoints it armed are disarmed at the end.
 func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
-	r := &Report{Name: s.Name, Title: s.Title + ": " + s.Window + " -> " + s.Holds}
+	r := &Report{Name: s.Name, Title: s.Title + ": " + s.Window + " -> " + s.Holds, step: l.step}
 	if wrong {
 		if s.WrongWay == "" {
 			r.check(false, "wrong way", "%s has no wrong-way switch", s.Name)
@@ -69,6 +69,7 @@ func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
 		}
 		r.WrongWay = string(s.WrongWay)
 	}
+	l.step(Step{Kind: StepStarted, What: r.Title, Switches: nonEmpty(r.WrongWay)})
 	start := time.Now()
 	if err := s.run(ctx, l, r, wrong); err != nil {
 		r.check(false, "the experiment ran to the end", "%v", err)
@@ -85,7 +86,15 @@ func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
 			_ = l.setWrongWay(cleanup, svc)
 		}
 	}
+	l.step(Step{Kind: StepVerdict, Passed: r.Passed(), Verdict: r.Verdict, Seconds: r.Took.Seconds()})
 	return r
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
 
 func key(name string) string { return fmt.Sprintf("lab-%s-%d", name, time.Now().UnixNano()) }
@@ -101,6 +110,7 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 		return err
 	}
 	next := fmt.Sprint(last + 1) // the id the failed insert takes (and gives up)
+	l.step(Step{Kind: StepOrder, OrderID: next, What: "the id the failing create takes"})
 	before, err := l.stock(ctx, sku)
 	if err != nil {
 		return err
@@ -230,7 +240,7 @@ func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 		return err
 	}
 	dups0, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-	if err := l.T.PrepareCrash(ctx, "order"); err != nil {
+	if err := l.prepareCrash(ctx, "order"); err != nil {
 		return err
 	}
 	if err := l.arm(ctx, "order", point, "crash", 1); err != nil {
@@ -239,7 +249,7 @@ func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	o, code, _, err := l.createOrder(ctx, k, "c-lab", sku, qty)
 	// The crash may beat the answer to the client. AwaitRestart fails
 	// unless the process really died (and came back).
-	restartErr := l.T.AwaitRestart(ctx, "order")
+	restartErr := l.awaitRestart(ctx, "order")
 	fp := "died at " + point + " (SIGKILL) and came back"
 	if restartErr != nil {
 		fp = restartErr.Error()
@@ -332,7 +342,10 @@ func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 		// The message was acked before the transaction failed: nothing
 		// will bring it back. Watch for longer than the right way needs to
 		// recover (its first retry comes within about a second).
+		const watch = "3 s: longer than the right way needs to retry"
+		l.step(Step{Kind: StepWaiting, What: watch})
 		time.Sleep(3 * time.Second)
+		l.step(Step{Kind: StepWaited, What: watch, Seconds: 3})
 		in, _ := l.inbox(ctx, "inventory", []string{created.EventID})
 		res, _ := l.reservation(ctx, o.OrderID)
 		cur, _, _ := l.order(ctx, o.OrderID)
@@ -459,7 +472,7 @@ func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) err
 		return err
 	}
 	// A second copy of the same event (same event_id), as a re-send would.
-	if err := l.T.Publish(ctx, envelopeOf(created)); err != nil {
+	if err := l.publish(ctx, envelopeOf(created)); err != nil {
 		return err
 	}
 	if err := l.waitFor(ctx, "the second delivery to arrive while the first is open", func() (bool, error) {
@@ -665,6 +678,7 @@ func outOfOrder(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err != nil || code != http.StatusAccepted {
 		return fmt.Errorf("cancel: %d %v", code, err)
 	}
+	l.step(Step{Kind: StepCancel, OrderID: o.OrderID})
 	if err := l.waitFor(ctx, "inventory to see the cancel first", func() (bool, error) {
 		res, err := l.reservation(ctx, o.OrderID)
 		return res.Status != "", err
