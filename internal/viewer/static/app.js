@@ -99,8 +99,10 @@ function el(tag, attrs, children) {
   return e;
 }
 
-function pill(status) {
-  return el("span", { class: "pill s-" + status, dataset: { status: status }, text: statusLabel(status) });
+// pill shows a state as stored; compact (lists) leaves the gloss to the tooltip.
+function pill(status, compact) {
+  const label = statusLabel(status);
+  return el("span", { class: "pill s-" + status, dataset: { status: status }, title: label, text: compact ? status : label });
 }
 
 function randomKey(prefix) {
@@ -297,7 +299,7 @@ function renderOrders() {
     body.append(el("tr", { class: o.order_id === state.selected ? "sel" : "", dataset: { orderId: o.order_id },
       onclick: () => selectOrder(o.order_id) }, [
       el("td", { class: "num", text: "#" + o.order_id }),
-      el("td", {}, [pill(o.status)]),
+      el("td", {}, [pill(o.status, true)]),
       el("td", { class: "num", text: money(o.total_cents, o.currency) }),
       el("td", { class: "num age", text: age(o.created_at) }),
       el("td", { class: "cust", text: o.customer_id }),

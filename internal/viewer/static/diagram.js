@@ -139,7 +139,7 @@ function describe(e, ctx) {
       const attempts = row.attempts !== undefined ? row.attempts : d.attempts;
       let path = t("k.outbox.path." + status, { claim: shortID(row.claim_token) });
       if (path.startsWith("k.outbox.path")) path = status;
-      if (attempts > 1 || status === "sent") path += " · " + t("k.outbox.attempts", { n: attempts });
+      if (attempts > 0) path += " · " + t("k.outbox.attempts", { n: attempts });
       Object.assign(s, { lane: svc, cls: "k-outbox", status: status, where: table("outbox_events"),
         record: Object.assign({}, d, { row: row }),
         title: t("k.outbox.written", { type: d.event_type, version: d.aggregate_version }),
@@ -302,7 +302,7 @@ function renderDiagram(steps, width, selected) {
   const H = y + 12;
 
   out.push(`<svg xmlns="http://www.w3.org/2000/svg" class="seq" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img">`);
-  out.push(`<defs><marker id="ah" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" markerHeight="8" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="ahead"/></marker></defs>`);
+  out.push(`<defs><marker id="ah" viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" markerWidth="13" markerHeight="13" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="ahead"/></marker></defs>`);
   // Row stripes, then lifelines, so boxes and arrows sit on top.
   rows.forEach((r) => {
     out.push(`<rect class="stripe${r.i % 2 ? " odd" : ""}${r.i === selected ? " sel" : ""}" x="0" y="${r.y}" width="${W}" height="${r.h}"/>`);
