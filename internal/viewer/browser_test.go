@@ -25,6 +25,9 @@ import (
 // directory (go test -artifacts keeps them).
 func TestViewerInTheBrowser(t *testing.T) {
 	t.Parallel()
+	if testing.Short() {
+		t.Skip("integration test (MariaDB, RabbitMQ, chromium): skipped with -short")
+	}
 	chrome := chromium(t)
 	s := sagatest.Start(t,
 		// Short lease: the duplicate window's re-send comes within seconds.
