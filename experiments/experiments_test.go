@@ -20,6 +20,12 @@ import (
 // check held. The log shows the before/after tables.
 func run(t *testing.T, name string, wrong bool) *lab.Report {
 	t.Helper()
+	return runAfter(t, name, wrong, nil)
+}
+
+// runAfter is run with prepare called on the stack first.
+func runAfter(t *testing.T, name string, wrong bool, prepare func(*sagatest.Stack)) *lab.Report {
+	t.Helper()
 	sc, ok := lab.Find(name)
 	if !ok {
 		t.Fatalf("no scenario %q", name)
@@ -29,6 +35,9 @@ func run(t *testing.T, name string, wrong bool) *lab.Report {
 		// enough for the lab to arm its second pause under a loaded -race run).
 		sagatest.WithEnv("order", "OUTBOX_LEASE", "3s"),
 	)
+	if prepare != nil {
+		prepare(s)
+	}
 	l := lab.New(sagatest.NewTarget(t, s), "", nil)
 	l.Patience = 60 * time.Second
 	var steps []lab.Step
@@ -90,6 +99,27 @@ func TestExperimentAtomicCommit(t *testing.T) {
 func TestExperimentAtomicCommitWrongWay(t *testing.T) {
 	t.Parallel()
 	run(t, "atomic-commit", true)
+}
+
+// A replayed Idempotency-Key fails on the unique key and uses up an order
+// id, so the rolled-back order does not take last+1: the experiment still
+// finds the order inventory and the PSP acted on (a reader of the viewer
+// sends a key twice, then runs this).
+func TestExperimentAtomicCommitWrongWayAfterAReplay(t *testing.T) {
+	t.Parallel()
+	run := runAfter(t, "atomic-commit", true, func(s *sagatest.Stack) {
+		body := map[string]any{"customer_id": "c-replay", "items": []map[string]any{{"sku": "SKU-1", "quantity": 1}}}
+		for range 2 {
+			if code := s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "replayed"}, body, nil); code != 202 {
+				t.Fatalf("create: %d", code)
+			}
+		}
+	})
+	for _, c := range run.Checks {
+		if strings.HasPrefix(c.What, "anomaly: the order does not exist") && strings.Contains(c.Detail, "/orders/2 ") {
+			t.Errorf("the experiment looked at order 2, the id the replay used up: %s", c.Detail)
+		}
+	}
 }
 
 func TestExperimentSendRecovery(t *testing.T) {

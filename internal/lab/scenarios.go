@@ -97,6 +97,10 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
+// givenUpIDs bounds how far past the last order the wrong way of
+// atomic-commit looks for the id its rolled-back order took.
+const givenUpIDs = 20
+
 func key(name string) string { return fmt.Sprintf("lab-%s-%d", name, time.Now().UnixNano()) }
 
 // --- atomic commit -------------------------------------------------------
@@ -109,7 +113,12 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err != nil {
 		return err
 	}
-	next := fmt.Sprint(last + 1) // the id the failed insert takes (and gives up)
+	// The failed insert takes the next auto-increment id and gives it up.
+	// That is last+1 unless an insert failed since the last order (a
+	// replayed Idempotency-Key fails on the unique key and uses an id too):
+	// the wrong way looks for the id the events carried, the right way
+	// checks every id up to the retry's.
+	next := fmt.Sprint(last + 1)
 	l.step(Step{Kind: StepOrder, OrderID: next, What: "the id the failing create takes"})
 	before, err := l.stock(ctx, sku)
 	if err != nil {
@@ -135,12 +144,21 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if wrong {
 		// The event left before the transaction rolled back.
 		err := l.waitFor(ctx, "inventory and payment to act on the rolled-back order "+next, func() (bool, error) {
-			res, err := l.reservation(ctx, next)
-			if err != nil {
-				return false, err
+			for id := last + 1; id <= last+givenUpIDs; id++ {
+				res, err := l.reservation(ctx, fmt.Sprint(id))
+				if err != nil || res.Status == "" {
+					continue
+				}
+				pay, err := l.payment(ctx, fmt.Sprint(id))
+				if err == nil && pay.Status == "succeeded" {
+					if next != fmt.Sprint(id) {
+						next = fmt.Sprint(id)
+						l.step(Step{Kind: StepOrder, OrderID: next, What: "the id the failing create took"})
+					}
+					return true, nil
+				}
 			}
-			pay, err := l.payment(ctx, next)
-			return res.Status != "" && pay.Status == "succeeded", err
+			return false, nil
 		})
 		r.Sections = append(r.Sections, l.snapshot(ctx, "after the fault (wrong way: no outbox, published before COMMIT)", next, sku))
 		_, code, _ := l.order(ctx, next)
@@ -170,6 +188,18 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	}
 	r.check(code == http.StatusAccepted && hdr.Get("Idempotent-Replayed") == "", "the retry creates the order",
 		"POST answered %d, replayed=%q: no order existed under the key", code, hdr.Get("Idempotent-Replayed"))
+	var retryID uint64
+	fmt.Sscan(o.OrderID, &retryID)
+	var kept []string
+	for id := last + 1; id < retryID; id++ {
+		_, c, _ := l.order(ctx, fmt.Sprint(id))
+		ev, _ := l.outbox(ctx, "order", fmt.Sprint(id))
+		if c != http.StatusNotFound || len(ev) > 0 {
+			kept = append(kept, fmt.Sprint(id))
+		}
+	}
+	r.check(retryID > last && len(kept) == 0, "no order or event under any id given up",
+		"ids %d to %d: none has an order row or an outbox row %v", last+1, retryID-1, kept)
 	if err := l.waitSettled(ctx, o.OrderID); err != nil {
 		return err
 	}
