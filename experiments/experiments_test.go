@@ -21,6 +21,12 @@ import (
 // check held. The log shows the before/after tables.
 func run(t *testing.T, name string, wrong bool) *lab.Report {
 	t.Helper()
+	return runAfter(t, name, wrong, nil)
+}
+
+// runAfter is run with prepare called on the stack first.
+func runAfter(t *testing.T, name string, wrong bool, prepare func(*sagatest.Stack)) *lab.Report {
+	t.Helper()
 	sc, ok := lab.Find(name)
 	if !ok {
 		t.Fatalf("no scenario %q", name)
@@ -30,8 +36,13 @@ func run(t *testing.T, name string, wrong bool) *lab.Report {
 		// enough for the lab to arm its second pause under a loaded -race run).
 		sagatest.WithEnv("order", "OUTBOX_LEASE", "3s"),
 	)
+	if prepare != nil {
+		prepare(s)
+	}
 	l := lab.New(sagatest.NewTarget(t, s), "", nil)
 	l.Patience = 60 * time.Second
+	var steps []lab.Step
+	l.Steps = func(st lab.Step) { steps = append(steps, st) }
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep := l.Run(ctx, sc, wrong)
@@ -41,7 +52,44 @@ func run(t *testing.T, name string, wrong bool) *lab.Report {
 	if !rep.Passed() {
 		t.Fatalf("%s (wrong way: %v) failed:\n  %s", name, wrong, strings.Join(rep.Failures(), "\n  "))
 	}
+	checkSteps(t, rep, steps)
 	return rep
+}
+
+// checkSteps checks that the steps reported live (the viewer's lab panel)
+// tell the same story as the report: from start to verdict, every section
+// and check in order, and the fault itself (a failpoint armed, or a
+// duplicate published).
+func checkSteps(t *testing.T, rep *lab.Report, steps []lab.Step) {
+	t.Helper()
+	if len(steps) < 2 || steps[0].Kind != lab.StepStarted || steps[len(steps)-1].Kind != lab.StepVerdict {
+		t.Fatalf("steps do not run from started to verdict: %+v", steps)
+	}
+	if last := steps[len(steps)-1]; last.Passed != rep.Passed() || last.Verdict != rep.Verdict {
+		t.Errorf("verdict step = %v %q, report = %v %q", last.Passed, last.Verdict, rep.Passed(), rep.Verdict)
+	}
+	var sections, checks int
+	fault := false
+	for _, st := range steps {
+		switch st.Kind {
+		case lab.StepSection:
+			if sections < len(rep.Sections) && st.Section.Title != rep.Sections[sections].Title {
+				t.Errorf("section step %d = %q, report has %q", sections, st.Section.Title, rep.Sections[sections].Title)
+			}
+			sections++
+		case lab.StepCheck:
+			if checks < len(rep.Checks) && *st.Check != rep.Checks[checks] {
+				t.Errorf("check step %d = %+v, report has %+v", checks, *st.Check, rep.Checks[checks])
+			}
+			checks++
+		case lab.StepArmed, lab.StepPublished:
+			fault = true
+		}
+	}
+	if sections != len(rep.Sections) || checks != len(rep.Checks) || !fault {
+		t.Errorf("steps: %d sections, %d checks, fault step %v; report: %d sections, %d checks",
+			sections, checks, fault, len(rep.Sections), len(rep.Checks))
+	}
 }
 
 func TestExperimentAtomicCommit(t *testing.T) {
@@ -52,6 +100,27 @@ func TestExperimentAtomicCommit(t *testing.T) {
 func TestExperimentAtomicCommitWrongWay(t *testing.T) {
 	t.Parallel()
 	run(t, "atomic-commit", true)
+}
+
+// A replayed Idempotency-Key fails on the unique key and uses up an order
+// id, so the rolled-back order does not take last+1: the experiment still
+// finds the order inventory and the PSP acted on (a reader of the viewer
+// sends a key twice, then runs this).
+func TestExperimentAtomicCommitWrongWayAfterAReplay(t *testing.T) {
+	t.Parallel()
+	run := runAfter(t, "atomic-commit", true, func(s *sagatest.Stack) {
+		body := map[string]any{"customer_id": "c-replay", "items": []map[string]any{{"sku": "SKU-1", "quantity": 1}}}
+		for range 2 {
+			if code := s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "replayed"}, body, nil); code != 202 {
+				t.Fatalf("create: %d", code)
+			}
+		}
+	})
+	for _, c := range run.Checks {
+		if strings.HasPrefix(c.What, "anomaly: the order does not exist") && strings.Contains(c.Detail, "/orders/2 ") {
+			t.Errorf("the experiment looked at order 2, the id the replay used up: %s", c.Detail)
+		}
+	}
 }
 
 func TestExperimentSendRecovery(t *testing.T) {

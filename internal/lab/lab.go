@@ -47,6 +47,9 @@ type Lab struct {
 	T     Target
 	Token string    // ADMIN_TOKEN, if the stack uses one
 	Out   io.Writer // progress lines; nil for none
+	// Steps, if set, is told each step as it happens, on the experiment's
+	// goroutine (the viewer shows them; Out is for a terminal).
+	Steps func(Step)
 	// Patience bounds every wait for recovery.
 	Patience time.Duration
 
@@ -131,9 +134,11 @@ func (l *Lab) progressDone() {
 func (l *Lab) waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
 	start := time.Now()
 	defer l.progressDone()
+	l.step(Step{Kind: StepWaiting, What: what})
 	for {
 		ok, err := cond()
 		if err == nil && ok {
+			l.step(Step{Kind: StepWaited, What: what, Seconds: time.Since(start).Seconds()})
 			return nil
 		}
 		if time.Since(start) > l.Patience {
@@ -166,6 +171,9 @@ func (l *Lab) createOrder(ctx context.Context, key, customer, sku string, qty in
 	var o Order
 	body := map[string]any{"customer_id": customer, "items": []map[string]any{{"sku": sku, "quantity": qty}}}
 	code, hdr, err := l.call(ctx, "order", http.MethodPost, "/orders", map[string]string{"Idempotency-Key": key}, body, &o)
+	if err == nil && code == http.StatusAccepted {
+		l.step(Step{Kind: StepOrder, OrderID: o.OrderID})
+	}
 	return o, code, hdr, err
 }
 
@@ -347,6 +355,9 @@ func (l *Lab) arm(ctx context.Context, svc, point, action string, count int) err
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("arm %s on %s: status %d (is DEMO_MODE on?)", point, svc, code)
 	}
+	if err == nil {
+		l.step(Step{Kind: StepArmed, Service: svc, Point: point, Action: action, Count: count})
+	}
 	return err
 }
 
@@ -355,11 +366,17 @@ func (l *Lab) release(ctx context.Context, svc, point string) error {
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("release %s on %s: status %d", point, svc, code)
 	}
+	if err == nil {
+		l.step(Step{Kind: StepReleased, Service: svc, Point: point})
+	}
 	return err
 }
 
 func (l *Lab) disarm(ctx context.Context, svc, point string) error {
 	_, _, err := l.call(ctx, svc, http.MethodDelete, "/debug/failpoints/"+point, nil, nil, nil)
+	if err == nil {
+		l.step(Step{Kind: StepDisarmed, Service: svc, Point: point})
+	}
 	return err
 }
 
@@ -380,18 +397,26 @@ func (l *Lab) failpoint(ctx context.Context, svc, point string) (FailpointStatus
 
 // waitHit waits until the failpoint has been hit at least once.
 func (l *Lab) waitHit(ctx context.Context, what, svc, point string) error {
-	return l.waitFor(ctx, what, func() (bool, error) {
+	err := l.waitFor(ctx, what, func() (bool, error) {
 		fp, err := l.failpoint(ctx, svc, point)
 		return fp.Hits >= 1, err
 	})
+	if err == nil {
+		l.step(Step{Kind: StepHit, Service: svc, Point: point})
+	}
+	return err
 }
 
 // waitPaused waits until a caller is held at the (pause) failpoint.
 func (l *Lab) waitPaused(ctx context.Context, what, svc, point string) error {
-	return l.waitFor(ctx, what, func() (bool, error) {
+	err := l.waitFor(ctx, what, func() (bool, error) {
 		fp, err := l.failpoint(ctx, svc, point)
 		return fp.Paused > 0, err
 	})
+	if err == nil {
+		l.step(Step{Kind: StepPaused, Service: svc, Point: point})
+	}
+	return err
 }
 
 func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) error {
@@ -401,6 +426,9 @@ func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) e
 	code, _, err := l.call(ctx, svc, http.MethodPut, "/debug/wrong-way", nil, map[string]any{"on": switches}, nil)
 	if err == nil && code != http.StatusOK {
 		err = fmt.Errorf("wrong-way switches on %s: status %d (is DEMO_MODE on?)", svc, code)
+	}
+	if err == nil {
+		l.step(Step{Kind: StepWrongWay, Service: svc, Switches: switches})
 	}
 	return err
 }

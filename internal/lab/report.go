@@ -14,13 +14,15 @@ import (
 
 // Report is what one experiment found.
 type Report struct {
-	Name     string
-	Title    string
-	WrongWay string // the wrong-way switch the run used, "" for the right way
-	Sections []Section
-	Checks   []Check
-	Verdict  string
-	Took     time.Duration
+	Name     string        `json:"name"`
+	Title    string        `json:"title"`
+	WrongWay string        `json:"wrong_way,omitempty"` // the wrong-way switch the run used, "" for the right way
+	Sections []Section     `json:"sections"`
+	Checks   []Check       `json:"checks"`
+	Verdict  string        `json:"verdict"`
+	Took     time.Duration `json:"-"`
+
+	step func(Step) // reports each check as it is made
 }
 
 // Passed reports whether every check held. For a wrong-way run the checks
@@ -50,26 +52,30 @@ func (r *Report) Failures() []string {
 
 // Section is the evidence at one moment.
 type Section struct {
-	Title  string
-	Tables []Table
+	Title  string  `json:"title"`
+	Tables []Table `json:"tables"`
 }
 
 // Table is an aligned table of rows.
 type Table struct {
-	Title  string
-	Header []string
-	Rows   [][]string
+	Title  string     `json:"title"`
+	Header []string   `json:"header"`
+	Rows   [][]string `json:"rows"`
 }
 
 // Check is one assertion a reader would make.
 type Check struct {
-	What   string
-	OK     bool
-	Detail string
+	What   string `json:"what"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
 }
 
 func (r *Report) check(ok bool, what, format string, args ...any) {
-	r.Checks = append(r.Checks, Check{What: what, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	c := Check{What: what, OK: ok, Detail: fmt.Sprintf(format, args...)}
+	r.Checks = append(r.Checks, c)
+	if r.step != nil {
+		r.step(Step{Kind: StepCheck, Check: &c})
+	}
 }
 
 // Print writes the report as aligned tables, the checks and the verdict.
@@ -182,6 +188,7 @@ func (l *Lab) snapshot(ctx context.Context, title, orderID string, skus ...strin
 		}
 		s.Tables = append(s.Tables, t)
 	}
+	l.step(Step{Kind: StepSection, Section: &s})
 	return s
 }
 

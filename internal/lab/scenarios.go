@@ -63,7 +63,7 @@ func Find(name string) (Scenario, bool) {
 // Run runs one scenario; wrong turns its wrong-way switch on for the run
 // (and off again at the end). Failpoints it armed are disarmed at the end.
 func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
-	r := &Report{Name: s.Name, Title: s.Title + ": " + s.Window + " -> " + s.Holds}
+	r := &Report{Name: s.Name, Title: s.Title + ": " + s.Window + " -> " + s.Holds, step: l.step}
 	if wrong {
 		if s.WrongWay == "" {
 			r.check(false, "wrong way", "%s has no wrong-way switch", s.Name)
@@ -71,6 +71,7 @@ func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
 		}
 		r.WrongWay = string(s.WrongWay)
 	}
+	l.step(Step{Kind: StepStarted, What: r.Title, Switches: nonEmpty(r.WrongWay)})
 	start := time.Now()
 	if err := s.run(ctx, l, r, wrong); err != nil {
 		r.check(false, "the experiment ran to the end", "%v", err)
@@ -87,8 +88,20 @@ func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
 			_ = l.setWrongWay(cleanup, svc)
 		}
 	}
+	l.step(Step{Kind: StepVerdict, Passed: r.Passed(), Verdict: r.Verdict, Seconds: r.Took.Seconds()})
 	return r
 }
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+// givenUpIDs bounds how far past the last order the wrong way of
+// atomic-commit looks for the id its rolled-back order took.
+const givenUpIDs = 20
 
 func key(name string) string { return fmt.Sprintf("lab-%s-%d", name, time.Now().UnixNano()) }
 
@@ -102,7 +115,13 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err != nil {
 		return err
 	}
-	next := fmt.Sprint(last + 1) // the id the failed insert takes (and gives up)
+	// The failed insert takes the next auto-increment id and gives it up.
+	// That is last+1 unless an insert failed since the last order (a
+	// replayed Idempotency-Key fails on the unique key and uses an id too):
+	// the wrong way looks for the id the events carried, the right way
+	// checks every id up to the retry's.
+	next := fmt.Sprint(last + 1)
+	l.step(Step{Kind: StepOrder, OrderID: next, What: "the id the failing create takes"})
 	before, err := l.stock(ctx, sku)
 	if err != nil {
 		return err
@@ -127,12 +146,21 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if wrong {
 		// The event left before the transaction rolled back.
 		err := l.waitFor(ctx, "inventory and payment to act on the rolled-back order "+next, func() (bool, error) {
-			res, err := l.reservation(ctx, next)
-			if err != nil {
-				return false, err
+			for id := last + 1; id <= last+givenUpIDs; id++ {
+				res, err := l.reservation(ctx, fmt.Sprint(id))
+				if err != nil || res.Status == "" {
+					continue
+				}
+				pay, err := l.payment(ctx, fmt.Sprint(id))
+				if err == nil && pay.Status == "succeeded" {
+					if next != fmt.Sprint(id) {
+						next = fmt.Sprint(id)
+						l.step(Step{Kind: StepOrder, OrderID: next, What: "the id the failing create took"})
+					}
+					return true, nil
+				}
 			}
-			pay, err := l.payment(ctx, next)
-			return res.Status != "" && pay.Status == "succeeded", err
+			return false, nil
 		})
 		r.Sections = append(r.Sections, l.snapshot(ctx, "after the fault (wrong way: no outbox, published before COMMIT)", next, sku))
 		_, code, _ := l.order(ctx, next)
@@ -162,6 +190,18 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	}
 	r.check(code == http.StatusAccepted && hdr.Get("Idempotent-Replayed") == "", "the retry creates the order",
 		"POST answered %d, replayed=%q: no order existed under the key", code, hdr.Get("Idempotent-Replayed"))
+	var retryID uint64
+	fmt.Sscan(o.OrderID, &retryID)
+	var kept []string
+	for id := last + 1; id < retryID; id++ {
+		_, c, _ := l.order(ctx, fmt.Sprint(id))
+		ev, _ := l.outbox(ctx, "order", fmt.Sprint(id))
+		if c != http.StatusNotFound || len(ev) > 0 {
+			kept = append(kept, fmt.Sprint(id))
+		}
+	}
+	r.check(retryID > last && len(kept) == 0, "no order or event under any id given up",
+		"ids %d to %d: none has an order row or an outbox row %v", last+1, retryID-1, kept)
 	if err := l.waitSettled(ctx, o.OrderID); err != nil {
 		return err
 	}
@@ -232,7 +272,7 @@ func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 		return err
 	}
 	dups0, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-	if err := l.T.PrepareCrash(ctx, "order"); err != nil {
+	if err := l.prepareCrash(ctx, "order"); err != nil {
 		return err
 	}
 	if err := l.arm(ctx, "order", point, "crash", 1); err != nil {
@@ -241,7 +281,7 @@ func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	o, code, _, err := l.createOrder(ctx, k, "c-lab", sku, qty)
 	// The crash may beat the answer to the client. AwaitRestart fails
 	// unless the process really died (and came back).
-	restartErr := l.T.AwaitRestart(ctx, "order")
+	restartErr := l.awaitRestart(ctx, "order")
 	fp := "died at " + point + " (SIGKILL) and came back"
 	if restartErr != nil {
 		fp = restartErr.Error()
@@ -334,7 +374,10 @@ func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 		// The message was acked before the transaction failed: nothing
 		// will bring it back. Watch for longer than the right way needs to
 		// recover (its first retry comes within about a second).
+		const watch = "3 s: longer than the right way needs to retry"
+		l.step(Step{Kind: StepWaiting, What: watch})
 		time.Sleep(3 * time.Second)
+		l.step(Step{Kind: StepWaited, What: watch, Seconds: 3})
 		in, _ := l.inbox(ctx, "inventory", []string{created.EventID})
 		res, _ := l.reservation(ctx, o.OrderID)
 		cur, _, _ := l.order(ctx, o.OrderID)
@@ -461,7 +504,7 @@ func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) err
 		return err
 	}
 	// A second copy of the same event (same event_id), as a re-send would.
-	if err := l.T.Publish(ctx, envelopeOf(created)); err != nil {
+	if err := l.publish(ctx, envelopeOf(created)); err != nil {
 		return err
 	}
 	if err := l.waitFor(ctx, "the second delivery to arrive while the first is open", func() (bool, error) {
@@ -667,6 +710,7 @@ func outOfOrder(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err != nil || code != http.StatusAccepted {
 		return fmt.Errorf("cancel: %d %v", code, err)
 	}
+	l.step(Step{Kind: StepCancel, OrderID: o.OrderID})
 	if err := l.waitFor(ctx, "inventory to see the cancel first", func() (bool, error) {
 		res, err := l.reservation(ctx, o.OrderID)
 		return res.Status != "", err

@@ -18,8 +18,8 @@ import (
 // One plain INSERT decides: 1062 on the idempotency key means "already
 // done". There is no read before the write, so twenty concurrent calls with
 // one key make one charge and all twenty answer with it.
-func (s *Server) charge(ctx context.Context, r ChargeRequest) (c Charge, created bool, err error) {
-	status, declineCode := decide(r)
+func (s *Server) charge(ctx context.Context, r ChargeRequest, declineAll bool) (c Charge, created bool, err error) {
+	status, declineCode := decide(r, declineAll)
 	row := chargeRow{
 		ChargeID:       "ch_" + rand.Text(),
 		IdempotencyKey: r.IdempotencyKey,

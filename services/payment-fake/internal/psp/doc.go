@@ -52,6 +52,10 @@
 //     byte of answer: the caller cannot know that it was charged.
 //   - fail-before-charge: drop the connection without charging anything.
 //   - error-5xx: answer 502 without charging anything.
+//   - decline: the card network says no: every charge is stored declined
+//     with decline_code "card_declined", whatever the customer. Refunds are
+//     not affected and do not use up its count. The saga's cancel path
+//     (release the stock, cancel the order) on demand, for any order.
 //
 // Like a real PSP, it finishes a charge it has received even when the caller
 // hangs up: the database work runs on a context that the caller's

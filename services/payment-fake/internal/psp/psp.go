@@ -75,6 +75,7 @@ const (
 	ModeLoseResponse     Mode = "lose-response"
 	ModeFailBeforeCharge Mode = "fail-before-charge"
 	ModeError5xx         Mode = "error-5xx"
+	ModeDecline          Mode = "decline"
 )
 
 // MaxDelayMS bounds the delay of ModeSlow.
@@ -93,13 +94,13 @@ type Switch struct {
 // Validate reports what is wrong with s, or nil.
 func (s Switch) Validate() error {
 	switch s.Mode {
-	case ModeNormal, ModeLoseResponse, ModeFailBeforeCharge, ModeError5xx:
+	case ModeNormal, ModeLoseResponse, ModeFailBeforeCharge, ModeError5xx, ModeDecline:
 	case ModeSlow:
 		if s.DelayMS <= 0 {
 			return errors.New("mode slow needs delay_ms > 0")
 		}
 	default:
-		return fmt.Errorf("mode must be one of normal, slow, lose-response, fail-before-charge, error-5xx, not %q", s.Mode)
+		return fmt.Errorf("mode must be one of normal, slow, lose-response, fail-before-charge, error-5xx, decline, not %q", s.Mode)
 	}
 	if s.DelayMS < 0 || s.DelayMS > MaxDelayMS {
 		return fmt.Errorf("delay_ms must be between 0 and %d", MaxDelayMS)
@@ -164,10 +165,11 @@ func validKey(field, v string, max int) error {
 	return nil
 }
 
-// decide applies the decline rules of the package comment to a valid request.
-func decide(r ChargeRequest) (status, declineCode string) {
+// decide applies the decline rules of the package comment to a valid
+// request; declineAll is the decline switch.
+func decide(r ChargeRequest, declineAll bool) (status, declineCode string) {
 	switch {
-	case strings.HasPrefix(r.CustomerID, "decline"):
+	case declineAll, strings.HasPrefix(r.CustomerID, "decline"):
 		return StatusDeclined, DeclineCardDeclined
 	case r.AmountCents > MaxAmountCents:
 		return StatusDeclined, DeclineAmountLimit

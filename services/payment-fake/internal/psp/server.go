@@ -69,8 +69,9 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	log := s.log.With("order_ref", req.OrderRef, "idempotency_key", req.IdempotencyKey)
-	return s.serveCall(w, r, log, func(ctx context.Context) (any, bool, error) {
-		c, created, err := s.charge(ctx, req)
+	sw := s.switches.take()
+	return s.serveCall(w, r, log, sw, func(ctx context.Context) (any, bool, error) {
+		c, created, err := s.charge(ctx, req, sw.Mode == ModeDecline)
 		if err == nil {
 			log.Info("psp charge", "charge_id", c.ChargeID, "status", c.Status, "decline_code", c.DeclineCode, "replayed", !created)
 		}
@@ -106,7 +107,7 @@ func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	log := s.log.With("charge_id", req.ChargeID, "idempotency_key", req.IdempotencyKey)
-	return s.serveCall(w, r, log, func(ctx context.Context) (any, bool, error) {
+	return s.serveCall(w, r, log, s.switches.takeRefund(), func(ctx context.Context) (any, bool, error) {
 		f, created, err := s.refund(ctx, req)
 		if err == nil {
 			log.Info("psp refund", "refund_id", f.RefundID, "amount_cents", f.AmountCents, "replayed", !created)
@@ -180,15 +181,15 @@ func queryKey(r *http.Request, name string) (string, error) {
 	return v, nil
 }
 
-// serveCall runs one charge or refund through the fault switch. The switch
+// serveCall runs one charge or refund through the fault switch sw (taken
+// by the caller: a refund does not use up a decline). The switch
 // may stop it before any work (fail-before-charge, error-5xx); the work runs
 // on a context the caller cannot cancel, since a PSP finishes what it has
 // received; then its answer, the result (201, or 200 replayed) or the
 // error, goes back through the switch (slow, lose-response) and the
 // failpoint, which may drop it.
-func (s *Server) serveCall(w http.ResponseWriter, r *http.Request, log *slog.Logger,
+func (s *Server) serveCall(w http.ResponseWriter, r *http.Request, log *slog.Logger, sw Switch,
 	work func(context.Context) (v any, created bool, err error)) error {
-	sw := s.switches.take()
 	if !s.beforeCall(w, log, sw) {
 		return nil
 	}

@@ -28,12 +28,19 @@ func (b *switchboard) current() Switch {
 	return b.cur
 }
 
-// take returns the switch that applies to this call and uses one call up.
-func (b *switchboard) take() Switch {
+// take returns the switch that applies to this charge call and uses one
+// call up.
+func (b *switchboard) take() Switch { return b.takeFor(true) }
+
+// takeRefund is take for a refund call: decline is about charges, so a
+// refund neither sees it nor uses it up.
+func (b *switchboard) takeRefund() Switch { return b.takeFor(false) }
+
+func (b *switchboard) takeFor(charge bool) Switch {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.cur
-	if s.Mode == "" || s.Mode == ModeNormal {
+	if s.Mode == "" || s.Mode == ModeNormal || (s.Mode == ModeDecline && !charge) {
 		return Switch{Mode: ModeNormal}
 	}
 	if s.Count > 0 {

@@ -47,6 +47,7 @@ func TestSwitchValidate(t *testing.T) {
 		{Switch{Mode: ModeLoseResponse, Count: 1}, true},
 		{Switch{Mode: ModeFailBeforeCharge}, true},
 		{Switch{Mode: ModeError5xx, Count: 3}, true},
+		{Switch{Mode: ModeDecline, Count: 1}, true},
 		{Switch{Mode: "explode"}, false},
 		{Switch{Mode: ""}, false},
 		{Switch{Mode: ModeError5xx, Count: -1}, false},
@@ -119,6 +120,36 @@ func TestSwitchLoseResponse(t *testing.T) {
 	rows := p.chargeRows(t)
 	if len(rows) != 1 || rows[0].ChargeID != c.ChargeID || rows[0].AmountCents != 1500 {
 		t.Errorf("psp_charges = %+v, want the one charge %s", rows, c.ChargeID)
+	}
+}
+
+// decline: the next charge is declined whatever the customer; a refund in
+// between is not affected and does not use the switch up.
+func TestSwitchDecline(t *testing.T) {
+	t.Parallel()
+	p := newTestPSP(t)
+	ctx := context.Background()
+	paid := p.mustCharge(t, chargeReq("order-41-charge"))
+	p.mustSetSwitch(t, Switch{Mode: ModeDecline, Count: 1})
+
+	f, err := p.client.Refund(ctx, RefundRequest{IdempotencyKey: "order-41-refund", ChargeID: paid.ChargeID, AmountCents: 1500})
+	if err != nil || f.AmountCents != 1500 {
+		t.Fatalf("refund under the decline switch = %+v, %v; want refunded 1500", f, err)
+	}
+	if got := p.srv.CurrentSwitch(); got != (Switch{Mode: ModeDecline, Count: 1}) {
+		t.Errorf("after a refund: switch = %+v, want decline with 1 call left", got)
+	}
+	declined := p.mustCharge(t, chargeReq("order-42-charge"))
+	if declined.Status != StatusDeclined || declined.DeclineCode != DeclineCardDeclined {
+		t.Errorf("charge under the decline switch = %+v, want declined card_declined", declined)
+	}
+	again := p.mustCharge(t, chargeReq("order-42-charge"))
+	if again != declined {
+		t.Errorf("replay after the switch ran out = %+v, want the stored decline %+v", again, declined)
+	}
+	next := p.mustCharge(t, chargeReq("order-43-charge"))
+	if next.Status != StatusSucceeded {
+		t.Errorf("charge after the switch ran out = %+v, want succeeded", next)
 	}
 }
 

@@ -1,0 +1,83 @@
+// Command viewer serves the saga viewer (internal/viewer): a web page that
+// draws each order's journey across the three services, runs the failure
+// lab, flips the demo switches and shows the stack's health. It drives a
+// running stack (scripts/up.sh or docker compose) over HTTP only, like the
+// terminal lab, and exists for demo stacks only.
+//
+//	DEMO_MODE=true go run ./cmd/viewer          # http://127.0.0.1:8080/
+//
+// Environment: VIEWER_ADDR (127.0.0.1:8080), ORDER_URL, INVENTORY_URL,
+// PAYMENT_URL (the ports of scripts/up.sh), LAB_AMQP_URL (the lab publishes
+// duplicates through the broker), ADMIN_TOKEN (sent to the services and
+// required from the page when set), DEMO_MODE (must be true), LOG_LEVEL.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/relmsg/ordersaga/internal/lab"
+	"github.com/relmsg/ordersaga/internal/viewer"
+	"github.com/relmsg/ordersaga/pkg/process"
+	"github.com/relmsg/ordersaga/pkg/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "viewer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	env := process.NewEnv(getenv)
+	fs := flag.NewFlagSet("viewer", flag.ContinueOnError)
+	addr := fs.String("addr", env.String("VIEWER_ADDR", "127.0.0.1:8080"), "listen address (VIEWER_ADDR)")
+	patience := fs.Duration("patience", 2*time.Minute, "how long a lab experiment waits for recovery")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	demo := env.Bool("DEMO_MODE", false)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(env.String("LOG_LEVEL", "info"))); err != nil {
+		return fmt.Errorf("LOG_LEVEL: want debug, info, warn or error")
+	}
+	if err := env.Err(); err != nil {
+		return err
+	}
+	if !demo {
+		// Like /debug/failpoints and the PSP switches, the viewer (which
+		// arms failpoints and crashes services) is for demo stacks only.
+		return errors.New("the viewer drives the failure lab: it runs on demo stacks only (set DEMO_MODE=true, as scripts/up.sh does)")
+	}
+	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: level})).With("service", "viewer")
+
+	target := lab.NewLiveTarget(getenv)
+	defer target.Close()
+	srv := viewer.New(viewer.Config{Target: target, Token: getenv("ADMIN_TOKEN"), Log: log, Patience: *patience})
+	defer srv.Close()
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (VIEWER_ADDR): %w", *addr, err)
+	}
+	urls := map[string]string{}
+	for _, svc := range lab.Services {
+		urls[svc] = target.URL(svc)
+	}
+	log.Info("saga viewer started", "url", "http://"+ln.Addr().String()+"/", "services", urls,
+		"amqp", process.MaskURL(env.String("LAB_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")),
+		"admin_token", getenv("ADMIN_TOKEN") != "")
+	return web.Serve(ctx, ln, srv.Handler(), 5*time.Second)
+}
