@@ -3,8 +3,9 @@
 # Run the whole test suite the way CI does: shellcheck on every shell script,
 # go vet, then every test with the race detector against the real
 # MariaDB/MySQL and RabbitMQ (started here when they are installed locally
-# and stopped; installed first when missing, see scripts/lib.sh). shellcheck
-# and the C compiler that -race needs are installed the same way.
+# and stopped; installed first when missing, see scripts/lib.sh). shellcheck,
+# the C compiler that -race needs and the Chromium the viewer's browser tests
+# drive are installed the same way.
 #
 # Usage: scripts/test.sh [go test flags] [packages]
 #
@@ -206,6 +207,11 @@ else
 	ensure_mariadb
 	ensure_rabbitmq
 	mariadb_root_ok
+	# The viewer's tests drive a real browser (internal/viewer).
+	if ! have chromium && ! have chromium-browser && [[ -z ${VIEWER_CHROME:-} ]]; then
+		install_packages "the saga viewer's tests drive a real headless Chromium" chromium ||
+			die "chromium is missing"
+	fi
 	# The suite runs several three-service stacks at once, each with its own
 	# databases and pools; the server's default of 151 connections is too
 	# few next to a running scripts/up.sh stack.

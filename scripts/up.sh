@@ -24,16 +24,17 @@
 #      MySQL user per service with ALL PRIVILEGES on its own schema and
 #      nothing else, one RabbitMQ user per service (vhost "/"); idempotent,
 #      passwords reset to the configured ones;
-#   4. go build -o bin/ ./services/... ./cmd/stack;
+#   4. go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer;
 #   5. bin/stack up (cmd/stack): starts bin/order, bin/inventory and
-#      bin/payment-fake with logs in .run/<service>.log (the previous run's
+#      bin/payment-fake, then in demo mode bin/viewer (the saga viewer on
+#      :8080), with logs in .run/<name>.log (the previous run's
 #      kept as .log.1) and pids in .run/<service>.pid, starts a service
 #      again when it dies by itself (the failure lab crashes them, as
 #      docker compose's restart policy does), and writes .run/stack.json,
 #      every process with its pid, URL and log, for the tools that read it.
 #
-# Services listen on $UP_HTTP_HOST:8081/8082/8083, UP_HTTP_HOST defaulting to
-# 127.0.0.1 because demo mode exposes fault-injection endpoints
+# Services listen on $UP_HTTP_HOST:8081/8082/8083 (the viewer on :8080),
+# UP_HTTP_HOST defaulting to 127.0.0.1 because demo mode exposes fault-injection endpoints
 # (UP_HTTP_HOST=0.0.0.0 for all interfaces). UP_READY_TIMEOUT (60) and
 # UP_STOP_TIMEOUT (25) are in seconds. Other service knobs can be set in the
 # environment: the services inherit it.
@@ -105,8 +106,8 @@ setup
 [[ $command == setup ]] && exit 0
 
 ensure_go
-log "go build -o bin/ ./services/... ./cmd/stack"
-go build -o bin/ ./services/... ./cmd/stack
+log "go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer"
+go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer
 args=()
 if [[ $detach == true ]]; then args+=(-d); fi
 if [[ $quiet == true ]]; then args+=(-q); fi

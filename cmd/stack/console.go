@@ -82,7 +82,7 @@ func (c *console) follow(ctx context.Context, path, prefix string, w io.Writer) 
 	}
 }
 
-func (c *console) banner() {
+func (c *console) banner(getenv func(string) string) {
 	var b strings.Builder
 	b.WriteString("\n")
 	for _, svc := range stack.Services {
@@ -90,6 +90,9 @@ func (c *console) banner() {
 	}
 	payment, _ := stack.Lookup("payment-fake")
 	fmt.Fprintf(&b, "  %-13s %s/psp\n", "fake PSP", payment.URL())
+	if stack.DemoMode(getenv) {
+		fmt.Fprintf(&b, "  %-13s %s/   the saga viewer and the failure lab in the browser (docs/viewer.md)\n", "viewer", stack.Viewer.URL())
+	}
 	b.WriteString(`  every service: /healthz /readyz /metrics
   what runs:     .run/stack.json (pids, URLs, logs)
 

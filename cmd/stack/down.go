@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,9 +28,9 @@ func down(cfg config, con *console) error {
 	default:
 		stopStack(cfg, con, f)
 	}
-	for _, svc := range stack.Services {
-		if listening(svc.Port) {
-			con.say("note: port %d is still in use by a process up.sh did not start", svc.Port)
+	for _, svc := range append(slices.Clone(stack.Services), stack.Viewer) {
+		if port := strconv.Itoa(svc.Port); listening(port) {
+			con.say("note: port %s is still in use by a process up.sh did not start", port)
 		}
 	}
 	return nil

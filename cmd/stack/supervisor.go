@@ -43,18 +43,18 @@ type proc struct {
 	done    chan struct{} // closed once it has exited for good
 }
 
-// table is the processes the stack runs: one instance of each service.
-// Instance k of a service would be named <service>-k and listen on its
-// port + 100*(k-1).
+// table is the processes the stack runs: one instance of each service,
+// then, in demo mode, the viewer. Instance k of a service would be named
+// <service>-k and listen on its port + 100*(k-1).
 func table(cfg config) []*proc {
 	var procs []*proc
-	for _, svc := range stack.Services {
+	add := func(svc stack.Service, own map[string]string) {
 		env := map[string]string{}
 		for _, kv := range os.Environ() {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}
-		maps.Copy(env, svc.Env(cfg.getenv, cfg.httpHost))
+		maps.Copy(env, own)
 		var list []string
 		for _, k := range slices.Sorted(maps.Keys(env)) {
 			list = append(list, k+"="+env[k])
@@ -69,6 +69,12 @@ func table(cfg config) []*proc {
 			env:  list,
 			done: make(chan struct{}),
 		})
+	}
+	for _, svc := range stack.Services {
+		add(svc, svc.Env(cfg.getenv, cfg.httpHost))
+	}
+	if stack.DemoMode(cfg.getenv) {
+		add(stack.Viewer, stack.ViewerEnv(cfg.getenv, cfg.httpHost))
 	}
 	return procs
 }

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,8 +45,8 @@ func upForeground(cfg config, con *console, quiet bool) error {
 	}
 	if err == nil {
 		con.say("all ready in %s", time.Since(s.started).Round(100*time.Millisecond))
-		con.banner()
-		con.print(con.stdout, "  Ctrl-C stops all three.\n")
+		con.banner(cfg.getenv)
+		con.print(con.stdout, "  Ctrl-C stops them all.\n")
 		if quiet {
 			con.print(con.stdout, "  Logs: .run/<service>.log\n")
 		}
@@ -123,7 +123,7 @@ func upDetached(cfg config, con *console) error {
 	follower.Wait()
 	switch {
 	case ready:
-		con.banner()
+		con.banner(cfg.getenv)
 		con.print(con.stdout, "  Running in the background; stop with: scripts/up.sh down\n")
 		return cmd.Process.Release()
 	case ctx.Err() != nil:
@@ -185,15 +185,16 @@ func signalContext(con *console) (context.Context, func()) {
 func checkPorts(cfg config, con *console) error {
 	f, _ := stack.Read(cfg.runDir)
 	busy := false
-	for _, svc := range stack.Services {
-		if !listening(svc.Port) {
+	for _, want := range table(cfg) {
+		u, err := url.Parse(want.URL)
+		if err != nil || !listening(u.Port()) {
 			continue
 		}
 		busy = true
-		if p, ok := find(f, svc.Name); ok && isOurs(p) {
-			con.say("%s is already running on :%d (pid %d, started by scripts/up.sh)", svc.Name, svc.Port, p.PID)
+		if p, ok := find(f, want.Name); ok && isOurs(p) {
+			con.say("%s is already running on :%s (pid %d, started by scripts/up.sh)", want.Name, u.Port(), p.PID)
 		} else {
-			con.say("port %d (%s) is in use by another process (see: ss -ltnp 'sport = :%d')", svc.Port, svc.Name, svc.Port)
+			con.say("port %s (%s) is in use by another process (see: ss -ltnp 'sport = :%s')", u.Port(), want.Name, u.Port())
 		}
 	}
 	if busy {
@@ -202,8 +203,8 @@ func checkPorts(cfg config, con *console) error {
 	return nil
 }
 
-func listening(port int) bool {
-	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+func listening(port string) bool {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), time.Second)
 	if err != nil {
 		return false
 	}

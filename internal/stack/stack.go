@@ -91,6 +91,41 @@ func (s Service) Env(getenv func(string) string, httpHost string) map[string]str
 	return env
 }
 
+// Viewer is the saga viewer (cmd/viewer): the page that draws each order's
+// journey and runs the failure lab. It drives the services over HTTP and
+// the broker, like scripts/experiment.sh, and runs on demo stacks only.
+var Viewer = Service{Name: "viewer", Port: 8080}
+
+// ViewerEnv is what the viewer gets on top of the inherited environment:
+// where it listens, the services' URLs, and the broker account the lab
+// publishes its duplicates with (LAB_AMQP_URL, as for scripts/experiment.sh).
+func ViewerEnv(getenv func(string) string, httpHost string) map[string]string {
+	env := map[string]string{"VIEWER_ADDR": net.JoinHostPort(httpHost, strconv.Itoa(Viewer.Port))}
+	for _, s := range Services {
+		env[s.Key+"_URL"] = s.URL() // ORDER_URL, INVENTORY_URL, PAYMENT_URL
+	}
+	if v := getenv("LAB_AMQP_URL"); v != "" {
+		env["LAB_AMQP_URL"] = v
+	} else {
+		host, port := getenv("RABBITMQ_HOST"), getenv("RABBITMQ_PORT")
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		if port == "" {
+			port = "5672"
+		}
+		env["LAB_AMQP_URL"] = "amqp://guest:guest@" + net.JoinHostPort(host, port) + "/"
+	}
+	return env
+}
+
+// DemoMode reports whether the stack runs in demo mode (DEMO_MODE, true
+// unless set otherwise), the only mode with failpoints and the viewer.
+func DemoMode(getenv func(string) string) bool {
+	v, err := strconv.ParseBool(getenv("DEMO_MODE"))
+	return err != nil || v
+}
+
 // File is .run/stack.json.
 type File struct {
 	// Supervisor is cmd/stack itself: it restarts a process that dies by

@@ -17,6 +17,10 @@ func (s *Server) Handler() http.Handler {
 	r.Use(securityHeaders)
 	r.Get("/", s.index)
 	r.Get("/static/*", s.staticFile)
+	// Liveness and readiness, like every service's, for scripts/up.sh and
+	// docker compose: the page needs nothing but its own process to load.
+	r.Get("/healthz", ok)
+	r.Get("/readyz", ok)
 
 	r.Route("/api", func(api chi.Router) {
 		api.Use(admin.RequireToken(s.cfg.Token, true)) // open when no ADMIN_TOKEN is set
@@ -47,6 +51,10 @@ func (s *Server) Handler() http.Handler {
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed)
 	return r
+}
+
+func ok(w http.ResponseWriter, _ *http.Request) {
+	web.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func notFound(w http.ResponseWriter, r *http.Request) {
