@@ -1,0 +1,98 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQL injects database faults through the server's root connection. It
+// reads no service's tables: it finds a service's sessions in
+// information_schema.PROCESSLIST and takes the server-wide read lock.
+type MySQL struct {
+	Root *sql.DB
+	// Sessions says which sessions belong to each service: by database
+	// user, or by schema (the services' DSNs name their schema).
+	Sessions map[string]Session
+}
+
+// Session identifies a service's database sessions; either field may be
+// empty.
+type Session struct{ User, Schema string }
+
+// KillSessions implements Database: KILL CONNECTION for every session of
+// the service but our own, as a network cut or a DBA would.
+func (m *MySQL) KillSessions(ctx context.Context, service string) (int, error) {
+	s, ok := m.Sessions[service]
+	if !ok || (s.User == "" && s.Schema == "") {
+		return 0, fmt.Errorf("no database user or schema known for %s", service)
+	}
+	const q = `SELECT ID FROM information_schema.PROCESSLIST
+WHERE ID <> CONNECTION_ID() AND ((? <> '' AND USER = ?) OR (? <> '' AND DB = ?))`
+	rows, err := m.Root.QueryContext(ctx, q, s.User, s.User, s.Schema, s.Schema)
+	if err != nil {
+		return 0, fmt.Errorf("list %s's sessions: %w", service, err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	killed := 0
+	for _, id := range ids {
+		// KILL takes no placeholder; id is an integer the server gave us.
+		_, err := m.Root.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+		var me *mysql.MySQLError
+		switch {
+		case err == nil:
+			killed++
+		case errors.As(err, &me) && me.Number == 1094: // unknown thread: it ended meanwhile
+		default:
+			return killed, fmt.Errorf("kill session %d of %s: %w", id, service, err)
+		}
+	}
+	return killed, nil
+}
+
+// GlobalReadLock implements Database: FLUSH TABLES WITH READ LOCK on one
+// connection, held for hold, then UNLOCK TABLES. Every write on the server
+// waits meanwhile (other databases' too: keep it short). If the unlock
+// fails, the connection is dropped, which releases the lock.
+func (m *MySQL) GlobalReadLock(ctx context.Context, hold time.Duration) error {
+	conn, err := m.Root.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// Bound the wait for the lock itself (running writes must finish first).
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 10"); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK"); err != nil {
+		return fmt.Errorf("FLUSH TABLES WITH READ LOCK: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(hold):
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(uctx, "UNLOCK TABLES"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // close it: the server releases the lock
+		return fmt.Errorf("UNLOCK TABLES (connection dropped instead): %w", err)
+	}
+	return nil
+}
