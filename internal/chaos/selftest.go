@@ -14,7 +14,9 @@ import (
 func SampleSnapshot() Snapshot {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	created := func(ms int) Change { return Change{To: statusPendingInventory, Trigger: "created", Actor: "api", At: at(ms)} }
+	created := func(ms int) Change {
+		return Change{To: statusPendingInventory, Trigger: "created", Actor: "api", At: at(ms)}
+	}
 	move := func(from, to, trigger, event string, ms int) Change {
 		return Change{From: from, To: to, Trigger: trigger, Actor: "consumer", EventID: event, At: at(ms)}
 	}
@@ -228,7 +230,9 @@ func Plants() []Plant {
 			order(s, "6", func(o *Order) { o.History = append(o.History, o.History[len(o.History)-1]) })
 		}},
 		{CheckDoubleEffect, "outbox-event", "order.confirmed written twice", func(s *Snapshot) {
-			order(s, "1", func(o *Order) { o.Outbox = append(o.Outbox, Event{Service: "order", EventID: "again", Type: "order.confirmed", Version: 3}) })
+			order(s, "1", func(o *Order) {
+				o.Outbox = append(o.Outbox, Event{Service: "order", EventID: "again", Type: "order.confirmed", Version: 3})
+			})
 		}},
 		{CheckDoubleEffect, "status-regression", "a rejected order moved on", func(s *Snapshot) {
 			order(s, "2", func(o *Order) {
