@@ -165,6 +165,13 @@ func (c *checker) request(r Request) {
 	c.order(r, o)
 }
 
+func suffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
+
 func orNone(s string) string {
 	if s == "" {
 		return "none"
@@ -193,9 +200,9 @@ func (c *checker) answers(r Request, subject string) {
 		for _, a := range group.as {
 			switch {
 			case a.Status >= 500:
-				c.add(CheckAnswers, "5xx", subject, "%s answered %d at +%s: %s", group.what, a.Status, round(a.At), a.Error)
+				c.add(CheckAnswers, "5xx", subject, "%s sent at +%s answered %d%s", group.what, round(a.At), a.Status, suffix(a.Error))
 			case a.Definite() && !group.ok(a):
-				c.add(CheckAnswers, "unexpected", subject, "%s answered %d at +%s: %s", group.what, a.Status, round(a.At), a.Error)
+				c.add(CheckAnswers, "unexpected", subject, "%s sent at +%s answered %d%s", group.what, round(a.At), a.Status, suffix(a.Error))
 			}
 		}
 		if !settled(group.as) {

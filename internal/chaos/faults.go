@@ -86,7 +86,8 @@ func (f Fault) String() string {
 
 // draw spreads the faults over the load: one per Every, starting after a
 // short lead, each kind in turn (a fresh shuffle per round), targets and
-// holds drawn from rng. Each one ends before the load does.
+// holds drawn from rng. Each one starts a second before the load ends at
+// the latest; the runner may push it later (see Run).
 func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
 	if len(fs.Kinds) == 0 || fs.Every <= 0 {
 		return nil
@@ -119,7 +120,7 @@ func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
 		case FaultDBLock:
 			f.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond
 		}
-		if f.At+f.Hold > d-time.Second {
+		if f.At > d-time.Second {
 			break
 		}
 		turn = turn[1:]

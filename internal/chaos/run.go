@@ -155,18 +155,18 @@ func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
 			uncertain = append(uncertain, fmt.Sprintf("wave %d: %v (booked or not: unknown)", w+1, err))
 		}
 	}
-	faultCtx, stopFaults := context.WithDeadline(ctx, t0.Add(cfg.Load.Duration))
-	defer stopFaults()
+	// Every planned fault runs, even one pushed past the end of the load by
+	// a slow predecessor (a broker restart takes seconds): the run asked
+	// for it, and the saga's last steps are still under way then.
 	var faultsDone sync.WaitGroup
 	faultsDone.Add(1)
-	go func() { defer faultsDone.Done(); rep.Faults = inj.run(faultCtx, plan.Faults) }()
+	go func() { defer faultsDone.Done(); rep.Faults = inj.run(ctx, plan.Faults) }()
 
 	var loadDone sync.WaitGroup
 	loadDone.Add(1)
 	go func() { defer loadDone.Done(); drv.run(ctx, plan, wave) }()
 
 	faultsDone.Wait()
-	stopFaults()
 	say("faults over (%d injected); healing", len(rep.Faults))
 	if err := inj.heal(context.WithoutCancel(ctx)); err != nil {
 		rep.Notes = append(rep.Notes, "heal: "+err.Error())
