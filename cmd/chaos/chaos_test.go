@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -101,6 +103,62 @@ func TestChaosRun(t *testing.T) {
 		t.Logf("service logs:\n%s", logs())
 	}
 	t.Logf("%d violations wait for a fix of issue 11", waiting)
+}
+
+// TestCommandAgainstAStackOnTheSharedBroker runs the command as a user
+// would against scripts/up.sh, through its flags: a stack on the machine's
+// broker, where broker-close must close only this stack's connections,
+// db-kill finds the sessions by schema, and the JSON report comes out on
+// stdout. kill and stop need scripts/up.sh's pid files, db-lock and
+// broker-restart are covered by TestChaosRun.
+func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: runs a stack (run without -short)")
+	}
+	stack := sagatest.Start(t)
+	args := []string{
+		"-order-url", stack.Order.URL, "-inventory-url", stack.Inventory.URL, "-payment-url", stack.Payment.URL,
+		"-seed", "5", "-duration", "6s", "-rate", "5", "-wave-size", "3", "-wave-supply", "1",
+		"-faults", "broker-close,db-kill,psp", "-fault-every", "1500ms", "-quiet", "2s", "-rest-timeout", "60s",
+		"-exchange", stack.NS.Exchange(), "-mysql-root-dsn", sqldbtest.ServerDSN(),
+		"-db-schemas", fmt.Sprintf("order=%s,inventory=%s,payment=%s", stack.Order.DB.Name, stack.Inventory.DB.Name, stack.Payment.DB.Name),
+		"-json",
+	}
+	var stdout bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err := run(ctx, args, func(string) string { return "" }, &stdout, testWriter{t})
+	if err != nil && !errors.Is(err, errViolations) {
+		t.Fatalf("run: %v", err)
+	}
+	var rep chaos.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("the JSON report does not decode: %v\n%s", err, stdout.String())
+	}
+	if (err == nil) != rep.Passed() {
+		t.Errorf("exit error %v, but the report has %d violations", err, len(rep.Violations))
+	}
+	if rep.Seed != 5 {
+		t.Errorf("report seed %d, want 5", rep.Seed)
+	}
+	for _, k := range []chaos.FaultKind{chaos.FaultBrokerClose, chaos.FaultDBKill, chaos.FaultPSP} {
+		if rep.FaultsByKind[k] == 0 {
+			t.Errorf("no %s fault was injected: %+v", k, rep.Faults)
+		}
+	}
+	for _, f := range rep.Faults {
+		if f.Kind == chaos.FaultBrokerClose && !strings.HasPrefix(f.Detail, "3 connections") && !strings.HasPrefix(f.Detail, "2 connections") &&
+			!strings.HasPrefix(f.Detail, "1 connections") {
+			t.Errorf("broker-close on the shared broker: %s, want this stack's 1 to 3 connections only", f.Detail)
+		}
+	}
+	for _, v := range rep.Violations {
+		if why, ok := waitingForAFix[v.Check+"/"+v.Rule]; ok {
+			t.Logf("waits for %s: %s", why, v)
+			continue
+		}
+		t.Errorf("violation: %s", v)
+	}
 }
 
 // startStack starts a private broker node and the three services as

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -102,9 +103,25 @@ func Check(s Snapshot) []Violation {
 	c.stock()
 	c.leftovers()
 	slices.SortStableFunc(c.out, func(a, b Violation) int {
-		return cmp.Or(cmp.Compare(checkIndex(a.Check), checkIndex(b.Check)), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Subject, b.Subject))
+		return cmp.Or(cmp.Compare(checkIndex(a.Check), checkIndex(b.Check)), cmp.Compare(a.Rule, b.Rule), compareSubjects(a.Subject, b.Subject))
 	})
 	return c.out
+}
+
+// compareSubjects orders "order 9" before "order 10".
+func compareSubjects(a, b string) int {
+	pa, na, oka := splitNumber(a)
+	pb, nb, okb := splitNumber(b)
+	if oka && okb && pa == pb {
+		return cmp.Compare(na, nb)
+	}
+	return cmp.Compare(a, b)
+}
+
+func splitNumber(s string) (string, uint64, bool) {
+	i := strings.LastIndexByte(s, ' ')
+	n, err := strconv.ParseUint(s[i+1:], 10, 64)
+	return s[:i+1], n, err == nil
 }
 
 func checkIndex(name string) int {

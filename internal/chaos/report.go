@@ -1,10 +1,10 @@
 package chaos
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -60,6 +60,16 @@ type Seconds time.Duration
 // MarshalJSON writes seconds with millisecond precision.
 func (s Seconds) MarshalJSON() ([]byte, error) {
 	return []byte(fmt.Sprintf("%.3f", time.Duration(s).Seconds())), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (s *Seconds) UnmarshalJSON(b []byte) error {
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*s = Seconds(f * float64(time.Second))
+	return nil
 }
 
 func (s Seconds) String() string { return round(time.Duration(s)).String() }
@@ -152,6 +162,9 @@ func spread(ds []time.Duration) Spread {
 	return Spread{N: len(ds), P50: at(0.50), P95: at(0.95), Max: Seconds(ds[len(ds)-1])}
 }
 
+// shownPerRule bounds the text report's list of violations per rule.
+const shownPerRule = 10
+
 // outcomeColumns are the outcome table's columns, in order.
 var outcomeColumns = []string{statusConfirmed, statusRejected, statusCancelled, statusPendingInventory, statusAwaitingPayment, "missing", "not accepted"}
 
@@ -242,17 +255,22 @@ func (r *Report) Print(w io.Writer) {
 	}
 	tw.Flush()
 	if len(r.Violations) > 0 {
-		fmt.Fprintf(w, "\nviolations (%d)\n", len(r.Violations))
+		fmt.Fprintf(w, "\nviolations (%d; at most %d shown per rule, -json lists all)\n", len(r.Violations), shownPerRule)
 		rules := map[string]int{}
 		for _, v := range r.Violations {
-			rules[v.Check+"/"+v.Rule]++
-			fmt.Fprintf(w, "  %s/%s  %s: %s\n", v.Check, v.Rule, v.Subject, v.Detail)
+			rule := v.Check + "/" + v.Rule
+			rules[rule]++
+			switch n := rules[rule]; {
+			case n <= shownPerRule:
+				fmt.Fprintf(w, "  %s  %s: %s\n", rule, v.Subject, v.Detail)
+			case n == shownPerRule+1:
+				fmt.Fprintf(w, "  %s  ...\n", rule)
+			}
 		}
 		var parts []string
 		for _, k := range sortedKeys(rules) {
 			parts = append(parts, fmt.Sprintf("%s %d", k, rules[k]))
 		}
-		sort.Strings(parts)
 		fmt.Fprintf(w, "by rule: %s\n", strings.Join(parts, ", "))
 		fmt.Fprintf(w, "\nFAIL: %d violations (seed %d)\n", len(r.Violations), r.Seed)
 		return
