@@ -61,7 +61,7 @@ func TestChaosRun(t *testing.T) {
 	defer cancel()
 	rep, err := chaos.Run(ctx, cfg, st)
 	if err != nil {
-		t.Fatalf("chaos run (seed %d): %v\n%s", seed, err, logs())
+		t.Fatalf("chaos run (seed %d): %v\n%s", seed, err, logs(40, ""))
 	}
 	var out bytes.Buffer
 	rep.Print(&out)
@@ -100,7 +100,9 @@ func TestChaosRun(t *testing.T) {
 		t.Errorf("violation (seed %d): %s", seed, v)
 	}
 	if t.Failed() {
-		t.Logf("service logs:\n%s", logs())
+		t.Logf("service logs:\n%s", logs(40, ""))
+	} else if waiting > 0 {
+		t.Logf("the services' errors:\n%s", logs(20, `"level":"ERROR"`))
 	}
 	t.Logf("%d violations wait for a fix of issue 11", waiting)
 }
@@ -163,7 +165,7 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 
 // startStack starts a private broker node and the three services as
 // supervised child processes, each on a fresh database.
-func startStack(t *testing.T) (chaos.Stack, func() string) {
+func startStack(t *testing.T) (chaos.Stack, func(n int, match string) string) {
 	t.Helper()
 	port, err := rabbitnode.FreePort()
 	if err != nil {
@@ -223,15 +225,22 @@ func startStack(t *testing.T) (chaos.Stack, func() string) {
 		sessions[svc.Name] = chaos.Session{Schema: svc.DB.Name}
 		urls[svc.Name] = svc.URL
 	}
-	logs := func() string {
+	// logs returns the last n lines of each service's log that contain
+	// match ("" for any).
+	logs := func(n int, match string) string {
 		var b strings.Builder
 		for _, svc := range chaos.Services {
 			data, _ := os.ReadFile(filepath.Join(logDir, svc+".log"))
-			lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-			if len(lines) > 40 {
-				lines = lines[len(lines)-40:]
+			var lines []string
+			for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+				if strings.Contains(l, match) {
+					lines = append(lines, l)
+				}
 			}
-			fmt.Fprintf(&b, "---- last log lines of %s (restarted %d times) ----\n%s\n", svc, procs[svc].Restarts(), strings.Join(lines, "\n"))
+			if len(lines) > n {
+				lines = lines[len(lines)-n:]
+			}
+			fmt.Fprintf(&b, "---- %s (restarted %d times) ----\n%s\n", svc, procs[svc].Restarts(), strings.Join(lines, "\n"))
 		}
 		return b.String()
 	}

@@ -63,7 +63,7 @@ Fault kinds (-faults): kill (SIGKILL a service; its supervisor restarts it),
 stop (SIGSTOP, SIGCONT after 1-3 s), broker-close (the broker closes the
 stack's connections), broker-restart (the broker application stops for 1-3 s),
 db-kill (KILL a service's database sessions), db-lock (FLUSH TABLES WITH READ
-LOCK for 1-2.5 s: every database on the server waits), psp (the fake PSP
+LOCK for 1-2 s: every database on the server waits), psp (the fake PSP
 loses answers, fails or is slow for 1-3 calls).
 
 broker-restart is refused against scripts/up.sh: its broker is the machine's

@@ -21,6 +21,10 @@ type MySQL struct {
 	Sessions map[string]Session
 }
 
+// lockWait bounds how long FLUSH TABLES WITH READ LOCK may wait for running
+// statements (each of three tries).
+const lockWait = 2 * time.Second
+
 // Session identifies a service's database sessions; either field may be
 // empty.
 type Session struct{ User, Schema string }
@@ -69,20 +73,34 @@ WHERE ID <> CONNECTION_ID() AND ((? <> '' AND USER = ?) OR (? <> '' AND DB = ?))
 
 // GlobalReadLock implements Database: FLUSH TABLES WITH READ LOCK on one
 // connection, held for hold, then UNLOCK TABLES. Every write on the server
-// waits meanwhile (other databases' too: keep it short). If the unlock
-// fails, the connection is dropped, which releases the lock.
+// waits meanwhile, other databases' too, so the whole stall is kept short:
+// while FLUSH waits for running statements to finish, new writes already
+// wait behind it, so that wait is cut at lockWait and tried again later
+// rather than left to grow. If the unlock fails, the connection is
+// dropped, which releases the lock.
 func (m *MySQL) GlobalReadLock(ctx context.Context, hold time.Duration) error {
 	conn, err := m.Root.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	// Bound the wait for the lock itself (running writes must finish first).
-	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 10"); err != nil {
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(lockWait.Seconds()))); err != nil {
 		return err
 	}
-	if _, err := conn.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK"); err != nil {
-		return fmt.Errorf("FLUSH TABLES WITH READ LOCK: %w", err)
+	for try := 1; ; try++ {
+		_, err := conn.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK")
+		var me *mysql.MySQLError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &me) || me.Number != 1205 || try == 3 {
+			return fmt.Errorf("FLUSH TABLES WITH READ LOCK (try %d): %w", try, err)
+		}
+		select { // a long statement is running: let the writers through, then try again
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	select {
 	case <-ctx.Done():

@@ -118,7 +118,7 @@ func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
 		case FaultStop, FaultBrokerRestart:
 			f.Hold = time.Duration(1000+rng.IntN(2000)) * time.Millisecond
 		case FaultDBLock:
-			f.Hold = time.Duration(1000+rng.IntN(1500)) * time.Millisecond
+			f.Hold = time.Duration(1000+rng.IntN(1000)) * time.Millisecond
 		}
 		if f.At > d-time.Second {
 			break

@@ -159,8 +159,9 @@ func Customer(tag string, i int, kind Kind) string {
 // Key is the idempotency key of request i of a run.
 func Key(tag string, i int) string { return fmt.Sprintf("chaos-%s-%05d", tag, i) }
 
-// restock is how many units of each plentiful SKU the run can take at most
-// (every order two units of a SKU), with a margin.
+// restock is how many units of each plentiful SKU the run can take at
+// most: every planned line, one more unit per line (a conflicting body asks
+// one more), and a margin.
 func (p Plan) restock() map[string]int {
 	out := map[string]int{}
 	for _, r := range p.Requests {
