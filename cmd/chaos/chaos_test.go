@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/chaos"
-	"github.com/relmsg/ordersaga/internal/rabbitnode"
+	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/sagatest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
@@ -167,21 +167,7 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 // supervised child processes, each on a fresh database.
 func startStack(t *testing.T) (chaos.Stack, func(n int, match string) string) {
 	t.Helper()
-	port, err := rabbitnode.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	node, err := rabbitnode.Start(ctx, rabbitnode.Config{Name: fmt.Sprintf("chaostest%d", port), Port: port, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatalf("a private RabbitMQ node is needed (RabbitMQ installed): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := node.Stop(context.Background()); err != nil {
-			t.Errorf("stop the broker node: %v", err)
-		}
-	})
+	node := rabbitnodetest.Start(t, "chaostest")
 
 	var opts []sagatest.Option
 	for _, svc := range chaos.Services {

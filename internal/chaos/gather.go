@@ -35,10 +35,8 @@ type timelineJSON struct {
 // order reads one order and its records in the three services. A service
 // that cannot be asked is an error (the caller retries): a snapshot with a
 // hole would make the checks guess.
-func (o *observer) order(ctx context.Context, base orderJSON) (Order, error) {
-	id := base.OrderID
-	ord := Order{ID: id, Customer: base.CustomerID, Status: base.Status, StatusReason: base.StatusReason,
-		RefundStatus: base.RefundStatus, TotalCents: base.TotalCents, CreatedAt: base.CreatedAt, UpdatedAt: base.UpdatedAt}
+func (o *observer) order(ctx context.Context, ord Order) (Order, error) {
+	id := ord.ID
 
 	var res struct {
 		Status string `json:"status"`
@@ -122,11 +120,11 @@ func (o *observer) order(ctx context.Context, base orderJSON) (Order, error) {
 
 // orders reads the given orders with a few workers, each order up to three
 // times.
-func (o *observer) orders(ctx context.Context, list []orderJSON) (map[string]Order, error) {
+func (o *observer) orders(ctx context.Context, list []Order) (map[string]Order, error) {
 	out := make(map[string]Order, len(list))
 	var mu sync.Mutex
 	var firstErr error
-	work := make(chan orderJSON)
+	work := make(chan Order)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
@@ -143,9 +141,9 @@ func (o *observer) orders(ctx context.Context, list []orderJSON) (map[string]Ord
 				}
 				mu.Lock()
 				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("order %s: %w", base.OrderID, err)
+					firstErr = fmt.Errorf("order %s: %w", base.ID, err)
 				}
-				out[base.OrderID] = ord
+				out[base.ID] = ord
 				mu.Unlock()
 			}
 		}()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -146,30 +147,18 @@ func (o *observer) receive(ctx context.Context, sku string, n int) (ok bool, err
 	return false, err
 }
 
-// orderJSON is an order as the order API shows it.
-type orderJSON struct {
-	OrderID      string    `json:"order_id"`
-	Status       string    `json:"status"`
-	StatusReason string    `json:"status_reason"`
-	RefundStatus string    `json:"refund_status"`
-	CustomerID   string    `json:"customer_id"`
-	TotalCents   int64     `json:"total_cents"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
-}
-
 // lastOrderID is the newest order's id (0: none).
 func (o *observer) lastOrderID(ctx context.Context) (uint64, error) {
 	page, err := o.orderPage(ctx, 0, 1)
 	if err != nil || len(page) == 0 {
 		return 0, err
 	}
-	return strconv.ParseUint(page[0].OrderID, 10, 64)
+	return strconv.ParseUint(page[0].ID, 10, 64)
 }
 
-func (o *observer) orderPage(ctx context.Context, before uint64, limit int) ([]orderJSON, error) {
+func (o *observer) orderPage(ctx context.Context, before uint64, limit int) ([]Order, error) {
 	var list struct {
-		Orders []orderJSON `json:"orders"`
+		Orders []Order `json:"orders"`
 	}
 	path := fmt.Sprintf("/orders?limit=%d", limit)
 	if before > 0 {
@@ -179,8 +168,8 @@ func (o *observer) orderPage(ctx context.Context, before uint64, limit int) ([]o
 }
 
 // ordersAfter lists every order with an id above after, newest first.
-func (o *observer) ordersAfter(ctx context.Context, after uint64) ([]orderJSON, error) {
-	var out []orderJSON
+func (o *observer) ordersAfter(ctx context.Context, after uint64) ([]Order, error) {
+	var out []Order
 	var before uint64
 	for {
 		page, err := o.orderPage(ctx, before, 500)
@@ -188,9 +177,9 @@ func (o *observer) ordersAfter(ctx context.Context, after uint64) ([]orderJSON, 
 			return nil, err
 		}
 		for _, ord := range page {
-			id, err := strconv.ParseUint(ord.OrderID, 10, 64)
+			id, err := strconv.ParseUint(ord.ID, 10, 64)
 			if err != nil {
-				return nil, fmt.Errorf("order id %q: %w", ord.OrderID, err)
+				return nil, fmt.Errorf("order id %q: %w", ord.ID, err)
 			}
 			if id <= after {
 				return out, nil
@@ -265,11 +254,7 @@ func (o *observer) duplicates() map[string]float64 {
 func (o *observer) lowestAvailable() map[string]int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make(map[string]int, len(o.minAvail))
-	for k, v := range o.minAvail {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(o.minAvail)
 }
 
 // sample runs the stock and metric samplers until ctx ends.

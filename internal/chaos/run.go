@@ -214,10 +214,10 @@ func (o *observer) snapshot(ctx context.Context, watermark uint64, tag string, b
 	if err != nil {
 		return s, 0, err
 	}
-	var mine []orderJSON
+	var mine []Order
 	foreign := 0
 	for _, ord := range list {
-		if ofRun(ord.CustomerID, tag) {
+		if ofRun(ord.Customer, tag) {
 			mine = append(mine, ord)
 		} else {
 			foreign++
@@ -306,7 +306,7 @@ func (o *observer) restSignature(ctx context.Context, watermark uint64, tag stri
 	}
 	open, refunding := 0, 0
 	for _, ord := range list {
-		if !ofRun(ord.CustomerID, tag) {
+		if !ofRun(ord.Customer, tag) {
 			continue
 		}
 		if !terminal(ord.Status) {

@@ -9,36 +9,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/relmsg/ordersaga/internal/rabbitnode"
+	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
-
-// startNode starts a private node for one test and stops it at cleanup.
-func startNode(t *testing.T) *rabbitnode.Node {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: starts a RabbitMQ node (run without -short)")
-	}
-	if _, err := rabbitnode.FindBinDir(); err != nil {
-		t.Fatalf("RabbitMQ must be installed for this test: %v", err)
-	}
-	port, err := rabbitnode.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	n, err := rabbitnode.Start(ctx, rabbitnode.Config{Name: fmt.Sprintf("rntest%d", port), Port: port, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.Stop(context.Background()); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return n
-}
 
 // TestPrivateNodeCutsOnlyItsOwnClients starts a node and checks what the
 // chaos run relies on: it serves AMQP on its own port; closing its
@@ -46,7 +19,7 @@ func startNode(t *testing.T) *rabbitnode.Node {
 // durable queues, while a client of the system broker stays connected; the
 // node ends by its pid.
 func TestPrivateNodeCutsOnlyItsOwnClients(t *testing.T) {
-	n := startNode(t)
+	n := rabbitnodetest.Start(t, "rntest")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
