@@ -87,8 +87,9 @@ var legalMoves = map[string][]string{
 
 // repeatable are the event types one service may write more than once for
 // one order, each with a new aggregate version: the payment sweep requests
-// a charge again, with the same PSP key, when the PSP has no record of it.
-var repeatable = map[string]bool{"payment.charge-requested": true}
+// a charge or a refund again, with the same PSP key, when the PSP has no
+// record of it.
+var repeatable = map[string]bool{"payment.charge-requested": true, "payment.refund-requested": true}
 
 // Check returns every violation in the snapshot, sorted by check, rule and
 // subject. It reads nothing but s.
