@@ -511,9 +511,10 @@ func (c *checker) stock() {
 	}
 	for _, sku := range sortedKeys(skus) {
 		start, end := c.s.StockStart[sku], c.s.StockEnd[sku]
-		if want := start.OnHand + c.s.Receipts[sku] - sold[sku]; end.OnHand != want {
-			c.add(CheckStock, "on-hand", sku, "on hand %d at rest, want %d (start %d + received %d - confirmed %d)",
-				end.OnHand, want, start.OnHand, c.s.Receipts[sku], sold[sku])
+		want := start.OnHand + c.s.Receipts[sku] - sold[sku]
+		if maybe := c.s.UncertainReceipts[sku]; end.OnHand < want || end.OnHand > want+maybe {
+			c.add(CheckStock, "on-hand", sku, "on hand %d at rest, want %d (start %d + received %d - confirmed %d)%s",
+				end.OnHand, want, start.OnHand, c.s.Receipts[sku], sold[sku], uncertainNote(maybe))
 		}
 		if end.Reserved != start.Reserved {
 			c.add(CheckStock, "reserved", sku, "reserved %d at rest, %d at the start", end.Reserved, start.Reserved)
@@ -529,6 +530,13 @@ func (c *checker) stock() {
 	if scarce != "" && scarceRejected > 0 && scarceCancelled == 0 && c.s.StockEnd[scarce].Available > 0 {
 		c.add(CheckStock, "undersold", scarce, "%d orders rejected while %d units stayed available", scarceRejected, c.s.StockEnd[scarce].Available)
 	}
+}
+
+func uncertainNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", or up to %d more from receipts with no definite answer", n)
 }
 
 func (c *checker) leftovers() {

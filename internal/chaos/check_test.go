@@ -151,3 +151,22 @@ func TestSpread(t *testing.T) {
 		t.Fatalf("spread %+v", s)
 	}
 }
+
+// A receipt with no definite answer may or may not have been booked: the
+// stock check accepts either, and nothing beyond.
+func TestUncertainReceiptWidensOnlyItsOwnUnits(t *testing.T) {
+	s := copySnapshot(SampleSnapshot())
+	s.UncertainReceipts = map[string]int{"SKU-1": 2}
+	for _, onHand := range []int{98, 99, 100} {
+		s.StockEnd["SKU-1"] = Stock{OnHand: onHand, Available: onHand}
+		if got := Check(s); len(got) != 0 {
+			t.Errorf("on hand %d with 2 units uncertain: %v", onHand, got)
+		}
+	}
+	for _, onHand := range []int{97, 101} {
+		s.StockEnd["SKU-1"] = Stock{OnHand: onHand, Available: onHand}
+		if got := Check(s); len(got) != 1 || got[0].Rule != "on-hand" {
+			t.Errorf("on hand %d with 2 units uncertain: got %v, want one stock/on-hand", onHand, got)
+		}
+	}
+}

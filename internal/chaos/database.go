@@ -22,8 +22,12 @@ type MySQL struct {
 }
 
 // lockWait bounds how long FLUSH TABLES WITH READ LOCK may wait for running
-// statements (each of three tries).
-const lockWait = 2 * time.Second
+// statements, in each of lockTries tries (on a shared server another
+// program's long statement can hold it up for a while).
+const (
+	lockWait  = 2 * time.Second
+	lockTries = 6
+)
 
 // Session identifies a service's database sessions; either field may be
 // empty.
@@ -75,30 +79,30 @@ WHERE ID <> CONNECTION_ID() AND ((? <> '' AND USER = ?) OR (? <> '' AND DB = ?))
 // connection, held for hold, then UNLOCK TABLES. Every write on the server
 // waits meanwhile, other databases' too, so the whole stall is kept short:
 // while FLUSH waits for running statements to finish, new writes already
-// wait behind it, so that wait is cut at lockWait and tried again later
-// rather than left to grow. If the unlock fails, the connection is
-// dropped, which releases the lock.
-func (m *MySQL) GlobalReadLock(ctx context.Context, hold time.Duration) error {
+// wait behind it, so that wait is cut at lockWait and tried again a second
+// later rather than left to grow. It returns how many tries it took. If
+// the unlock fails, the connection is dropped, which releases the lock.
+func (m *MySQL) GlobalReadLock(ctx context.Context, hold time.Duration) (tries int, err error) {
 	conn, err := m.Root.Conn(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(lockWait.Seconds()))); err != nil {
-		return err
+		return 0, err
 	}
-	for try := 1; ; try++ {
+	for tries = 1; ; tries++ {
 		_, err := conn.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK")
 		var me *mysql.MySQLError
 		if err == nil {
 			break
 		}
-		if !errors.As(err, &me) || me.Number != 1205 || try == 3 {
-			return fmt.Errorf("FLUSH TABLES WITH READ LOCK (try %d): %w", try, err)
+		if !errors.As(err, &me) || me.Number != 1205 || tries == lockTries {
+			return tries, fmt.Errorf("FLUSH TABLES WITH READ LOCK (try %d): %w", tries, err)
 		}
 		select { // a long statement is running: let the writers through, then try again
 		case <-ctx.Done():
-			return ctx.Err()
+			return tries, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}
@@ -110,7 +114,7 @@ func (m *MySQL) GlobalReadLock(ctx context.Context, hold time.Duration) error {
 	defer cancel()
 	if _, err := conn.ExecContext(uctx, "UNLOCK TABLES"); err != nil {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // close it: the server releases the lock
-		return fmt.Errorf("UNLOCK TABLES (connection dropped instead): %w", err)
+		return tries, fmt.Errorf("UNLOCK TABLES (connection dropped instead): %w", err)
 	}
-	return nil
+	return tries, nil
 }

@@ -155,8 +155,9 @@ type Database interface {
 	// KillSessions kills every session of the service's database user or
 	// schema; it returns how many.
 	KillSessions(ctx context.Context, service string) (int, error)
-	// GlobalReadLock holds FLUSH TABLES WITH READ LOCK for hold.
-	GlobalReadLock(ctx context.Context, hold time.Duration) error
+	// GlobalReadLock holds FLUSH TABLES WITH READ LOCK for hold; tries is
+	// how many attempts it took to get it.
+	GlobalReadLock(ctx context.Context, hold time.Duration) (tries int, err error)
 }
 
 // FaultRecord is a fault as it happened.
@@ -229,8 +230,12 @@ func (in *injector) inject(ctx context.Context, f Fault) (string, error) {
 		n, err := in.db.KillSessions(ctx, f.Target)
 		return fmt.Sprintf("%d sessions killed", n), err
 	case FaultDBLock:
-		err := in.db.GlobalReadLock(ctx, f.Hold)
-		return "global read lock held " + round(f.Hold).String(), err
+		tries, err := in.db.GlobalReadLock(ctx, f.Hold)
+		detail := "global read lock held " + round(f.Hold).String()
+		if tries > 1 {
+			detail += fmt.Sprintf(" (taken at try %d: the server was busy)", tries)
+		}
+		return detail, err
 	case FaultPSP:
 		in.mu.Lock()
 		in.psp = true

@@ -137,7 +137,8 @@ func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
 	var quietZone sync.Mutex
 	inj := &injector{obs: obs, procs: st.Processes, broker: st.Broker, db: st.Database, start: t0, stopped: map[int]bool{}, zone: &quietZone}
 	drv := &loader{obs: obs, tag: cfg.Tag, start: t0, settle: t0.Add(cfg.Load.Duration + 2*cfg.RestTimeout)}
-	var uncertain []string
+	uncertain := map[string]int{}
+	var waveNotes []string
 	var receiptMu sync.Mutex
 	wave := func(ctx context.Context, w int) {
 		quietZone.Lock()
@@ -150,9 +151,10 @@ func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
 		case err == nil:
 			receipts[ScarceSKU] += n
 		case ok:
-			uncertain = append(uncertain, fmt.Sprintf("wave %d: %v (not booked)", w+1, err))
+			waveNotes = append(waveNotes, fmt.Sprintf("scarce wave %d: %v: no units booked", w+1, err))
 		default:
-			uncertain = append(uncertain, fmt.Sprintf("wave %d: %v (booked or not: unknown)", w+1, err))
+			uncertain[ScarceSKU] += n
+			waveNotes = append(waveNotes, fmt.Sprintf("scarce wave %d: %v: booked or not, unknown (the stock check allows either)", w+1, err))
 		}
 	}
 	// Every planned fault runs, even one pushed past the end of the load by
@@ -176,6 +178,7 @@ func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
 	}
 	healed := time.Now()
 	loadDone.Wait()
+	rep.Notes = append(rep.Notes, waveNotes...)
 	say("load over: %d keys sent; waiting for rest (quiet %s, at most %s)", len(drv.requests()), cfg.Quiet, cfg.RestTimeout)
 
 	rest := obs.waitRest(ctx, watermark, cfg.Tag, start, cfg.Quiet, cfg.RestTimeout)
@@ -191,15 +194,12 @@ func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
 	snap.Requests = drv.requests()
 	snap.StockStart = start
 	snap.Receipts = receipts
+	snap.UncertainReceipts = uncertain
 	snap.MinAvailable = obs.lowestAvailable()
 	snap.Rest = rest
 	rep.Duplicates = obs.duplicates()
 	if foreign > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d orders of other clients were created during the run: the stock check counts only this run's orders", foreign))
-	}
-	rep.Notes = append(rep.Notes, uncertain...)
-	if len(uncertain) > 0 {
-		rep.Notes = append(rep.Notes, "a scarce receipt's answer was unknown: expect a stock/on-hand violation for "+ScarceSKU+" within its supply")
 	}
 	rep.summarize(snap)
 	say("%d violations", len(rep.Violations))

@@ -13,10 +13,13 @@ type Snapshot struct {
 	// Run customers: the load gives each idempotency key a customer of its
 	// own, so the orders of one key are the orders of one customer.
 
-	StockStart   map[string]Stock `json:"stock_start"`
-	StockEnd     map[string]Stock `json:"stock_end"`
-	Receipts     map[string]int   `json:"receipts"`      // units received through POST /stock/{sku}/receipts during the run
-	MinAvailable map[string]int   `json:"min_available"` // lowest available seen by the samples taken while running
+	StockStart map[string]Stock `json:"stock_start"`
+	StockEnd   map[string]Stock `json:"stock_end"`
+	Receipts   map[string]int   `json:"receipts"` // units received through POST /stock/{sku}/receipts during the run
+	// UncertainReceipts are units whose receipt got no definite answer:
+	// they may or may not be on hand.
+	UncertainReceipts map[string]int `json:"uncertain_receipts,omitempty"`
+	MinAvailable      map[string]int `json:"min_available"` // lowest available seen by the samples taken while running
 
 	Services map[string]Leftovers `json:"services"` // by service: order, inventory, payment
 	Rest     Rest                 `json:"rest"`
