@@ -187,7 +187,9 @@ type injector struct {
 }
 
 // run injects the planned faults in order, each at its time or as soon as
-// the previous one is over, until ctx ends; records are returned in order.
+// the previous one is over and every service is ready again (a fault on a
+// stack still reconnecting from the last one would cut nothing), until ctx
+// ends; records are returned in order.
 func (in *injector) run(ctx context.Context, faults []Fault) []FaultRecord {
 	var out []FaultRecord
 	for _, f := range faults {
@@ -198,6 +200,7 @@ func (in *injector) run(ctx context.Context, faults []Fault) []FaultRecord {
 			case <-time.After(wait):
 			}
 		}
+		notReady := in.obs.waitReady(ctx, 30*time.Second)
 		if ctx.Err() != nil {
 			return out
 		}
@@ -206,6 +209,9 @@ func (in *injector) run(ctx context.Context, faults []Fault) []FaultRecord {
 		began := time.Now()
 		detail, err := in.inject(ctx, f)
 		rec.Took, rec.Detail = time.Since(began), detail
+		if notReady != nil {
+			rec.Detail += " (injected on a stack " + notReady.Error() + ")"
+		}
 		in.zone.Unlock()
 		if err != nil {
 			rec.Error = err.Error()
