@@ -63,8 +63,9 @@ Fault kinds (-faults): kill (SIGKILL a service; its supervisor restarts it),
 stop (SIGSTOP, SIGCONT after 1-3 s), broker-close (the broker closes the
 stack's connections), broker-restart (the broker application stops for 1-3 s),
 db-kill (KILL a service's database sessions), db-lock (FLUSH TABLES WITH READ
-LOCK for 1-2 s: every database on the server waits), psp (the fake PSP
-loses answers, fails or is slow for 1-3 calls).
+LOCK for 1-2 s: every database on the server waits; -db-lock-scope schemas
+locks only the stack's tables), psp (the fake PSP loses answers, fails or is
+slow for 1-3 calls).
 
 broker-restart is refused against scripts/up.sh: its broker is the machine's
 shared one (127.0.0.1:5672), which other programs use. Pass
@@ -86,6 +87,7 @@ type options struct {
 	exchange   string
 	amqpURL    string
 	allowRest  bool
+	lockScope  string
 	jsonOut    bool
 	selftest   bool
 	faultsFlag string
@@ -125,6 +127,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.schemas, "db-schemas", "order=order_service,inventory=inventory_service,payment=payment_service",
 		"each service's schema: db-kill kills the sessions using it")
 	fs.StringVar(&o.users, "db-users", "", "each service's database user (order=order_svc,...): db-kill also kills its sessions")
+	fs.StringVar(&o.lockScope, "db-lock-scope", "global", "db-lock: global (FLUSH TABLES WITH READ LOCK, every database on the server waits) or schemas (only the tables of -db-schemas)")
 	fs.StringVar(&o.exchange, "exchange", "saga.events", "the stack's exchange: broker-close closes the connections named after it")
 	fs.StringVar(&o.amqpURL, "amqp-url", env("LAB_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "the broker, to see it back after a restart (env LAB_AMQP_URL)")
 	fs.BoolVar(&o.allowRest, "allow-system-broker-restart", false, "allow broker-restart on the shared system broker")
@@ -145,6 +148,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	kinds, err := chaos.ParseFaultKinds(o.faultsFlag)
 	if err != nil {
 		return o, err
+	}
+	if o.lockScope != "global" && o.lockScope != "schemas" {
+		return o, fmt.Errorf("-db-lock-scope %q: want global or schemas", o.lockScope)
 	}
 	if slices.Contains(kinds, chaos.FaultBrokerRestart) && !o.allowRest {
 		return o, errors.New("broker-restart: " + chaos.ErrNotOwned.Error())
@@ -181,7 +187,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err != nil {
 			return err
 		}
-		st.Database = &chaos.MySQL{Root: db, Sessions: sessions}
+		m := &chaos.MySQL{Root: db, Sessions: sessions}
+		if o.lockScope == "schemas" {
+			for _, svc := range chaos.Services {
+				if s := sessions[svc].Schema; s != "" {
+					m.LockSchemas = append(m.LockSchemas, s)
+				}
+			}
+		}
+		st.Database = m
 	}
 	o.cfg.Progress = stderr
 	rep, err := chaos.Run(ctx, o.cfg, st)

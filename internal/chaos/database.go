@@ -6,9 +6,12 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
 
 // MySQL injects database faults through the server's root connection. It
@@ -19,14 +22,19 @@ type MySQL struct {
 	// Sessions says which sessions belong to each service: by database
 	// user, or by schema (the services' DSNs name their schema).
 	Sessions map[string]Session
+	// LockSchemas narrows db-lock to these schemas' tables: the stack's
+	// writes wait as under the global lock, other databases on the server
+	// (other programs, other tests) do not. Empty: the server-wide lock.
+	LockSchemas []string
 }
 
-// lockWait bounds how long FLUSH TABLES WITH READ LOCK may wait for running
-// statements, in each of lockTries tries (on a shared server another
-// program's long statement can hold it up for a while).
+// lockWait bounds how long the read lock may wait for running statements,
+// in each of lockTries tries: just above the services' own 5 s row-lock
+// wait, because under load a statement waiting for a row lock, whose holder
+// itself waits behind the flush, ends only when that wait times out.
 const (
-	lockWait  = 2 * time.Second
-	lockTries = 6
+	lockWait  = 6 * time.Second
+	lockTries = 3
 )
 
 // Session identifies a service's database sessions; either field may be
@@ -75,36 +83,52 @@ WHERE ID <> CONNECTION_ID() AND ((? <> '' AND USER = ?) OR (? <> '' AND DB = ?))
 	return killed, nil
 }
 
-// GlobalReadLock implements Database: FLUSH TABLES WITH READ LOCK on one
-// connection, held for hold, then UNLOCK TABLES. Every write on the server
-// waits meanwhile, other databases' too, so the whole stall is kept short:
-// while FLUSH waits for running statements to finish, new writes already
-// wait behind it, so that wait is cut at lockWait and tried again a second
-// later rather than left to grow. It returns how many tries it took. If
-// the unlock fails, the connection is dropped, which releases the lock.
-func (m *MySQL) GlobalReadLock(ctx context.Context, hold time.Duration) (tries int, err error) {
+// ReadLock implements Database: a read lock on one connection, held for
+// hold, then UNLOCK TABLES. Every write to the locked tables waits
+// meanwhile. With LockSchemas it is FLUSH TABLES <every table of those
+// schemas> WITH READ LOCK; without, FLUSH TABLES WITH READ LOCK, which
+// stalls every database on the server. Before it holds, FLUSH waits for the
+// statements running on those tables, and new writes already wait behind
+// it: that wait is cut at lockWait and tried again a second later rather
+// than left to grow. If the unlock fails, the connection is dropped, which
+// releases the lock.
+func (m *MySQL) ReadLock(ctx context.Context, hold time.Duration) (string, error) {
+	stmt, scope := "FLUSH TABLES WITH READ LOCK", "global read lock"
+	if len(m.LockSchemas) > 0 {
+		tables, err := m.tablesOf(ctx, m.LockSchemas)
+		if err != nil {
+			return "", err
+		}
+		stmt = "FLUSH TABLES " + strings.Join(tables, ", ") + " WITH READ LOCK"
+		scope = fmt.Sprintf("read lock on the %d tables of %s", len(tables), strings.Join(m.LockSchemas, ", "))
+	}
 	conn, err := m.Root.Conn(ctx)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer conn.Close()
 	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(lockWait.Seconds()))); err != nil {
-		return 0, err
+		return "", err
 	}
-	for tries = 1; ; tries++ {
-		_, err := conn.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK")
+	tries := 1
+	for ; ; tries++ {
+		_, err := conn.ExecContext(ctx, stmt)
 		var me *mysql.MySQLError
 		if err == nil {
 			break
 		}
 		if !errors.As(err, &me) || me.Number != 1205 || tries == lockTries {
-			return tries, fmt.Errorf("FLUSH TABLES WITH READ LOCK (try %d): %w", tries, err)
+			return "", fmt.Errorf("%s (try %d): %w", scope, tries, err)
 		}
-		select { // a long statement is running: let the writers through, then try again
+		select { // a statement is still running: let the writers through, then try again
 		case <-ctx.Done():
-			return tries, ctx.Err()
+			return "", ctx.Err()
 		case <-time.After(time.Second):
 		}
+	}
+	detail := fmt.Sprintf("%s held %s", scope, round(hold))
+	if tries > 1 {
+		detail += fmt.Sprintf(" (taken at try %d)", tries)
 	}
 	select {
 	case <-ctx.Done():
@@ -114,7 +138,38 @@ func (m *MySQL) GlobalReadLock(ctx context.Context, hold time.Duration) (tries i
 	defer cancel()
 	if _, err := conn.ExecContext(uctx, "UNLOCK TABLES"); err != nil {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // close it: the server releases the lock
-		return tries, fmt.Errorf("UNLOCK TABLES (connection dropped instead): %w", err)
+		return detail, fmt.Errorf("UNLOCK TABLES (connection dropped instead): %w", err)
 	}
-	return tries, nil
+	return detail, nil
+}
+
+// tablesOf lists the base tables of the schemas (metadata only), quoted.
+func (m *MySQL) tablesOf(ctx context.Context, schemas []string) ([]string, error) {
+	q := `SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES
+WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA IN (?` + strings.Repeat(", ?", len(schemas)-1) + `)
+ORDER BY TABLE_SCHEMA, TABLE_NAME`
+	args := make([]any, len(schemas))
+	for i, s := range schemas {
+		args[i] = s
+	}
+	rows, err := m.Root.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list the tables to lock: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var schema, table string
+		if err := rows.Scan(&schema, &table); err != nil {
+			return nil, err
+		}
+		out = append(out, sqldb.QuoteIdent(schema)+"."+sqldb.QuoteIdent(table))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no tables in %s", strings.Join(schemas, ", "))
+	}
+	return out, nil
 }

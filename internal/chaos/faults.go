@@ -23,7 +23,7 @@ const (
 	FaultBrokerClose   FaultKind = "broker-close"   // the broker closes the stack's connections
 	FaultBrokerRestart FaultKind = "broker-restart" // the broker application stops, and starts again after the hold
 	FaultDBKill        FaultKind = "db-kill"        // KILL every database session of a service
-	FaultDBLock        FaultKind = "db-lock"        // FLUSH TABLES WITH READ LOCK, held for the hold, then UNLOCK TABLES
+	FaultDBLock        FaultKind = "db-lock"        // FLUSH TABLES ... WITH READ LOCK, held for the hold, then UNLOCK TABLES
 	FaultPSP           FaultKind = "psp"            // the fake PSP loses answers, fails or is slow for a few calls
 )
 
@@ -155,9 +155,9 @@ type Database interface {
 	// KillSessions kills every session of the service's database user or
 	// schema; it returns how many.
 	KillSessions(ctx context.Context, service string) (int, error)
-	// GlobalReadLock holds FLUSH TABLES WITH READ LOCK for hold; tries is
-	// how many attempts it took to get it.
-	GlobalReadLock(ctx context.Context, hold time.Duration) (tries int, err error)
+	// ReadLock holds a read lock on the stack's tables (or the whole
+	// server) for hold, and says what it locked.
+	ReadLock(ctx context.Context, hold time.Duration) (detail string, err error)
 }
 
 // FaultRecord is a fault as it happened.
@@ -236,12 +236,7 @@ func (in *injector) inject(ctx context.Context, f Fault) (string, error) {
 		n, err := in.db.KillSessions(ctx, f.Target)
 		return fmt.Sprintf("%d sessions killed", n), err
 	case FaultDBLock:
-		tries, err := in.db.GlobalReadLock(ctx, f.Hold)
-		detail := "global read lock held " + round(f.Hold).String()
-		if tries > 1 {
-			detail += fmt.Sprintf(" (taken at try %d: the server was busy)", tries)
-		}
-		return detail, err
+		return in.db.ReadLock(ctx, f.Hold)
 	case FaultPSP:
 		in.mu.Lock()
 		in.psp = true
@@ -327,9 +322,9 @@ func (in *injector) brokerRestart(ctx context.Context, hold time.Duration) (stri
 }
 
 // heal undoes whatever a fault interrupted by the end of the run left
-// behind: frozen processes, a stopped broker, the PSP's switch. The global
-// read lock and the killed sessions need nothing: the lock is released by
-// GlobalReadLock itself, sessions reconnect.
+// behind: frozen processes, a stopped broker, the PSP's switch. The read
+// lock and the killed sessions need nothing: the lock is released by
+// ReadLock itself, sessions reconnect.
 func (in *injector) heal(ctx context.Context) error {
 	var errs []error
 	in.mu.Lock()
