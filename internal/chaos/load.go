@@ -38,6 +38,8 @@ var retryWait = retry.Backoff{Base: 250 * time.Millisecond, Cap: 4 * time.Second
 // caller's wave function, which books the scarce SKU's supply first.
 func (d *loader) run(ctx context.Context, p Plan, wave func(ctx context.Context, w int)) {
 	var wg sync.WaitGroup
+	// At most this many keys in progress, each with its follow-ups: far
+	// above what the rates here need, a bound if the stack stops answering.
 	slots := make(chan struct{}, 512)
 	released := map[int]bool{}
 	for i, pr := range p.Requests {
