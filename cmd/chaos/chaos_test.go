@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relmsg/ordersaga/internal/chaos"
+	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
+	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+)
+
+// waitingForAFix are the rules the short run breaks today because of a
+// finding of issue 11 that is not fixed yet. The test reports them but does
+// not fail on them; each entry goes when its fix lands, and the run then
+// asserts that rule too. Every other rule is asserted.
+var waitingForAFix = map[string]string{
+	// Finding 8: a transaction that failed on a killed database session is
+	// not retried: POST /orders answers 500 "internal error".
+	"answers/5xx": "finding 8 (a killed database session answers 500)",
+	// Finding 7: an order cancelled before its charge started leaves its
+	// payment pending until PAYMENT_DEADLINE (10 minutes).
+	"leftovers/payment-pending": "finding 7 (payments of cancelled orders left pending)",
+}
+
+// TestChaosRun is the chaos run in the suite: a private RabbitMQ node, the
+// three services as real child processes (each restarted when it dies, as
+// scripts/supervise.sh does) on fresh databases, 20 s of mixed load at 10
+// orders/s with every fault kind, then the consistency report.
+//
+// CHAOS_SEED replays a seed; CHAOS_DURATION, CHAOS_RATE and
+// CHAOS_FAULT_EVERY make it the long run of docs/chaos.md:
+//
+//	CHAOS_DURATION=90s CHAOS_RATE=40 CHAOS_FAULT_EVERY=6s go test -run TestChaosRun -v -timeout 30m ./cmd/chaos
+func TestChaosRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: runs the whole stack under faults (run without -short)")
+	}
+	seed := uint64(envNumber(t, "CHAOS_SEED", 11))
+	cfg := chaos.Config{
+		Seed: seed,
+		Load: chaos.Load{Rate: envNumber(t, "CHAOS_RATE", 10), Duration: envDuration(t, "CHAOS_DURATION", 20*time.Second),
+			WaveSize: 6, WaveSupply: 2},
+		Faults:      chaos.FaultSchedule{Kinds: chaos.FaultKinds, Every: envDuration(t, "CHAOS_FAULT_EVERY", 2500*time.Millisecond)},
+		Quiet:       3 * time.Second,
+		RestTimeout: 90 * time.Second,
+		Progress:    testWriter{t},
+	}
+	st, logs := startStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Load.Duration+10*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, cfg, st)
+	if err != nil {
+		t.Fatalf("chaos run (seed %d): %v\n%s", seed, err, logs(40, ""))
+	}
+	var out bytes.Buffer
+	rep.Print(&out)
+	t.Logf("report:\n%s", out.String())
+
+	// The run did what it says: every fault kind was injected, every kind
+	// of request was sent and accepted.
+	for _, k := range chaos.FaultKinds {
+		if rep.FaultsByKind[k] == 0 {
+			t.Errorf("no %s fault was injected", k)
+		}
+	}
+	for _, f := range rep.Faults {
+		if f.Error != "" {
+			t.Errorf("fault %s at +%s was not injected: %s", f.Fault, f.Started, f.Error)
+		}
+	}
+	for _, k := range chaos.Kinds {
+		accepted := 0
+		for status, n := range rep.Outcomes[k] {
+			if status != "not accepted" {
+				accepted += n
+			}
+		}
+		if accepted == 0 {
+			t.Errorf("no %s order was accepted", k)
+		}
+	}
+	waiting := 0
+	for _, v := range rep.Violations {
+		if why, ok := waitingForAFix[v.Check+"/"+v.Rule]; ok {
+			t.Logf("waits for %s: %s", why, v)
+			waiting++
+			continue
+		}
+		t.Errorf("violation (seed %d): %s", seed, v)
+	}
+	if t.Failed() {
+		t.Logf("service logs:\n%s", logs(40, ""))
+	} else if waiting > 0 {
+		t.Logf("the services' errors:\n%s", logs(20, `"level":"ERROR"`))
+	}
+	t.Logf("%d violations wait for a fix of issue 11", waiting)
+}
+
+// TestCommandAgainstAStackOnTheSharedBroker runs the command as a user
+// would against scripts/up.sh, through its flags: a stack on the machine's
+// broker, where broker-close must close only this stack's connections,
+// db-kill finds the sessions by schema, and the JSON report comes out on
+// stdout. kill and stop need scripts/up.sh's pid files, db-lock and
+// broker-restart are covered by TestChaosRun.
+func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: runs a stack (run without -short)")
+	}
+	stack := sagatest.Start(t)
+	args := []string{
+		"-order-url", stack.Order.URL, "-inventory-url", stack.Inventory.URL, "-payment-url", stack.Payment.URL,
+		"-seed", "5", "-duration", "6s", "-rate", "5", "-wave-size", "3", "-wave-supply", "1",
+		"-faults", "broker-close,db-kill,psp", "-fault-every", "1500ms", "-quiet", "2s", "-rest-timeout", "60s",
+		"-exchange", stack.NS.Exchange(), "-mysql-root-dsn", sqldbtest.ServerDSN(),
+		"-db-schemas", fmt.Sprintf("order=%s,inventory=%s,payment=%s", stack.Order.DB.Name, stack.Inventory.DB.Name, stack.Payment.DB.Name),
+		"-json",
+	}
+	var stdout bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	err := run(ctx, args, func(string) string { return "" }, &stdout, testWriter{t})
+	if err != nil && !errors.Is(err, errViolations) {
+		t.Fatalf("run: %v", err)
+	}
+	var rep chaos.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("the JSON report does not decode: %v\n%s", err, stdout.String())
+	}
+	if (err == nil) != rep.Passed() {
+		t.Errorf("exit error %v, but the report has %d violations", err, len(rep.Violations))
+	}
+	if rep.Seed != 5 {
+		t.Errorf("report seed %d, want 5", rep.Seed)
+	}
+	for _, k := range []chaos.FaultKind{chaos.FaultBrokerClose, chaos.FaultDBKill, chaos.FaultPSP} {
+		if rep.FaultsByKind[k] == 0 {
+			t.Errorf("no %s fault was injected: %+v", k, rep.Faults)
+		}
+	}
+	for _, f := range rep.Faults {
+		if f.Kind == chaos.FaultBrokerClose && !strings.HasPrefix(f.Detail, "3 connections") && !strings.HasPrefix(f.Detail, "2 connections") &&
+			!strings.HasPrefix(f.Detail, "1 connections") {
+			t.Errorf("broker-close on the shared broker: %s, want this stack's 1 to 3 connections only", f.Detail)
+		}
+	}
+	for _, v := range rep.Violations {
+		if why, ok := waitingForAFix[v.Check+"/"+v.Rule]; ok {
+			t.Logf("waits for %s: %s", why, v)
+			continue
+		}
+		t.Errorf("violation: %s", v)
+	}
+}
+
+// startStack starts a private broker node and the three services as
+// supervised child processes, each on a fresh database.
+func startStack(t *testing.T) (chaos.Stack, func(n int, match string) string) {
+	t.Helper()
+	node := rabbitnodetest.Start(t, "chaostest")
+
+	var opts []sagatest.Option
+	for _, svc := range chaos.Services {
+		opts = append(opts, sagatest.WithEnv(svc, "AMQP_URL", node.URL()), sagatest.WithEnv(svc, "OUTBOX_LEASE", "5s"))
+	}
+	stack := sagatest.Start(t, opts...)
+
+	root, err := sql.Open("mysql", sqldbtest.ServerDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+
+	logDir := t.TempDir()
+	procs := chaos.Supervised{}
+	sessions := map[string]chaos.Session{}
+	urls := map[string]string{}
+	for _, svc := range []*sagatest.Service{stack.Inventory, stack.Payment, stack.Order} {
+		// The in-process service gives way to a child process on the same
+		// port and database: a SIGKILL must kill a real process.
+		svc.Stop()
+		logFile, err := os.Create(filepath.Join(logDir, svc.Name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := os.Environ()
+		for k, v := range svc.Env {
+			env = append(env, k+"="+v)
+		}
+		sup := &chaos.Supervisor{Path: sagatest.Binary(t, svc.Name), Env: env, Log: logFile, Delay: 500 * time.Millisecond}
+		if err := sup.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := sup.Stop(20 * time.Second); err != nil {
+				t.Errorf("stop %s: %v", svc.Name, err)
+			}
+			logFile.Close()
+		})
+		procs[svc.Name] = sup
+		sessions[svc.Name] = chaos.Session{Schema: svc.DB.Name}
+		urls[svc.Name] = svc.URL
+	}
+	// logs returns the last n lines of each service's log that contain
+	// match ("" for any).
+	logs := func(n int, match string) string {
+		var b strings.Builder
+		for _, svc := range chaos.Services {
+			data, _ := os.ReadFile(filepath.Join(logDir, svc+".log"))
+			var lines []string
+			for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+				if strings.Contains(l, match) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > n {
+				lines = lines[len(lines)-n:]
+			}
+			fmt.Fprintf(&b, "---- %s (restarted %d times) ----\n%s\n", svc, procs[svc].Restarts(), strings.Join(lines, "\n"))
+		}
+		return b.String()
+	}
+	return chaos.Stack{URLs: urls, Processes: procs, Broker: chaos.OwnedBroker{Node: node},
+		// The read lock covers this stack's schemas only: a server-wide one
+		// would stall every other test running beside this one.
+		Database: &chaos.MySQL{Root: root, Sessions: sessions,
+			LockSchemas: []string{stack.Order.DB.Name, stack.Inventory.DB.Name, stack.Payment.DB.Name}}}, logs
+}
+
+func envNumber(t *testing.T, key string, def float64) float64 {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive number", key, v)
+	}
+	return n
+}
+
+func envDuration(t *testing.T, key string, def time.Duration) time.Duration {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("%s=%q: want a positive duration", key, v)
+	}
+	return d
+}
+
+// testWriter sends the run's progress lines to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,172 @@
+package chaos
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSampleSnapshotIsClean(t *testing.T) {
+	if got := Check(SampleSnapshot()); len(got) != 0 {
+		t.Fatalf("the consistent sample reports %d violations:\n%v", len(got), got)
+	}
+}
+
+// TestEveryPlantedViolationIsCaught: the selftest's table, one planted
+// violation per rule, each reported under its own check and rule.
+func TestEveryPlantedViolationIsCaught(t *testing.T) {
+	for _, p := range Plants() {
+		t.Run(p.Check+"/"+p.Rule, func(t *testing.T) {
+			s := copySnapshot(SampleSnapshot())
+			p.Apply(&s)
+			got := Check(s)
+			if !slices.ContainsFunc(got, func(v Violation) bool { return v.Check == p.Check && v.Rule == p.Rule }) {
+				t.Errorf("%s: not reported; got %v", p.What, got)
+			}
+		})
+	}
+}
+
+func TestPlantsCoverEveryRule(t *testing.T) {
+	planted := map[string]bool{}
+	for _, p := range Plants() {
+		planted[p.Check+"/"+p.Rule] = true
+	}
+	for _, c := range Checks {
+		rules := Rules[c.Name]
+		if len(rules) == 0 {
+			t.Errorf("check %s has no rules", c.Name)
+		}
+		for _, r := range rules {
+			if !planted[c.Name+"/"+r] {
+				t.Errorf("no planted violation for %s/%s", c.Name, r)
+			}
+			delete(planted, c.Name+"/"+r)
+		}
+	}
+	for k := range planted {
+		t.Errorf("planted %s is not a listed rule", k)
+	}
+}
+
+func TestSelfTestPasses(t *testing.T) {
+	clean, results, ok := SelfTest()
+	if !ok {
+		var b strings.Builder
+		PrintSelfTest(&b, clean, results, ok)
+		t.Fatal(b.String())
+	}
+}
+
+// TestCheckReportsEveryRuleItCanEmit: the checker emits only listed rules
+// (Rules is the contract the selftest and the report rely on).
+func TestCheckReportsOnlyListedRules(t *testing.T) {
+	for _, p := range Plants() {
+		s := copySnapshot(SampleSnapshot())
+		p.Apply(&s)
+		for _, v := range Check(s) {
+			if !slices.Contains(Rules[v.Check], v.Rule) {
+				t.Errorf("planting %s/%s reported an unlisted rule %s/%s", p.Check, p.Rule, v.Check, v.Rule)
+			}
+		}
+	}
+}
+
+func TestExpectedOutcomes(t *testing.T) {
+	tests := []struct {
+		name string
+		r    Request
+		want []string
+	}{
+		{"happy", Request{Kind: KindHappy}, []string{statusConfirmed}},
+		{"insufficient", Request{Kind: KindInsufficient}, []string{statusRejected}},
+		{"scarce", Request{Kind: KindScarce}, []string{statusConfirmed, statusRejected}},
+		{"decline", Request{Kind: KindDecline}, []string{statusCancelled}},
+		{"cancel answered cancelled", Request{Kind: KindCancel, Cancels: []Answer{{Status: 0}, {Status: 202, Result: "cancelled"}}}, []string{statusCancelled}},
+		{"cancel of a rejected order", Request{Kind: KindCancel, Cancels: []Answer{{Status: 200, Result: "already_rejected"}}}, []string{statusRejected}},
+		{"cancel never answered", Request{Kind: KindCancel, Cancels: []Answer{{Status: 0}}}, []string{statusConfirmed, statusRejected, statusCancelled}},
+		{"replay", Request{Kind: KindReplay}, []string{statusConfirmed}},
+		{"conflict", Request{Kind: KindConflict}, []string{statusConfirmed}},
+	}
+	for _, tt := range tests {
+		if got := expected(tt.r); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: expected %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// A cancel may legitimately overtake the create: inventory then keeps a
+// cancelled_before_reserve marker and payment a cancelled_before_charge one.
+func TestCancelBeforeReserveIsConsistent(t *testing.T) {
+	s := copySnapshot(SampleSnapshot())
+	o := s.Orders["6"]
+	o.Reservation = &Reservation{Status: "cancelled_before_reserve"}
+	o.Payment = &Payment{Status: "cancelled_before_charge"}
+	o.Charges = []Charge{}
+	o.RefundStatus = "none"
+	o.History = []Change{{To: statusPendingInventory, Trigger: "created", Actor: "api"},
+		{From: statusPendingInventory, To: statusCancelled, Trigger: "cancel_requested", Actor: "api"}}
+	s.Orders["6"] = o
+	if got := Check(s); len(got) != 0 {
+		t.Fatalf("a cancel before the reservation is consistent, got %v", got)
+	}
+}
+
+// The payment sweep may request a charge again with a new version: not a
+// double effect. The same version twice is one.
+func TestRepeatedChargeRequestNeedsANewVersion(t *testing.T) {
+	s := copySnapshot(SampleSnapshot())
+	o := s.Orders["1"]
+	o.Outbox = append(o.Outbox, Event{Service: "payment", EventID: "again", Type: "payment.charge-requested", Version: 3})
+	s.Orders["1"] = o
+	if got := Check(s); len(got) != 0 {
+		t.Fatalf("a charge requested again with a new version is legal, got %v", got)
+	}
+	o.Outbox = append(o.Outbox, Event{Service: "payment", EventID: "again2", Type: "payment.charge-requested", Version: 3})
+	s.Orders["1"] = o
+	got := Check(s)
+	if len(got) != 1 || got[0].Rule != "outbox-event" {
+		t.Fatalf("the same version twice: got %v, want one double-effect/outbox-event", got)
+	}
+}
+
+func TestCounterFollowsRestarts(t *testing.T) {
+	var c counter
+	for _, v := range []float64{10, 12, 15, 2, 4, 4, 1} { // restarts after 15 and after 4
+		c.observe(v)
+	}
+	if c.total != 5+4+1 {
+		t.Fatalf("total %v, want 10 (10->15, 0->4 after a restart, 0->1 after another)", c.total)
+	}
+}
+
+func TestSpread(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	s := spread(ds)
+	if s.N != 100 || time.Duration(s.P50) != 51*time.Millisecond || time.Duration(s.P95) != 96*time.Millisecond || time.Duration(s.Max) != 100*time.Millisecond {
+		t.Fatalf("spread %+v", s)
+	}
+}
+
+// A receipt with no definite answer may or may not have been booked: the
+// stock check accepts either, and nothing beyond.
+func TestUncertainReceiptWidensOnlyItsOwnUnits(t *testing.T) {
+	s := copySnapshot(SampleSnapshot())
+	s.UncertainReceipts = map[string]int{"SKU-1": 2}
+	for _, onHand := range []int{98, 99, 100} {
+		s.StockEnd["SKU-1"] = Stock{OnHand: onHand, Available: onHand}
+		if got := Check(s); len(got) != 0 {
+			t.Errorf("on hand %d with 2 units uncertain: %v", onHand, got)
+		}
+	}
+	for _, onHand := range []int{97, 101} {
+		s.StockEnd["SKU-1"] = Stock{OnHand: onHand, Available: onHand}
+		if got := Check(s); len(got) != 1 || got[0].Rule != "on-hand" {
+			t.Errorf("on hand %d with 2 units uncertain: got %v, want one stock/on-hand", onHand, got)
+		}
+	}
+}

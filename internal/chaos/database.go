@@ -1,0 +1,175 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+)
+
+// MySQL injects database faults through the server's root connection. It
+// reads no service's tables: it finds a service's sessions in
+// information_schema.PROCESSLIST and takes the server-wide read lock.
+type MySQL struct {
+	Root *sql.DB
+	// Sessions says which sessions belong to each service: by database
+	// user, or by schema (the services' DSNs name their schema).
+	Sessions map[string]Session
+	// LockSchemas narrows db-lock to these schemas' tables: the stack's
+	// writes wait as under the global lock, other databases on the server
+	// (other programs, other tests) do not. Empty: the server-wide lock.
+	LockSchemas []string
+}
+
+// lockWait bounds how long the read lock may wait for running statements,
+// in each of lockTries tries: just above the services' own 5 s row-lock
+// wait, because under load a statement waiting for a row lock, whose holder
+// itself waits behind the flush, ends only when that wait times out.
+const (
+	lockWait  = 6 * time.Second
+	lockTries = 3
+)
+
+// Session identifies a service's database sessions; either field may be
+// empty.
+type Session struct{ User, Schema string }
+
+// KillSessions implements Database: KILL CONNECTION for every session of
+// the service but our own, as a network cut or a DBA would.
+func (m *MySQL) KillSessions(ctx context.Context, service string) (int, error) {
+	s, ok := m.Sessions[service]
+	if !ok || (s.User == "" && s.Schema == "") {
+		return 0, fmt.Errorf("no database user or schema known for %s", service)
+	}
+	const q = `SELECT ID FROM information_schema.PROCESSLIST
+WHERE ID <> CONNECTION_ID() AND ((? <> '' AND USER = ?) OR (? <> '' AND DB = ?))`
+	rows, err := m.Root.QueryContext(ctx, q, s.User, s.User, s.Schema, s.Schema)
+	if err != nil {
+		return 0, fmt.Errorf("list %s's sessions: %w", service, err)
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	killed := 0
+	for _, id := range ids {
+		// KILL takes no placeholder; id is an integer the server gave us.
+		_, err := m.Root.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", id))
+		var me *mysql.MySQLError
+		switch {
+		case err == nil:
+			killed++
+		case errors.As(err, &me) && me.Number == 1094: // unknown thread: it ended meanwhile
+		default:
+			return killed, fmt.Errorf("kill session %d of %s: %w", id, service, err)
+		}
+	}
+	return killed, nil
+}
+
+// ReadLock implements Database: a read lock on one connection, held for
+// hold, then UNLOCK TABLES. Every write to the locked tables waits
+// meanwhile. With LockSchemas it is FLUSH TABLES <every table of those
+// schemas> WITH READ LOCK; without, FLUSH TABLES WITH READ LOCK, which
+// stalls every database on the server. Before it holds, FLUSH waits for the
+// statements running on those tables, and new writes already wait behind
+// it: that wait is cut at lockWait and tried again a second later rather
+// than left to grow. If the unlock fails, the connection is dropped, which
+// releases the lock.
+func (m *MySQL) ReadLock(ctx context.Context, hold time.Duration) (string, error) {
+	stmt, scope := "FLUSH TABLES WITH READ LOCK", "global read lock"
+	if len(m.LockSchemas) > 0 {
+		tables, err := m.tablesOf(ctx, m.LockSchemas)
+		if err != nil {
+			return "", err
+		}
+		stmt = "FLUSH TABLES " + strings.Join(tables, ", ") + " WITH READ LOCK"
+		scope = fmt.Sprintf("read lock on the %d tables of %s", len(tables), strings.Join(m.LockSchemas, ", "))
+	}
+	conn, err := m.Root.Conn(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION lock_wait_timeout = %d", int(lockWait.Seconds()))); err != nil {
+		return "", err
+	}
+	tries := 1
+	for ; ; tries++ {
+		_, err := conn.ExecContext(ctx, stmt)
+		var me *mysql.MySQLError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &me) || me.Number != 1205 || tries == lockTries {
+			return "", fmt.Errorf("%s (try %d): %w", scope, tries, err)
+		}
+		select { // a statement is still running: let the writers through, then try again
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	detail := fmt.Sprintf("%s held %s", scope, round(hold))
+	if tries > 1 {
+		detail += fmt.Sprintf(" (taken at try %d)", tries)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(hold):
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if _, err := conn.ExecContext(uctx, "UNLOCK TABLES"); err != nil {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn }) // close it: the server releases the lock
+		return detail, fmt.Errorf("UNLOCK TABLES (connection dropped instead): %w", err)
+	}
+	return detail, nil
+}
+
+// tablesOf lists the base tables of the schemas (metadata only), quoted.
+func (m *MySQL) tablesOf(ctx context.Context, schemas []string) ([]string, error) {
+	q := `SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES
+WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA IN (?` + strings.Repeat(", ?", len(schemas)-1) + `)
+ORDER BY TABLE_SCHEMA, TABLE_NAME`
+	args := make([]any, len(schemas))
+	for i, s := range schemas {
+		args[i] = s
+	}
+	rows, err := m.Root.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list the tables to lock: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var schema, table string
+		if err := rows.Scan(&schema, &table); err != nil {
+			return nil, err
+		}
+		out = append(out, sqldb.QuoteIdent(schema)+"."+sqldb.QuoteIdent(table))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no tables in %s", strings.Join(schemas, ", "))
+	}
+	return out, nil
+}

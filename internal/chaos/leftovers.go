@@ -1,0 +1,178 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// readLeftovers reads what a service holds that a system at rest must not,
+// through /admin: outbox counts and failed rows, dead letters, parked
+// events, and the service's own parked work (inventory's open gaps,
+// payment's needs_attention).
+func (o *observer) readLeftovers(ctx context.Context, svc string) (Leftovers, []Item, error) {
+	l := Leftovers{Outbox: map[string]int64{}}
+	var sum struct {
+		ByStatus map[string]int64 `json:"by_status"`
+	}
+	if err := o.lab.Get(ctx, svc, "/admin/outbox/summary", &sum); err != nil {
+		return l, nil, err
+	}
+	l.Outbox["pending"], l.Outbox["sending"] = sum.ByStatus["pending"], sum.ByStatus["sending"]
+
+	var failed struct {
+		Events []struct {
+			EventID     string    `json:"event_id"`
+			EventType   string    `json:"event_type"`
+			AggregateID string    `json:"aggregate_id"`
+			Attempts    int       `json:"attempts"`
+			CreatedAt   time.Time `json:"created_at"`
+		} `json:"events"`
+	}
+	if err := o.lab.Get(ctx, svc, "/admin/outbox?status=failed&limit=1000", &failed); err != nil {
+		return l, nil, err
+	}
+	var failedRows []Item
+	for _, e := range failed.Events {
+		failedRows = append(failedRows, Item{ID: "event " + e.EventID,
+			Detail: fmt.Sprintf("%s of order %s failed after %d attempts", e.EventType, e.AggregateID, e.Attempts)})
+	}
+
+	var dls struct {
+		DeadLetters []struct {
+			ID        uint64 `json:"id"`
+			Consumer  string `json:"consumer"`
+			EventID   string `json:"event_id"`
+			EventType string `json:"event_type"`
+			Reason    string `json:"reason"`
+			Attempts  int    `json:"attempts"`
+		} `json:"dead_letters"`
+	}
+	if err := o.lab.Get(ctx, svc, "/admin/dead-letters?status=dead&limit=1000", &dls); err != nil {
+		return l, nil, err
+	}
+	for _, d := range dls.DeadLetters {
+		l.DeadLetters = append(l.DeadLetters, Item{ID: fmt.Sprintf("dead letter %d", d.ID),
+			Detail: fmt.Sprintf("%s %s (%s) after %d attempts: %s", d.Consumer, d.EventType, d.EventID, d.Attempts, clip(d.Reason, 120))})
+	}
+
+	var parked struct {
+		Parked []struct {
+			Consumer    string `json:"consumer"`
+			EventID     string `json:"event_id"`
+			EventType   string `json:"event_type"`
+			AggregateID string `json:"aggregate_id"`
+			Version     uint64 `json:"aggregate_version"`
+			WaitingFor  uint64 `json:"waiting_for_version"`
+		} `json:"parked"`
+	}
+	if err := o.lab.Get(ctx, svc, "/admin/parked?state=waiting&limit=1000", &parked); err != nil {
+		return l, nil, err
+	}
+	for _, p := range parked.Parked {
+		l.Parked = append(l.Parked, Item{ID: p.Consumer + " " + p.EventID,
+			Detail: fmt.Sprintf("%s v%d of %s waits for v%d", p.EventType, p.Version, p.AggregateID, p.WaitingFor)})
+	}
+
+	switch svc {
+	case "inventory":
+		var gaps struct {
+			Gaps []struct {
+				ID              uint64 `json:"id"`
+				AggregateID     string `json:"aggregate_id"`
+				EventType       string `json:"event_type"`
+				ReceivedVersion uint64 `json:"received_version"`
+				ExpectedVersion uint64 `json:"expected_version"`
+			} `json:"gaps"`
+		}
+		if err := o.lab.Get(ctx, svc, "/admin/gaps?open=true&limit=1000", &gaps); err != nil {
+			return l, nil, err
+		}
+		for _, g := range gaps.Gaps {
+			l.Gaps = append(l.Gaps, Item{ID: fmt.Sprintf("gap %d", g.ID),
+				Detail: fmt.Sprintf("order %s: %s v%d arrived, v%d never did", g.AggregateID, g.EventType, g.ReceivedVersion, g.ExpectedVersion)})
+		}
+	case "payment":
+		var att struct {
+			Charges []struct {
+				OrderID      string `json:"order_id"`
+				ParkedReason string `json:"parked_reason"`
+			} `json:"charges"`
+			Refunds []struct {
+				OrderID      string `json:"order_id"`
+				ParkedReason string `json:"parked_reason"`
+			} `json:"refunds"`
+		}
+		if err := o.lab.Get(ctx, svc, "/admin/needs-attention?limit=1000", &att); err != nil {
+			return l, nil, err
+		}
+		for _, c := range att.Charges {
+			l.NeedsAttention = append(l.NeedsAttention, Item{ID: "charge of order " + c.OrderID, Detail: clip(c.ParkedReason, 120)})
+		}
+		for _, f := range att.Refunds {
+			l.NeedsAttention = append(l.NeedsAttention, Item{ID: "refund of order " + f.OrderID, Detail: clip(f.ParkedReason, 120)})
+		}
+	}
+	return l, failedRows, nil
+}
+
+// baseline is the leftovers a live stack already had before the run: they
+// are not the run's doing, and the report leaves them out.
+type baseline map[string]bool
+
+func (b baseline) add(svc string, items ...[]Item) {
+	for _, list := range items {
+		for _, it := range list {
+			b[svc+"|"+it.ID] = true
+		}
+	}
+}
+
+func (b baseline) fresh(svc string, items []Item) []Item {
+	var out []Item
+	for _, it := range items {
+		if !b[svc+"|"+it.ID] {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+// readBaseline records every leftover present before the run.
+func (o *observer) readBaseline(ctx context.Context) (baseline, error) {
+	b := baseline{}
+	for _, svc := range Services {
+		l, failed, err := o.readLeftovers(ctx, svc)
+		if err != nil {
+			return nil, fmt.Errorf("%s admin endpoints (is ADMIN_TOKEN right?): %w", svc, err)
+		}
+		b.add(svc, failed, l.DeadLetters, l.Parked, l.Gaps, l.NeedsAttention)
+	}
+	return b, nil
+}
+
+// leftoversAtRest reads every service's leftovers, without those of the
+// baseline.
+func (o *observer) leftoversAtRest(ctx context.Context, b baseline) (map[string]Leftovers, error) {
+	out := map[string]Leftovers{}
+	for _, svc := range Services {
+		l, failed, err := o.readLeftovers(ctx, svc)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", svc, err)
+		}
+		l.FailedEvents = b.fresh(svc, failed)
+		l.DeadLetters = b.fresh(svc, l.DeadLetters)
+		l.Parked = b.fresh(svc, l.Parked)
+		l.Gaps = b.fresh(svc, l.Gaps)
+		l.NeedsAttention = b.fresh(svc, l.NeedsAttention)
+		out[svc] = l
+	}
+	return out, nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
