@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,8 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/ordering"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -29,7 +33,7 @@ func init() { events.Register(deltaType, []int{1}, events.Delta) }
 
 // deltaConsumer appends each applied version to a string, so the order of
 // application is visible.
-func deltaConsumer(t *testing.T, deadline time.Duration) (*inbox.Consumer, *sqlx.DB) {
+func deltaConsumer(t *testing.T, deadline time.Duration) (*inbox.Consumer, *sqldbtest.DB) {
 	t.Helper()
 	db := inboxtest.DB(t)
 	db.MustExec(`CREATE TABLE applied (id INT PRIMARY KEY, seq VARCHAR(100) NOT NULL)`)
@@ -39,7 +43,7 @@ func deltaConsumer(t *testing.T, deadline time.Duration) (*inbox.Consumer, *sqlx
 			_, err := tx.ExecContext(ctx, `UPDATE applied SET seq = CONCAT(seq, ?) WHERE id = 1`, fmt.Sprint(e.AggregateVersion))
 			return err
 		}}})
-	return c, db.DB
+	return c, db
 }
 
 func delta(version uint64) events.Envelope {
@@ -72,7 +76,7 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	if err := c.Process(ctx, v2); !errors.Is(err, inbox.ErrAlreadyProcessed) {
 		t.Fatalf("redelivery of parked v2: err = %v, want ErrAlreadyProcessed", err)
 	}
-	if got := appliedSeq(t, db); got != "" {
+	if got := appliedSeq(t, db.DB); got != "" {
 		t.Fatalf("applied %q before the gap filled, want nothing", got)
 	}
 	var inboxRows, parked int
@@ -85,7 +89,7 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	if err := c.Process(ctx, v1); err != nil {
 		t.Fatalf("v1: %v", err)
 	}
-	if got := appliedSeq(t, db); got != "123" {
+	if got := appliedSeq(t, db.DB); got != "123" {
 		t.Fatalf("applied %q, want 123 (in version order)", got)
 	}
 	db.Get(&inboxRows, `SELECT COUNT(*) FROM consumer_inbox`)
@@ -106,7 +110,7 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	if err := c.Process(ctx, delta(4)); err != nil {
 		t.Fatalf("v4: %v", err)
 	}
-	if got := appliedSeq(t, db); got != "1234" {
+	if got := appliedSeq(t, db.DB); got != "1234" {
 		t.Fatalf("applied %q, want 1234", got)
 	}
 }
@@ -128,18 +132,18 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 		return past
 	})
 	var logs strings.Builder
-	n, err := ordering.OverdueParked(ctx, db, quietTo(&logs))
+	n, err := ordering.OverdueParked(ctx, db.DB, quietTo(&logs))
 	if err != nil || n != 1 {
 		t.Fatalf("OverdueParked = %d, %v; want 1", n, err)
 	}
 	if !strings.Contains(logs.String(), "ALERT") || !strings.Contains(logs.String(), v2.EventID) {
 		t.Fatalf("no alert logged for %s: %q", v2.EventID, logs.String())
 	}
-	if n, _ := ordering.OverdueParked(ctx, db, quiet); n != 0 {
+	if n, _ := ordering.OverdueParked(ctx, db.DB, quiet); n != 0 {
 		t.Fatalf("second check alerted %d again, want 0", n)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(ordering.ParkedCollector(db))
+	reg.MustRegister(ordering.ParkedCollector(db.DB))
 	if got := parkedGauge(t, reg, "overdue"); got != 1 {
 		t.Fatalf("consumer_parked_events{state=overdue} = %g, want 1", got)
 	}
@@ -147,7 +151,7 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 	if err := c.Process(ctx, delta(1)); err != nil {
 		t.Fatal(err)
 	}
-	if got := appliedSeq(t, db); got != "12" {
+	if got := appliedSeq(t, db.DB); got != "12" {
 		t.Fatalf("applied %q after the recovery, want 12", got)
 	}
 	var alerted, applied bool
@@ -159,6 +163,74 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 }
 
 func quietTo(w *strings.Builder) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// Two instances (here eight sweepers, each on its own connection pool,
+// released together) check the same overdue parked events: each event is
+// alerted on once in all, by the sweeper whose compare-and-set won.
+func TestOverdueParkedDeltaIsAlertedOnceByRacingSweepers(t *testing.T) {
+	t.Parallel()
+	c, db := deltaConsumer(t, time.Millisecond)
+	ctx := context.Background()
+	const parked, sweepers = 20, 8
+	for i := range parked {
+		e := delta(2)
+		e.AggregateID = uint64(100 + i)
+		if err := c.Process(ctx, e); !errors.Is(err, ordering.ErrParked) {
+			t.Fatalf("parking %d: %v, want ErrParked", i, err)
+		}
+	}
+	inboxtest.WaitFor(t, "every deadline to pass in database time", func() bool {
+		var due int
+		db.Get(&due, `SELECT COUNT(*) FROM parked_events WHERE deadline_at < NOW(6)`)
+		return due == parked
+	})
+	var alerts atomic.Int32
+	counted := slog.New(countAlerts{&alerts})
+	found := make([]int, sweepers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range sweepers {
+		pool, err := sqldb.Open(ctx, sqldb.Config{DSN: db.DSN, MaxOpenConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pool.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			n, err := ordering.OverdueParked(ctx, pool, counted)
+			if err != nil {
+				t.Error(err)
+			}
+			found[i] = n
+		}()
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for _, n := range found {
+		total += n
+	}
+	t.Logf("alerts per sweeper: %v", found)
+	if total != parked || alerts.Load() != parked {
+		t.Fatalf("%d alerts reported, %d ALERT log lines, for %d overdue events; want one each (found per sweeper: %v)",
+			total, alerts.Load(), parked, found)
+	}
+}
+
+// countAlerts counts the ALERT records logged through it.
+type countAlerts struct{ n *atomic.Int32 }
+
+func (h countAlerts) Enabled(context.Context, slog.Level) bool { return true }
+func (h countAlerts) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "ALERT") {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countAlerts) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countAlerts) WithGroup(string) slog.Handler      { return h }
 
 // parkedGauge reads consumer_parked_events{state} from reg.
 func parkedGauge(t *testing.T, reg *prometheus.Registry, state string) float64 {
