@@ -26,10 +26,19 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// No event of the saga is a delta today; this type exercises the mechanism.
-const deltaType = "test.counter-delta"
+// No event of the saga is a delta today; these types exercise the
+// mechanism. They come from two producers ("test" and "other"), each
+// numbering its own aggregate's versions, as order, inventory and payment
+// do for one order id.
+const (
+	deltaType      = "test.counter-delta"
+	otherDeltaType = "other.counter-delta"
+)
 
-func init() { events.Register(deltaType, []int{1}, events.Delta) }
+func init() {
+	events.Register(deltaType, []int{1}, events.Delta)
+	events.Register(otherDeltaType, []int{1}, events.Delta)
+}
 
 // deltaConsumer appends each applied version to a string, so the order of
 // application is visible.
@@ -38,11 +47,16 @@ func deltaConsumer(t *testing.T, deadline time.Duration) (*inbox.Consumer, *sqld
 	db := inboxtest.DB(t)
 	db.MustExec(`CREATE TABLE applied (id INT PRIMARY KEY, seq VARCHAR(100) NOT NULL)`)
 	db.MustExec(`INSERT INTO applied VALUES (1, '')`)
+	apply := func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		label := fmt.Sprint(e.AggregateVersion)
+		if e.Type == otherDeltaType {
+			label = "o" + label
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE applied SET seq = CONCAT(seq, ?) WHERE id = 1`, label)
+		return err
+	}
 	c := inbox.NewConsumer(inbox.Config{Name: "projector", DB: db.DB, Log: quiet, ParkDeadline: deadline,
-		Handlers: map[events.Type]inbox.Handler{deltaType: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-			_, err := tx.ExecContext(ctx, `UPDATE applied SET seq = CONCAT(seq, ?) WHERE id = 1`, fmt.Sprint(e.AggregateVersion))
-			return err
-		}}})
+		Handlers: map[events.Type]inbox.Handler{deltaType: apply, otherDeltaType: apply}})
 	return c, db
 }
 
@@ -112,6 +126,46 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	}
 	if got := appliedSeq(t, db.DB); got != "1234" {
 		t.Fatalf("applied %q, want 1234", got)
+	}
+}
+
+// Two producers number their own aggregates' versions and share the
+// aggregate id (order, inventory and payment all use the order id): each
+// keeps its own sequence. One type's version is neither stale because the
+// other's is higher, nor the successor that unparks the other's.
+func TestSequencesAreKeptPerAggregateType(t *testing.T) {
+	t.Parallel()
+	c, db := deltaConsumer(t, time.Minute)
+	ctx := context.Background()
+	other := func(version uint64) events.Envelope {
+		e := delta(version)
+		e.Type = otherDeltaType
+		return e
+	}
+	steps := []struct {
+		e    events.Envelope
+		want error
+		seq  string // applied so far: "o" marks the other producer's versions
+	}{
+		{delta(1), nil, "1"},
+		{other(3), ordering.ErrParked, "1"}, // waits for the other producer's 1 and 2
+		{delta(2), nil, "12"},               // its successor 3 is not the other producer's 3
+		{other(1), nil, "12o1"},             // not stale: the test producer's 2 says nothing about it
+		{other(2), nil, "12o1o2o3"},         // fills the gap: the parked 3 applies
+		{delta(3), nil, "12o1o2o33"},
+	}
+	for i, s := range steps {
+		if err := c.Process(ctx, s.e); !errors.Is(err, s.want) {
+			t.Fatalf("step %d (%s v%d): err = %v, want %v", i, s.e.Type, s.e.AggregateVersion, err, s.want)
+		}
+		if got := appliedSeq(t, db.DB); got != s.seq {
+			t.Fatalf("step %d (%s v%d): applied %q, want %q", i, s.e.Type, s.e.AggregateVersion, got, s.seq)
+		}
+	}
+	var seqs []string
+	db.Select(&seqs, `SELECT CONCAT(aggregate_type, ':', last_version) FROM inbox_sequences WHERE aggregate_id = 42 ORDER BY 1`)
+	if fmt.Sprint(seqs) != "[other:3 test:3]" {
+		t.Fatalf("sequences of aggregate 42 = %v, want [other:3 test:3]", seqs)
 	}
 }
 

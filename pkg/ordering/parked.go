@@ -18,6 +18,7 @@ type ParkedEvent struct {
 	Consumer         string     `db:"consumer_name" json:"consumer"`
 	EventID          string     `db:"event_id" json:"event_id"`
 	EventType        string     `db:"event_type" json:"event_type"`
+	AggregateType    string     `db:"aggregate_type" json:"aggregate_type"` // the producer numbering its versions
 	AggregateID      uint64     `db:"aggregate_id" json:"aggregate_id,string"`
 	AggregateVersion uint64     `db:"aggregate_version" json:"aggregate_version"`
 	ExpectedVersion  uint64     `db:"expected_version" json:"waiting_for_version"`
@@ -37,7 +38,7 @@ const (
 // ListParked returns up to limit parked events in state (Waiting, Overdue
 // or All), the latest first.
 func ListParked(ctx context.Context, db sqlx.QueryerContext, state string, limit int) ([]ParkedEvent, error) {
-	q := `SELECT consumer_name, event_id, event_type, aggregate_id, aggregate_version, expected_version,
+	q := `SELECT consumer_name, event_id, event_type, aggregate_type, aggregate_id, aggregate_version, expected_version,
   parked_at, deadline_at, applied_at, alerted_at FROM parked_events`
 	switch state {
 	case Waiting:
