@@ -131,6 +131,9 @@ func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Ti
 		return err
 	}
 	c.cfg.Metrics.unparked.WithLabelValues(c.cfg.Name).Add(float64(res.Unparked))
+	if res.Stale {
+		c.cfg.Metrics.stale.WithLabelValues(c.cfg.Name).Inc()
+	}
 	if res.Parked {
 		c.cfg.Metrics.parked.WithLabelValues(c.cfg.Name).Inc()
 		return ordering.ErrParked

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -26,16 +25,12 @@ import (
 //     and acked: it is a recoverable waiting task, not a processed event, so
 //     it is not written to the inbox;
 //   - a version at or below the last applied one is a redelivery (the inbox
-//     says so) or a stale copy under another id: recorded, not applied;
+//     says so) or a stale copy under another id: recorded, not applied
+//     (sequence.go);
 //   - a gap still open at the deadline is alerted on (OverdueParked,
 //     consumer_parked_events{state="overdue"}) and the parked row stays as
 //     the recovery record until the missing event arrives (redrive it from
 //     the producer's outbox) and the successors apply.
-//
-// inbox_sequences holds, per (consumer, aggregate type, aggregate), the
-// last version applied; its row lock is where deliveries of one aggregate
-// queue up.
-
 func (s *Sequencer) delta(ctx context.Context, tx *sqlx.Tx, e events.Envelope, steps Steps) (Result, error) {
 	agg := aggregateOf(e)
 	last, err := lockSequence(ctx, tx, s.Consumer, agg)
@@ -44,16 +39,7 @@ func (s *Sequencer) delta(ctx context.Context, tx *sqlx.Tx, e events.Envelope, s
 	}
 	switch {
 	case e.AggregateVersion <= last:
-		// Already past this version: the inbox tells a redelivery
-		// (duplicate) from a stale copy under another id (recorded as
-		// processed, not applied).
-		if err := steps.Record(e); err != nil {
-			return Result{}, err
-		}
-		s.log().WarnContext(ctx, "delta event at or below the applied version: recorded, not applied",
-			"consumer", s.Consumer, "event_id", e.EventID, "aggregate_id", e.AggregateID,
-			"version", e.AggregateVersion, "applied", last)
-		return Result{}, nil
+		return s.stale(ctx, e, last, steps)
 	case e.AggregateVersion > last+1:
 		return Result{Parked: true}, park(ctx, tx, s.Consumer, agg, e, last+1, s.deadline())
 	}
@@ -95,52 +81,6 @@ func (s *Sequencer) log() *slog.Logger {
 		return slog.Default()
 	}
 	return s.Log
-}
-
-// aggregate names one sequence of versions: the producer that numbers them
-// and the aggregate id.
-type aggregate struct {
-	Type string
-	ID   uint64
-}
-
-func (a aggregate) String() string { return fmt.Sprintf("%s %d", a.Type, a.ID) }
-
-// aggregateOf is the aggregate whose version e carries. aggregate_version is
-// numbered by the producing service per order (docs/contract.md,
-// "Messages"): the order's, the reservation's and the payment's versions
-// share the order id and count separately. The producer is the event
-// type's first segment ("inventory.reserved": inventory).
-func aggregateOf(e events.Envelope) aggregate {
-	producer, _, _ := strings.Cut(e.Type, ".")
-	return aggregate{Type: producer, ID: e.AggregateID}
-}
-
-// lockSequence returns the last version applied for the aggregate, with the
-// row locked until the transaction ends (deliveries of one aggregate queue
-// up here, so their order is decided once).
-func lockSequence(ctx context.Context, tx *sqlx.Tx, consumer string, agg aggregate) (uint64, error) {
-	const qEnsure = `INSERT INTO inbox_sequences (consumer_name, aggregate_type, aggregate_id, last_version) VALUES (?, ?, ?, 0)
-ON DUPLICATE KEY UPDATE last_version = last_version`
-	if _, err := tx.ExecContext(ctx, qEnsure, consumer, agg.Type, agg.ID); err != nil {
-		return 0, fmt.Errorf("sequence of %s: %w", agg, err)
-	}
-	const q = `SELECT last_version FROM inbox_sequences
-WHERE consumer_name = ? AND aggregate_type = ? AND aggregate_id = ? FOR UPDATE`
-	var last uint64
-	if err := tx.GetContext(ctx, &last, q, consumer, agg.Type, agg.ID); err != nil {
-		return 0, fmt.Errorf("sequence of %s: %w", agg, err)
-	}
-	return last, nil
-}
-
-func setSequence(ctx context.Context, tx *sqlx.Tx, consumer string, agg aggregate, last uint64) error {
-	const q = `UPDATE inbox_sequences SET last_version = ?, updated_at = NOW(6)
-WHERE consumer_name = ? AND aggregate_type = ? AND aggregate_id = ? AND last_version < ?`
-	if _, err := tx.ExecContext(ctx, q, last, consumer, agg.Type, agg.ID, last); err != nil {
-		return fmt.Errorf("advance sequence of %s: %w", agg, err)
-	}
-	return nil
 }
 
 // park stores the event as a waiting task. A redelivery of an event that is

@@ -11,8 +11,8 @@
 //     version applies, then every parked successor that is now next; a
 //     version ahead of a gap is parked with a deadline; a version at or
 //     below the last applied one is recorded, not applied.
-//   - Snapshot: today as StateTransition (no saga event carries a full
-//     state).
+//   - Snapshot: only when newer than the version applied (snapshot.go); an
+//     older one is recorded, not applied, and counted as stale.
 //
 // The seam with the inbox is Steps: the consumer hands over its two ways of
 // taking an event inside the transaction it opened (apply: inbox row and
@@ -52,6 +52,9 @@ type Result struct {
 	Parked bool
 	// Unparked counts the parked successors applied after e.
 	Unparked int
+	// Stale: e was not newer than the version applied; it was recorded in
+	// the inbox, not applied. Commit, acknowledge and count it.
+	Stale bool
 }
 
 // ErrParked is the consumer's answer for a parked event: it waits for an
@@ -79,7 +82,9 @@ func (s *Sequencer) InOrder(ctx context.Context, tx *sqlx.Tx, e events.Envelope,
 	switch events.StrategyOf(e.Type) {
 	case events.Delta:
 		return s.delta(ctx, tx, e, steps)
-	default: // StateTransition, Snapshot: the handler's conditional UPDATE decides
+	case events.Snapshot:
+		return s.snapshot(ctx, tx, e, steps)
+	default: // StateTransition: the handler's conditional UPDATE decides
 		return Result{}, steps.Apply(e)
 	}
 }

@@ -169,6 +169,69 @@ func TestSequencesAreKeptPerAggregateType(t *testing.T) {
 	}
 }
 
+// No event of the saga carries a full state; this snapshot type exercises
+// the mechanism: its handler overwrites the state with the version it
+// carries.
+const snapshotType = "test.counter-snapshot"
+
+func init() { events.Register(snapshotType, []int{1}, events.Snapshot) }
+
+func snapshot(version uint64) events.Envelope {
+	e := delta(version)
+	e.Type = snapshotType
+	return e
+}
+
+// Snapshots apply only when newer than the version applied: an older one
+// (or another copy of the same version) arriving late is acknowledged,
+// recorded in the inbox, counted and logged, and changes nothing; gaps do
+// not matter (a snapshot needs no predecessor).
+func TestSnapshotsApplyOnlyNewerVersions(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	db.MustExec(`CREATE TABLE applied (id INT PRIMARY KEY, seq VARCHAR(100) NOT NULL)`)
+	db.MustExec(`INSERT INTO applied VALUES (1, '')`)
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	c := inbox.NewConsumer(inbox.Config{Name: "projector", DB: db.DB, Log: quietTo(&logs), Metrics: inbox.NewMetrics(reg),
+		Handlers: map[events.Type]inbox.Handler{snapshotType: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			_, err := tx.ExecContext(ctx, `UPDATE applied SET seq = ? WHERE id = 1`, fmt.Sprint(e.AggregateVersion))
+			return err
+		}}})
+	ctx := context.Background()
+	v3 := snapshot(3)
+	steps := []struct {
+		e     events.Envelope
+		want  error
+		state string
+		stale float64
+	}{
+		{snapshot(2), nil, "2", 0},
+		{snapshot(1), nil, "2", 1}, // late and older: acknowledged, not applied
+		{v3, nil, "3", 1},
+		{v3, inbox.ErrAlreadyProcessed, "3", 1}, // a redelivery is a duplicate, not stale
+		{snapshot(3), nil, "3", 2},              // the same version under another id: not newer
+		{snapshot(7), nil, "7", 2},              // no gap to wait for
+	}
+	for i, s := range steps {
+		if err := c.Process(ctx, s.e); !errors.Is(err, s.want) {
+			t.Fatalf("step %d (v%d): err = %v, want %v", i, s.e.AggregateVersion, err, s.want)
+		}
+		if got := appliedSeq(t, db.DB); got != s.state {
+			t.Fatalf("step %d (v%d): state %q, want %q", i, s.e.AggregateVersion, got, s.state)
+		}
+		if got := inboxtest.Counter(t, reg, "consumer_stale_events_total", "projector"); got != s.stale {
+			t.Fatalf("step %d (v%d): consumer_stale_events_total = %v, want %v", i, s.e.AggregateVersion, got, s.stale)
+		}
+	}
+	if n := inboxtest.InboxRows(t, db.DB, steps[1].e.EventID); n != 1 {
+		t.Fatalf("inbox rows of the stale v1 = %d, want 1 (done, not applied)", n)
+	}
+	if !strings.Contains(logs.String(), "not newer than the version applied") || !strings.Contains(logs.String(), steps[1].e.EventID) {
+		t.Fatalf("no log line for the stale v1 (%s): %q", steps[1].e.EventID, logs.String())
+	}
+}
+
 // A gap that never fills: at the deadline the parked event is alerted on
 // once, counted as overdue, and kept as the recovery record; when the
 // missing version is finally redriven, the parked event applies.
