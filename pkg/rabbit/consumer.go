@@ -211,17 +211,40 @@ func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger,
 		log.Warn("abandoning channel without ack", "message_id", d.MessageId, "reason", dec.Reason)
 		return true
 	case decideRetry:
-		if err := c.scheduleRetry(hctx, pub, del, dec.delay); err != nil {
-			log.Warn("scheduling a retry failed; requeueing", "message_id", d.MessageId, "err", err)
-			// The delivery limit of the quorum queue bounds this path.
-			_ = d.Nack(false, true)
-			return false
-		}
-		if err := d.Ack(false); err != nil {
-			log.Warn("ack after retry scheduling failed; the message may run twice", "message_id", d.MessageId, "err", err)
-		}
+		c.retryLater(ctx, cfg, log, pub, del, dec.delay)
 	}
 	return false
+}
+
+// retryLater puts the delayed copy of d in its retry queue, then acks d.
+// When the copy cannot be published (a broker refusing, a retry queue that
+// cannot be declared), d is not requeued at once: 不要无限立即 requeue, an
+// instant requeue is a hot loop on one bad message. It stays with this
+// worker, unacked (still on the broker), while the copy is tried again with
+// backoff for up to HandlerTimeout. Only then, or at shutdown, is it
+// returned to its queue, where the quorum queue's delivery limit counts it.
+func (c *Conn) retryLater(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, d Delivery, delay time.Duration) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandlerTimeout)
+	defer cancel()
+	backoff := retry.Backoff{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
+	for failures := 1; ; failures++ {
+		err := c.scheduleRetry(sctx, pub, d, delay)
+		if err == nil {
+			break
+		}
+		wait := backoff.Delay(failures)
+		if deadline, _ := sctx.Deadline(); time.Now().Add(wait).After(deadline) || !retry.Wait(ctx, wait) {
+			log.Error("could not schedule the retry; returning the message to its queue", "message_id", d.MessageId,
+				"err", err, "tries", failures)
+			_ = d.Nack(false, true)
+			return
+		}
+		log.Warn("could not schedule the retry; trying again", "message_id", d.MessageId, "err", err,
+			"retry_in", wait.Round(time.Millisecond))
+	}
+	if err := d.Ack(false); err != nil {
+		log.Warn("ack after retry scheduling failed; the message may run twice", "message_id", d.MessageId, "err", err)
+	}
 }
 
 // retryTierBase is the delay of retry tier 0; tier k holds delays in
