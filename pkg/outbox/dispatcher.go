@@ -50,8 +50,11 @@ type Config struct {
 	RecoverBatch    int           // rows per recovery statement [500]
 	Backoff         retry.Backoff // between failed attempts [1s .. 5m]
 	MaxAttempts     int           // attempts before 'failed' [10]
-	Log             *slog.Logger
-	Registerer      prometheus.Registerer // nil: metrics are kept but not exported
+	// Deadline ends the retrying of an event this long after its first
+	// attempt, whatever attempts remain: 'failed' [15m].
+	Deadline   time.Duration
+	Log        *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics are kept but not exported
 	// WrongWay turns on deliberate mistakes for the experiments (demo only).
 	WrongWay *wrongway.Set
 }
@@ -71,6 +74,7 @@ func (c *Config) setDefaults() {
 	def(&c.BatchSize, 100)
 	def(&c.RecoverBatch, 500)
 	def(&c.MaxAttempts, 10)
+	defDur(&c.Deadline, 15*time.Minute)
 	defDur(&c.Lease, 30*time.Second)
 	defDur(&c.ConfirmTimeout, 5*time.Second)
 	defDur(&c.PollInterval, time.Second)
@@ -219,19 +223,26 @@ func (d *Dispatcher) recoverLoop(ctx context.Context) {
 	}
 }
 
-// RecoverExpired returns every row whose lease has expired to 'pending' (or
-// 'failed' when its attempts are used up), in batches, and reports how many.
-// The dispatcher that held them may still be alive and slow: its later
-// mark-sent then changes nothing, because the claim token is gone.
+// RecoverExpired hands back every row whose lease has expired, in batches,
+// and reports how many. An expired lease is a failed attempt (the claim
+// counted it): the row goes back to 'pending' after the backoff of its
+// attempts, or to 'failed' when they are used up or its deadline has
+// passed. The dispatcher that held it may still be alive and slow: its
+// later mark-sent then changes nothing, because its claim token is gone.
 func (d *Dispatcher) RecoverExpired(ctx context.Context) (int, error) {
 	total := 0
 	for round := 0; round < 100; round++ { // bounded: 100 batches per run
-		n, err := recoverExpired(ctx, d.db, d.cfg.RecoverBatch, d.cfg.MaxAttempts)
+		token, rows, err := takeExpired(ctx, d.db, d.cfg.RecoverBatch, d.cfg.Lease)
 		if err != nil {
 			return total, err
 		}
-		total += int(n)
-		if n < int64(d.cfg.RecoverBatch) {
+		for _, r := range rows {
+			if err := d.retryLater(ctx, token, r, errLeaseExpired, nil); err != nil {
+				return total, err
+			}
+		}
+		total += len(rows)
+		if len(rows) < d.cfg.RecoverBatch {
 			break
 		}
 	}
@@ -334,29 +345,35 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 	return res, nil
 }
 
+// errLeaseExpired is the cause RecoverExpired logs for a claim whose lease
+// ran out before it was marked.
+var errLeaseExpired = errors.New("lease expired before the event was marked")
+
+// retryLater releases one row held under token after a failed attempt and
+// counts the outcome in res (nil: not counted).
 func (d *Dispatcher) retryLater(ctx context.Context, token string, r claimed, cause error, res *Result) error {
-	status := StatusPending
-	if r.Attempts >= d.cfg.MaxAttempts {
-		status = StatusFailed
+	if res == nil {
+		res = &Result{}
 	}
 	delay := d.cfg.Backoff.Delay(r.Attempts)
-	ours, err := markRetry(ctx, d.db, token, r.EventID, status, delay)
+	status, err := release(ctx, d.db, token, r.EventID, delay, d.cfg.MaxAttempts, d.cfg.Deadline)
 	if err != nil {
 		return err
 	}
 	log := d.cfg.Log.With("event_id", r.EventID, "event_type", r.EventType,
 		"order_id", r.AggregateID, "attempts", r.Attempts, "err", cause)
-	switch {
-	case !ours:
+	switch status {
+	case "":
 		res.Lost++
 		d.m.claimsLost.Inc()
-	case status == StatusFailed:
+	case StatusFailed:
 		res.Failed++
 		d.m.failed.Inc()
-		log.Error("outbox event failed permanently: kept as 'failed' for an operator")
+		log.Error("ALERT: outbox event failed: attempts used up or retried past its deadline; kept as 'failed' for an operator",
+			"max_attempts", d.cfg.MaxAttempts, "deadline", d.cfg.Deadline)
 	default:
 		res.Retried++
-		log.Warn("publish not confirmed; will retry", "retry_in", delay.Round(time.Millisecond))
+		log.Warn("attempt failed; will retry", "retry_in", delay.Round(time.Millisecond))
 	}
 	return nil
 }

@@ -306,6 +306,93 @@ func TestNackedPublishBacksOffThenFails(t *testing.T) {
 	}
 }
 
+// 遵守总期限: retrying ends at the total deadline, measured from the first
+// attempt in database time, whatever attempts remain. The event is then
+// 'failed', counted by the alert metric, kept, and never claimed again.
+func TestRetryingEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	ids := addEvents(t, db.DB, events.OrderCreated, 1)
+	reg := prometheus.NewRegistry()
+	d := outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, Registerer: reg, MaxAttempts: 100, Deadline: time.Hour,
+		Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
+	ctx := context.Background()
+	pub := &fakePublisher{err: rabbit.ErrNacked}
+	if res, err := d.DispatchOnce(ctx, pub); err != nil || res.Retried != 1 {
+		t.Fatalf("first attempt: %+v, %v; want 1 retried", res, err)
+	}
+	// Two hours pass (in the database) since the first attempt.
+	db.MustExec(`UPDATE outbox_events SET first_attempt_at = TIMESTAMPADD(HOUR, -2, first_attempt_at) WHERE event_id = ?`, ids[0])
+	waitDue(t, db.DB)
+	res, err := d.DispatchOnce(ctx, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := readRows(t, db.DB)[ids[0]]; res.Failed != 1 || r.Status != outbox.StatusFailed || r.Attempts != 2 || r.ClaimToken != nil {
+		t.Fatalf("after the deadline: %+v, row %+v; want failed after 2 of 100 attempts, no claim", res, r)
+	}
+	if got := counter(t, reg, "outbox_marked_failed_total"); got != 1 {
+		t.Fatalf("outbox_marked_failed_total = %v, want 1", got)
+	}
+	if res, err := d.DispatchOnce(ctx, pub); err != nil || res.Claimed != 0 {
+		t.Fatalf("after failing: claimed %d (err %v), want 0", res.Claimed, err)
+	}
+}
+
+// An expired lease means the attempt that claimed the row failed (the
+// claim counted it): recovery backs the row off as after any failed
+// attempt instead of handing it out again at once, and fails it when its
+// attempts are used up or its deadline has passed.
+func TestExpiredLeaseCountsAsAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	ids := addEvents(t, db.DB, events.OrderCreated, 3)
+	reg := prometheus.NewRegistry()
+	d := outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, Registerer: reg, MaxAttempts: 3, Deadline: time.Hour,
+		Backoff: retry.Backoff{Base: time.Hour, Cap: time.Hour}})
+	fp := failpoint.NewRegistry()
+	fp.Error("outbox.dispatch.after-claim", 1) // the dispatcher dies after its claim
+	ctx := failpoint.WithRegistry(context.Background(), fp)
+	if res, err := d.DispatchOnce(ctx, &fakePublisher{}); err == nil || res.Claimed != 3 {
+		t.Fatalf("claim: %+v, %v; want 3 claimed, then the failpoint's error", res, err)
+	}
+	db.MustExec(`UPDATE outbox_events SET attempts = 3 WHERE event_id = ?`, ids[1])                                                // its last attempt
+	db.MustExec(`UPDATE outbox_events SET first_attempt_at = TIMESTAMPADD(HOUR, -2, first_attempt_at) WHERE event_id = ?`, ids[2]) // past its deadline
+	db.MustExec(`UPDATE outbox_events SET lease_until = TIMESTAMPADD(SECOND, -1, NOW(6))`)
+	if n, err := d.RecoverExpired(context.Background()); err != nil || n != 3 {
+		t.Fatalf("RecoverExpired = %d, %v; want 3", n, err)
+	}
+	rows := readRows(t, db.DB)
+	if r := rows[ids[0]]; r.Status != outbox.StatusPending || r.Attempts != 1 || r.ClaimToken != nil ||
+		time.Until(r.NextAttemptAt) < 25*time.Minute {
+		t.Fatalf("recovered row %+v, want pending after 1 attempt, next attempt 30 min to an hour away (the backoff)", r)
+	}
+	for _, id := range ids[1:] {
+		if r := rows[id]; r.Status != outbox.StatusFailed || r.ClaimToken != nil {
+			t.Fatalf("row %s = %+v, want failed (attempts used up, or past the deadline)", id, r)
+		}
+	}
+	if got := counter(t, reg, "outbox_marked_failed_total"); got != 2 {
+		t.Fatalf("outbox_marked_failed_total = %v, want 2", got)
+	}
+}
+
+// counter reads an unlabelled counter from reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s not exported", name)
+	return 0
+}
+
 func waitDue(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -470,7 +557,7 @@ func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	if _, err := f.db.Exec("UPDATE outbox_events SET lease_until = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE event_id = ?", ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	b := f.dispatcher(outbox.Config{})
+	b := f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
 	n, err := b.RecoverExpired(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("RecoverExpired = %d, %v; want 1 row", n, err)
@@ -478,6 +565,7 @@ func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	if r := readRows(t, f.db.DB)[ids[0]]; r.Status != "pending" || r.ClaimToken != nil || r.LeaseUntil != nil {
 		t.Fatalf("after recovery: %+v, want pending without token or lease", r)
 	}
+	waitDue(t, f.db.DB) // the expired claim was a failed attempt: its backoff first
 	resB, err := b.DispatchOnce(ctx, f.conn.NewPublisher())
 	if err != nil || resB.Sent != 1 {
 		t.Fatalf("B: %+v, %v; want 1 sent", resB, err)

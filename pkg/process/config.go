@@ -102,6 +102,7 @@ type Config struct {
 	OutboxBatch     int           // OUTBOX_BATCH
 	OutboxPoll      time.Duration // OUTBOX_POLL_INTERVAL
 	OutboxLease     time.Duration // OUTBOX_LEASE
+	OutboxDeadline  time.Duration // OUTBOX_DEADLINE: retrying an event ends this long after its first attempt
 	ConsumerWorkers int           // CONSUMER_WORKERS
 	Prefetch        int           // CONSUMER_PREFETCH
 	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
@@ -141,6 +142,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		OutboxBatch:       env.Int("OUTBOX_BATCH", 100, 1, 1000),
 		OutboxPoll:        env.Duration("OUTBOX_POLL_INTERVAL", time.Second),
 		OutboxLease:       env.Duration("OUTBOX_LEASE", 30*time.Second),
+		OutboxDeadline:    env.Duration("OUTBOX_DEADLINE", 15*time.Minute),
 		ConsumerWorkers:   env.Int("CONSUMER_WORKERS", 16, 1, 256),
 		Prefetch:          env.Int("CONSUMER_PREFETCH", 64, 1, 10000),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),

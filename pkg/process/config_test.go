@@ -63,3 +63,39 @@ func TestPoolSize(t *testing.T) {
 		}
 	}
 }
+
+// The outbox's settings: OUTBOX_DEADLINE is the total deadline of an
+// event's retries (15m by default).
+func TestOutboxSettings(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		env      map[string]string
+		deadline time.Duration
+		wantErr  []string
+	}{
+		{nil, 15 * time.Minute, nil},
+		{map[string]string{"OUTBOX_DEADLINE": "1h"}, time.Hour, nil},
+		{map[string]string{"OUTBOX_DEADLINE": "never"}, 15 * time.Minute, []string{"OUTBOX_DEADLINE"}},
+	} {
+		env := NewEnv(func(k string) string { return tt.env[k] })
+		c := Load(env, "order", ":8081", "order_service")
+		if c.OutboxDeadline != tt.deadline {
+			t.Errorf("%v: deadline %s, want %s", tt.env, c.OutboxDeadline, tt.deadline)
+		}
+		checkErr(t, tt.env, env.Err(), tt.wantErr)
+	}
+}
+
+// checkErr checks that err names every key of want, and is nil when want
+// is empty.
+func checkErr(t *testing.T, env map[string]string, err error, want []string) {
+	t.Helper()
+	for _, key := range want {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%v: error %v, want it to name %s", env, err, key)
+		}
+	}
+	if len(want) == 0 && err != nil {
+		t.Errorf("%v: unexpected error %v", env, err)
+	}
+}

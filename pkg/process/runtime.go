@@ -114,6 +114,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		BatchSize:    cfg.OutboxBatch,
 		PollInterval: cfg.OutboxPoll,
 		Lease:        cfg.OutboxLease,
+		Deadline:     cfg.OutboxDeadline,
 		Log:          log.With("component", "outbox"),
 		Registerer:   r.Metrics,
 		WrongWay:     cfg.WrongWay,
