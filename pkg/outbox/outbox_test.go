@@ -717,7 +717,8 @@ func TestRowsAndRequeue(t *testing.T) {
 	db := sqldbtest.New(t, "order")
 	ctx := context.Background()
 	ids := addEvents(t, db.DB, events.OrderCreated, 3) // aggregates 1, 2, 3
-	db.MustExec(`UPDATE outbox_events SET status = 'failed', attempts = 10 WHERE event_id = ?`, ids[0])
+	db.MustExec(`UPDATE outbox_events SET status = 'failed', attempts = 10, total_attempts = 12, requeues = 1,
+  first_attempt_at = created_at WHERE event_id = ?`, ids[0]) // failed twice before its last round
 	db.MustExec(`UPDATE outbox_events SET status = 'sent', sent_at = NOW(6) WHERE event_id = ?`, ids[1])
 
 	sum, err := outbox.Summarize(ctx, db.DB)
@@ -764,6 +765,11 @@ func TestRowsAndRequeue(t *testing.T) {
 	got := readRows(t, db.DB)
 	if r := got[ids[0]]; r.Status != outbox.StatusPending || r.Attempts != 0 || r.ClaimToken != nil {
 		t.Fatalf("requeued row = %+v, want pending with 0 attempts and no claim", r)
+	}
+	// The history stays: every attempt, and one more round started.
+	if rows, err := outbox.OfAggregate(ctx, db.DB, 1); err != nil || len(rows) != 1 || rows[0].TotalAttempts != 12 ||
+		rows[0].Requeues != 2 || rows[0].FirstAttemptAt != nil {
+		t.Fatalf("requeued row = %+v (%v), want 12 attempts in all, 2 requeues, its deadline not started", rows, err)
 	}
 	if r := got[ids[1]]; r.Status != outbox.StatusSent {
 		t.Fatalf("sent row became %s, want it left alone", r.Status)

@@ -48,7 +48,8 @@ FOR UPDATE SKIP LOCKED`
 	const qUpdate = `UPDATE outbox_events
 SET status = 'sending', claim_token = ?,
     lease_until = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
-    attempts = attempts + 1, first_attempt_at = COALESCE(first_attempt_at, NOW(6))
+    attempts = attempts + 1, total_attempts = total_attempts + 1,
+    first_attempt_at = COALESCE(first_attempt_at, NOW(6))
 WHERE event_id IN (%s) AND status = 'pending'`
 
 	token = uuid.NewString()

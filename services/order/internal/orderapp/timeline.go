@@ -126,7 +126,7 @@ func (a *App) gatherOwn(ctx context.Context, id uint64, rec *records) error {
 	for _, e := range own {
 		rec.outboxes[orderService] = append(rec.outboxes[orderService], peerclient.OutboxEvent{EventID: e.EventID,
 			AggregateVersion: e.AggregateVersion, EventType: e.EventType, Status: e.Status, Attempts: e.Attempts,
-			CreatedAt: e.CreatedAt, SentAt: e.SentAt})
+			TotalAttempts: e.TotalAttempts, Requeues: e.Requeues, CreatedAt: e.CreatedAt, SentAt: e.SentAt})
 	}
 	rec.audits, err = orderdb.Audits(ctx, a.db, id, 1000)
 	return err
@@ -323,7 +323,8 @@ func outboxEntries(outboxes map[string][]peerclient.OutboxEvent) []TimelineEntry
 	for _, svc := range timelineServices {
 		for _, e := range outboxes[svc] {
 			written = append(written, entry(e.CreatedAt, svc, KindOutboxWritten, map[string]any{"event_id": e.EventID,
-				"event_type": e.EventType, "aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts}))
+				"event_type": e.EventType, "aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts,
+				"total_attempts": e.TotalAttempts, "requeues": e.Requeues}))
 			if e.SentAt != nil {
 				sent = append(sent, entry(*e.SentAt, svc, KindOutboxSent, map[string]any{"event_id": e.EventID,
 					"event_type": e.EventType}))

@@ -109,6 +109,8 @@ type OutboxEvent struct {
 	EventType        string     `json:"event_type"`
 	Status           string     `json:"status"`
 	Attempts         int        `json:"attempts"`
+	TotalAttempts    int        `json:"total_attempts"`
+	Requeues         int        `json:"requeues"`
 	CreatedAt        time.Time  `json:"created_at"`
 	SentAt           *time.Time `json:"sent_at"`
 }
