@@ -42,7 +42,10 @@ type Config struct {
 	BatchSize    int              // rows per claim [100]
 	// Lease is how long a claim is ours before recovery may hand the rows
 	// to another dispatcher [30s]. ConfirmTimeout bounds the wait for
-	// publisher confirms and must stay well inside the lease [5s].
+	// publisher confirms: at most a third of the lease, so that a batch whose
+	// renewals failed still has two thirds of its lease to be marked before
+	// recovery may re-send it [DefaultConfirmTimeout(Lease)]; New refuses
+	// more.
 	Lease           time.Duration
 	ConfirmTimeout  time.Duration
 	PollInterval    time.Duration // fallback poll when no wake-up came [1s]
@@ -76,7 +79,7 @@ func (c *Config) setDefaults() {
 	def(&c.MaxAttempts, 10)
 	defDur(&c.Deadline, 15*time.Minute)
 	defDur(&c.Lease, 30*time.Second)
-	defDur(&c.ConfirmTimeout, 5*time.Second)
+	defDur(&c.ConfirmTimeout, DefaultConfirmTimeout(c.Lease))
 	defDur(&c.PollInterval, time.Second)
 	// Recover soon after a lease can have expired, at most every 5 s.
 	defDur(&c.RecoverInterval, min(5*time.Second, c.Lease/3))
@@ -100,9 +103,18 @@ type Dispatcher struct {
 	m    *metrics
 }
 
-// New returns a dispatcher; Run starts it.
+// DefaultConfirmTimeout is the wait for confirms derived from the lease: a
+// third of it, at most 5 s (a broker that has not confirmed by then is
+// treated as not having the message; the retry re-sends it).
+func DefaultConfirmTimeout(lease time.Duration) time.Duration { return min(5*time.Second, lease/3) }
+
+// New returns a dispatcher; Run starts it. It panics on a ConfirmTimeout
+// longer than a third of the Lease (pkg/process refuses such settings).
 func New(db *sqlx.DB, cfg Config) *Dispatcher {
 	cfg.setDefaults()
+	if cfg.ConfirmTimeout > cfg.Lease/3 {
+		panic(fmt.Sprintf("outbox: confirm timeout %s is more than a third of the lease %s", cfg.ConfirmTimeout, cfg.Lease))
+	}
 	return &Dispatcher{db: db, cfg: cfg, wake: make(chan struct{}, 1), m: newMetrics(db, cfg.Registerer)}
 }
 

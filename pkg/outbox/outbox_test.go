@@ -433,6 +433,47 @@ func (p *fakePublisher) Publish(ctx context.Context, msgs []rabbit.Message, _ ti
 }
 func (p *fakePublisher) Close() {}
 
+// timeoutRecorder remembers the confirm timeout each publish was given.
+type timeoutRecorder struct{ got []time.Duration }
+
+func (p *timeoutRecorder) Publish(_ context.Context, msgs []rabbit.Message, timeout time.Duration) []error {
+	p.got = append(p.got, timeout)
+	return make([]error, len(msgs))
+}
+func (p *timeoutRecorder) Close() {}
+
+// The wait for confirms is derived from the lease, at most a third of it,
+// so that a batch whose renewals fail still has the rest of its lease to be
+// marked before recovery may hand it to another dispatcher. A longer one is
+// refused.
+func TestConfirmTimeoutIsAThirdOfTheLeaseAtMost(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	for _, tt := range []struct {
+		lease, confirm, want time.Duration
+	}{
+		{3 * time.Second, 0, time.Second},                                 // the tests' lease
+		{30 * time.Second, 0, 5 * time.Second},                            // the default lease: capped at 5 s
+		{3 * time.Second, 500 * time.Millisecond, 500 * time.Millisecond}, // set, and within the rule
+	} {
+		addEvents(t, db.DB, events.OrderCreated, 1)
+		pub := &timeoutRecorder{}
+		d := outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, Lease: tt.lease, ConfirmTimeout: tt.confirm})
+		if _, err := d.DispatchOnce(context.Background(), pub); err != nil {
+			t.Fatal(err)
+		}
+		if len(pub.got) != 1 || pub.got[0] != tt.want {
+			t.Errorf("lease %s, confirm timeout %s: publish waited %v for confirms, want %s", tt.lease, tt.confirm, pub.got, tt.want)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a confirm timeout of 2s with a 3s lease was accepted, want a panic")
+		}
+	}()
+	outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, Lease: 3 * time.Second, ConfirmTimeout: 2 * time.Second})
+}
+
 func TestUnconfirmedPublishIsRetried(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "order")
