@@ -26,21 +26,13 @@ import (
 //     it is not written to the inbox;
 //   - a version at or below the last applied one is a redelivery (the inbox
 //     says so) or a stale copy under another id: recorded, not applied
-//     (sequence.go);
+//     (versioned, in sequence.go);
 //   - a gap still open at the deadline is alerted on (OverdueParked,
 //     consumer_parked_events{state="overdue"}) and the parked row stays as
 //     the recovery record until the missing event arrives (redrive it from
 //     the producer's outbox) and the successors apply.
-func (s *Sequencer) delta(ctx context.Context, tx *sqlx.Tx, e events.Envelope, steps Steps) (Result, error) {
-	agg := aggregateOf(e)
-	last, err := lockSequence(ctx, tx, s.Consumer, agg)
-	if err != nil {
-		return Result{}, err
-	}
-	switch {
-	case e.AggregateVersion <= last:
-		return s.stale(ctx, e, last, steps)
-	case e.AggregateVersion > last+1:
+func (s *Sequencer) delta(ctx context.Context, tx *sqlx.Tx, e events.Envelope, agg aggregate, last uint64, steps Steps) (Result, error) {
+	if e.AggregateVersion > last+1 {
 		return Result{Parked: true}, park(ctx, tx, s.Consumer, agg, e, last+1, s.deadline())
 	}
 	if err := steps.Apply(e); err != nil {

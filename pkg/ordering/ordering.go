@@ -79,11 +79,9 @@ type Sequencer struct {
 
 // InOrder runs e's steps inside tx as its strategy requires.
 func (s *Sequencer) InOrder(ctx context.Context, tx *sqlx.Tx, e events.Envelope, steps Steps) (Result, error) {
-	switch events.StrategyOf(e.Type) {
-	case events.Delta:
-		return s.delta(ctx, tx, e, steps)
-	case events.Snapshot:
-		return s.snapshot(ctx, tx, e, steps)
+	switch strategy := events.StrategyOf(e.Type); strategy {
+	case events.Delta, events.Snapshot:
+		return s.versioned(ctx, tx, e, strategy, steps)
 	default: // StateTransition: the handler's conditional UPDATE decides
 		return Result{}, steps.Apply(e)
 	}

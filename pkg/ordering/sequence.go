@@ -14,6 +14,26 @@ import (
 // last version applied, for the strategies that compare versions (delta,
 // snapshot); its row lock is where deliveries of one aggregate queue up.
 
+// versioned runs an event whose strategy compares versions (delta,
+// snapshot) under the lock of its aggregate's sequence: a version at or
+// below the last one applied is stale for both; a newer one goes to its
+// strategy.
+func (s *Sequencer) versioned(ctx context.Context, tx *sqlx.Tx, e events.Envelope, strategy events.Strategy, steps Steps) (Result, error) {
+	agg := aggregateOf(e)
+	last, err := lockSequence(ctx, tx, s.Consumer, agg)
+	if err != nil {
+		return Result{}, err
+	}
+	switch {
+	case e.AggregateVersion <= last:
+		return s.stale(ctx, e, last, steps)
+	case strategy == events.Delta:
+		return s.delta(ctx, tx, e, agg, last, steps)
+	default:
+		return s.snapshot(ctx, tx, e, agg, steps)
+	}
+}
+
 // aggregate names one sequence of versions: the producer that numbers them
 // and the aggregate id.
 type aggregate struct {

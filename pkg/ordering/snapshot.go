@@ -17,16 +17,8 @@ import (
 //   - a version at or below it is a redelivery (the inbox says so) or an
 //     older snapshot that arrived late: recorded in the inbox, acknowledged,
 //     counted (consumer_stale_events_total) and logged, not applied: it would
-//     move the state back.
-func (s *Sequencer) snapshot(ctx context.Context, tx *sqlx.Tx, e events.Envelope, steps Steps) (Result, error) {
-	agg := aggregateOf(e)
-	last, err := lockSequence(ctx, tx, s.Consumer, agg)
-	if err != nil {
-		return Result{}, err
-	}
-	if e.AggregateVersion <= last {
-		return s.stale(ctx, e, last, steps)
-	}
+//     move the state back (versioned, in sequence.go).
+func (s *Sequencer) snapshot(ctx context.Context, tx *sqlx.Tx, e events.Envelope, agg aggregate, steps Steps) (Result, error) {
 	if err := steps.Apply(e); err != nil {
 		return Result{}, err
 	}
