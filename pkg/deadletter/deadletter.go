@@ -48,6 +48,11 @@
 // dead-letter exchange drops the message. The drain never returns a
 // message itself (it acks after the record or after the confirmed delayed
 // copy), so only twenty crashes while holding the same message reach it.
+// And quorum queues dead-letter at most once by default: a broker that
+// fails while moving a message to <queue>.dead may lose it. At-least-once
+// dead-lettering needs queue arguments (x-dead-letter-strategy, x-overflow)
+// that an existing queue cannot take in place; the reconciler is what finds
+// an event lost there.
 //
 // # Redrive
 //
