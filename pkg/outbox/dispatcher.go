@@ -16,6 +16,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
@@ -239,19 +240,34 @@ func (d *Dispatcher) recoverLoop(ctx context.Context) {
 // and reports how many. An expired lease is a failed attempt (the claim
 // counted it): the row goes back to 'pending' after the backoff of its
 // attempts, or to 'failed' when they are used up or its deadline has
-// passed. The dispatcher that held it may still be alive and slow: its
-// later mark-sent then changes nothing, because its claim token is gone.
+// passed. Each batch is one short transaction, so nobody sees a row
+// between its expiry and its release. The dispatcher that held it may still
+// be alive and slow: its later mark-sent then changes nothing, because its
+// claim token is gone.
 func (d *Dispatcher) RecoverExpired(ctx context.Context) (int, error) {
 	total := 0
 	for round := 0; round < 100; round++ { // bounded: 100 batches per run
-		token, rows, err := takeExpired(ctx, d.db, d.cfg.RecoverBatch, d.cfg.Lease)
+		var rows []claimed
+		var done []released
+		err := sqldb.WithTx(ctx, d.db, func(tx *sqlx.Tx) (err error) {
+			done = done[:0]
+			if rows, err = lockExpired(ctx, tx, d.cfg.RecoverBatch); err != nil {
+				return err
+			}
+			for _, r := range rows {
+				rel, err := d.release(ctx, tx, r.ClaimToken, r)
+				if err != nil {
+					return err
+				}
+				done = append(done, rel)
+			}
+			return nil
+		})
 		if err != nil {
 			return total, err
 		}
-		for _, r := range rows {
-			if err := d.retryLater(ctx, token, r, errLeaseExpired, nil); err != nil {
-				return total, err
-			}
+		for _, rel := range done { // counted once committed
+			d.note(rel, errLeaseExpired, &Result{})
 		}
 		total += len(rows)
 		if len(rows) < d.cfg.RecoverBatch {
@@ -330,9 +346,11 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 			continue
 		}
 		d.m.publish.WithLabelValues(publishResult(errs[i])).Inc()
-		if err := d.retryLater(ctx, token, r, errs[i], &res); err != nil {
+		rel, err := d.release(ctx, d.db, token, r)
+		if err != nil {
 			return res, err
 		}
+		d.note(rel, errs[i], &res)
 	}
 	if len(sent) > 0 {
 		// Mark sent only under our claim token (chapter rule), and check the
@@ -361,20 +379,28 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 // ran out before it was marked.
 var errLeaseExpired = errors.New("lease expired before the event was marked")
 
-// retryLater releases one row held under token after a failed attempt and
-// counts the outcome in res (nil: not counted).
-func (d *Dispatcher) retryLater(ctx context.Context, token string, r claimed, cause error, res *Result) error {
-	if res == nil {
-		res = &Result{}
-	}
-	delay := d.cfg.Backoff.Delay(r.Attempts)
-	status, err := release(ctx, d.db, token, r.EventID, delay, d.cfg.MaxAttempts, d.cfg.Deadline)
-	if err != nil {
-		return err
-	}
+// released is what became of one row handed back after a failed attempt.
+type released struct {
+	row    claimed
+	status string // StatusPending, StatusFailed, or "" when it was no longer ours
+	delay  time.Duration
+}
+
+// release hands back one row held under token after a failed attempt:
+// pending after the backoff of its attempts, or failed at either bound.
+func (d *Dispatcher) release(ctx context.Context, db sqlx.ExecerContext, token string, r claimed) (released, error) {
+	rel := released{row: r, delay: d.cfg.Backoff.Delay(r.Attempts)}
+	var err error
+	rel.status, err = releaseRow(ctx, db, token, r.EventID, rel.delay, d.cfg.MaxAttempts, d.cfg.Deadline)
+	return rel, err
+}
+
+// note logs and counts what became of a released row, in res.
+func (d *Dispatcher) note(rel released, cause error, res *Result) {
+	r := rel.row
 	log := d.cfg.Log.With("event_id", r.EventID, "event_type", r.EventType,
 		"order_id", r.AggregateID, "attempts", r.Attempts, "err", cause)
-	switch status {
+	switch rel.status {
 	case "":
 		res.Lost++
 		d.m.claimsLost.Inc()
@@ -385,9 +411,8 @@ func (d *Dispatcher) retryLater(ctx context.Context, token string, r claimed, ca
 			"max_attempts", d.cfg.MaxAttempts, "deadline", d.cfg.Deadline)
 	default:
 		res.Retried++
-		log.Warn("attempt failed; will retry", "retry_in", delay.Round(time.Millisecond))
+		log.Warn("attempt failed; will retry", "retry_in", rel.delay.Round(time.Millisecond))
 	}
-	return nil
 }
 
 // renewWhilePublishing extends our lease every third of it while a slow

@@ -25,6 +25,7 @@ type claimed struct {
 	Attempts         int             `db:"attempts"` // after this claim's increment
 	CreatedAt        time.Time       `db:"created_at"`
 	Traceparent      sql.NullString  `db:"traceparent"`
+	ClaimToken       string          `db:"claim_token"` // read by lease recovery only
 }
 
 // claim takes up to limit due rows in one short transaction: lock them with
@@ -104,13 +105,13 @@ WHERE event_id IN (%s) AND status = 'sending' AND claim_token = ?`
 	return res.RowsAffected()
 }
 
-// release hands back one row held under token after a failed attempt (a
+// releaseRow hands back one row held under token after a failed attempt (a
 // publish not confirmed, or a claim whose lease expired): to 'failed' (kept,
 // alerted on, never deleted) once its attempts are used up or the deadline
 // has passed since its first attempt (遵守总期限, database time), else to
 // 'pending', due after delay. Under the claim token only, like markSent. It
 // returns the status set, or "" when the row was no longer ours.
-func release(ctx context.Context, db sqlx.ExecerContext, token, id string, delay time.Duration, maxAttempts int, deadline time.Duration) (string, error) {
+func releaseRow(ctx context.Context, db sqlx.ExecerContext, token, id string, delay time.Duration, maxAttempts int, deadline time.Duration) (string, error) {
 	const qFail = `UPDATE outbox_events
 SET status = 'failed', claim_token = NULL, lease_until = NULL
 WHERE event_id = ? AND status = 'sending' AND claim_token = ?
@@ -148,31 +149,23 @@ WHERE event_id IN (%s) AND status = 'sending' AND claim_token = ?`
 	return res.RowsAffected()
 }
 
-// takeExpired takes over up to limit rows whose lease expired (by database
-// time) under a fresh claim token of the recovery, so that each can be
-// released like a failed attempt. The WHERE repeats the expiry test: a row
-// renewed or marked in the meantime is left alone, and the old claimant's
-// mark changes nothing afterwards (its token is gone).
-func takeExpired(ctx context.Context, db *sqlx.DB, limit int, lease time.Duration) (token string, rows []claimed, err error) {
-	const qTake = `UPDATE outbox_events
-SET claim_token = ?, lease_until = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
+// lockExpired locks up to limit rows whose lease expired (by database
+// time), inside the caller's transaction, so that each can be released like
+// a failed attempt under the token it was claimed with. SKIP LOCKED leaves
+// rows another recovery or their claimant is working on; the holder's
+// late mark then waits for this transaction and finds its token gone.
+func lockExpired(ctx context.Context, tx *sqlx.Tx, limit int) ([]claimed, error) {
+	const q = `SELECT event_id, aggregate_id, aggregate_version, event_type, schema_version,
+       payload, attempts, created_at, traceparent, claim_token
+FROM outbox_events
 WHERE status = 'sending' AND lease_until < NOW(6)
-LIMIT ?`
-	const qTaken = `SELECT event_id, aggregate_id, aggregate_version, event_type, schema_version,
-       payload, attempts, created_at, traceparent
-FROM outbox_events WHERE status = 'sending' AND claim_token = ?`
-	token = uuid.NewString()
-	res, err := db.ExecContext(ctx, qTake, token, lease.Microseconds(), limit)
-	if err == nil {
-		var n int64
-		if n, err = res.RowsAffected(); err == nil && n > 0 {
-			err = db.SelectContext(ctx, &rows, qTaken, token)
-		}
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+	var rows []claimed
+	if err := tx.SelectContext(ctx, &rows, q, limit); err != nil {
+		return nil, fmt.Errorf("lock expired leases: %w", err)
 	}
-	if err != nil {
-		return "", nil, fmt.Errorf("take expired leases: %w", err)
-	}
-	return token, rows, nil
+	return rows, nil
 }
 
 // anyDue is the fallback poll: one cheap indexed read, so an idle
