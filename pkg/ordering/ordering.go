@@ -14,6 +14,9 @@
 //   - Snapshot: only when newer than the version applied (snapshot.go); an
 //     older one is recorded, not applied, and counted as stale.
 //
+// Both compare versions per consumer and aggregate, the aggregate being its
+// type (the producer that numbers the versions) and its id (sequence.go).
+//
 // The seam with the inbox is Steps: the consumer hands over its two ways of
 // taking an event inside the transaction it opened (apply: inbox row and
 // business change; record: inbox row only), and the Sequencer calls them in
