@@ -13,12 +13,16 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/admin"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
@@ -132,4 +136,74 @@ func TestRedriveEndpoint(t *testing.T) {
 func jsonNumber(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// failing answers every publish with a nack: the outbox's attempts fail.
+type failing struct{}
+
+func (failing) Publish(_ context.Context, msgs []rabbit.Message, _ time.Duration) []error {
+	errs := make([]error, len(msgs))
+	for i := range errs {
+		errs[i] = rabbit.ErrNacked
+	}
+	return errs
+}
+func (failing) Close() {}
+
+// An operator's retry gives a failed event a fresh round of attempts and
+// keeps its history: GET /admin/outbox still shows how often it was tried
+// (total_attempts) and how often it was put back (requeues).
+func TestOutboxRetryKeepsTheHistory(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	ctx := context.Background()
+	var id string
+	err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
+		ids, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: 5, AggregateVersion: 1, Type: events.OrderCreated, Payload: map[string]string{"order_id": "5"}})
+		id = ids[0]
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, MaxAttempts: 3,
+		Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
+	dispatch := func() {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if res, err := d.DispatchOnce(ctx, failing{}); err != nil {
+				t.Fatal(err)
+			} else if res.Claimed == 1 {
+				return
+			}
+		}
+		t.Fatal("the event never came due")
+	}
+	for range 3 {
+		dispatch()
+	}
+	r := chi.NewRouter()
+	r.Route("/admin", (&admin.Handler{DB: db.DB, Log: quiet}).Routes)
+	row := func() map[string]any {
+		t.Helper()
+		code, out := call(t, r, http.MethodGet, "/admin/outbox?aggregate_id=5", "")
+		rows, _ := out["events"].([]any)
+		if code != http.StatusOK || len(rows) != 1 {
+			t.Fatalf("GET /admin/outbox: %d %v, want the one event", code, out)
+		}
+		return rows[0].(map[string]any)
+	}
+	if got := row(); got["status"] != "failed" || got["attempts"] != float64(3) || got["total_attempts"] != float64(3) {
+		t.Fatalf("before the retry: %v, want failed after 3 attempts, 3 in all", got)
+	}
+	if code, out := call(t, r, http.MethodPost, "/admin/outbox/"+id+"/retry", ""); code != http.StatusOK {
+		t.Fatalf("retry: %d %v", code, out)
+	}
+	if got := row(); got["status"] != "pending" || got["attempts"] != float64(0) || got["total_attempts"] != float64(3) || got["requeues"] != float64(1) {
+		t.Fatalf("after the retry: %v, want pending with a fresh round (0 attempts) and the history: 3 attempts in all, 1 requeue", got)
+	}
+	dispatch()
+	if got := row(); got["attempts"] != float64(1) || got["total_attempts"] != float64(4) || got["requeues"] != float64(1) {
+		t.Fatalf("after one more attempt: %v, want 1 attempt in this round, 4 in all, 1 requeue", got)
+	}
 }

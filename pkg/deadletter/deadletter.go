@@ -12,7 +12,47 @@
 // event adds its attempts, refreshes the reason and makes a redriven row
 // dead again. The consume loop (pkg/inbox) records a dead letter for a
 // poison message, a message past its retries or older than the replay
-// window, a payload mismatch, and every message the broker dead-lettered.
+// window, a payload mismatch, and every message the broker dead-lettered
+// (with the reason and queue of its latest x-death, e.g. "delivery_limit on
+// inventory.order-events").
+//
+// # When the database is down
+//
+// A dead letter is kept in the consumer's own database, so an outage that
+// makes a message fail also refuses its dead letter. Such a message is
+// never rejected or dropped: it stays on the broker until the database
+// takes it. The consumer answers with a delayed retry through its queue's
+// retry tiers, at the capped backoff (at most Backoff.Cap, 1 minute), for
+// as long as the outage lasts; each time it comes back it is processed
+// first (applied, if the outage was its only problem) and recorded as a
+// dead letter only if it still fails. The drain of the broker-side dead
+// queue (<queue>.dead: messages past the delivery limit) does the same
+// through the dead queue's own retry tiers (<queue>.dead.retry.<tier>).
+//
+// Why this and not a parking queue: a parking queue is drained by a
+// consumer that needs the same database, so during the outage it either
+// holds its messages unacked (until the broker's consumer timeout closes its
+// channel) or puts them back at once, a hot loop whose returns a quorum
+// queue may count against a delivery limit (RabbitMQ 4 sets 20 by default)
+// and then drops. The retry tiers already hold a persistent copy for a
+// while and bring it back, with no new queue and nothing for an operator
+// to do after the outage. The cost is one attempt per message per minute
+// while it lasts, logged at error level and counted in
+// consumer_retries_total. A reject is never used: the dead queue has no
+// dead-letter exchange, so a message rejected from it would be deleted.
+//
+// One window is left to the broker: a drain that dies while it holds a
+// message returns it to <queue>.dead, and RabbitMQ 4.0 to 4.2 count such
+// returns against the dead queue's default delivery limit of 20 (3.x has no
+// default limit, 4.3 no longer counts them), past which a queue without a
+// dead-letter exchange drops the message. The drain never returns a
+// message itself (it acks after the record or after the confirmed delayed
+// copy), so only twenty crashes while holding the same message reach it.
+// And quorum queues dead-letter at most once by default: a broker that
+// fails while moving a message to <queue>.dead may lose it. At-least-once
+// dead-lettering needs queue arguments (x-dead-letter-strategy, x-overflow)
+// that an existing queue cannot take in place; the reconciler is what finds
+// an event lost there.
 //
 // # Redrive
 //
@@ -38,6 +78,7 @@
 //	confirmed, before the mark          row still 'dead'       a second redrive: a duplicate the inbox drops
 //	two redrives at once                one of them marks it   the mark's WHERE; extra copies are inbox duplicates
 //	failed again while being redriven   dead, the new reason   the mark's attempts condition leaves it dead
+//	database down, cannot record        message on the broker  delayed retries until the database is back
 package deadletter
 
 import (

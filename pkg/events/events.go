@@ -124,9 +124,9 @@ func Register(t Type, versions []int, s Strategy) {
 }
 
 // Strategies declares the ordering strategy of every event type. Every
-// event of the saga moves an aggregate between states; none is a delta
-// today. Delta ordering (park until the gap fills) is implemented in
-// pkg/ordering and tested with a delta type the tests register.
+// event of the saga moves an aggregate between states; none is a delta or a
+// snapshot today. Both are implemented in pkg/ordering and tested with
+// types the tests register.
 var Strategies = map[Type]Strategy{
 	OrderCreated:                StateTransition,
 	OrderConfirmed:              StateTransition,

@@ -20,11 +20,6 @@ import (
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
-// The consume path, in the chapter's order (doc.go):
-//
-//	Handle:  validate; process; ACK only after COMMIT (or retry, or dead letter)
-//	process: BEGIN; apply (INSERT inbox; business change; own outbox); COMMIT
-
 // Handle is the rabbit.Handler of this consumer: validate, process, and turn
 // the outcome into ack, delayed retry or dead letter. ACK only after COMMIT.
 func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
@@ -44,11 +39,7 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
 		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(tp))
 	if err == nil {
-		since := e.OccurredAt
-		if since.IsZero() {
-			since = d.FirstFailedAt
-		}
-		err = c.process(ctx, e, since)
+		err = c.process(ctx, e, d.KnownSince())
 	}
 	switch {
 	case err == nil:
@@ -76,11 +67,7 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 	case isPermanent(err):
 		return c.deadLetter(ctx, log, d, err.Error())
 	}
-	age := time.Duration(0)
-	if !d.FirstFailedAt.IsZero() {
-		age = time.Since(d.FirstFailedAt)
-	}
-	if d.Attempt >= c.cfg.MaxAttempts || age > c.cfg.MaxRetryAge {
+	if age := d.FailingFor(); d.Attempt >= c.cfg.MaxAttempts || age > c.cfg.MaxRetryAge {
 		return c.deadLetter(ctx, log, d, fmt.Sprintf("gave up after %d attempts over %s: %v", d.Attempt, age.Round(time.Second), err))
 	}
 	delay := c.cfg.Backoff.Delay(d.Attempt)
@@ -89,9 +76,8 @@ func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 	return rabbit.RetryAfter(delay, err.Error())
 }
 
-// Process runs one event through the inbox transaction, without the broker
-// (the experiments call it from two connections at once). It returns nil
-// once committed, ErrAlreadyProcessed, ErrPayloadMismatch,
+// Process runs one event through the inbox transaction, without the broker.
+// It returns nil once committed, ErrAlreadyProcessed, ErrPayloadMismatch,
 // ordering.ErrParked, an error wrapping ErrTooOld, or the error that rolled
 // the attempt back.
 func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
@@ -131,6 +117,9 @@ func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Ti
 		return err
 	}
 	c.cfg.Metrics.unparked.WithLabelValues(c.cfg.Name).Add(float64(res.Unparked))
+	if res.Stale {
+		c.cfg.Metrics.stale.WithLabelValues(c.cfg.Name).Inc()
+	}
 	if res.Parked {
 		c.cfg.Metrics.parked.WithLabelValues(c.cfg.Name).Inc()
 		return ordering.ErrParked
@@ -194,16 +183,16 @@ func (c *Consumer) checkAge(ctx context.Context, e events.Envelope, since time.T
 }
 
 // deadLetter keeps the message as a dead letter (pkg/deadletter) and acks
-// it. If that fails (the database is down), retry later; past the attempt
-// limit, reject it to the broker's dead-letter queue: still not lost.
+// it. While the database refuses the record, the message stays on the
+// broker (pkg/deadletter, "When the database is down"): a delayed retry, and
+// when it comes back it is processed first, applied if the outage was all.
 func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.Delivery, reason string) rabbit.Decision {
 	if err := deadletter.Record(ctx, c.cfg.DB, deadletter.FromDelivery(c.cfg.Name, d, reason)); err != nil {
-		if d.Attempt < c.cfg.MaxAttempts {
-			log.Warn("could not record dead letter; retrying", "err", err)
-			return rabbit.RetryAfter(c.cfg.Backoff.Delay(d.Attempt), err.Error())
-		}
-		log.Error("could not record dead letter; rejecting to the broker's dead-letter queue", "err", err)
-		return rabbit.Reject(reason)
+		delay := c.cfg.Backoff.Delay(d.Attempt)
+		c.cfg.Metrics.retries.WithLabelValues(c.cfg.Name).Inc()
+		log.Error("could not record the dead letter; the message stays on the broker and comes back",
+			"err", err, "reason", reason, "retry_in", delay.Round(time.Millisecond))
+		return rabbit.RetryAfter(delay, err.Error())
 	}
 	c.cfg.Metrics.deadLetters.WithLabelValues(c.cfg.Name).Inc()
 	log.Error("event dead-lettered", "reason", reason)
@@ -211,12 +200,11 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.De
 }
 
 // HandleBrokerDeadLetter drains the queue's broker-side dead-letter queue
-// (messages past the delivery limit, or rejected) into the dead letters, so
-// every dead letter of this consumer is in one searchable table.
+// (messages past the delivery limit) into the dead letters, so every dead
+// letter of this consumer is in one searchable table.
 func (c *Consumer) HandleBrokerDeadLetter(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
-	reason, _ := d.Headers["x-first-death-reason"].(string)
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type)
-	return c.deadLetter(ctx, log, d, "broker dead-lettered the message: "+reason)
+	return c.deadLetter(ctx, log, d, "broker dead-lettered the message: "+d.DeathReason())
 }
 
 // Handler applies one event inside the consumer's transaction: the business

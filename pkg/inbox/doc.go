@@ -39,16 +39,19 @@
 //   - Transient failure (deadlock 1213, lock wait timeout 1205, lost
 //     connection): rolled back explicitly (a lock wait timeout ends only the
 //     statement, not the transaction), then redelivered after
-//     min(cap, base*2^attempt), jitter inside it, through a retry queue: the copy
-//     waits in a holding queue of its delay tier while the messages behind
-//     it are processed, never retried in place or requeued at the head. Past
-//     MaxAttempts (8) or MaxRetryAge (15 min since the first failure),
-//     whichever comes first: dead letter.
-//   - Invalid payload, unknown type, unsupported schema_version, or an error
-//     wrapped with Permanent: kept as a dead letter with the reason and the
-//     raw payload, then acked. Messages the broker dead-letters (delivery
-//     limit reached) are drained into the same dead letters.
-//   - Older than the replay window: a dead letter (ErrTooOld, below).
+//     min(cap, base*2^attempt), jitter inside it, through a retry queue: the
+//     copy waits in a holding queue of its delay tier while the messages
+//     behind it are processed, never retried in place or requeued at the
+//     head. Past MaxAttempts (8) or MaxRetryAge (15 min since the first
+//     failure), whichever comes first: dead letter.
+//   - Invalid payload, unknown type, unsupported schema_version, an error
+//     wrapped with Permanent, or older than the replay window (ErrTooOld):
+//     kept as a dead letter with the reason and the raw payload, then acked.
+//     Messages the broker dead-letters (delivery limit) are drained into the
+//     same dead letters (HandleBrokerDeadLetter).
+//   - A dead letter the database refuses (it is down): the message stays on
+//     the broker, retried at the capped backoff until the database takes it;
+//     never rejected or dropped (pkg/deadletter, "When the database is down").
 //
 // # Retention and the replay window
 //
@@ -67,6 +70,7 @@
 //	after COMMIT, before ACK               effect + inbox row      redelivery is a duplicate: inbox key
 //	ACK before COMMIT (the wrong way)      message gone, no effect nothing: that is why we never do it
 //	two deliveries at once                 one winner              the primary key (one effect, one row)
+//	database down past the attempt budget  message on the broker   delayed retries until it is back
 //	a redriven dead letter already applied effect + inbox row      the inbox key: a duplicate, dropped
 //	replay after the inbox row expired     no inbox row            the replay window check: dead letter
 //

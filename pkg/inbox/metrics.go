@@ -5,7 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics counts what consumers do, labelled by consumer name.
 type Metrics struct {
 	deliveries, redeliveries, processed, duplicates, retries, deadLetters *prometheus.CounterVec
-	payloadMismatch, redriven, parked, unparked                           *prometheus.CounterVec
+	payloadMismatch, redriven, parked, unparked, stale                    *prometheus.CounterVec
 }
 
 // NewMetrics creates the consumer metrics and registers them on reg (nil:
@@ -26,6 +26,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		redriven: counter("consumer_dead_letters_redriven_total", "Dead letters republished to the consumer's queue by an operator."),
 		parked:   counter("consumer_parked_total", "Delta events parked because an earlier version of their aggregate had not arrived."),
 		unparked: counter("consumer_unparked_total", "Parked delta events applied once their gap filled."),
+		stale: counter("consumer_stale_events_total",
+			"Snapshot or delta events not newer than the version applied: recorded in the inbox and acked, not applied."),
 	}
 	if reg != nil {
 		for _, c := range m.counters() {
@@ -46,7 +48,7 @@ func (m *Metrics) start(consumer string) {
 
 func (m *Metrics) counters() []*prometheus.CounterVec {
 	return []*prometheus.CounterVec{m.deliveries, m.redeliveries, m.processed, m.duplicates, m.retries,
-		m.deadLetters, m.payloadMismatch, m.redriven, m.parked, m.unparked}
+		m.deadLetters, m.payloadMismatch, m.redriven, m.parked, m.unparked, m.stale}
 }
 
 // Redriven counts one dead letter of consumer republished by an operator:

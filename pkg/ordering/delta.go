@@ -25,34 +25,15 @@ import (
 //     and acked: it is a recoverable waiting task, not a processed event, so
 //     it is not written to the inbox;
 //   - a version at or below the last applied one is a redelivery (the inbox
-//     says so) or a stale copy under another id: recorded, not applied;
+//     says so) or a stale copy under another id: recorded, not applied
+//     (versioned, in sequence.go);
 //   - a gap still open at the deadline is alerted on (OverdueParked,
 //     consumer_parked_events{state="overdue"}) and the parked row stays as
 //     the recovery record until the missing event arrives (redrive it from
 //     the producer's outbox) and the successors apply.
-//
-// inbox_sequences holds, per (consumer, aggregate), the last version
-// applied; its row lock is where deliveries of one aggregate queue up.
-
-func (s *Sequencer) delta(ctx context.Context, tx *sqlx.Tx, e events.Envelope, steps Steps) (Result, error) {
-	last, err := lockSequence(ctx, tx, s.Consumer, e.AggregateID)
-	if err != nil {
-		return Result{}, err
-	}
-	switch {
-	case e.AggregateVersion <= last:
-		// Already past this version: the inbox tells a redelivery
-		// (duplicate) from a stale copy under another id (recorded as
-		// processed, not applied).
-		if err := steps.Record(e); err != nil {
-			return Result{}, err
-		}
-		s.log().WarnContext(ctx, "delta event at or below the applied version: recorded, not applied",
-			"consumer", s.Consumer, "event_id", e.EventID, "aggregate_id", e.AggregateID,
-			"version", e.AggregateVersion, "applied", last)
-		return Result{}, nil
-	case e.AggregateVersion > last+1:
-		return Result{Parked: true}, park(ctx, tx, s.Consumer, e, last+1, s.deadline())
+func (s *Sequencer) delta(ctx context.Context, tx *sqlx.Tx, e events.Envelope, agg aggregate, last uint64, steps Steps) (Result, error) {
+	if e.AggregateVersion > last+1 {
+		return Result{Parked: true}, park(ctx, tx, s.Consumer, agg, e, last+1, s.deadline())
 	}
 	if err := steps.Apply(e); err != nil {
 		return Result{}, err
@@ -61,7 +42,7 @@ func (s *Sequencer) delta(ctx context.Context, tx *sqlx.Tx, e events.Envelope, s
 	// The gap may have been this event: apply the parked successors.
 	var res Result
 	for {
-		next, ok, err := parkedNext(ctx, tx, s.Consumer, e.AggregateID, last+1)
+		next, ok, err := parkedNext(ctx, tx, s.Consumer, agg, last+1)
 		if err != nil {
 			return Result{}, err
 		}
@@ -77,7 +58,7 @@ func (s *Sequencer) delta(ctx context.Context, tx *sqlx.Tx, e events.Envelope, s
 		res.Unparked++
 		last = next.AggregateVersion
 	}
-	return res, setSequence(ctx, tx, s.Consumer, e.AggregateID, last)
+	return res, setSequence(ctx, tx, s.Consumer, agg, last)
 }
 
 func (s *Sequencer) deadline() time.Duration {
@@ -94,44 +75,18 @@ func (s *Sequencer) log() *slog.Logger {
 	return s.Log
 }
 
-// lockSequence returns the last version applied for the aggregate, with the
-// row locked until the transaction ends (deliveries of one aggregate queue
-// up here, so their order is decided once).
-func lockSequence(ctx context.Context, tx *sqlx.Tx, consumer string, aggregate uint64) (uint64, error) {
-	const qEnsure = `INSERT INTO inbox_sequences (consumer_name, aggregate_id, last_version) VALUES (?, ?, 0)
-ON DUPLICATE KEY UPDATE last_version = last_version`
-	if _, err := tx.ExecContext(ctx, qEnsure, consumer, aggregate); err != nil {
-		return 0, fmt.Errorf("sequence of %d: %w", aggregate, err)
-	}
-	const q = `SELECT last_version FROM inbox_sequences WHERE consumer_name = ? AND aggregate_id = ? FOR UPDATE`
-	var last uint64
-	if err := tx.GetContext(ctx, &last, q, consumer, aggregate); err != nil {
-		return 0, fmt.Errorf("sequence of %d: %w", aggregate, err)
-	}
-	return last, nil
-}
-
-func setSequence(ctx context.Context, tx *sqlx.Tx, consumer string, aggregate, last uint64) error {
-	const q = `UPDATE inbox_sequences SET last_version = ?, updated_at = NOW(6)
-WHERE consumer_name = ? AND aggregate_id = ? AND last_version < ?`
-	if _, err := tx.ExecContext(ctx, q, last, consumer, aggregate, last); err != nil {
-		return fmt.Errorf("advance sequence of %d: %w", aggregate, err)
-	}
-	return nil
-}
-
 // park stores the event as a waiting task. A redelivery of an event that is
 // already parked is ErrAlreadyParked.
-func park(ctx context.Context, tx *sqlx.Tx, consumer string, e events.Envelope, expected uint64, deadline time.Duration) error {
+func park(ctx context.Context, tx *sqlx.Tx, consumer string, agg aggregate, e events.Envelope, expected uint64, deadline time.Duration) error {
 	const q = `INSERT INTO parked_events
-  (consumer_name, event_id, event_type, aggregate_id, aggregate_version, expected_version, schema_version,
-   payload, traceparent, deadline_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
+  (consumer_name, event_id, event_type, aggregate_type, aggregate_id, aggregate_version, expected_version,
+   schema_version, payload, traceparent, deadline_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
 	var trace any
 	if e.Traceparent != "" {
 		trace = e.Traceparent
 	}
-	_, err := tx.ExecContext(ctx, q, consumer, e.EventID, e.Type, e.AggregateID, e.AggregateVersion, expected,
+	_, err := tx.ExecContext(ctx, q, consumer, e.EventID, e.Type, agg.Type, agg.ID, e.AggregateVersion, expected,
 		e.SchemaVersion, []byte(e.Payload), trace, deadline.Microseconds())
 	if sqldb.IsDuplicateKey(err) {
 		return ErrAlreadyParked
@@ -152,18 +107,18 @@ type parkedRow struct {
 	Traceparent      sql.NullString `db:"traceparent"`
 }
 
-func parkedNext(ctx context.Context, tx *sqlx.Tx, consumer string, aggregate, version uint64) (events.Envelope, bool, error) {
+func parkedNext(ctx context.Context, tx *sqlx.Tx, consumer string, agg aggregate, version uint64) (events.Envelope, bool, error) {
 	const q = `SELECT event_id, event_type, aggregate_id, aggregate_version, schema_version, payload, traceparent
 FROM parked_events
-WHERE consumer_name = ? AND aggregate_id = ? AND aggregate_version = ? AND applied_at IS NULL
+WHERE consumer_name = ? AND aggregate_type = ? AND aggregate_id = ? AND aggregate_version = ? AND applied_at IS NULL
 ORDER BY parked_at LIMIT 1 FOR UPDATE`
 	var r parkedRow
-	err := tx.GetContext(ctx, &r, q, consumer, aggregate, version)
+	err := tx.GetContext(ctx, &r, q, consumer, agg.Type, agg.ID, version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return events.Envelope{}, false, nil
 	}
 	if err != nil {
-		return events.Envelope{}, false, fmt.Errorf("next parked event of %d: %w", aggregate, err)
+		return events.Envelope{}, false, fmt.Errorf("next parked event of %s: %w", agg, err)
 	}
 	return events.Envelope{EventID: r.EventID, Type: r.EventType, AggregateID: r.AggregateID,
 		AggregateVersion: r.AggregateVersion, SchemaVersion: r.SchemaVersion, CorrelationID: fmt.Sprint(r.AggregateID),

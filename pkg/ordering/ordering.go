@@ -11,8 +11,11 @@
 //     version applies, then every parked successor that is now next; a
 //     version ahead of a gap is parked with a deadline; a version at or
 //     below the last applied one is recorded, not applied.
-//   - Snapshot: today as StateTransition (no saga event carries a full
-//     state).
+//   - Snapshot: only when newer than the version applied (snapshot.go); an
+//     older one is recorded, not applied, and counted as stale.
+//
+// Both compare versions per consumer and aggregate, the aggregate being its
+// type (the producer that numbers the versions) and its id (sequence.go).
 //
 // The seam with the inbox is Steps: the consumer hands over its two ways of
 // taking an event inside the transaction it opened (apply: inbox row and
@@ -52,6 +55,9 @@ type Result struct {
 	Parked bool
 	// Unparked counts the parked successors applied after e.
 	Unparked int
+	// Stale: e was not newer than the version applied; it was recorded in
+	// the inbox, not applied. Commit, acknowledge and count it.
+	Stale bool
 }
 
 // ErrParked is the consumer's answer for a parked event: it waits for an
@@ -76,10 +82,10 @@ type Sequencer struct {
 
 // InOrder runs e's steps inside tx as its strategy requires.
 func (s *Sequencer) InOrder(ctx context.Context, tx *sqlx.Tx, e events.Envelope, steps Steps) (Result, error) {
-	switch events.StrategyOf(e.Type) {
-	case events.Delta:
-		return s.delta(ctx, tx, e, steps)
-	default: // StateTransition, Snapshot: the handler's conditional UPDATE decides
+	switch strategy := events.StrategyOf(e.Type); strategy {
+	case events.Delta, events.Snapshot:
+		return s.versioned(ctx, tx, e, strategy, steps)
+	default: // StateTransition: the handler's conditional UPDATE decides
 		return Result{}, steps.Apply(e)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,28 +20,44 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/ordering"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// No event of the saga is a delta today; this type exercises the mechanism.
-const deltaType = "test.counter-delta"
+// No event of the saga is a delta today; these types exercise the
+// mechanism. They come from two producers ("test" and "other"), each
+// numbering its own aggregate's versions, as order, inventory and payment
+// do for one order id.
+const (
+	deltaType      = "test.counter-delta"
+	otherDeltaType = "other.counter-delta"
+)
 
-func init() { events.Register(deltaType, []int{1}, events.Delta) }
+func init() {
+	events.Register(deltaType, []int{1}, events.Delta)
+	events.Register(otherDeltaType, []int{1}, events.Delta)
+}
 
 // deltaConsumer appends each applied version to a string, so the order of
 // application is visible.
-func deltaConsumer(t *testing.T, deadline time.Duration) (*inbox.Consumer, *sqlx.DB) {
+func deltaConsumer(t *testing.T, deadline time.Duration) (*inbox.Consumer, *sqldbtest.DB) {
 	t.Helper()
 	db := inboxtest.DB(t)
 	db.MustExec(`CREATE TABLE applied (id INT PRIMARY KEY, seq VARCHAR(100) NOT NULL)`)
 	db.MustExec(`INSERT INTO applied VALUES (1, '')`)
+	apply := func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		label := fmt.Sprint(e.AggregateVersion)
+		if e.Type == otherDeltaType {
+			label = "o" + label
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE applied SET seq = CONCAT(seq, ?) WHERE id = 1`, label)
+		return err
+	}
 	c := inbox.NewConsumer(inbox.Config{Name: "projector", DB: db.DB, Log: quiet, ParkDeadline: deadline,
-		Handlers: map[events.Type]inbox.Handler{deltaType: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-			_, err := tx.ExecContext(ctx, `UPDATE applied SET seq = CONCAT(seq, ?) WHERE id = 1`, fmt.Sprint(e.AggregateVersion))
-			return err
-		}}})
-	return c, db.DB
+		Handlers: map[events.Type]inbox.Handler{deltaType: apply, otherDeltaType: apply}})
+	return c, db
 }
 
 func delta(version uint64) events.Envelope {
@@ -72,7 +90,7 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	if err := c.Process(ctx, v2); !errors.Is(err, inbox.ErrAlreadyProcessed) {
 		t.Fatalf("redelivery of parked v2: err = %v, want ErrAlreadyProcessed", err)
 	}
-	if got := appliedSeq(t, db); got != "" {
+	if got := appliedSeq(t, db.DB); got != "" {
 		t.Fatalf("applied %q before the gap filled, want nothing", got)
 	}
 	var inboxRows, parked int
@@ -85,7 +103,7 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	if err := c.Process(ctx, v1); err != nil {
 		t.Fatalf("v1: %v", err)
 	}
-	if got := appliedSeq(t, db); got != "123" {
+	if got := appliedSeq(t, db.DB); got != "123" {
 		t.Fatalf("applied %q, want 123 (in version order)", got)
 	}
 	db.Get(&inboxRows, `SELECT COUNT(*) FROM consumer_inbox`)
@@ -106,8 +124,111 @@ func TestDeltaEventsWaitForTheirGapThenApplyInOrder(t *testing.T) {
 	if err := c.Process(ctx, delta(4)); err != nil {
 		t.Fatalf("v4: %v", err)
 	}
-	if got := appliedSeq(t, db); got != "1234" {
+	if got := appliedSeq(t, db.DB); got != "1234" {
 		t.Fatalf("applied %q, want 1234", got)
+	}
+}
+
+// Two producers number their own aggregates' versions and share the
+// aggregate id (order, inventory and payment all use the order id): each
+// keeps its own sequence. One type's version is neither stale because the
+// other's is higher, nor the successor that unparks the other's.
+func TestSequencesAreKeptPerAggregateType(t *testing.T) {
+	t.Parallel()
+	c, db := deltaConsumer(t, time.Minute)
+	ctx := context.Background()
+	other := func(version uint64) events.Envelope {
+		e := delta(version)
+		e.Type = otherDeltaType
+		return e
+	}
+	steps := []struct {
+		e    events.Envelope
+		want error
+		seq  string // applied so far: "o" marks the other producer's versions
+	}{
+		{delta(1), nil, "1"},
+		{other(3), ordering.ErrParked, "1"}, // waits for the other producer's 1 and 2
+		{delta(2), nil, "12"},               // its successor 3 is not the other producer's 3
+		{other(1), nil, "12o1"},             // not stale: the test producer's 2 says nothing about it
+		{other(2), nil, "12o1o2o3"},         // fills the gap: the parked 3 applies
+		{delta(3), nil, "12o1o2o33"},
+	}
+	for i, s := range steps {
+		if err := c.Process(ctx, s.e); !errors.Is(err, s.want) {
+			t.Fatalf("step %d (%s v%d): err = %v, want %v", i, s.e.Type, s.e.AggregateVersion, err, s.want)
+		}
+		if got := appliedSeq(t, db.DB); got != s.seq {
+			t.Fatalf("step %d (%s v%d): applied %q, want %q", i, s.e.Type, s.e.AggregateVersion, got, s.seq)
+		}
+	}
+	var seqs []string
+	db.Select(&seqs, `SELECT CONCAT(aggregate_type, ':', last_version) FROM inbox_sequences WHERE aggregate_id = 42 ORDER BY 1`)
+	if fmt.Sprint(seqs) != "[other:3 test:3]" {
+		t.Fatalf("sequences of aggregate 42 = %v, want [other:3 test:3]", seqs)
+	}
+}
+
+// No event of the saga carries a full state; this snapshot type exercises
+// the mechanism: its handler overwrites the state with the version it
+// carries.
+const snapshotType = "test.counter-snapshot"
+
+func init() { events.Register(snapshotType, []int{1}, events.Snapshot) }
+
+func snapshot(version uint64) events.Envelope {
+	e := delta(version)
+	e.Type = snapshotType
+	return e
+}
+
+// Snapshots apply only when newer than the version applied: an older one
+// (or another copy of the same version) arriving late is acknowledged,
+// recorded in the inbox, counted and logged, and changes nothing; gaps do
+// not matter (a snapshot needs no predecessor).
+func TestSnapshotsApplyOnlyNewerVersions(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	db.MustExec(`CREATE TABLE applied (id INT PRIMARY KEY, seq VARCHAR(100) NOT NULL)`)
+	db.MustExec(`INSERT INTO applied VALUES (1, '')`)
+	var logs strings.Builder
+	reg := prometheus.NewRegistry()
+	c := inbox.NewConsumer(inbox.Config{Name: "projector", DB: db.DB, Log: quietTo(&logs), Metrics: inbox.NewMetrics(reg),
+		Handlers: map[events.Type]inbox.Handler{snapshotType: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			_, err := tx.ExecContext(ctx, `UPDATE applied SET seq = ? WHERE id = 1`, fmt.Sprint(e.AggregateVersion))
+			return err
+		}}})
+	ctx := context.Background()
+	v3 := snapshot(3)
+	steps := []struct {
+		e     events.Envelope
+		want  error
+		state string
+		stale float64
+	}{
+		{snapshot(2), nil, "2", 0},
+		{snapshot(1), nil, "2", 1}, // late and older: acknowledged, not applied
+		{v3, nil, "3", 1},
+		{v3, inbox.ErrAlreadyProcessed, "3", 1}, // a redelivery is a duplicate, not stale
+		{snapshot(3), nil, "3", 2},              // the same version under another id: not newer
+		{snapshot(7), nil, "7", 2},              // no gap to wait for
+	}
+	for i, s := range steps {
+		if err := c.Process(ctx, s.e); !errors.Is(err, s.want) {
+			t.Fatalf("step %d (v%d): err = %v, want %v", i, s.e.AggregateVersion, err, s.want)
+		}
+		if got := appliedSeq(t, db.DB); got != s.state {
+			t.Fatalf("step %d (v%d): state %q, want %q", i, s.e.AggregateVersion, got, s.state)
+		}
+		if got := inboxtest.Counter(t, reg, "consumer_stale_events_total", "projector"); got != s.stale {
+			t.Fatalf("step %d (v%d): consumer_stale_events_total = %v, want %v", i, s.e.AggregateVersion, got, s.stale)
+		}
+	}
+	if n := inboxtest.InboxRows(t, db.DB, steps[1].e.EventID); n != 1 {
+		t.Fatalf("inbox rows of the stale v1 = %d, want 1 (done, not applied)", n)
+	}
+	if !strings.Contains(logs.String(), "not newer than the version applied") || !strings.Contains(logs.String(), steps[1].e.EventID) {
+		t.Fatalf("no log line for the stale v1 (%s): %q", steps[1].e.EventID, logs.String())
 	}
 }
 
@@ -128,18 +249,18 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 		return past
 	})
 	var logs strings.Builder
-	n, err := ordering.OverdueParked(ctx, db, quietTo(&logs))
+	n, err := ordering.OverdueParked(ctx, db.DB, quietTo(&logs))
 	if err != nil || n != 1 {
 		t.Fatalf("OverdueParked = %d, %v; want 1", n, err)
 	}
 	if !strings.Contains(logs.String(), "ALERT") || !strings.Contains(logs.String(), v2.EventID) {
 		t.Fatalf("no alert logged for %s: %q", v2.EventID, logs.String())
 	}
-	if n, _ := ordering.OverdueParked(ctx, db, quiet); n != 0 {
+	if n, _ := ordering.OverdueParked(ctx, db.DB, quiet); n != 0 {
 		t.Fatalf("second check alerted %d again, want 0", n)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(ordering.ParkedCollector(db))
+	reg.MustRegister(ordering.ParkedCollector(db.DB))
 	if got := parkedGauge(t, reg, "overdue"); got != 1 {
 		t.Fatalf("consumer_parked_events{state=overdue} = %g, want 1", got)
 	}
@@ -147,7 +268,7 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 	if err := c.Process(ctx, delta(1)); err != nil {
 		t.Fatal(err)
 	}
-	if got := appliedSeq(t, db); got != "12" {
+	if got := appliedSeq(t, db.DB); got != "12" {
 		t.Fatalf("applied %q after the recovery, want 12", got)
 	}
 	var alerted, applied bool
@@ -159,6 +280,74 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 }
 
 func quietTo(w *strings.Builder) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
+
+// Two instances (here eight sweepers, each on its own connection pool,
+// released together) check the same overdue parked events: each event is
+// alerted on once in all, by the sweeper whose compare-and-set won.
+func TestOverdueParkedDeltaIsAlertedOnceByRacingSweepers(t *testing.T) {
+	t.Parallel()
+	c, db := deltaConsumer(t, time.Millisecond)
+	ctx := context.Background()
+	const parked, sweepers = 20, 8
+	for i := range parked {
+		e := delta(2)
+		e.AggregateID = uint64(100 + i)
+		if err := c.Process(ctx, e); !errors.Is(err, ordering.ErrParked) {
+			t.Fatalf("parking %d: %v, want ErrParked", i, err)
+		}
+	}
+	inboxtest.WaitFor(t, "every deadline to pass in database time", func() bool {
+		var due int
+		db.Get(&due, `SELECT COUNT(*) FROM parked_events WHERE deadline_at < NOW(6)`)
+		return due == parked
+	})
+	var alerts atomic.Int32
+	counted := slog.New(countAlerts{&alerts})
+	found := make([]int, sweepers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range sweepers {
+		pool, err := sqldb.Open(ctx, sqldb.Config{DSN: db.DSN, MaxOpenConns: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pool.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			n, err := ordering.OverdueParked(ctx, pool, counted)
+			if err != nil {
+				t.Error(err)
+			}
+			found[i] = n
+		}()
+	}
+	close(start)
+	wg.Wait()
+	total := 0
+	for _, n := range found {
+		total += n
+	}
+	t.Logf("alerts per sweeper: %v", found)
+	if total != parked || alerts.Load() != parked {
+		t.Fatalf("%d alerts reported, %d ALERT log lines, for %d overdue events; want one each (found per sweeper: %v)",
+			total, alerts.Load(), parked, found)
+	}
+}
+
+// countAlerts counts the ALERT records logged through it.
+type countAlerts struct{ n *atomic.Int32 }
+
+func (h countAlerts) Enabled(context.Context, slog.Level) bool { return true }
+func (h countAlerts) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "ALERT") {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h countAlerts) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h countAlerts) WithGroup(string) slog.Handler      { return h }
 
 // parkedGauge reads consumer_parked_events{state} from reg.
 func parkedGauge(t *testing.T, reg *prometheus.Registry, state string) float64 {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
 
 // ParkedEvent is a delta event waiting for an earlier version of its
@@ -16,6 +18,7 @@ type ParkedEvent struct {
 	Consumer         string     `db:"consumer_name" json:"consumer"`
 	EventID          string     `db:"event_id" json:"event_id"`
 	EventType        string     `db:"event_type" json:"event_type"`
+	AggregateType    string     `db:"aggregate_type" json:"aggregate_type"` // the producer numbering its versions
 	AggregateID      uint64     `db:"aggregate_id" json:"aggregate_id,string"`
 	AggregateVersion uint64     `db:"aggregate_version" json:"aggregate_version"`
 	ExpectedVersion  uint64     `db:"expected_version" json:"waiting_for_version"`
@@ -35,7 +38,7 @@ const (
 // ListParked returns up to limit parked events in state (Waiting, Overdue
 // or All), the latest first.
 func ListParked(ctx context.Context, db sqlx.QueryerContext, state string, limit int) ([]ParkedEvent, error) {
-	q := `SELECT consumer_name, event_id, event_type, aggregate_id, aggregate_version, expected_version,
+	q := `SELECT consumer_name, event_id, event_type, aggregate_type, aggregate_id, aggregate_version, expected_version,
   parked_at, deadline_at, applied_at, alerted_at FROM parked_events`
 	switch state {
 	case Waiting:
@@ -55,8 +58,10 @@ func ListParked(ctx context.Context, db sqlx.QueryerContext, state string, limit
 }
 
 // OverdueParked alerts on every parked event whose gap did not fill before
-// its deadline: it logs each once, stamps alerted_at (the row stays as the
-// recovery record) and returns how many it found.
+// its deadline: it stamps alerted_at (the row stays as the recovery record),
+// logs each event it stamped and returns how many. Several instances may
+// run it at once: the stamp is a compare-and-set, and only the one whose
+// UPDATE changed the row alerts, so each event is alerted on once.
 func OverdueParked(ctx context.Context, db *sqlx.DB, log *slog.Logger) (int, error) {
 	const q = `SELECT consumer_name, event_id, event_type, aggregate_id, aggregate_version, expected_version, deadline_at
 FROM parked_events WHERE applied_at IS NULL AND alerted_at IS NULL AND deadline_at < NOW(6) LIMIT 100`
@@ -74,15 +79,22 @@ FROM parked_events WHERE applied_at IS NULL AND alerted_at IS NULL AND deadline_
 	}
 	const qMark = `UPDATE parked_events SET alerted_at = NOW(6)
 WHERE consumer_name = ? AND event_id = ? AND applied_at IS NULL AND alerted_at IS NULL`
+	alerted := 0
 	for _, r := range rows {
-		if _, err := db.ExecContext(ctx, qMark, r.Consumer, r.EventID); err != nil {
-			return 0, fmt.Errorf("mark alerted: %w", err)
+		res, err := db.ExecContext(ctx, qMark, r.Consumer, r.EventID)
+		won, err := sqldb.Changed(res, err, "mark %s alerted", r.EventID)
+		if err != nil {
+			return alerted, err
 		}
+		if !won {
+			continue // another instance alerted on it, or its gap filled meanwhile
+		}
+		alerted++
 		log.Error("ALERT: a parked delta event's gap did not fill before its deadline; redrive the missing version from the producer",
 			"consumer", r.Consumer, "event_id", r.EventID, "event_type", r.Type, "order_id", r.Agg,
 			"version", r.Version, "missing_from", r.Expected, "deadline", r.Deadline)
 	}
-	return len(rows), nil
+	return alerted, nil
 }
 
 // ParkedCollector exports consumer_parked_events{state}: parked events

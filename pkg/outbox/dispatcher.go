@@ -16,6 +16,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
@@ -42,7 +43,10 @@ type Config struct {
 	BatchSize    int              // rows per claim [100]
 	// Lease is how long a claim is ours before recovery may hand the rows
 	// to another dispatcher [30s]. ConfirmTimeout bounds the wait for
-	// publisher confirms and must stay well inside the lease [5s].
+	// publisher confirms: at most a third of the lease, so that a batch whose
+	// renewals failed still has two thirds of its lease to be marked before
+	// recovery may re-send it [DefaultConfirmTimeout(Lease)]; New refuses
+	// more.
 	Lease           time.Duration
 	ConfirmTimeout  time.Duration
 	PollInterval    time.Duration // fallback poll when no wake-up came [1s]
@@ -50,8 +54,11 @@ type Config struct {
 	RecoverBatch    int           // rows per recovery statement [500]
 	Backoff         retry.Backoff // between failed attempts [1s .. 5m]
 	MaxAttempts     int           // attempts before 'failed' [10]
-	Log             *slog.Logger
-	Registerer      prometheus.Registerer // nil: metrics are kept but not exported
+	// Deadline ends the retrying of an event this long after its first
+	// attempt, whatever attempts remain: 'failed' [15m].
+	Deadline   time.Duration
+	Log        *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics are kept but not exported
 	// WrongWay turns on deliberate mistakes for the experiments (demo only).
 	WrongWay *wrongway.Set
 }
@@ -71,8 +78,9 @@ func (c *Config) setDefaults() {
 	def(&c.BatchSize, 100)
 	def(&c.RecoverBatch, 500)
 	def(&c.MaxAttempts, 10)
+	defDur(&c.Deadline, 15*time.Minute)
 	defDur(&c.Lease, 30*time.Second)
-	defDur(&c.ConfirmTimeout, 5*time.Second)
+	defDur(&c.ConfirmTimeout, DefaultConfirmTimeout(c.Lease))
 	defDur(&c.PollInterval, time.Second)
 	// Recover soon after a lease can have expired, at most every 5 s.
 	defDur(&c.RecoverInterval, min(5*time.Second, c.Lease/3))
@@ -96,9 +104,18 @@ type Dispatcher struct {
 	m    *metrics
 }
 
-// New returns a dispatcher; Run starts it.
+// DefaultConfirmTimeout is the wait for confirms derived from the lease: a
+// third of it, at most 5 s (a broker that has not confirmed by then is
+// treated as not having the message; the retry re-sends it).
+func DefaultConfirmTimeout(lease time.Duration) time.Duration { return min(5*time.Second, lease/3) }
+
+// New returns a dispatcher; Run starts it. It panics on a ConfirmTimeout
+// longer than a third of the Lease (pkg/process refuses such settings).
 func New(db *sqlx.DB, cfg Config) *Dispatcher {
 	cfg.setDefaults()
+	if cfg.ConfirmTimeout > cfg.Lease/3 {
+		panic(fmt.Sprintf("outbox: confirm timeout %s is more than a third of the lease %s", cfg.ConfirmTimeout, cfg.Lease))
+	}
 	return &Dispatcher{db: db, cfg: cfg, wake: make(chan struct{}, 1), m: newMetrics(db, cfg.Registerer)}
 }
 
@@ -219,19 +236,41 @@ func (d *Dispatcher) recoverLoop(ctx context.Context) {
 	}
 }
 
-// RecoverExpired returns every row whose lease has expired to 'pending' (or
-// 'failed' when its attempts are used up), in batches, and reports how many.
-// The dispatcher that held them may still be alive and slow: its later
-// mark-sent then changes nothing, because the claim token is gone.
+// RecoverExpired hands back every row whose lease has expired, in batches,
+// and reports how many. An expired lease is a failed attempt (the claim
+// counted it): the row goes back to 'pending' after the backoff of its
+// attempts, or to 'failed' when they are used up or its deadline has
+// passed. Each batch is one short transaction, so nobody sees a row
+// between its expiry and its release. The dispatcher that held it may still
+// be alive and slow: its later mark-sent then changes nothing, because its
+// claim token is gone.
 func (d *Dispatcher) RecoverExpired(ctx context.Context) (int, error) {
 	total := 0
 	for round := 0; round < 100; round++ { // bounded: 100 batches per run
-		n, err := recoverExpired(ctx, d.db, d.cfg.RecoverBatch, d.cfg.MaxAttempts)
+		var rows []claimed
+		var done []released
+		err := sqldb.WithTx(ctx, d.db, func(tx *sqlx.Tx) (err error) {
+			done = done[:0]
+			if rows, err = lockExpired(ctx, tx, d.cfg.RecoverBatch); err != nil {
+				return err
+			}
+			for _, r := range rows {
+				rel, err := d.release(ctx, tx, r.ClaimToken, r)
+				if err != nil {
+					return err
+				}
+				done = append(done, rel)
+			}
+			return nil
+		})
 		if err != nil {
 			return total, err
 		}
-		total += int(n)
-		if n < int64(d.cfg.RecoverBatch) {
+		for _, rel := range done { // counted once committed
+			d.note(rel, errLeaseExpired, &Result{})
+		}
+		total += len(rows)
+		if len(rows) < d.cfg.RecoverBatch {
 			break
 		}
 	}
@@ -307,9 +346,11 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 			continue
 		}
 		d.m.publish.WithLabelValues(publishResult(errs[i])).Inc()
-		if err := d.retryLater(ctx, token, r, errs[i], &res); err != nil {
+		rel, err := d.release(ctx, d.db, token, r)
+		if err != nil {
 			return res, err
 		}
+		d.note(rel, errs[i], &res)
 	}
 	if len(sent) > 0 {
 		// Mark sent only under our claim token (chapter rule), and check the
@@ -334,31 +375,44 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 	return res, nil
 }
 
-func (d *Dispatcher) retryLater(ctx context.Context, token string, r claimed, cause error, res *Result) error {
-	status := StatusPending
-	if r.Attempts >= d.cfg.MaxAttempts {
-		status = StatusFailed
-	}
-	delay := d.cfg.Backoff.Delay(r.Attempts)
-	ours, err := markRetry(ctx, d.db, token, r.EventID, status, delay)
-	if err != nil {
-		return err
-	}
+// errLeaseExpired is the cause RecoverExpired logs for a claim whose lease
+// ran out before it was marked.
+var errLeaseExpired = errors.New("lease expired before the event was marked")
+
+// released is what became of one row handed back after a failed attempt.
+type released struct {
+	row    claimed
+	status string // StatusPending, StatusFailed, or "" when it was no longer ours
+	delay  time.Duration
+}
+
+// release hands back one row held under token after a failed attempt:
+// pending after the backoff of its attempts, or failed at either bound.
+func (d *Dispatcher) release(ctx context.Context, db sqlx.ExecerContext, token string, r claimed) (released, error) {
+	rel := released{row: r, delay: d.cfg.Backoff.Delay(r.Attempts)}
+	var err error
+	rel.status, err = releaseRow(ctx, db, token, r.EventID, rel.delay, d.cfg.MaxAttempts, d.cfg.Deadline)
+	return rel, err
+}
+
+// note logs and counts what became of a released row, in res.
+func (d *Dispatcher) note(rel released, cause error, res *Result) {
+	r := rel.row
 	log := d.cfg.Log.With("event_id", r.EventID, "event_type", r.EventType,
 		"order_id", r.AggregateID, "attempts", r.Attempts, "err", cause)
-	switch {
-	case !ours:
+	switch rel.status {
+	case "":
 		res.Lost++
 		d.m.claimsLost.Inc()
-	case status == StatusFailed:
+	case StatusFailed:
 		res.Failed++
 		d.m.failed.Inc()
-		log.Error("outbox event failed permanently: kept as 'failed' for an operator")
+		log.Error("ALERT: outbox event failed: attempts used up or retried past its deadline; kept as 'failed' for an operator",
+			"max_attempts", d.cfg.MaxAttempts, "deadline", d.cfg.Deadline)
 	default:
 		res.Retried++
-		log.Warn("publish not confirmed; will retry", "retry_in", delay.Round(time.Millisecond))
+		log.Warn("attempt failed; will retry", "retry_in", rel.delay.Round(time.Millisecond))
 	}
-	return nil
 }
 
 // renewWhilePublishing extends our lease every third of it while a slow

@@ -13,9 +13,12 @@
 //     the event_id, so consumers can deduplicate.
 //   - A row becomes 'sent' only after a publisher confirm (ack, and no
 //     mandatory return) and only under the claim token that published it.
-//   - After MaxAttempts failed attempts a row becomes 'failed': kept, counted
-//     in outbox_events{status="failed"} and outbox_marked_failed_total, never
-//     deleted silently.
+//   - Retrying ends at the first of two bounds (有限次数、遵守总期限):
+//     MaxAttempts failed attempts, or Deadline since the first attempt
+//     (database time). The row becomes 'failed': kept, counted in
+//     outbox_events{status="failed"} and outbox_marked_failed_total (alert),
+//     never deleted silently. An expired lease is a failed attempt like a
+//     lost confirm: it backs off the same way, and counts toward both bounds.
 //
 // It does not guarantee exactly-once delivery or per-aggregate order: a
 // crash between the confirm and the mark re-sends (consumers must use an
@@ -49,7 +52,8 @@
 //	window                              state left                 handled by
 //	before the local commit             nothing                    the caller's retry (idempotency key)
 //	after commit, before claim          'pending'                  wake-up, else the fallback poll
-//	after claim, before publish         'sending' with a lease     RecoverExpired once the lease expires
+//	after claim, before publish         'sending' with a lease     RecoverExpired once the lease expires:
+//	                                                               a failed attempt, backed off
 //	published, confirm lost             'sending' / back to        re-send with the same event_id
 //	                                    'pending' (timeout, nack)
 //	confirmed, before mark-sent         'sending'                  lease recovery re-sends: a duplicate

@@ -306,6 +306,96 @@ func TestNackedPublishBacksOffThenFails(t *testing.T) {
 	}
 }
 
+// 遵守总期限: retrying ends at the total deadline, measured from the first
+// attempt in database time, whatever attempts remain. The event is then
+// 'failed' (kept, never claimed again: TestNackedPublishBacksOffThenFails)
+// and counted by the alert metric.
+func TestRetryingEndsAtTheDeadline(t *testing.T) {
+	t.Parallel()
+	db, ids, d, reg := metered(t, 1, outbox.Config{MaxAttempts: 100, Deadline: time.Hour,
+		Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
+	ctx := context.Background()
+	pub := &fakePublisher{err: rabbit.ErrNacked}
+	if res, err := d.DispatchOnce(ctx, pub); err != nil || res.Retried != 1 {
+		t.Fatalf("first attempt: %+v, %v; want 1 retried", res, err)
+	}
+	// Two hours pass (in the database) since the first attempt.
+	db.MustExec(`UPDATE outbox_events SET first_attempt_at = TIMESTAMPADD(HOUR, -2, first_attempt_at) WHERE event_id = ?`, ids[0])
+	waitDue(t, db.DB)
+	res, err := d.DispatchOnce(ctx, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := readRows(t, db.DB)[ids[0]]; res.Failed != 1 || r.Status != outbox.StatusFailed || r.Attempts != 2 || r.ClaimToken != nil {
+		t.Fatalf("after the deadline: %+v, row %+v; want failed after 2 of 100 attempts, no claim", res, r)
+	}
+	if got := counter(t, reg, "outbox_marked_failed_total"); got != 1 {
+		t.Fatalf("outbox_marked_failed_total = %v, want 1", got)
+	}
+}
+
+// An expired lease means the attempt that claimed the row failed (the
+// claim counted it): recovery backs the row off as after any failed
+// attempt instead of handing it out again at once, and fails it when its
+// attempts are used up or its deadline has passed.
+func TestExpiredLeaseCountsAsAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	db, ids, d, reg := metered(t, 3, outbox.Config{MaxAttempts: 3, Deadline: time.Hour,
+		Backoff: retry.Backoff{Base: time.Hour, Cap: time.Hour}})
+	fp := failpoint.NewRegistry()
+	fp.Error("outbox.dispatch.after-claim", 1) // the dispatcher dies after its claim
+	ctx := failpoint.WithRegistry(context.Background(), fp)
+	if res, err := d.DispatchOnce(ctx, &fakePublisher{}); err == nil || res.Claimed != 3 {
+		t.Fatalf("claim: %+v, %v; want 3 claimed, then the failpoint's error", res, err)
+	}
+	db.MustExec(`UPDATE outbox_events SET attempts = 3 WHERE event_id = ?`, ids[1])                                                // its last attempt
+	db.MustExec(`UPDATE outbox_events SET first_attempt_at = TIMESTAMPADD(HOUR, -2, first_attempt_at) WHERE event_id = ?`, ids[2]) // past its deadline
+	db.MustExec(`UPDATE outbox_events SET lease_until = TIMESTAMPADD(SECOND, -1, NOW(6))`)
+	if n, err := d.RecoverExpired(context.Background()); err != nil || n != 3 {
+		t.Fatalf("RecoverExpired = %d, %v; want 3", n, err)
+	}
+	rows := readRows(t, db.DB)
+	if r := rows[ids[0]]; r.Status != outbox.StatusPending || r.Attempts != 1 || r.ClaimToken != nil ||
+		time.Until(r.NextAttemptAt) < 25*time.Minute {
+		t.Fatalf("recovered row %+v, want pending after 1 attempt, next attempt 30 min to an hour away (the backoff)", r)
+	}
+	for _, id := range ids[1:] {
+		if r := rows[id]; r.Status != outbox.StatusFailed || r.ClaimToken != nil {
+			t.Fatalf("row %s = %+v, want failed (attempts used up, or past the deadline)", id, r)
+		}
+	}
+	if got := counter(t, reg, "outbox_marked_failed_total"); got != 2 {
+		t.Fatalf("outbox_marked_failed_total = %v, want 2", got)
+	}
+}
+
+// metered is a database with n events and a dispatcher (cfg, publishing to
+// nowhere) whose metrics are on reg.
+func metered(t *testing.T, n int, cfg outbox.Config) (db *sqldbtest.DB, ids []string, d *outbox.Dispatcher, reg *prometheus.Registry) {
+	t.Helper()
+	db = sqldbtest.New(t, "order")
+	ids = addEvents(t, db.DB, events.OrderCreated, n)
+	reg = prometheus.NewRegistry()
+	cfg.Exchange, cfg.Log, cfg.Registerer = "x", quiet, reg
+	return db, ids, outbox.New(db.DB, cfg), reg
+}
+
+// counter reads an unlabelled counter from reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s not exported", name)
+	return 0
+}
+
 func waitDue(t *testing.T, db *sqlx.DB) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -345,6 +435,47 @@ func (p *fakePublisher) Publish(ctx context.Context, msgs []rabbit.Message, _ ti
 	return errs
 }
 func (p *fakePublisher) Close() {}
+
+// timeoutRecorder remembers the confirm timeout each publish was given.
+type timeoutRecorder struct{ got []time.Duration }
+
+func (p *timeoutRecorder) Publish(_ context.Context, msgs []rabbit.Message, timeout time.Duration) []error {
+	p.got = append(p.got, timeout)
+	return make([]error, len(msgs))
+}
+func (p *timeoutRecorder) Close() {}
+
+// The wait for confirms is derived from the lease, at most a third of it,
+// so that a batch whose renewals fail still has the rest of its lease to be
+// marked before recovery may hand it to another dispatcher. A longer one is
+// refused.
+func TestConfirmTimeoutIsAThirdOfTheLeaseAtMost(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	for _, tt := range []struct {
+		lease, confirm, want time.Duration
+	}{
+		{3 * time.Second, 0, time.Second},                                 // the tests' lease
+		{30 * time.Second, 0, 5 * time.Second},                            // the default lease: capped at 5 s
+		{3 * time.Second, 500 * time.Millisecond, 500 * time.Millisecond}, // set, and within the rule
+	} {
+		addEvents(t, db.DB, events.OrderCreated, 1)
+		pub := &timeoutRecorder{}
+		d := outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, Lease: tt.lease, ConfirmTimeout: tt.confirm})
+		if _, err := d.DispatchOnce(context.Background(), pub); err != nil {
+			t.Fatal(err)
+		}
+		if len(pub.got) != 1 || pub.got[0] != tt.want {
+			t.Errorf("lease %s, confirm timeout %s: publish waited %v for confirms, want %s", tt.lease, tt.confirm, pub.got, tt.want)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a confirm timeout of 2s with a 3s lease was accepted, want a panic")
+		}
+	}()
+	outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, Lease: 3 * time.Second, ConfirmTimeout: 2 * time.Second})
+}
 
 func TestUnconfirmedPublishIsRetried(t *testing.T) {
 	t.Parallel()
@@ -470,7 +601,7 @@ func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	if _, err := f.db.Exec("UPDATE outbox_events SET lease_until = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE event_id = ?", ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	b := f.dispatcher(outbox.Config{})
+	b := f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
 	n, err := b.RecoverExpired(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("RecoverExpired = %d, %v; want 1 row", n, err)
@@ -478,6 +609,7 @@ func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	if r := readRows(t, f.db.DB)[ids[0]]; r.Status != "pending" || r.ClaimToken != nil || r.LeaseUntil != nil {
 		t.Fatalf("after recovery: %+v, want pending without token or lease", r)
 	}
+	waitDue(t, f.db.DB) // the expired claim was a failed attempt: its backoff first
 	resB, err := b.DispatchOnce(ctx, f.conn.NewPublisher())
 	if err != nil || resB.Sent != 1 {
 		t.Fatalf("B: %+v, %v; want 1 sent", resB, err)
@@ -629,7 +761,8 @@ func TestRowsAndRequeue(t *testing.T) {
 	db := sqldbtest.New(t, "order")
 	ctx := context.Background()
 	ids := addEvents(t, db.DB, events.OrderCreated, 3) // aggregates 1, 2, 3
-	db.MustExec(`UPDATE outbox_events SET status = 'failed', attempts = 10 WHERE event_id = ?`, ids[0])
+	db.MustExec(`UPDATE outbox_events SET status = 'failed', attempts = 10, total_attempts = 12, requeues = 1,
+  first_attempt_at = created_at WHERE event_id = ?`, ids[0]) // failed twice before its last round
 	db.MustExec(`UPDATE outbox_events SET status = 'sent', sent_at = NOW(6) WHERE event_id = ?`, ids[1])
 
 	sum, err := outbox.Summarize(ctx, db.DB)
@@ -676,6 +809,11 @@ func TestRowsAndRequeue(t *testing.T) {
 	got := readRows(t, db.DB)
 	if r := got[ids[0]]; r.Status != outbox.StatusPending || r.Attempts != 0 || r.ClaimToken != nil {
 		t.Fatalf("requeued row = %+v, want pending with 0 attempts and no claim", r)
+	}
+	// The history stays: every attempt, and one more round started.
+	if rows, err := outbox.OfAggregate(ctx, db.DB, 1); err != nil || len(rows) != 1 || rows[0].TotalAttempts != 12 ||
+		rows[0].Requeues != 2 || rows[0].FirstAttemptAt != nil {
+		t.Fatalf("requeued row = %+v (%v), want 12 attempts in all, 2 requeues, its deadline not started", rows, err)
 	}
 	if r := got[ids[1]]; r.Status != outbox.StatusSent {
 		t.Fatalf("sent row became %s, want it left alone", r.Status)

@@ -30,23 +30,29 @@ var Statuses = []string{StatusPending, StatusSending, StatusSent, StatusFailed}
 // Row is one outbox event as operators, the reconciler and the order
 // timeline see it.
 type Row struct {
-	EventID          string     `db:"event_id" json:"event_id"`
-	AggregateID      uint64     `db:"aggregate_id" json:"aggregate_id,string"`
-	AggregateVersion uint64     `db:"aggregate_version" json:"aggregate_version"`
-	EventType        string     `db:"event_type" json:"event_type"`
-	Status           string     `db:"status" json:"status"`
-	Attempts         int        `db:"attempts" json:"attempts"`
-	NextAttemptAt    time.Time  `db:"next_attempt_at" json:"next_attempt_at"`
-	ClaimToken       *string    `db:"claim_token" json:"claim_token"`
-	LeaseUntil       *time.Time `db:"lease_until" json:"lease_until"`
-	CreatedAt        time.Time  `db:"created_at" json:"created_at"`
-	SentAt           *time.Time `db:"sent_at" json:"sent_at"`
+	EventID          string `db:"event_id" json:"event_id"`
+	AggregateID      uint64 `db:"aggregate_id" json:"aggregate_id,string"`
+	AggregateVersion uint64 `db:"aggregate_version" json:"aggregate_version"`
+	EventType        string `db:"event_type" json:"event_type"`
+	Status           string `db:"status" json:"status"`
+	Attempts         int    `db:"attempts" json:"attempts"` // in the current round
+	// The history, never reset: every attempt, and the rounds started again
+	// by an operator's retry or the reconciler's re-send (Requeue).
+	TotalAttempts int        `db:"total_attempts" json:"total_attempts"`
+	Requeues      int        `db:"requeues" json:"requeues"`
+	NextAttemptAt time.Time  `db:"next_attempt_at" json:"next_attempt_at"`
+	ClaimToken    *string    `db:"claim_token" json:"claim_token"`
+	LeaseUntil    *time.Time `db:"lease_until" json:"lease_until"`
+	CreatedAt     time.Time  `db:"created_at" json:"created_at"`
+	SentAt        *time.Time `db:"sent_at" json:"sent_at"`
+	// FirstAttemptAt starts the deadline of the current round of attempts.
+	FirstAttemptAt *time.Time `db:"first_attempt_at" json:"first_attempt_at"`
 	// Payload is left out by OfAggregate (empty here).
 	Payload json.RawMessage `db:"payload" json:"payload,omitempty"`
 }
 
 const rowColumns = `event_id, aggregate_id, aggregate_version, event_type, status, attempts, next_attempt_at,
-  claim_token, lease_until, created_at, sent_at`
+  claim_token, lease_until, created_at, sent_at, first_attempt_at, total_attempts, requeues`
 
 // Filter selects outbox rows for List: every field set must match.
 type Filter struct {
@@ -147,14 +153,18 @@ FROM outbox_events WHERE status = 'pending'`
 // Requeue puts one event back to pending, due now, keeping its event_id, if
 // its status is one of from; it reports whether it did (false: the row
 // moved meanwhile, e.g. a dispatcher claimed it, or it was never in from).
-// A row that was not pending gets a fresh round of attempts, and any claim
-// is dropped. No new row and no new id: consumers that already processed the
+// A row that was not pending gets a fresh round of attempts (its history
+// stays: total_attempts, and requeues counts the round), and any claim is
+// dropped; its deadline starts again at its next attempt. No new row and no
+// new id: consumers that already processed the
 // event drop the copy by their inbox. Uses: an operator's retry of a failed
 // event (from = StatusFailed) and the reconciler's re-publish. Re-sending a
 // sent event overwrites its sent_at when it is sent again.
 func Requeue(ctx context.Context, db sqlx.ExecerContext, eventID string, from ...string) (bool, error) {
 	q, args, err := sqlx.In(`UPDATE outbox_events
 SET attempts = IF(status = 'pending', attempts, 0), -- before status changes: SET runs left to right
+    first_attempt_at = IF(status = 'pending', first_attempt_at, NULL),
+    requeues = requeues + IF(status = 'pending', 0, 1),
     status = 'pending', next_attempt_at = NOW(6), claim_token = NULL, lease_until = NULL
 WHERE event_id = ? AND status IN (?)`, eventID, from)
 	if err != nil {

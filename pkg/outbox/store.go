@@ -25,6 +25,7 @@ type claimed struct {
 	Attempts         int             `db:"attempts"` // after this claim's increment
 	CreatedAt        time.Time       `db:"created_at"`
 	Traceparent      sql.NullString  `db:"traceparent"`
+	ClaimToken       string          `db:"claim_token"` // read by lease recovery only
 }
 
 // claim takes up to limit due rows in one short transaction: lock them with
@@ -48,7 +49,8 @@ FOR UPDATE SKIP LOCKED`
 	const qUpdate = `UPDATE outbox_events
 SET status = 'sending', claim_token = ?,
     lease_until = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
-    attempts = attempts + 1
+    attempts = attempts + 1, total_attempts = total_attempts + 1,
+    first_attempt_at = COALESCE(first_attempt_at, NOW(6))
 WHERE event_id IN (%s) AND status = 'pending'`
 
 	token = uuid.NewString()
@@ -103,21 +105,30 @@ WHERE event_id IN (%s) AND status = 'sending' AND claim_token = ?`
 	return res.RowsAffected()
 }
 
-// markRetry hands one event back after a failed publish: to 'pending' with
-// a later next_attempt_at, or to 'failed' (kept, alerted on, never deleted)
-// once its attempts are used up. Under our claim token only, like markSent.
-// It reports whether the row was still ours.
-func markRetry(ctx context.Context, db sqlx.ExecerContext, token, id, status string, delay time.Duration) (bool, error) {
-	const q = `UPDATE outbox_events
-SET status = ?, next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
+// releaseRow hands back one row held under token after a failed attempt (a
+// publish not confirmed, or a claim whose lease expired): to 'failed' (kept,
+// alerted on, never deleted) once its attempts are used up or the deadline
+// has passed since its first attempt (遵守总期限, database time), else to
+// 'pending', due after delay. Under the claim token only, like markSent. It
+// returns the status set, or "" when the row was no longer ours.
+func releaseRow(ctx context.Context, db sqlx.ExecerContext, token, id string, delay time.Duration, maxAttempts int, deadline time.Duration) (string, error) {
+	const qFail = `UPDATE outbox_events
+SET status = 'failed', claim_token = NULL, lease_until = NULL
+WHERE event_id = ? AND status = 'sending' AND claim_token = ?
+  AND (attempts >= ? OR first_attempt_at <= TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
+	res, err := db.ExecContext(ctx, qFail, id, token, maxAttempts, -deadline.Microseconds())
+	if failed, err := sqldb.Changed(res, err, "mark %s failed", id); err != nil || failed {
+		return StatusFailed, err
+	}
+	const qRetry = `UPDATE outbox_events
+SET status = 'pending', next_attempt_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
     claim_token = NULL, lease_until = NULL
 WHERE event_id = ? AND status = 'sending' AND claim_token = ?`
-	res, err := db.ExecContext(ctx, q, status, delay.Microseconds(), id, token)
-	if err != nil {
-		return false, fmt.Errorf("mark %s: %w", status, err)
+	res, err = db.ExecContext(ctx, qRetry, delay.Microseconds(), id, token)
+	if ours, err := sqldb.Changed(res, err, "mark %s pending", id); err != nil || !ours {
+		return "", err
 	}
-	n, _ := res.RowsAffected()
-	return n == 1, nil
+	return StatusPending, nil
 }
 
 // renewLease extends the lease of the rows we still hold.
@@ -138,21 +149,23 @@ WHERE event_id IN (%s) AND status = 'sending' AND claim_token = ?`
 	return res.RowsAffected()
 }
 
-// recoverExpired returns up to limit rows whose lease expired (by database
-// time) to 'pending' so any dispatcher can claim them again; rows that used
-// up their attempts become 'failed'. The WHERE repeats the expiry test, so a
-// row renewed or marked in the meantime is left alone.
-func recoverExpired(ctx context.Context, db sqlx.ExecerContext, limit, maxAttempts int) (int64, error) {
-	const q = `UPDATE outbox_events
-SET status = IF(attempts >= ?, 'failed', 'pending'),
-    claim_token = NULL, lease_until = NULL, next_attempt_at = NOW(6)
+// lockExpired locks up to limit rows whose lease expired (by database
+// time), inside the caller's transaction, so that each can be released like
+// a failed attempt under the token it was claimed with. SKIP LOCKED leaves
+// rows another recovery or their claimant is working on; the holder's
+// late mark then waits for this transaction and finds its token gone.
+func lockExpired(ctx context.Context, tx *sqlx.Tx, limit int) ([]claimed, error) {
+	const q = `SELECT event_id, aggregate_id, aggregate_version, event_type, schema_version,
+       payload, attempts, created_at, traceparent, claim_token
+FROM outbox_events
 WHERE status = 'sending' AND lease_until < NOW(6)
-LIMIT ?`
-	res, err := db.ExecContext(ctx, q, maxAttempts, limit)
-	if err != nil {
-		return 0, fmt.Errorf("recover expired leases: %w", err)
+LIMIT ?
+FOR UPDATE SKIP LOCKED`
+	var rows []claimed
+	if err := tx.SelectContext(ctx, &rows, q, limit); err != nil {
+		return nil, fmt.Errorf("lock expired leases: %w", err)
 	}
-	return res.RowsAffected()
+	return rows, nil
 }
 
 // anyDue is the fallback poll: one cheap indexed read, so an idle

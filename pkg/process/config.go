@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
@@ -93,18 +94,23 @@ type Config struct {
 	AMQPURL        string // AMQP_URL
 	// AMQPNamespace prefixes exchange and queue names (AMQP_NAMESPACE);
 	// empty in production, set by tests to isolate them.
-	AMQPNamespace   string
-	DemoMode        bool   // DEMO_MODE: failpoint endpoints and lab switches
-	AdminToken      string // ADMIN_TOKEN: bearer token of /admin (open without one only in demo mode)
-	Failpoints      string // FAILPOINTS: armed at start, see pkg/failpoint
-	LogLevel        slog.Level
-	OutboxWorkers   int           // OUTBOX_WORKERS
-	OutboxBatch     int           // OUTBOX_BATCH
-	OutboxPoll      time.Duration // OUTBOX_POLL_INTERVAL
-	OutboxLease     time.Duration // OUTBOX_LEASE
-	ConsumerWorkers int           // CONSUMER_WORKERS
-	Prefetch        int           // CONSUMER_PREFETCH
-	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
+	AMQPNamespace  string
+	DemoMode       bool   // DEMO_MODE: failpoint endpoints and lab switches
+	AdminToken     string // ADMIN_TOKEN: bearer token of /admin (open without one only in demo mode)
+	Failpoints     string // FAILPOINTS: armed at start, see pkg/failpoint
+	LogLevel       slog.Level
+	OutboxWorkers  int           // OUTBOX_WORKERS
+	OutboxBatch    int           // OUTBOX_BATCH
+	OutboxPoll     time.Duration // OUTBOX_POLL_INTERVAL
+	OutboxLease    time.Duration // OUTBOX_LEASE
+	OutboxDeadline time.Duration // OUTBOX_DEADLINE: retrying an event ends this long after its first attempt
+	// OutboxConfirmTimeout bounds the dispatcher's wait for publisher
+	// confirms (OUTBOX_CONFIRM_TIMEOUT): at most a third of the lease
+	// [min(5s, OUTBOX_LEASE/3)].
+	OutboxConfirmTimeout time.Duration
+	ConsumerWorkers      int           // CONSUMER_WORKERS
+	Prefetch             int           // CONSUMER_PREFETCH
+	ShutdownTimeout      time.Duration // SHUTDOWN_TIMEOUT
 	// OutboxDispatch=false runs an instance without its dispatcher
 	// (OUTBOX_DISPATCH=off): the "dispatcher stopped" experiment.
 	OutboxDispatch bool
@@ -141,6 +147,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		OutboxBatch:       env.Int("OUTBOX_BATCH", 100, 1, 1000),
 		OutboxPoll:        env.Duration("OUTBOX_POLL_INTERVAL", time.Second),
 		OutboxLease:       env.Duration("OUTBOX_LEASE", 30*time.Second),
+		OutboxDeadline:    env.Duration("OUTBOX_DEADLINE", 15*time.Minute),
 		ConsumerWorkers:   env.Int("CONSUMER_WORKERS", 16, 1, 256),
 		Prefetch:          env.Int("CONSUMER_PREFETCH", 64, 1, 10000),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
@@ -150,6 +157,12 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		OutboxRetention:   env.Duration("OUTBOX_RETENTION", 72*time.Hour),
 		RetentionInterval: env.Duration("RETENTION_INTERVAL", time.Minute),
 		RetentionBatch:    env.Int("RETENTION_BATCH", 1000, 1, 10000),
+	}
+	// The wait for confirms fits the lease (outbox.Config): at most a third.
+	c.OutboxConfirmTimeout = env.Duration("OUTBOX_CONFIRM_TIMEOUT", outbox.DefaultConfirmTimeout(c.OutboxLease))
+	if c.OutboxConfirmTimeout > c.OutboxLease/3 {
+		env.errs = append(env.errs, fmt.Errorf("OUTBOX_CONFIRM_TIMEOUT=%s: at most a third of OUTBOX_LEASE (%s), so at most %s",
+			c.OutboxConfirmTimeout, c.OutboxLease, c.OutboxLease/3))
 	}
 	ww, err := wrongway.Parse(env.String("WRONG_WAY", ""))
 	if err != nil {

@@ -63,3 +63,65 @@ func TestPoolSize(t *testing.T) {
 		}
 	}
 }
+
+// The outbox's settings: OUTBOX_DEADLINE is the total deadline of an
+// event's retries (15m by default).
+func TestOutboxSettings(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		env      map[string]string
+		deadline time.Duration
+		wantErr  []string
+	}{
+		{nil, 15 * time.Minute, nil},
+		{map[string]string{"OUTBOX_DEADLINE": "1h"}, time.Hour, nil},
+		{map[string]string{"OUTBOX_DEADLINE": "never"}, 15 * time.Minute, []string{"OUTBOX_DEADLINE"}},
+	} {
+		env := NewEnv(func(k string) string { return tt.env[k] })
+		c := Load(env, "order", ":8081", "order_service")
+		if c.OutboxDeadline != tt.deadline {
+			t.Errorf("%v: deadline %s, want %s", tt.env, c.OutboxDeadline, tt.deadline)
+		}
+		checkErr(t, tt.env, env.Err(), tt.wantErr)
+	}
+}
+
+// The dispatcher's wait for confirms is derived from the lease, at most a
+// third of it; a setting that breaks the rule is refused at start, along
+// with every other bad key.
+func TestConfirmTimeoutFitsTheLease(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		env     map[string]string
+		confirm time.Duration
+		wantErr []string
+	}{
+		{nil, 5 * time.Second, nil}, // lease 30s: 5 s at most
+		{map[string]string{"OUTBOX_LEASE": "5s"}, 5 * time.Second / 3, nil},
+		{map[string]string{"OUTBOX_LEASE": "3s"}, time.Second, nil},
+		{map[string]string{"OUTBOX_LEASE": "3s", "OUTBOX_CONFIRM_TIMEOUT": "800ms"}, 800 * time.Millisecond, nil},
+		{map[string]string{"OUTBOX_LEASE": "3s", "OUTBOX_CONFIRM_TIMEOUT": "2s", "OUTBOX_BATCH": "0"}, 0,
+			[]string{"OUTBOX_CONFIRM_TIMEOUT=2s", "OUTBOX_LEASE", "OUTBOX_BATCH"}},
+	} {
+		env := NewEnv(func(k string) string { return tt.env[k] })
+		c := Load(env, "order", ":8081", "order_service")
+		if len(tt.wantErr) == 0 && c.OutboxConfirmTimeout != tt.confirm {
+			t.Errorf("%v: confirm timeout %s, want %s", tt.env, c.OutboxConfirmTimeout, tt.confirm)
+		}
+		checkErr(t, tt.env, env.Err(), tt.wantErr)
+	}
+}
+
+// checkErr checks that err names every key of want, and is nil when want
+// is empty.
+func checkErr(t *testing.T, env map[string]string, err error, want []string) {
+	t.Helper()
+	for _, key := range want {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%v: error %v, want it to name %s", env, err, key)
+		}
+	}
+	if len(want) == 0 && err != nil {
+		t.Errorf("%v: unexpected error %v", env, err)
+	}
+}

@@ -114,9 +114,12 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		BatchSize:    cfg.OutboxBatch,
 		PollInterval: cfg.OutboxPoll,
 		Lease:        cfg.OutboxLease,
-		Log:          log.With("component", "outbox"),
-		Registerer:   r.Metrics,
-		WrongWay:     cfg.WrongWay,
+		Deadline:     cfg.OutboxDeadline,
+		// ConfirmTimeout: at most a third of the lease, checked by Load.
+		ConfirmTimeout: cfg.OutboxConfirmTimeout,
+		Log:            log.With("component", "outbox"),
+		Registerer:     r.Metrics,
+		WrongWay:       cfg.WrongWay,
 	})
 	if cfg.WrongWay.Any() {
 		log.Warn("WRONG-WAY SWITCHES ON: this instance makes deliberate mistakes", "wrong_way", cfg.WrongWay.String())

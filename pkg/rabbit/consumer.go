@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,23 @@ type Delivery struct {
 	FirstFailedAt time.Time // zero until the first failure
 }
 
+// KnownSince is when the message is known to exist: its timestamp (the
+// outbox's created_at), else its first failure; zero when neither is known.
+func (d Delivery) KnownSince() time.Time {
+	if !d.Timestamp.IsZero() {
+		return d.Timestamp
+	}
+	return d.FirstFailedAt
+}
+
+// FailingFor is the time since the message first failed (0 before that).
+func (d Delivery) FailingFor() time.Duration {
+	if d.FirstFailedAt.IsZero() {
+		return 0
+	}
+	return time.Since(d.FirstFailedAt)
+}
+
 // Decision is what the consume loop does with a delivery once the handler
 // is done. Ack only after the handler's transaction committed.
 type Decision struct {
@@ -43,7 +61,6 @@ type decisionKind int
 const (
 	decideAck decisionKind = iota
 	decideRetry
-	decideReject
 	decideAbandon
 	decideNothing
 )
@@ -56,10 +73,6 @@ func Ack() Decision { return Decision{kind: decideAck} }
 func RetryAfter(delay time.Duration, reason string) Decision {
 	return Decision{kind: decideRetry, delay: delay, Reason: reason}
 }
-
-// Reject: hand the message to the queue's dead-letter exchange. Used when the
-// consumer cannot even record the dead letter itself.
-func Reject(reason string) Decision { return Decision{kind: decideReject, Reason: reason} }
 
 // Abandon: neither ack nor reject; close the channel so the broker redelivers
 // every unacked message of it. This is the "ACK lost" window of the chapter,
@@ -193,26 +206,45 @@ func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger,
 		if err := d.Ack(false); err != nil {
 			log.Warn("ack failed; the broker will redeliver and the inbox will suppress it", "message_id", d.MessageId, "err", err)
 		}
-	case decideReject:
-		if err := d.Nack(false, false); err != nil {
-			log.Warn("reject failed", "message_id", d.MessageId, "err", err)
-		}
 	case decideNothing:
 	case decideAbandon:
 		log.Warn("abandoning channel without ack", "message_id", d.MessageId, "reason", dec.Reason)
 		return true
 	case decideRetry:
-		if err := c.scheduleRetry(hctx, pub, del, dec.delay); err != nil {
-			log.Warn("scheduling a retry failed; requeueing", "message_id", d.MessageId, "err", err)
-			// The delivery limit of the quorum queue bounds this path.
-			_ = d.Nack(false, true)
-			return false
-		}
-		if err := d.Ack(false); err != nil {
-			log.Warn("ack after retry scheduling failed; the message may run twice", "message_id", d.MessageId, "err", err)
-		}
+		c.retryLater(ctx, cfg, log, pub, del, dec.delay)
 	}
 	return false
+}
+
+// retryLater puts the delayed copy of d in its retry queue, then acks d.
+// When the copy cannot be published (a broker refusing, a retry queue that
+// cannot be declared), d is not requeued at once: 不要无限立即 requeue, an
+// instant requeue is a hot loop on one bad message. It stays with this
+// worker, unacked (still on the broker), while the copy is tried again with
+// backoff for up to HandlerTimeout. Only then, or at shutdown, is it
+// returned to its queue, where the quorum queue's delivery limit counts it.
+func (c *Conn) retryLater(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, d Delivery, delay time.Duration) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandlerTimeout)
+	defer cancel()
+	backoff := retry.Backoff{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
+	for failures := 1; ; failures++ {
+		err := c.scheduleRetry(sctx, pub, d, delay)
+		if err == nil {
+			break
+		}
+		wait := backoff.Delay(failures)
+		if deadline, _ := sctx.Deadline(); time.Now().Add(wait).After(deadline) || !retry.Wait(ctx, wait) {
+			log.Error("could not schedule the retry; returning the message to its queue", "message_id", d.MessageId,
+				"err", err, "tries", failures)
+			_ = d.Nack(false, true)
+			return
+		}
+		log.Warn("could not schedule the retry; trying again", "message_id", d.MessageId, "err", err,
+			"retry_in", wait.Round(time.Millisecond))
+	}
+	if err := d.Ack(false); err != nil {
+		log.Warn("ack after retry scheduling failed; the message may run twice", "message_id", d.MessageId, "err", err)
+	}
 }
 
 // retryTierBase is the delay of retry tier 0; tier k holds delays in
@@ -245,10 +277,9 @@ func (c *Conn) scheduleRetry(ctx context.Context, pub *Publisher, d Delivery, de
 	}
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
-		if k == "x-death" { // grows with every cycle; the retry headers carry what we need
-			continue
+		if !brokerHeader(k) {
+			headers[k] = v
 		}
-		headers[k] = v
 	}
 	headers[HeaderRetryAttempt] = int64(d.Attempt)
 	first := d.FirstFailedAt
@@ -280,6 +311,32 @@ func (c *Conn) scheduleRetry(ctx context.Context, pub *Publisher, d Delivery, de
 		return fmt.Errorf("publish to %s: %w", name, err)
 	}
 	return nil
+}
+
+// brokerHeader reports whether header k is one the broker writes on a
+// delivery and a copy must not carry over: the quorum queue's delivery
+// count and the first and last death. x-death stays: it is the message's
+// record of every dead-lettering (one entry per queue and reason, with a
+// count, so it does not grow with each retry), which DeathReason reads.
+func brokerHeader(k string) bool {
+	return k == "x-delivery-count" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
+}
+
+// DeathReason says why the broker dead-lettered d and from which queue,
+// e.g. "delivery_limit on inventory.order-events": the latest x-death entry
+// (the broker puts the most recent first) that is not a retry's hop through
+// a holding queue (reason "expired": only retry tiers have a TTL).
+func (d Delivery) DeathReason() string {
+	deaths, _ := d.Headers["x-death"].([]any)
+	for _, death := range deaths {
+		if t, ok := death.(amqp.Table); ok && t["reason"] != "expired" {
+			reason, _ := t["reason"].(string)
+			queue, _ := t["queue"].(string)
+			return reason + " on " + queue
+		}
+	}
+	reason, _ := d.Headers["x-first-death-reason"].(string)
+	return reason
 }
 
 var declaredRetryQueues sync.Map // queue name -> struct{}

@@ -26,7 +26,10 @@ type Queue struct {
 }
 
 // DeadQueue is where the broker dead-letters a queue's messages (delivery
-// limit reached, rejected without requeue).
+// limit reached). Its consumer records them as dead letters and, while it
+// cannot, keeps them on the broker through the dead queue's own retry tiers:
+// the dead queue has no dead-letter exchange, so nothing may be rejected
+// from it.
 func (q Queue) DeadQueue() string { return q.Name + ".dead" }
 
 // RetryQueue is the holding queue for delayed redelivery at one tier: a
@@ -92,8 +95,9 @@ func declareRetryQueue(ch *amqp.Channel, queue string, tier int) (string, error)
 	return name, nil
 }
 
-// Delete removes every queue and exchange of the topology, including retry
-// tiers up to maxTier. Tests use it to clean up after themselves.
+// Delete removes every queue and exchange of the topology, including the
+// retry tiers (of each queue and of its dead queue) up to maxTier. Tests
+// use it to clean up after themselves.
 func (t Topology) Delete(conn *amqp.Connection, maxTier int) error {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -103,7 +107,7 @@ func (t Topology) Delete(conn *amqp.Connection, maxTier int) error {
 	for _, q := range t.Queues {
 		names := []string{q.Name, q.DeadQueue()}
 		for i := 0; i <= maxTier; i++ {
-			names = append(names, RetryQueue(q.Name, i))
+			names = append(names, RetryQueue(q.Name, i), RetryQueue(q.DeadQueue(), i))
 		}
 		for _, n := range names {
 			if _, err := ch.QueueDelete(n, false, false, false); err != nil {

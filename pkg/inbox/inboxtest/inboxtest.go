@@ -9,9 +9,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +24,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
@@ -119,6 +122,20 @@ func Consume(t testing.TB, h rabbit.Handler, workers int) *Broker {
 	return b
 }
 
+// ConsumeDead runs h (the consumer's HandleBrokerDeadLetter) on the queue's
+// broker-side dead-letter queue until the test ends, as pkg/process does.
+func (b *Broker) ConsumeDead(t testing.TB, h rabbit.Handler) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dead := rabbit.Queue{Name: b.Queue}.DeadQueue()
+		_ = b.Conn.Consume(ctx, rabbit.ConsumeConfig{Queue: dead, Workers: 1, Log: quiet}, h)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
 // Publish publishes p through the exchange as an order.created event.
 func (b *Broker) Publish(t testing.TB, p amqp.Publishing) {
 	t.Helper()
@@ -126,6 +143,70 @@ func (b *Broker) Publish(t testing.TB, p amqp.Publishing) {
 	pub := b.Conn.NewPublisher()
 	defer pub.Close()
 	if err := pub.Publish(context.Background(), []rabbit.Message{msg}, 5*time.Second)[0]; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Account is a database account of its own on one test database: a
+// consumer connected through it loses its database when the test says so,
+// while the test itself (root) keeps reading the tables.
+type Account struct {
+	DB   *sqlx.DB // the account's pool: give it to the consumer
+	root *sqlx.DB
+	user string
+}
+
+// NewAccount creates the account with every privilege on db's schema and
+// drops it when the test ends.
+func NewAccount(t testing.TB, db *sqldbtest.DB) *Account {
+	t.Helper()
+	a := &Account{root: db.DB, user: "t_" + strings.ReplaceAll(uuid.NewString()[:13], "-", "")}
+	ctx := context.Background()
+	for _, q := range []string{
+		"CREATE USER " + a.quoted() + " IDENTIFIED BY 'pw'",
+		"GRANT ALL PRIVILEGES ON " + sqldb.QuoteIdent(db.Name) + ".* TO " + a.quoted(),
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("the test server account must be able to create users: %s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { _, _ = a.root.ExecContext(context.Background(), "DROP USER IF EXISTS "+a.quoted()) })
+	mc, err := mysql.ParseDSN(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.User, mc.Passwd = a.user, "pw"
+	if a.DB, err = sqldb.Open(ctx, sqldb.Config{DSN: mc.FormatDSN(), MaxOpenConns: 4}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.DB.Close() })
+	return a
+}
+
+func (a *Account) quoted() string { return "'" + a.user + "'@'%'" }
+
+// Lock takes the database away from the account, as an outage would for
+// its service: new connections are refused (ACCOUNT LOCK) and its open
+// sessions are killed.
+func (a *Account) Lock(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := a.root.ExecContext(ctx, "ALTER USER "+a.quoted()+" ACCOUNT LOCK"); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	if err := a.root.SelectContext(ctx, &ids, `SELECT id FROM information_schema.processlist WHERE user = ?`, a.user); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		_, _ = a.root.ExecContext(ctx, "KILL CONNECTION ?", id) // gone already: fine
+	}
+}
+
+// Unlock gives the database back.
+func (a *Account) Unlock(t testing.TB) {
+	t.Helper()
+	if _, err := a.root.ExecContext(context.Background(), "ALTER USER "+a.quoted()+" ACCOUNT UNLOCK"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -313,7 +313,8 @@ func outboxEntries(outboxes map[string][]peerclient.OutboxEvent) []TimelineEntry
 	for _, svc := range timelineServices {
 		for _, e := range outboxes[svc] {
 			written = append(written, entry(e.CreatedAt, svc, KindOutboxWritten, map[string]any{"event_id": e.EventID,
-				"event_type": e.EventType, "aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts}))
+				"event_type": e.EventType, "aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts,
+				"total_attempts": e.TotalAttempts, "requeues": e.Requeues}))
 			if e.SentAt != nil {
 				sent = append(sent, entry(*e.SentAt, svc, KindOutboxSent, map[string]any{"event_id": e.EventID,
 					"event_type": e.EventType}))

@@ -34,7 +34,7 @@ func TestTimelineMergesTheThreeServicesInTimeOrder(t *testing.T) {
 	r.inventory.set(o.ID, map[string]any{"status": "committed", "reason": "", "expires_at": at(60), "expired_at": nil,
 		"created_at": at(1), "updated_at": at(9)})
 	r.payment.setOutbox(o.ID, map[string]any{"event_id": "pay-1", "aggregate_version": 1, "event_type": events.PaymentSucceeded,
-		"status": "pending", "attempts": 0, "created_at": at(5), "sent_at": nil})
+		"status": "pending", "attempts": 0, "total_attempts": 10, "requeues": 1, "created_at": at(5), "sent_at": nil})
 	r.payment.inbox = []map[string]any{{"consumer": "payment", "event_id": "inv-1", "processed_at": at(4)}}
 	pay := payment(order.PaySucceeded)
 	pay["created_at"], pay["updated_at"] = at(4), at(5)
@@ -82,8 +82,8 @@ func TestTimelineMergesTheThreeServicesInTimeOrder(t *testing.T) {
 	if in["event_id"] != own[0].EventID || in["event_type"] != events.OrderCreated || in["from"] != "order" || in["consumer"] != "inventory" {
 		t.Fatalf("inventory's inbox entry = %v, want order.created from order", in)
 	}
-	if d := tl.Entries[10].Detail; d["event_id"] != "pay-1" || d["status"] != "pending" {
-		t.Fatalf("payment's outbox entry = %v", d)
+	if d := tl.Entries[10].Detail; d["event_id"] != "pay-1" || d["status"] != "pending" || d["total_attempts"] != 10 || d["requeues"] != 1 {
+		t.Fatalf("payment's outbox entry = %v, want pay-1 pending, put back once after 10 attempts", d)
 	}
 	if d := tl.Entries[12].Detail; d["status"] != "succeeded" || d["psp_refund_id"] != "re_1" {
 		t.Fatalf("refund entry = %v", d)
