@@ -384,7 +384,7 @@ func TestReconcilerClosesARefundWhoseResultWasLost(t *testing.T) {
 	r := newRecon(t)
 	o := r.awaitingPayment(t, "refund")
 	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
-	if _, res, err := r.app.Cancel(context.Background(), o.ID, "changed my mind"); err != nil || res != orderapp.Cancelled {
+	if _, res, _, err := r.app.Cancel(context.Background(), "cancel-1", o.ID, "changed my mind"); err != nil || res != orderapp.Cancelled {
 		t.Fatalf("cancel: %v %v", res, err)
 	}
 	if got := r.status(t, o.ID); got.RefundStatus != order.RefundPending {
