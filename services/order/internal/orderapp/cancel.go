@@ -44,7 +44,9 @@ const (
 // the key gives a retry the first answer back.
 func (a *App) Cancel(ctx context.Context, key string, id uint64, reason string) (o order.Order, result CancelResult, replayed bool, err error) {
 	hash := cancelHash(id, reason)
-	err = sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Idempotent by the key: a second run after a COMMIT with an unknown
+	// outcome finds the key and answers the first result.
+	err = sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		result, replayed = "", false
 		// A retry, the common case of a used key, needs no order lock.
 		prior, found, err := orderdb.GetCancelRequest(ctx, tx, key)

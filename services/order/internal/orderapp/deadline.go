@@ -100,7 +100,8 @@ func (a *App) expireDeadline(ctx context.Context, id uint64) (bool, error) {
 		from      order.Status
 		reason    string
 	)
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Idempotent: a second run finds the order no longer past its deadline.
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		cancelled = false
 		o, ok, err := orderdb.LockPastDeadline(ctx, tx, id)
 		if err != nil || !ok {

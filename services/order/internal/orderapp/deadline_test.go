@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
@@ -309,4 +310,77 @@ func TestDeadlineSweepSkipsALockedOrder(t *testing.T) {
 	if round, err := f.app.ExpireDeadlines(ctx, 10); err != nil || round.Cancelled != 1 {
 		t.Fatalf("round after the lock = %+v %v", round, err)
 	}
+}
+
+// The sweep's database session is killed in the middle of its transaction
+// (here while its history insert waits behind a table lock the test holds):
+// the transaction failed before COMMIT, so it runs again on a new
+// connection, and the order is cancelled once, in the same round.
+func TestDeadlineSweepSurvivesAKilledSession(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	ctx := context.Background()
+	o, _, _ := f.app.Create(ctx, "killed", twoKeyboards)
+	f.pass(t, o.ID)
+
+	conn, err := f.db.Connx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "LOCK TABLES order_history WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		round orderapp.DeadlineRound
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		round, err := f.app.ExpireDeadlines(ctx, 10)
+		done <- result{round, err}
+	}()
+	// The sweep holds the order's row lock and waits for order_history.
+	var victim int64
+	deadline := time.Now().Add(10 * time.Second)
+	for victim == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep never opened its transaction")
+		}
+		_ = f.db.Get(&victim, `SELECT COALESCE(MAX(t.trx_mysql_thread_id), 0) FROM information_schema.INNODB_TRX t
+JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
+WHERE p.DB = DATABASE() AND p.ID <> ? AND p.STATE LIKE '%metadata lock%'`, connID(t, conn))
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := f.db.Exec("KILL CONNECTION ?", victim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.round.Cancelled != 1 {
+		t.Fatalf("round with a killed session = %+v %v, want the order cancelled", r.round, r.err)
+	}
+	if got := f.status(t, o.ID); got.Status != order.Cancelled {
+		t.Fatalf("order %s, want cancelled", got.Status)
+	}
+	deadlineMoves := 0
+	for _, h := range f.history(t, o.ID) {
+		if h.Actor == orderapp.ActorDeadline {
+			deadlineMoves++
+		}
+	}
+	if n := len(outboxOf(f.fixture, t, o.ID, events.OrderCancelled)); n != 1 || deadlineMoves != 1 {
+		t.Fatalf("%d order.cancelled rows and %d deadline history rows, want 1 and 1", n, deadlineMoves)
+	}
+}
+
+func connID(t *testing.T, conn *sqlx.Conn) int64 {
+	t.Helper()
+	var id int64
+	if err := conn.GetContext(context.Background(), &id, "SELECT CONNECTION_ID()"); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

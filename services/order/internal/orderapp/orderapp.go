@@ -1,6 +1,8 @@
 // Package orderapp holds the order service's use cases. Each is exactly one
 // local transaction through sqldb.WithTx: the order change and the events
-// it emits (outbox rows) commit together or not at all.
+// it emits (outbox rows) commit together or not at all. A transaction that
+// fails on a broken connection, a deadlock or a lock wait timeout before
+// COMMIT runs again (sqldb.WithTxRetry, see txRetry).
 package orderapp
 
 import (
@@ -135,7 +137,10 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	o = order.Order{CustomerID: req.CustomerID, Status: order.PendingInventory, RefundStatus: order.RefundNone,
 		Items: items, TotalCents: total, Currency: currency, Version: 1}
 
-	err = sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Idempotent by the key: after a COMMIT with an unknown outcome, the
+	// second run either inserts the order or finds it (ErrDuplicateKey
+	// below, a replay).
+	err = sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o, a.cfg.Deadlines.For(order.PendingInventory))
 		if err != nil {
 			return err
@@ -183,6 +188,17 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	a.wake()
 	a.log.InfoContext(ctx, "order accepted", "order_id", o.ID, "total_cents", total)
 	return o, true, nil
+}
+
+// txRetry is how the use cases retry their transaction
+// (sqldb.WithTxRetry): after a transient failure before COMMIT always,
+// after a COMMIT whose outcome is unknown only when the use case is
+// idempotent: a create and a cancel (their idempotency keys), the deadline
+// sweep (it re-checks the deadline under the row lock). Consumers retry
+// through the broker instead (pkg/inbox), and the reconciler's repairs
+// through its next run.
+func (a *App) txRetry(idempotent bool) sqldb.TxRetry {
+	return sqldb.TxRetry{Idempotent: idempotent, Log: a.log}
 }
 
 // insertCreated writes the history row that emits OrderCreated, then the

@@ -304,7 +304,7 @@ func answerError(a *peerclient.Answer) string {
 // transition, the same emitted event, as if the event had arrived. The
 // order is compared with the scan under its row lock first.
 func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {
-	return sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	return sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		o, err := orderdb.Lock(ctx, tx, c.ID)
 		if err != nil {
 			return err
@@ -336,7 +336,7 @@ func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candi
 // requeue puts our own event back to pending (same row, same event_id) if
 // the order and the event are both still as the scan saw them.
 func (a *App) requeue(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit, from ...string) error {
-	return sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	return sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		o, err := orderdb.Lock(ctx, tx, c.ID)
 		if err != nil {
 			return err

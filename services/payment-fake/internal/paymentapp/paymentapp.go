@@ -49,6 +49,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
@@ -139,6 +140,16 @@ func New(db *sqlx.DB, pspClient *psp.Client, log *slog.Logger, reg prometheus.Re
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &App{db: db, psp: pspClient, log: log, metrics: newMetrics(db, reg), cfg: cfg.withDefaults()}
+}
+
+// txRetry is how the payment service's own transactions (the sweep's, an
+// operator's retry) are retried (sqldb.WithTxRetry): after a transient
+// failure before COMMIT always, after a COMMIT whose outcome is unknown
+// only when a second run changes nothing (idempotent: a claim, a recorded
+// outcome, a park, each a compare-and-set). The consumers' transactions
+// are retried through the broker (pkg/inbox).
+func (a *App) txRetry(idempotent bool) sqldb.TxRetry {
+	return sqldb.TxRetry{Idempotent: idempotent, Log: a.log}
 }
 
 // Get returns an order's payment, or payment.ErrNotFound.

@@ -147,7 +147,10 @@ func (a *App) count(ctx context.Context, kind string, d paymentdb.Due, action st
 // backoff, commit.
 func (a *App) claim(ctx context.Context, step paymentdb.Step) ([]paymentdb.Due, error) {
 	var claimed []paymentdb.Due
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Idempotent: after a COMMIT with an unknown outcome, a second claim
+	// finds the rows of the first no longer due; they come back at their
+	// next round.
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		claimed = claimed[:0]
 		due, err := step.SelectDue(ctx, tx, a.cfg.SweepBatch)
 		if err != nil {
@@ -183,7 +186,7 @@ func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) 
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the charge; recording it", "charge_id", c.ChargeID, "psp_status", c.Status)
-		err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error { return a.recordCharge(ctx, tx, log, p.OrderID, c) })
+		err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error { return a.recordCharge(ctx, tx, log, p.OrderID, c) })
 		return actResolved, err
 
 	case errors.Is(err, errNotCharged):
@@ -227,7 +230,7 @@ func (a *App) parkCharge(ctx context.Context, log *slog.Logger, orderID uint64, 
 	if t == payment.Void {
 		action = actVoided
 	}
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
 			return err
@@ -262,7 +265,9 @@ func (a *App) parkCharge(ctx context.Context, log *slog.Logger, orderID uint64, 
 // duplicate), the same idempotency key.
 func (a *App) rerequestCharge(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
 	action := actRerequested
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Not idempotent (each run writes a new request event): a COMMIT with
+	// an unknown outcome is left to the next round.
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
 			return err
@@ -312,7 +317,7 @@ func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) 
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the refund; recording it", "refund_id", r.RefundID)
-		err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error { return a.recordRefund(ctx, tx, log, f.OrderID, r) })
+		err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error { return a.recordRefund(ctx, tx, log, f.OrderID, r) })
 		return actResolved, err
 
 	case errors.Is(err, errNotRefunded):
@@ -337,7 +342,8 @@ func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) 
 
 func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint64, reason string) (string, error) {
 	action := actWaiting
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
+		action = actWaiting
 		parked, err := a.parkRefund(ctx, tx, log, orderID, reason, true)
 		if parked {
 			action = actParked
@@ -351,7 +357,9 @@ func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint6
 // same idempotency key) for a refund still requested.
 func (a *App) rerequestRefund(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
 	action := actRerequested
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Not idempotent (each run writes a new request event): a COMMIT with
+	// an unknown outcome is left to the next round.
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
 			return err
