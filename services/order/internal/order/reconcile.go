@@ -92,6 +92,7 @@ const (
 	PayRefunded              = "refunded"
 	PayNeedsAttention        = "needs_attention"
 	PayCancelledBeforeCharge = "cancelled_before_charge"
+	PayWithdrawn             = "withdrawn"
 
 	RefundReqRequested      = "requested"
 	RefundReqSucceeded      = "succeeded"
@@ -180,7 +181,7 @@ func classifyOpen(o Observation) Verdict {
 	case PayNeedsAttention:
 		return report("payment parked the charge as needs_attention (outcome unknown at its deadline); " +
 			"an operator resolves it at the payment service, never by charging again")
-	case PayCancelledBeforeCharge, PayRefunded:
+	case PayCancelledBeforeCharge, PayRefunded, PayWithdrawn:
 		return report(fmt.Sprintf("payment says %s although the order is still %s", o.Payment, o.Status))
 	}
 

@@ -201,7 +201,9 @@ func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) 
 			return a.parkCharge(ctx, log, p.OrderID, t, reason)
 		}
 		if p.CancelRequested {
-			return actWaiting, nil // never start a charge for a cancelled order
+			// Never start a charge for a cancelled order: close it once
+			// the charge sent before the cancel can no longer land.
+			return a.voidSettled(ctx, log, p)
 		}
 		return a.rerequestCharge(ctx, log, p.OrderID)
 
@@ -254,6 +256,37 @@ func (a *App) parkCharge(ctx context.Context, log *slog.Logger, orderID uint64, 
 		} else {
 			log.WarnContext(ctx, "cancelled order closed: the PSP never charged it", "status", to, "reason", reason)
 		}
+		return nil
+	})
+	return action, err
+}
+
+// voidSettled closes the pending payment p of a cancelled order as
+// cancelled_before_charge once its last send to the PSP is older than the
+// in-flight window (CancelSettle) and the PSP has no charge with its key:
+// the charge never landed. Before that it waits (the cancel brought the
+// sweep's next look to the end of the window). A charge that lands later
+// after all is still recorded, and refunded.
+func (a *App) voidSettled(ctx context.Context, log *slog.Logger, p payment.Payment) (string, error) {
+	reason := fmt.Sprintf("%s, and the PSP has no charge with key %s %s after it was last sent: nothing charged",
+		p.CancelReason, p.IdempotencyKey, a.cfg.CancelSettle)
+	action := actWaiting
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
+		action = actWaiting
+		cur, err := paymentdb.Lock(ctx, tx, p.OrderID)
+		if err != nil {
+			return err
+		}
+		to, ok := payment.Next(cur.Status, payment.Void)
+		if !ok || !cur.CancelRequested {
+			return nil
+		}
+		moved, err := paymentdb.VoidSettled(ctx, tx, p.OrderID, to, reason, a.cfg.CancelSettle)
+		if err != nil || !moved {
+			return err // still inside the window: the next round
+		}
+		action = actVoided
+		log.WarnContext(ctx, "cancelled order's charge settled: the PSP never charged it", "status", to, "reason", reason)
 		return nil
 	})
 	return action, err

@@ -131,6 +131,7 @@ type paymentJSON struct {
 	IdempotencyKey  string      `json:"idempotency_key"`
 	PSPChargeID     string      `json:"psp_charge_id"`
 	FailureReason   string      `json:"failure_reason"`
+	ChargeSent      bool        `json:"charge_sent"`
 	CancelRequested bool        `json:"cancel_requested"`
 	CancelReason    string      `json:"cancel_reason"`
 	DeadlineAt      *time.Time  `json:"deadline_at"`
@@ -146,7 +147,7 @@ func toJSON(p payment.Payment) paymentJSON {
 	j := paymentJSON{
 		OrderID: strconv.FormatUint(p.OrderID, 10), Status: string(p.Status), AmountCents: p.AmountCents,
 		Currency: p.Currency, CustomerID: p.CustomerID, IdempotencyKey: p.IdempotencyKey,
-		PSPChargeID: p.PSPChargeID, FailureReason: p.FailureReason,
+		PSPChargeID: p.PSPChargeID, FailureReason: p.FailureReason, ChargeSent: p.ChargeSent,
 		CancelRequested: p.CancelRequested, CancelReason: p.CancelReason,
 		Attempts: p.Attempts, LastError: p.LastError, ParkedReason: p.ParkedReason,
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,

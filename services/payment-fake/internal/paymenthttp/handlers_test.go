@@ -79,7 +79,7 @@ func TestGetPayment(t *testing.T) {
 	}
 	want := map[string]any{"order_id": "42", "status": "pending", "amount_cents": 1500.0, "currency": "EUR",
 		"customer_id": "c-1", "idempotency_key": "charge-42", "psp_charge_id": "", "failure_reason": "",
-		"cancel_requested": false, "cancel_reason": "", "attempts": 0.0, "last_error": "", "parked_reason": "",
+		"charge_sent": false, "cancel_requested": false, "cancel_reason": "", "attempts": 0.0, "last_error": "", "parked_reason": "",
 		"refund": nil}
 	for k, v := range want {
 		if got[k] != v {
