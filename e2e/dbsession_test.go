@@ -14,10 +14,16 @@ func killTransactionSession(t *testing.T, svc *sagatest.Service) {
 	t.Helper()
 	const q = `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
 JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id WHERE p.DB = ?`
+	// INNODB_TRX is a snapshot the server refreshes at most every 100 ms:
+	// ask until the paused transaction shows.
 	var ids []int64
-	if err := svc.DB.Select(&ids, q, svc.DB.Name); err != nil {
-		t.Fatal(err)
-	}
+	sagatest.Eventually(t, 10*time.Second, "the request's transaction to show in INNODB_TRX", func() bool {
+		ids = nil
+		if err := svc.DB.Select(&ids, q, svc.DB.Name); err != nil {
+			t.Fatal(err)
+		}
+		return len(ids) > 0
+	})
 	if len(ids) != 1 {
 		t.Fatalf("%d sessions hold a transaction in %s, want the one request's", len(ids), svc.DB.Name)
 	}

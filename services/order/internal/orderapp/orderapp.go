@@ -88,6 +88,15 @@ func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
 	if cfg.Deadlines.Payment <= 0 {
 		cfg.Deadlines.Payment = order.DefaultDeadlines.Payment
 	}
+	if cfg.Deadlines.PaymentMargin <= 0 {
+		cfg.Deadlines.PaymentMargin = order.DefaultDeadlines.PaymentMargin
+	}
+	if cfg.Deadlines.OutcomeWait <= 0 {
+		cfg.Deadlines.OutcomeWait = order.DefaultDeadlines.OutcomeWait
+	}
+	if cfg.Deadlines.Recheck <= 0 {
+		cfg.Deadlines.Recheck = order.DefaultDeadlines.Recheck
+	}
 	if cfg.Reconcile.Grace <= 0 {
 		cfg.Reconcile.Grace = DefaultReconcile.Grace
 	}

@@ -99,8 +99,8 @@ const (
 	// remembered (CancelRequested) until the outcome is known; on a
 	// succeeded one it requests the refund.
 	Cancel Trigger = "cancel"
-	// Withdraw: order.cancelled on a pending payment whose charge was never
-	// sent to the PSP (see Payment.CancelTrigger).
+	// Withdraw: order.cancelled on a pending or parked payment whose charge
+	// was never sent to the PSP (see Payment.CancelTrigger).
 	Withdraw Trigger = "withdraw"
 	// Park: the deadline passed with the outcome still unknown.
 	Park Trigger = "park"
@@ -144,6 +144,7 @@ var transitions = map[Status]map[Trigger]Status{
 		ChargeSucceeded: Succeeded,
 		ChargeDeclined:  Failed,
 		Cancel:          NeedsAttention, // remembered
+		Withdraw:        Withdrawn,
 		Retry:           Pending,
 	},
 	Succeeded: {
@@ -203,14 +204,14 @@ type Payment struct {
 // recorded for a payment whose order was cancelled meanwhile.
 func (p Payment) RefundDue() bool { return p.Status == Succeeded && p.CancelRequested }
 
-// CancelTrigger is what order.cancelled does to p. A pending payment whose
-// charge was never sent to the PSP is withdrawn at once: nothing can have
-// been charged, and the charge consumer's compare-and-set before sending
-// fails from now on. Everything else is a Cancel: remembered until the
-// outcome is known (pending, in flight; parked), a refund (succeeded), or
-// nothing (decided).
+// CancelTrigger is what order.cancelled does to p. A pending (or parked)
+// payment whose charge was never sent to the PSP is withdrawn at once:
+// nothing can have been charged, and the charge consumer's compare-and-set
+// before sending fails from now on. Everything else is a Cancel:
+// remembered until the outcome is known (pending or parked, in flight), a
+// refund (succeeded), or nothing (decided).
 func (p Payment) CancelTrigger() Trigger {
-	if p.Status == Pending && !p.ChargeSent && !p.CancelRequested {
+	if (p.Status == Pending || p.Status == NeedsAttention) && !p.ChargeSent && !p.CancelRequested {
 		return Withdraw
 	}
 	return Cancel

@@ -15,7 +15,7 @@ func TestTransitionTable(t *testing.T) {
 		Pending: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed, Cancel: Pending, Withdraw: Withdrawn,
 			Park: NeedsAttention, Void: CancelledBeforeCharge},
 		NeedsAttention: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed, Cancel: NeedsAttention,
-			Retry: Pending},
+			Withdraw: Withdrawn, Retry: Pending},
 		Succeeded:             {Cancel: Succeeded, RefundCompleted: Refunded},
 		CancelledBeforeCharge: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed},
 	}
@@ -109,7 +109,7 @@ func TestCancelTrigger(t *testing.T) {
 			for _, cancelled := range []bool{false, true} {
 				p := Payment{Status: s, ChargeSent: sent, CancelRequested: cancelled}
 				want := Cancel
-				if s == Pending && !sent && !cancelled {
+				if (s == Pending || s == NeedsAttention) && !sent && !cancelled {
 					want = Withdraw
 				}
 				if got := p.CancelTrigger(); got != want {

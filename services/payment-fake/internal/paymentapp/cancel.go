@@ -22,7 +22,8 @@ import (
 //     undo (a "null compensation"), but a marker row in status
 //     cancelled_before_charge stays, so the late inventory.reserved finds
 //     the order id taken and charges nothing;
-//   - pending, and the charge never sent to the PSP (charge_sent_at NULL):
+//   - pending (or parked), and the charge never sent to the PSP
+//     (charge_sent_at NULL):
 //     withdrawn at once, a terminal status: nothing was charged, and
 //     nothing will be, because the charge consumer sends a charge only
 //     under a compare-and-set (paymentdb.MarkChargeSent) that a cancelled
@@ -72,7 +73,7 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 	}
 	if p.CancelTrigger() == payment.Withdraw {
 		to, _ := payment.Next(p.Status, payment.Withdraw)
-		moved, err := paymentdb.Withdraw(ctx, tx, p.OrderID, to, reason)
+		moved, err := paymentdb.Withdraw(ctx, tx, p.OrderID, p.Status, to, reason)
 		if err != nil {
 			return err
 		}

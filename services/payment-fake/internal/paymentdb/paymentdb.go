@@ -165,14 +165,15 @@ WHERE order_id = ? AND status = ? AND cancel_requested_at IS NULL`
 	return sqldb.Changed(res, err, "mark charge of payment %d sent", orderID)
 }
 
-// Withdraw closes a pending payment whose charge was never sent, for its
-// cancelled order: status to (withdrawn), the cancel remembered, no sweep
-// round left. Compare-and-set on "pending, never sent, not cancelled yet".
-func Withdraw(ctx context.Context, tx *sqlx.Tx, orderID uint64, to payment.Status, reason string) (bool, error) {
+// Withdraw closes a payment whose charge was never sent, for its cancelled
+// order: status from (pending, or needs_attention) to (withdrawn), the
+// cancel remembered, no sweep round left. Compare-and-set on "still from,
+// never sent, not cancelled yet".
+func Withdraw(ctx context.Context, tx *sqlx.Tx, orderID uint64, from, to payment.Status, reason string) (bool, error) {
 	const q = `UPDATE payments SET status = ?, cancel_requested_at = NOW(6), cancel_reason = ?, next_attempt_at = NULL,
   updated_at = NOW(6)
 WHERE order_id = ? AND status = ? AND charge_sent_at IS NULL AND cancel_requested_at IS NULL`
-	res, err := tx.ExecContext(ctx, q, to, payment.Clip(reason, 255), orderID, payment.Pending)
+	res, err := tx.ExecContext(ctx, q, to, payment.Clip(reason, 255), orderID, from)
 	return sqldb.Changed(res, err, "withdraw payment %d", orderID)
 }
 
