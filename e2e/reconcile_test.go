@@ -314,10 +314,120 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 		t.Fatalf("the dropped event shows as processed:\n%s", tl)
 	}
 
-	// A second run finds nothing to do.
+	// A second run repairs nothing: the order, finished now, is at most
+	// compared once more and found consistent.
 	s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum)
-	if sum.Checked != 0 || len(sum.Repairs) != 0 {
+	if len(sum.Repairs) != 0 || sum.Found["consistent"] != sum.Checked {
 		t.Fatalf("second run = %+v", sum)
+	}
+}
+
+// A confirmed order whose order.confirmed never reaches inventory: here
+// the message is drained from inventory's queue while inventory is down
+// (as if its consumer had dead-lettered it, or it was lost), so the
+// reservation stays reserved and its lease would release stock that was
+// sold. The order is finished and every queue is empty; the reconciler,
+// comparing finished orders with the participants' records, finds the
+// reservation not committed and sends the original event again (same
+// event_id), with an audit row. Inventory commits the sale before the
+// lease ends; the next run finds the order consistent and closes it.
+func TestReconcilerRepairsADroppedOrderConfirmed(t *testing.T) {
+	t.Parallel()
+	s := sagatest.Start(t, sagatest.WithEnv("inventory", "RESERVATION_TTL", "2m"))
+	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
+	before := stock(t, s, "SKU-1")
+
+	gate := s.Payment.Failpoints.Pause("payment.charge.after-psp-before-record", 1)
+	o := createOrder(t, s, "confirm-dropped-1", "c-1", "SKU-1", 2)
+	select {
+	case <-gate.Reached():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the charge never reached the PSP")
+	}
+	waitStatus(t, s, o.OrderID, "awaiting_payment")
+	s.Inventory.Stop()
+	gate.Release()
+	waitStatus(t, s, o.OrderID, "confirmed")
+	sagatest.Eventually(t, 30*time.Second, "order.confirmed to be sent", func() bool {
+		return slices.Contains(outboxTypes(t, s.Order, o.OrderID), "order.confirmed/sent")
+	})
+	dropped := rabbittest.Drain(t, s.NS.Queue("inventory.order-events"), 1, 10*time.Second)
+	if len(dropped) != 1 || dropped[0].Type != events.OrderConfirmed {
+		t.Fatalf("drained %d messages from inventory's queue, want the one order.confirmed", len(dropped))
+	}
+	s.Inventory.Start()
+	type leaseJSON struct {
+		Status    string     `json:"status"`
+		ExpiresAt *time.Time `json:"expires_at"`
+		ExpiredAt *time.Time `json:"expired_at"`
+		UpdatedAt time.Time  `json:"updated_at"`
+	}
+	var r leaseJSON
+	s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+	if r.Status != "reserved" {
+		t.Fatalf("reservation %s after the dropped confirm, want still reserved", r.Status)
+	}
+	time.Sleep(300 * time.Millisecond) // past the grace window; nothing else is on its way
+
+	var sum struct {
+		Checked int `json:"checked"`
+		Closed  int `json:"closed"`
+		Repairs []struct {
+			RepairID       string `json:"repair_id"`
+			OrderID        string `json:"order_id"`
+			Classification string `json:"classification"`
+			Action         string `json:"action"`
+			Outcome        string `json:"outcome"`
+		} `json:"repairs"`
+		Errors []string `json:"errors"`
+	}
+	if code := s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum); code != 200 {
+		t.Fatalf("POST /admin/reconciliation/run: %d", code)
+	}
+	if len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
+		t.Fatalf("run summary = %+v, want the confirmed order repaired", sum)
+	}
+	rep := sum.Repairs[0]
+	if rep.OrderID != o.OrderID || rep.Classification != "not_consumed" || rep.Action != "resend_event" || rep.Outcome != "repaired" {
+		t.Fatalf("repair = %+v, want not_consumed / resend_event / repaired", rep)
+	}
+	sagatest.Eventually(t, 30*time.Second, "inventory to commit the sale", func() bool {
+		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
+		return r.Status == "committed"
+	})
+	if r.ExpiredAt != nil || r.ExpiresAt == nil || !r.UpdatedAt.Before(*r.ExpiresAt) {
+		t.Fatalf("reservation %+v, want committed before its lease ended", r)
+	}
+	if after := stock(t, s, "SKU-1"); after.OnHand != before.OnHand-2 || after.Reserved != 0 {
+		t.Fatalf("stock %+v, want on_hand %d and nothing reserved", after, before.OnHand-2)
+	}
+	if c := charges(t, s, o.OrderID); len(c.Charges) != 1 {
+		t.Fatalf("PSP charges = %d, want 1", len(c.Charges))
+	}
+	var sent int
+	if err := s.Order.DB.Get(&sent, `SELECT COUNT(*) FROM outbox_events WHERE aggregate_id = ? AND event_type = 'order.confirmed'`, o.OrderID); err != nil || sent != 1 {
+		t.Fatalf("%d order.confirmed rows (%v), want the one original event", sent, err)
+	}
+
+	// The audit shows what was found and done, with the evidence.
+	var report struct {
+		Repairs []struct {
+			RepairID string          `json:"repair_id"`
+			Action   string          `json:"action"`
+			Evidence json.RawMessage `json:"evidence"`
+		} `json:"repairs"`
+	}
+	s.Order.Do("GET", "/admin/reconciliation?order_id="+o.OrderID, nil, nil, &report)
+	if len(report.Repairs) != 1 || report.Repairs[0].RepairID != rep.RepairID ||
+		!strings.Contains(string(report.Repairs[0].Evidence), `"reserved"`) || !strings.Contains(string(report.Repairs[0].Evidence), `"confirmed"`) {
+		t.Fatalf("report = %+v, want the repair with the order and the reservation as evidence", report)
+	}
+
+	// The next run, past the grace, finds the order consistent and closes it.
+	time.Sleep(300 * time.Millisecond)
+	s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum)
+	if sum.Closed != 1 || len(sum.Repairs) != 0 {
+		t.Fatalf("run after the repair = %+v, want the order closed", sum)
 	}
 }
 

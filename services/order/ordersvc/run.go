@@ -26,7 +26,7 @@ type settings struct {
 	Deadlines          order.Deadlines          // PARTICIPANT_DEADLINE, PAYMENT_DEADLINE(_MARGIN), PAYMENT_OUTCOME_WAIT, PAYMENT_OUTCOME_RECHECK
 	DeadlineSweep      time.Duration            // DEADLINE_SWEEP_INTERVAL
 	DeadlineBatch      int                      // DEADLINE_SWEEP_BATCH
-	Reconcile          orderapp.ReconcileConfig // RECONCILE_GRACE, RECONCILE_REFUND_GRACE, RECONCILE_BATCH
+	Reconcile          orderapp.ReconcileConfig // RECONCILE_GRACE, RECONCILE_REFUND_GRACE, RECONCILE_BATCH, RECONCILE_WINDOW, RECONCILE_FINISHED_BATCH
 	ReconcileInterval  time.Duration            // RECONCILE_INTERVAL
 	InventoryURL       string                   // INVENTORY_URL
 	PaymentURL         string                   // PAYMENT_URL
@@ -49,6 +49,8 @@ func (s settings) LogValue() slog.Value {
 		slog.String("reconcile_grace", s.Reconcile.Grace.String()),
 		slog.String("reconcile_refund_grace", s.Reconcile.RefundGrace.String()),
 		slog.Int("reconcile_batch", s.Reconcile.Batch),
+		slog.String("reconcile_window", s.Reconcile.Window.String()),
+		slog.Int("reconcile_finished_batch", s.Reconcile.FinishedBatch),
 		slog.String("inventory_url", process.MaskURL(s.InventoryURL)),
 		slog.String("payment_url", process.MaskURL(s.PaymentURL)),
 		slog.String("peer_timeout", s.PeerTimeout.String()),
@@ -67,9 +69,11 @@ func loadSettings(env *process.Env) (settings, error) {
 		DeadlineSweep: env.Duration("DEADLINE_SWEEP_INTERVAL", 5*time.Second),
 		DeadlineBatch: env.Int("DEADLINE_SWEEP_BATCH", 100, 1, 1000),
 		Reconcile: orderapp.ReconcileConfig{
-			Grace:       env.Duration("RECONCILE_GRACE", orderapp.DefaultReconcile.Grace),
-			RefundGrace: env.Duration("RECONCILE_REFUND_GRACE", orderapp.DefaultReconcile.RefundGrace),
-			Batch:       env.Int("RECONCILE_BATCH", orderapp.DefaultReconcile.Batch, 1, 1000),
+			Grace:         env.Duration("RECONCILE_GRACE", orderapp.DefaultReconcile.Grace),
+			RefundGrace:   env.Duration("RECONCILE_REFUND_GRACE", orderapp.DefaultReconcile.RefundGrace),
+			Batch:         env.Int("RECONCILE_BATCH", orderapp.DefaultReconcile.Batch, 1, 1000),
+			Window:        env.Duration("RECONCILE_WINDOW", orderapp.DefaultReconcile.Window),
+			FinishedBatch: env.Int("RECONCILE_FINISHED_BATCH", orderapp.DefaultReconcile.FinishedBatch, 1, 10000),
 		},
 		ReconcileInterval:  env.Duration("RECONCILE_INTERVAL", time.Minute),
 		ReconcileScheduled: env.String("RECONCILE", "on") != "off",
@@ -79,6 +83,10 @@ func loadSettings(env *process.Env) (settings, error) {
 	}
 	var errs []error
 	errs = append(errs, checkDeadlineOrder(env, s.Deadlines))
+	if s.Reconcile.Window <= s.Reconcile.Grace {
+		errs = append(errs, fmt.Errorf("RECONCILE_WINDOW=%s: must be longer than RECONCILE_GRACE=%s (finished orders are compared between the two)",
+			s.Reconcile.Window, s.Reconcile.Grace))
+	}
 	for key, v := range map[string]string{"INVENTORY_URL": s.InventoryURL, "PAYMENT_URL": s.PaymentURL} {
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("%s=%q: want http://host:port", key, process.MaskURL(v)))

@@ -84,7 +84,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 // Collector returns the scrape-time gauges: orders_oldest_open_age_seconds
-// and orders_past_deadline, read from the orders table.
+// and orders_past_deadline, read from the orders table, and
+// reconciliation_needs_attention, from reconciliation_checks.
 func (a *App) Collector() prometheus.Collector {
 	return &collector{app: a,
 		oldest: prometheus.NewDesc("orders_oldest_open_age_seconds",
@@ -93,17 +94,21 @@ func (a *App) Collector() prometheus.Collector {
 		pastDeadline: prometheus.NewDesc("orders_past_deadline",
 			"Open orders whose deadline passed and that the sweep has not cancelled yet (the sweep is behind or failing).",
 			nil, nil),
+		needsAttention: prometheus.NewDesc("reconciliation_needs_attention",
+			"Finished orders the reconciler found differing from a participant's records and could not repair: parked for an operator (reconciliation_checks).",
+			nil, nil),
 	}
 }
 
 type collector struct {
-	app                  *App
-	oldest, pastDeadline *prometheus.Desc
+	app                                  *App
+	oldest, pastDeadline, needsAttention *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldest
 	ch <- c.pastDeadline
+	ch <- c.needsAttention
 }
 
 // scrapeTimeout bounds the queries of one scrape.
@@ -124,4 +129,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, g.OldestOpen[s], string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(c.pastDeadline, prometheus.GaugeValue, float64(g.PastDeadline))
+	ch <- prometheus.MustNewConstMetric(c.needsAttention, prometheus.GaugeValue, float64(g.NeedsAttention))
 }

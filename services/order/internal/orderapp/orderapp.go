@@ -73,12 +73,22 @@ type ReconcileConfig struct {
 	// RefundGrace: a cancelled order whose refund is still pending after
 	// this long is looked at (RECONCILE_REFUND_GRACE).
 	RefundGrace time.Duration
-	// Batch bounds the orders one run looks at (RECONCILE_BATCH).
+	// Batch bounds the open orders and pending refunds one run looks at
+	// (RECONCILE_BATCH).
 	Batch int
+	// Window: finished orders are compared with the participants' records
+	// if they finished within it (RECONCILE_WINDOW); longer than the
+	// reservation lease, so that a confirm inventory never applied is
+	// found while the stock is still held.
+	Window time.Duration
+	// FinishedBatch bounds the finished orders one run compares
+	// (RECONCILE_FINISHED_BATCH).
+	FinishedBatch int
 }
 
 // DefaultReconcile is the reconciler's default tuning.
-var DefaultReconcile = ReconcileConfig{Grace: time.Minute, RefundGrace: 5 * time.Minute, Batch: 100}
+var DefaultReconcile = ReconcileConfig{Grace: time.Minute, RefundGrace: 5 * time.Minute, Batch: 100,
+	Window: time.Hour, FinishedBatch: 500}
 
 // New returns the app. wake is called after every commit that wrote events.
 func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
@@ -105,6 +115,12 @@ func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
 	}
 	if cfg.Reconcile.Batch <= 0 {
 		cfg.Reconcile.Batch = DefaultReconcile.Batch
+	}
+	if cfg.Reconcile.Window <= 0 {
+		cfg.Reconcile.Window = DefaultReconcile.Window
+	}
+	if cfg.Reconcile.FinishedBatch <= 0 {
+		cfg.Reconcile.FinishedBatch = DefaultReconcile.FinishedBatch
 	}
 	return &App{db: db, wake: wake, log: log, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 }

@@ -129,9 +129,11 @@ func Upcoming(ctx context.Context, db sqlx.QueryerContext, limit int) ([]order.O
 type Gauges struct {
 	OldestOpen   map[order.Status]float64 // age in seconds of the oldest order per open status
 	PastDeadline int64                    // open orders whose deadline passed and that are not cancelled yet
+	// NeedsAttention: finished orders the reconciler parked for an operator.
+	NeedsAttention int64
 }
 
-// ReadGauges reads the scrape-time metrics in two indexed queries.
+// ReadGauges reads the scrape-time metrics in three indexed queries.
 func ReadGauges(ctx context.Context, db sqlx.QueryerContext) (Gauges, error) {
 	const qOldest = `SELECT status, TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS micros
 FROM orders WHERE status IN ('pending_inventory', 'awaiting_payment') GROUP BY status`
@@ -149,6 +151,10 @@ FROM orders WHERE status IN ('pending_inventory', 'awaiting_payment') GROUP BY s
 	const qPast = `SELECT COUNT(*) FROM orders WHERE deadline_at <= NOW(6)`
 	if err := sqlx.GetContext(ctx, db, &g.PastDeadline, qPast); err != nil {
 		return Gauges{}, fmt.Errorf("orders past their deadline: %w", err)
+	}
+	const qAttention = `SELECT COUNT(*) FROM reconciliation_checks WHERE result = 'needs_attention'`
+	if err := sqlx.GetContext(ctx, db, &g.NeedsAttention, qAttention); err != nil {
+		return Gauges{}, fmt.Errorf("orders parked by the reconciler: %w", err)
 	}
 	return g, nil
 }
