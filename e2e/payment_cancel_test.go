@@ -16,13 +16,7 @@ func TestCancelBeforeTheChargeIsSentClosesThePaymentAtOnce(t *testing.T) {
 	t.Parallel()
 	s := sagatest.Start(t)
 	before := stock(t, s, "SKU-4")
-	gate := s.Payment.Failpoints.Pause("payment.charge.before-send", 1)
-	o := createOrder(t, s, "withdraw-1", "c-1", "SKU-4", 1)
-	select {
-	case <-gate.Reached():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the charge request never reached the payment service")
-	}
+	o, gate := createHeld(t, s, "payment.charge.before-send", "withdraw-1", "SKU-4", 1)
 	if r := cancelOrder(t, s, o.OrderID, "withdraw-1-cancel"); r != "cancelled" {
 		t.Fatalf("cancel: %q", r)
 	}

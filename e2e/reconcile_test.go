@@ -28,6 +28,32 @@ func withPeers(t *testing.T, s *sagatest.Stack, env map[string]string) {
 	s.Order.Start()
 }
 
+// runJSON is the summary of a reconciliation run.
+type runJSON struct {
+	RunID   string         `json:"run_id"`
+	Checked int            `json:"checked"`
+	Closed  int            `json:"closed"`
+	Found   map[string]int `json:"classifications"`
+	Repairs []struct {
+		RepairID       string `json:"repair_id"`
+		OrderID        string `json:"order_id"`
+		Classification string `json:"classification"`
+		Action         string `json:"action"`
+		Outcome        string `json:"outcome"`
+	} `json:"repairs"`
+	Errors []string `json:"errors"`
+}
+
+// reconcileNow runs a reconciliation pass (POST /admin/reconciliation/run).
+func reconcileNow(t *testing.T, s *sagatest.Stack) runJSON {
+	t.Helper()
+	var sum runJSON
+	if code := s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum); code != 200 {
+		t.Fatalf("POST /admin/reconciliation/run: %d", code)
+	}
+	return sum
+}
+
 type timelineJSON struct {
 	OrderID  string   `json:"order_id"`
 	Status   string   `json:"status"`
@@ -204,13 +230,7 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
 	before := stock(t, s, "SKU-1")
 
-	gate := s.Payment.Failpoints.Pause("payment.charge.after-psp-before-record", 1)
-	o := createOrder(t, s, "dropped-1", "c-1", "SKU-1", 2)
-	select {
-	case <-gate.Reached():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the charge never reached the PSP")
-	}
+	o, gate := createHeld(t, s, "payment.charge.after-psp-before-record", "dropped-1", "SKU-1", 2)
 	waitStatus(t, s, o.OrderID, "awaiting_payment")
 
 	// The order service goes away; the payment is recorded and its result
@@ -236,22 +256,7 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 		t.Fatalf("payment %+v, want succeeded with one charge", p)
 	}
 
-	var sum struct {
-		RunID   string         `json:"run_id"`
-		Checked int            `json:"checked"`
-		Found   map[string]int `json:"classifications"`
-		Repairs []struct {
-			RepairID       string `json:"repair_id"`
-			OrderID        string `json:"order_id"`
-			Classification string `json:"classification"`
-			Action         string `json:"action"`
-			Outcome        string `json:"outcome"`
-		} `json:"repairs"`
-		Errors []string `json:"errors"`
-	}
-	if code := s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum); code != 200 {
-		t.Fatalf("POST /admin/reconciliation/run: %d", code)
-	}
+	sum := reconcileNow(t, s)
 	if sum.Checked != 1 || len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
 		t.Fatalf("run summary = %+v, want one order checked and repaired", sum)
 	}
@@ -316,7 +321,7 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 
 	// A second run repairs nothing: the order, finished now, is at most
 	// compared once more and found consistent.
-	s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum)
+	sum = reconcileNow(t, s)
 	if len(sum.Repairs) != 0 || sum.Found["consistent"] != sum.Checked {
 		t.Fatalf("second run = %+v", sum)
 	}
@@ -337,13 +342,7 @@ func TestReconcilerRepairsADroppedOrderConfirmed(t *testing.T) {
 	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
 	before := stock(t, s, "SKU-1")
 
-	gate := s.Payment.Failpoints.Pause("payment.charge.after-psp-before-record", 1)
-	o := createOrder(t, s, "confirm-dropped-1", "c-1", "SKU-1", 2)
-	select {
-	case <-gate.Reached():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the charge never reached the PSP")
-	}
+	o, gate := createHeld(t, s, "payment.charge.after-psp-before-record", "confirm-dropped-1", "SKU-1", 2)
 	waitStatus(t, s, o.OrderID, "awaiting_payment")
 	s.Inventory.Stop()
 	gate.Release()
@@ -369,21 +368,7 @@ func TestReconcilerRepairsADroppedOrderConfirmed(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond) // past the grace window; nothing else is on its way
 
-	var sum struct {
-		Checked int `json:"checked"`
-		Closed  int `json:"closed"`
-		Repairs []struct {
-			RepairID       string `json:"repair_id"`
-			OrderID        string `json:"order_id"`
-			Classification string `json:"classification"`
-			Action         string `json:"action"`
-			Outcome        string `json:"outcome"`
-		} `json:"repairs"`
-		Errors []string `json:"errors"`
-	}
-	if code := s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum); code != 200 {
-		t.Fatalf("POST /admin/reconciliation/run: %d", code)
-	}
+	sum := reconcileNow(t, s)
 	if len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
 		t.Fatalf("run summary = %+v, want the confirmed order repaired", sum)
 	}
@@ -425,8 +410,7 @@ func TestReconcilerRepairsADroppedOrderConfirmed(t *testing.T) {
 
 	// The next run, past the grace, finds the order consistent and closes it.
 	time.Sleep(300 * time.Millisecond)
-	s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum)
-	if sum.Closed != 1 || len(sum.Repairs) != 0 {
+	if sum = reconcileNow(t, s); sum.Closed != 1 || len(sum.Repairs) != 0 {
 		t.Fatalf("run after the repair = %+v, want the order closed", sum)
 	}
 }
@@ -503,13 +487,7 @@ func TestPaymentDeadlineAsksPaymentBeforeCancelling(t *testing.T) {
 		sagatest.WithEnv("order", "PAYMENT_SWEEP_INTERVAL", "500ms"), sagatest.WithEnv("payment", "PAYMENT_SWEEP_INTERVAL", "500ms"),
 		sagatest.WithEnv("order", "DEADLINE_SWEEP_INTERVAL", "100ms"))
 	before := stock(t, s, "SKU-4")
-	gate := s.Payment.Failpoints.Pause("payment.charge.after-psp-before-record", 1)
-	o := createOrder(t, s, "pay-deadline-1", "c-1", "SKU-4", 1)
-	select {
-	case <-gate.Reached():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the charge never reached the PSP")
-	}
+	o, gate := createHeld(t, s, "payment.charge.after-psp-before-record", "pay-deadline-1", "SKU-4", 1)
 	// The deadline passes; the sweep either asks payment (and waits) or
 	// cancels.
 	var got orderJSON
