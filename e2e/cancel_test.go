@@ -80,14 +80,16 @@ func TestCancelAfterConfirmRefundsAndRestocks(t *testing.T) {
 // order must end cancelled, the stock must be back where it was, and the
 // money charged must all be refunded.
 //
-// A cancel that reaches payment while its charge is requested but not yet
-// made leaves the payment pending: only the sweep, at the payment deadline,
-// may close it as never charged (an earlier attempt could still land at the
-// PSP). The deadline is short here so the test sees it.
+// A cancel that reaches payment before the charge was sent withdraws the
+// payment at once; one that finds the charge in flight is settled by the
+// sweep's status query at the end of the in-flight window
+// (PAYMENT_CANCEL_SETTLE, short here), then closed as never charged or
+// refunded. Nothing waits for PAYMENT_DEADLINE (the default ten minutes).
 func TestCancelRacingTheSaga(t *testing.T) {
 	t.Parallel()
 	s := sagatest.Start(t,
-		sagatest.WithEnv("payment", "PAYMENT_DEADLINE", "3s"),
+		sagatest.WithEnv("payment", "PSP_TIMEOUT", "1s"),
+		sagatest.WithEnv("payment", "PAYMENT_CANCEL_SETTLE", "2s"),
 		sagatest.WithEnv("payment", "PAYMENT_SWEEP_INTERVAL", "500ms"),
 		sagatest.WithEnv("payment", "PAYMENT_SWEEP_GRACE", "1s"),
 		sagatest.WithEnv("payment", "PAYMENT_RETRY_BASE", "500ms"),
@@ -112,14 +114,15 @@ func TestCancelRacingTheSaga(t *testing.T) {
 			Status       string `json:"status"`
 			RefundStatus string `json:"refund_status"`
 		}
-		// Settled: payment has closed its side (a cancel marker, or the
-		// charge refunded) and the order has heard about it.
+		// Settled: payment has closed its side (a cancel marker, withdrawn,
+		// closed after its status query, or the charge refunded) and the
+		// order has heard about it.
 		var pay paymentJSON
 		sagatest.Eventually(t, 60*time.Second, "order "+id+" to settle", func() bool {
 			s.Order.Do("GET", "/orders/"+id, nil, nil, &got)
 			s.Payment.Do("GET", "/payments/"+id, nil, nil, &pay)
 			switch pay.Status {
-			case "cancelled_before_charge":
+			case "cancelled_before_charge", "withdrawn":
 				return got.Status == "cancelled" && got.RefundStatus == "none"
 			case "refunded":
 				return got.Status == "cancelled" && got.RefundStatus == "refunded"

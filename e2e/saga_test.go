@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
@@ -60,6 +61,21 @@ func createOrder(t *testing.T, s *sagatest.Stack, key, customer, sku string, qty
 		t.Fatalf("created order status %q, want pending_inventory (accepted, not done)", o.Status)
 	}
 	return o
+}
+
+// createHeld creates an order for customer c-1 and waits until the
+// payment service holds it at the pause point (one hit), which the caller
+// releases through the returned gate.
+func createHeld(t *testing.T, s *sagatest.Stack, point, key, sku string, qty int) (orderJSON, *failpoint.Gate) {
+	t.Helper()
+	gate := s.Payment.Failpoints.Pause(point, 1)
+	o := createOrder(t, s, key, "c-1", sku, qty)
+	select {
+	case <-gate.Reached():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("order %s never reached %s", o.OrderID, point)
+	}
+	return o, gate
 }
 
 func waitStatus(t *testing.T, s *sagatest.Stack, id, want string) orderJSON {

@@ -15,6 +15,7 @@ const (
 	ErLockWaitTimeout   = 1205 // rolls back the statement only, not the transaction
 	ErLockDeadlock      = 1213 // rolls back the whole transaction
 	ErQueryInterrupted  = 1317
+	ErConnectionKilled  = 1927 // MariaDB: the statement's session was killed (KILL CONNECTION)
 	ErServerShutdown    = 1053
 	ErTooManyConns      = 1040
 	ErReadOnly          = 1290 // e.g. during a failover
@@ -46,7 +47,7 @@ func IsTransient(err error) bool {
 		return false
 	}
 	switch MySQLErrorNumber(err) {
-	case ErLockWaitTimeout, ErLockDeadlock, ErQueryInterrupted, ErServerShutdown, ErTooManyConns, ErReadOnly:
+	case ErLockWaitTimeout, ErLockDeadlock, ErQueryInterrupted, ErConnectionKilled, ErServerShutdown, ErTooManyConns, ErReadOnly:
 		return true
 	case 0:
 	default:

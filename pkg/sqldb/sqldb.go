@@ -6,13 +6,17 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/retry"
 )
 
 // Config says where the database is and how large the pool may grow.
@@ -161,7 +165,86 @@ func WithTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) (err e
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		if commitOutcomeUnknown(err) {
+			return fmt.Errorf("commit: %w: %w", ErrCommitUnknown, err)
+		}
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
+}
+
+// ErrCommitUnknown is wrapped by WithTx's error when the COMMIT was sent and
+// no answer came back (the connection broke): the transaction may have
+// committed or not, and only the data can tell.
+var ErrCommitUnknown = errors.New("commit outcome unknown")
+
+// commitOutcomeUnknown reports whether a failed COMMIT may have committed.
+// A server error is an answer (the transaction is rolled back), and
+// driver.ErrBadConn means the driver sent nothing; any other broken
+// connection leaves the outcome open.
+func commitOutcomeUnknown(err error) bool {
+	return MySQLErrorNumber(err) == 0 && !errors.Is(err, driver.ErrBadConn) && IsTransient(err)
+}
+
+// TxRetry says how WithTxRetry retries a transaction.
+type TxRetry struct {
+	// Attempts bounds the tries, the first included (0: 3).
+	Attempts int
+	// Backoff spaces them (zero: 20 ms doubling to 200 ms, with jitter
+	// inside the bound).
+	Backoff retry.Backoff
+	// Idempotent says that running the use case twice has the effect of
+	// running it once (an idempotency key or a compare-and-set decides on
+	// the second run), so a COMMIT whose outcome is unknown is retried too.
+	// Leave it false for anything else: the caller gets ErrCommitUnknown.
+	Idempotent bool
+	// Log, if set, gets one line per retry.
+	Log *slog.Logger
+}
+
+// DefaultTxRetry is what the zero TxRetry means: three attempts, 20 ms
+// doubling to 200 ms between them. A killed session or a deadlock victim
+// succeeds on the next attempt; a database that stays down fails the use
+// case within half a second instead of holding the caller.
+var DefaultTxRetry = TxRetry{Attempts: 3, Backoff: retry.Backoff{Base: 20 * time.Millisecond, Cap: 200 * time.Millisecond}}
+
+// WithTxRetry runs fn in a transaction (WithTx) and runs the whole
+// transaction again, on a fresh connection, when it failed with a
+// transient error before COMMIT: a broken connection (a killed session, a
+// failover), a deadlock (1213) or a lock wait timeout (1205). Nothing of a
+// failed attempt is committed, so running it again is safe. A COMMIT whose
+// outcome is unknown is run again only when r.Idempotent says so. Attempts
+// are bounded and spaced by r.Backoff (有限重试：退避加抖动); a context
+// that ends stops them.
+//
+// fn may run more than once: it must compute everything it reports from
+// scratch on each run.
+func WithTxRetry(ctx context.Context, db *sqlx.DB, r TxRetry, fn func(tx *sqlx.Tx) error) error {
+	if r.Attempts <= 0 {
+		r.Attempts = DefaultTxRetry.Attempts
+	}
+	if r.Backoff.Base <= 0 {
+		r.Backoff = DefaultTxRetry.Backoff
+	}
+	for attempt := 1; ; attempt++ {
+		err := WithTx(ctx, db, fn)
+		if err == nil || attempt >= r.Attempts || ctx.Err() != nil || !r.retryable(err) {
+			return err
+		}
+		wait := r.Backoff.Delay(attempt)
+		if r.Log != nil {
+			r.Log.WarnContext(ctx, "transaction failed on a transient error; running it again", "attempt", attempt,
+				"of", r.Attempts, "wait", wait, "err", err)
+		}
+		if !retry.Wait(ctx, wait) {
+			return err
+		}
+	}
+}
+
+func (r TxRetry) retryable(err error) bool {
+	if errors.Is(err, ErrCommitUnknown) {
+		return r.Idempotent
+	}
+	return IsTransient(err)
 }

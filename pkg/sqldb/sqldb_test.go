@@ -3,9 +3,16 @@ package sqldb_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/retry"
 
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
@@ -102,5 +109,156 @@ func TestStrictModeRejectsOverlongValues(t *testing.T) {
 	_, err := db.ExecContext(ctx, "INSERT INTO consumer_inbox (consumer_name, event_id) VALUES ('c', ?)", long)
 	if sqldb.MySQLErrorNumber(err) != sqldb.ErDataTooLong {
 		t.Fatalf("insert of a 40-character event id: err = %v, want error %d (data too long)", err, sqldb.ErDataTooLong)
+	}
+}
+
+// killOwnSession kills the transaction's own session from another
+// connection, as a DBA's KILL or a failover would: the next statement or
+// the COMMIT runs on a dead connection.
+func killOwnSession(ctx context.Context, db *sqldbtest.DB, tx *sqlx.Tx) error {
+	var id int64
+	if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, "KILL CONNECTION ?", id)
+	return err
+}
+
+func onHand(t *testing.T, db *sqldbtest.DB, sku string) int {
+	t.Helper()
+	var n int
+	if err := db.Get(&n, "SELECT on_hand FROM stock WHERE sku = ?", sku); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+var fastRetry = retry.Backoff{Base: time.Millisecond, Cap: 5 * time.Millisecond}
+
+// The session is killed in the middle of the transaction: the next
+// statement fails on the broken connection, before COMMIT, so nothing was
+// committed and the whole transaction runs again on a new connection. The
+// change is made once.
+func TestWithTxRetryRunsAgainAfterAKilledSession(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ctx := context.Background()
+	attempts := 0
+	err := sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Backoff: fastRetry}, func(tx *sqlx.Tx) error {
+		attempts++
+		if _, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-1'"); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			if err := killOwnSession(ctx, db, tx); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-2'")
+		return err
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("WithTxRetry = %v after %d attempts, want success on the second", err, attempts)
+	}
+	if a, b := onHand(t, db, "SKU-1"), onHand(t, db, "SKU-2"); a != 99 || b != 499 {
+		t.Fatalf("on_hand = %d and %d, want 99 and 499 (each change once)", a, b)
+	}
+}
+
+// Two transactions lock two rows in opposite orders: InnoDB picks one as
+// the deadlock victim (1213) and rolls it back; it runs again and both
+// changes land.
+func TestWithTxRetryRunsTheDeadlockVictimAgain(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ctx := context.Background()
+	var (
+		wg         sync.WaitGroup
+		bothLocked sync.WaitGroup
+		attempts   atomic.Int32
+		errs       [2]error
+	)
+	bothLocked.Add(2)
+	for i, order := range [2][2]string{{"SKU-1", "SKU-2"}, {"SKU-2", "SKU-1"}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			first := true
+			errs[i] = sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Backoff: fastRetry}, func(tx *sqlx.Tx) error {
+				attempts.Add(1)
+				if _, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand + 1 WHERE sku = ?", order[0]); err != nil {
+					return err
+				}
+				if first {
+					first = false
+					bothLocked.Done()
+					bothLocked.Wait() // each holds its first row: the second lock closes the cycle
+				}
+				_, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand + 1 WHERE sku = ?", order[1])
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("errors %v, want both transactions to commit", errs)
+	}
+	if n := attempts.Load(); n != 3 {
+		t.Fatalf("%d attempts, want 3 (the victim ran twice)", n)
+	}
+	if a, b := onHand(t, db, "SKU-1"), onHand(t, db, "SKU-2"); a != 102 || b != 502 {
+		t.Fatalf("on_hand = %d and %d, want 102 and 502", a, b)
+	}
+}
+
+// A COMMIT sent on a connection that then breaks has an unknown outcome:
+// the transaction may be committed. It is run again only for a use case
+// that says it is idempotent; otherwise the caller gets ErrCommitUnknown.
+func TestWithTxRetryRunsAnUnknownCommitAgainOnlyWhenIdempotent(t *testing.T) {
+	t.Parallel()
+	for _, idempotent := range []bool{false, true} {
+		db := sqldbtest.New(t, "inventory")
+		ctx := context.Background()
+		attempts := 0
+		err := sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Backoff: fastRetry, Idempotent: idempotent}, func(tx *sqlx.Tx) error {
+			attempts++
+			if _, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = 7 WHERE sku = 'SKU-1'"); err != nil {
+				return err
+			}
+			if attempts == 1 {
+				return killOwnSession(ctx, db, tx) // the COMMIT goes out on a dead connection
+			}
+			return nil
+		})
+		switch {
+		case !idempotent && (!errors.Is(err, sqldb.ErrCommitUnknown) || attempts != 1):
+			t.Fatalf("not idempotent: %v after %d attempts, want ErrCommitUnknown after 1", err, attempts)
+		case idempotent && (err != nil || attempts != 2 || onHand(t, db, "SKU-1") != 7):
+			t.Fatalf("idempotent: %v after %d attempts, want success on the second", err, attempts)
+		}
+	}
+}
+
+// The retries are bounded, and only transient errors are retried.
+func TestWithTxRetryIsBoundedAndRetriesOnlyTransientErrors(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ctx := context.Background()
+	attempts := 0
+	err := sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Attempts: 4, Backoff: fastRetry}, func(tx *sqlx.Tx) error {
+		attempts++
+		return fmt.Errorf("lost: %w", mysql.ErrInvalidConn)
+	})
+	if !errors.Is(err, mysql.ErrInvalidConn) || attempts != 4 {
+		t.Fatalf("always transient: %v after %d attempts, want the error after 4", err, attempts)
+	}
+	attempts = 0
+	boom := errors.New("business rule")
+	err = sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Backoff: fastRetry}, func(tx *sqlx.Tx) error {
+		attempts++
+		return boom
+	})
+	if !errors.Is(err, boom) || attempts != 1 {
+		t.Fatalf("permanent: %v after %d attempts, want it after 1", err, attempts)
 	}
 }

@@ -23,10 +23,10 @@ import (
 // settings are the order service's own configuration, beyond the shared
 // process.Config.
 type settings struct {
-	Deadlines          order.Deadlines          // PARTICIPANT_DEADLINE, PAYMENT_DEADLINE
+	Deadlines          order.Deadlines          // PARTICIPANT_DEADLINE, PAYMENT_DEADLINE(_MARGIN), PAYMENT_OUTCOME_WAIT, PAYMENT_OUTCOME_RECHECK
 	DeadlineSweep      time.Duration            // DEADLINE_SWEEP_INTERVAL
 	DeadlineBatch      int                      // DEADLINE_SWEEP_BATCH
-	Reconcile          orderapp.ReconcileConfig // RECONCILE_GRACE, RECONCILE_REFUND_GRACE, RECONCILE_BATCH
+	Reconcile          orderapp.ReconcileConfig // RECONCILE_GRACE, RECONCILE_REFUND_GRACE, RECONCILE_BATCH, RECONCILE_WINDOW, RECONCILE_FINISHED_BATCH
 	ReconcileInterval  time.Duration            // RECONCILE_INTERVAL
 	InventoryURL       string                   // INVENTORY_URL
 	PaymentURL         string                   // PAYMENT_URL
@@ -39,6 +39,9 @@ func (s settings) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("participant_deadline", s.Deadlines.Participant.String()),
 		slog.String("payment_deadline", s.Deadlines.Payment.String()),
+		slog.String("payment_deadline_margin", s.Deadlines.PaymentMargin.String()),
+		slog.String("payment_outcome_wait", s.Deadlines.OutcomeWait.String()),
+		slog.String("payment_outcome_recheck", s.Deadlines.Recheck.String()),
 		slog.String("deadline_sweep_interval", s.DeadlineSweep.String()),
 		slog.Int("deadline_sweep_batch", s.DeadlineBatch),
 		slog.Bool("reconcile", s.ReconcileScheduled),
@@ -46,6 +49,8 @@ func (s settings) LogValue() slog.Value {
 		slog.String("reconcile_grace", s.Reconcile.Grace.String()),
 		slog.String("reconcile_refund_grace", s.Reconcile.RefundGrace.String()),
 		slog.Int("reconcile_batch", s.Reconcile.Batch),
+		slog.String("reconcile_window", s.Reconcile.Window.String()),
+		slog.Int("reconcile_finished_batch", s.Reconcile.FinishedBatch),
 		slog.String("inventory_url", process.MaskURL(s.InventoryURL)),
 		slog.String("payment_url", process.MaskURL(s.PaymentURL)),
 		slog.String("peer_timeout", s.PeerTimeout.String()),
@@ -55,15 +60,20 @@ func (s settings) LogValue() slog.Value {
 func loadSettings(env *process.Env) (settings, error) {
 	s := settings{
 		Deadlines: order.Deadlines{
-			Participant: env.Duration("PARTICIPANT_DEADLINE", order.DefaultDeadlines.Participant),
-			Payment:     env.Duration("PAYMENT_DEADLINE", order.DefaultDeadlines.Payment),
+			Participant:   env.Duration("PARTICIPANT_DEADLINE", order.DefaultDeadlines.Participant),
+			Payment:       env.Duration("PAYMENT_DEADLINE", order.DefaultDeadlines.Payment),
+			PaymentMargin: env.Duration("PAYMENT_DEADLINE_MARGIN", order.DefaultDeadlines.PaymentMargin),
+			OutcomeWait:   env.Duration("PAYMENT_OUTCOME_WAIT", order.DefaultDeadlines.OutcomeWait),
+			Recheck:       env.Duration("PAYMENT_OUTCOME_RECHECK", order.DefaultDeadlines.Recheck),
 		},
 		DeadlineSweep: env.Duration("DEADLINE_SWEEP_INTERVAL", 5*time.Second),
 		DeadlineBatch: env.Int("DEADLINE_SWEEP_BATCH", 100, 1, 1000),
 		Reconcile: orderapp.ReconcileConfig{
-			Grace:       env.Duration("RECONCILE_GRACE", orderapp.DefaultReconcile.Grace),
-			RefundGrace: env.Duration("RECONCILE_REFUND_GRACE", orderapp.DefaultReconcile.RefundGrace),
-			Batch:       env.Int("RECONCILE_BATCH", orderapp.DefaultReconcile.Batch, 1, 1000),
+			Grace:         env.Duration("RECONCILE_GRACE", orderapp.DefaultReconcile.Grace),
+			RefundGrace:   env.Duration("RECONCILE_REFUND_GRACE", orderapp.DefaultReconcile.RefundGrace),
+			Batch:         env.Int("RECONCILE_BATCH", orderapp.DefaultReconcile.Batch, 1, 1000),
+			Window:        env.Duration("RECONCILE_WINDOW", orderapp.DefaultReconcile.Window),
+			FinishedBatch: env.Int("RECONCILE_FINISHED_BATCH", orderapp.DefaultReconcile.FinishedBatch, 1, 10000),
 		},
 		ReconcileInterval:  env.Duration("RECONCILE_INTERVAL", time.Minute),
 		ReconcileScheduled: env.String("RECONCILE", "on") != "off",
@@ -72,12 +82,40 @@ func loadSettings(env *process.Env) (settings, error) {
 		PeerTimeout:        env.Duration("PEER_TIMEOUT", 5*time.Second),
 	}
 	var errs []error
+	errs = append(errs, checkDeadlineOrder(env, s.Deadlines))
+	if s.Reconcile.Window <= s.Reconcile.Grace {
+		errs = append(errs, fmt.Errorf("RECONCILE_WINDOW=%s: must be longer than RECONCILE_GRACE=%s (finished orders are compared between the two)",
+			s.Reconcile.Window, s.Reconcile.Grace))
+	}
 	for key, v := range map[string]string{"INVENTORY_URL": s.InventoryURL, "PAYMENT_URL": s.PaymentURL} {
 		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("%s=%q: want http://host:port", key, process.MaskURL(v)))
 		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// checkDeadlineOrder enforces the order of the deadlines (order.Deadlines):
+// the order asks payment only after payment's own deadline has been acted
+// on by its sweep, and gives up before inventory's reservation lease ends.
+// PAYMENT_SWEEP_INTERVAL and RESERVATION_TTL are the other services'
+// settings, read here with their defaults from the same environment.
+func checkDeadlineOrder(env *process.Env, d order.Deadlines) error {
+	paymentSweep := env.Duration("PAYMENT_SWEEP_INTERVAL", 5*time.Second)
+	lease := env.Duration("RESERVATION_TTL", 15*time.Minute)
+	var errs []error
+	if d.PaymentMargin <= paymentSweep {
+		errs = append(errs, fmt.Errorf("PAYMENT_DEADLINE_MARGIN=%s: must be longer than PAYMENT_SWEEP_INTERVAL=%s, so that payment has acted on "+
+			"its own PAYMENT_DEADLINE before the order asks", d.PaymentMargin, paymentSweep))
+	}
+	if d.GiveUp() >= lease {
+		errs = append(errs, fmt.Errorf("PAYMENT_DEADLINE + PAYMENT_DEADLINE_MARGIN + PAYMENT_OUTCOME_WAIT = %s: must be below RESERVATION_TTL=%s, "+
+			"so that the order gives up before inventory releases the stock on its own", d.GiveUp(), lease))
+	}
+	if d.Recheck > d.OutcomeWait {
+		errs = append(errs, fmt.Errorf("PAYMENT_OUTCOME_RECHECK=%s: must not be longer than PAYMENT_OUTCOME_WAIT=%s", d.Recheck, d.OutcomeWait))
+	}
+	return errors.Join(errs...)
 }
 
 // Run runs the order service until ctx ends.

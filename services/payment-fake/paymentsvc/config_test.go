@@ -63,20 +63,20 @@ func TestRunReportsBadConfiguration(t *testing.T) {
 
 func TestLoadSagaConfig(t *testing.T) {
 	env := process.NewEnv(func(string) string { return "" })
-	c, err := loadSagaConfig(env)
+	c, err := loadSagaConfig(env, 5*time.Second)
 	if err != nil || env.Err() != nil {
 		t.Fatalf("defaults: %v %v", err, env.Err())
 	}
 	if c.App.ChargeDeadline != 10*time.Minute || c.App.RefundDeadline != 30*time.Minute ||
 		c.SweepInterval != 5*time.Second || c.App.Grace != 30*time.Second || c.App.SweepBatch != 20 ||
-		c.App.Backoff.Base != 30*time.Second || c.App.Backoff.Cap != 5*time.Minute {
+		c.App.Backoff.Base != 30*time.Second || c.App.Backoff.Cap != 5*time.Minute || c.App.CancelSettle != 15*time.Second {
 		t.Errorf("defaults = %+v", c)
 	}
 
 	set := map[string]string{"PAYMENT_DEADLINE": "2m", "REFUND_DEADLINE": "1h", "PAYMENT_SWEEP_INTERVAL": "250ms",
 		"PAYMENT_SWEEP_GRACE": "1s", "PAYMENT_SWEEP_BATCH": "5", "PAYMENT_RETRY_BASE": "2s", "PAYMENT_RETRY_CAP": "20s"}
 	env = process.NewEnv(func(k string) string { return set[k] })
-	c, err = loadSagaConfig(env)
+	c, err = loadSagaConfig(env, 5*time.Second)
 	if err != nil || env.Err() != nil {
 		t.Fatalf("set: %v %v", err, env.Err())
 	}
@@ -87,15 +87,20 @@ func TestLoadSagaConfig(t *testing.T) {
 
 	bad := map[string]string{"PAYMENT_DEADLINE": "soon", "REFUND_DEADLINE": "-1m", "PAYMENT_SWEEP_BATCH": "0"}
 	env = process.NewEnv(func(k string) string { return bad[k] })
-	_, _ = loadSagaConfig(env)
+	_, _ = loadSagaConfig(env, 5*time.Second)
 	for _, key := range []string{"PAYMENT_DEADLINE", "REFUND_DEADLINE", "PAYMENT_SWEEP_BATCH"} {
 		if env.Err() == nil || !strings.Contains(env.Err().Error(), key) {
 			t.Errorf("error %v does not mention %s", env.Err(), key)
 		}
 	}
 	inverted := map[string]string{"PAYMENT_RETRY_BASE": "1m", "PAYMENT_RETRY_CAP": "10s"}
-	if _, err := loadSagaConfig(process.NewEnv(func(k string) string { return inverted[k] })); err == nil ||
+	if _, err := loadSagaConfig(process.NewEnv(func(k string) string { return inverted[k] }), 5*time.Second); err == nil ||
 		!strings.Contains(err.Error(), "PAYMENT_RETRY_CAP") {
 		t.Errorf("cap below base: %v, want an error", err)
+	}
+	short := map[string]string{"PAYMENT_CANCEL_SETTLE": "5s"}
+	if _, err := loadSagaConfig(process.NewEnv(func(k string) string { return short[k] }), 5*time.Second); err == nil ||
+		!strings.Contains(err.Error(), "PAYMENT_CANCEL_SETTLE") {
+		t.Errorf("in-flight window shorter than a charge and its query: %v, want an error", err)
 	}
 }

@@ -26,7 +26,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	env := process.NewEnv(getenv)
 	cfg := process.Load(env, "payment-fake", ":8083", "payment_service")
 	pcfg, perr := loadPSPConfig(env, cfg.HTTPAddr)
-	scfg, serr := loadSagaConfig(env)
+	scfg, serr := loadSagaConfig(env, pcfg.Timeout)
 	if err := errors.Join(env.Err(), perr, serr); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
@@ -38,7 +38,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	rt.Log.Info("psp client", "psp_url", process.MaskURL(pcfg.URL), "psp_timeout", pcfg.Timeout)
 	rt.Log.Info("payment deadlines and sweep", "payment_deadline", scfg.App.ChargeDeadline,
 		"refund_deadline", scfg.App.RefundDeadline, "sweep_interval", scfg.SweepInterval,
-		"sweep_grace", scfg.App.Grace, "sweep_batch", scfg.App.SweepBatch,
+		"sweep_grace", scfg.App.Grace, "sweep_batch", scfg.App.SweepBatch, "cancel_settle", scfg.App.CancelSettle,
 		"retry_base", scfg.App.Backoff.Base, "retry_cap", scfg.App.Backoff.Cap)
 
 	// The fake PSP keeps its books in its own tables of this schema and is
@@ -76,22 +76,30 @@ type sagaConfig struct {
 	SweepInterval time.Duration     // PAYMENT_SWEEP_INTERVAL
 }
 
-func loadSagaConfig(env *process.Env) (sagaConfig, error) {
+// pspTimeout (PSP_TIMEOUT) bounds one PSP call: the in-flight window of a
+// cancelled order's charge must cover a charge and its status query.
+func loadSagaConfig(env *process.Env, pspTimeout time.Duration) (sagaConfig, error) {
 	c := sagaConfig{
 		App: paymentapp.Config{
 			ChargeDeadline: env.Duration("PAYMENT_DEADLINE", 10*time.Minute),
 			RefundDeadline: env.Duration("REFUND_DEADLINE", 30*time.Minute),
 			Grace:          env.Duration("PAYMENT_SWEEP_GRACE", 30*time.Second),
+			CancelSettle:   env.Duration("PAYMENT_CANCEL_SETTLE", 15*time.Second),
 			SweepBatch:     env.Int("PAYMENT_SWEEP_BATCH", 20, 1, 1000),
 		},
 		SweepInterval: env.Duration("PAYMENT_SWEEP_INTERVAL", 5*time.Second),
 	}
 	c.App.Backoff.Base = env.Duration("PAYMENT_RETRY_BASE", 30*time.Second)
 	c.App.Backoff.Cap = env.Duration("PAYMENT_RETRY_CAP", 5*time.Minute)
+	var errs []error
 	if c.App.Backoff.Cap < c.App.Backoff.Base {
-		return c, fmt.Errorf("PAYMENT_RETRY_CAP=%s: must not be below PAYMENT_RETRY_BASE=%s", c.App.Backoff.Cap, c.App.Backoff.Base)
+		errs = append(errs, fmt.Errorf("PAYMENT_RETRY_CAP=%s: must not be below PAYMENT_RETRY_BASE=%s", c.App.Backoff.Cap, c.App.Backoff.Base))
 	}
-	return c, nil
+	if c.App.CancelSettle < 2*pspTimeout {
+		errs = append(errs, fmt.Errorf("PAYMENT_CANCEL_SETTLE=%s: must be at least twice PSP_TIMEOUT=%s (a charge sent before the cancel and its status query)",
+			c.App.CancelSettle, pspTimeout))
+	}
+	return c, errors.Join(errs...)
 }
 
 // pspConfig is how the payment app reaches the PSP.

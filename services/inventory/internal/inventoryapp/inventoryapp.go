@@ -103,7 +103,9 @@ func (a *App) Receive(ctx context.Context, sku string, quantity int) (inventory.
 		return inventory.Stock{}, inventory.ErrUnknownSKU
 	}
 	var s inventory.Stock
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Retried after a transient failure before COMMIT only: a receipt has
+	// no key, so a COMMIT with an unknown outcome is the caller's to check.
+	err := sqldb.WithTxRetry(ctx, a.db, sqldb.TxRetry{Log: a.log}, func(tx *sqlx.Tx) error {
 		ok, err := inventorydb.Receive(ctx, tx, sku, quantity)
 		if err != nil {
 			return err

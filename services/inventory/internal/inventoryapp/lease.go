@@ -108,7 +108,10 @@ func (a *App) expire(ctx context.Context, orderID uint64) (bool, error) {
 		expired bool
 		eventID string
 	)
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// A broken connection or a deadlock before COMMIT runs the transaction
+	// again; so does a COMMIT with an unknown outcome, because the expiry
+	// is a compare-and-set that a second run finds done.
+	err := sqldb.WithTxRetry(ctx, a.db, sqldb.TxRetry{Idempotent: true, Log: log}, func(tx *sqlx.Tx) error {
 		expired = false
 		moved, err := inventorydb.Expire(ctx, tx, orderID, to, expiredReason)
 		if err != nil || !moved {

@@ -150,36 +150,63 @@ type Order struct {
 // an order may wait in pending_inventory for inventory's answer, and in
 // awaiting_payment for the payment's outcome. Each is set, in database
 // time, by the same UPDATE that moves the order into the state, and cleared
-// by the move out of it; a sweep cancels orders whose deadline passed,
-// through the same path as a customer's cancel (CancelRequested).
+// by the move out of it; a sweep acts on orders whose deadline passed (see
+// deadline.go): pending_inventory is cancelled through the customer
+// cancel's path (CancelRequested); awaiting_payment is cancelled only after
+// payment was asked what became of the charge.
 //
-// The payment deadline must be shorter than inventory's reservation lease
-// (RESERVATION_TTL, 15m by default): the order gives up, and tells
-// inventory to release, before the stock is released on its own. An order
-// that outlives its reservation still ends consistent (inventory takes the
-// stock again on confirm or reports commit-failed, see the inventory
-// package), but that is the expensive path; the deadline keeps it rare.
+// The two services' payment deadlines are ordered, not equal: the payment
+// service parks (or closes) an unknown charge at its own PAYMENT_DEADLINE,
+// and the order asks payment only PaymentMargin later, so the order's
+// question finds the payment's own decision made, and the two never race
+// to decide one charge. PAYMENT_DEADLINE is one variable read by both
+// services; the order adds the margin.
+//
+// The order gives up before inventory's reservation lease
+// (RESERVATION_TTL, 15m by default) runs out: Payment + PaymentMargin +
+// OutcomeWait stays below it (checked at start). An order that outlives
+// its reservation still ends consistent (inventory takes the stock again
+// on confirm or reports commit-failed, see the inventory package), but
+// that is the expensive path; the deadlines keep it rare.
 type Deadlines struct {
 	Participant time.Duration // pending_inventory: inventory did not answer (PARTICIPANT_DEADLINE)
-	Payment     time.Duration // awaiting_payment: no payment outcome (PAYMENT_DEADLINE)
+	// Payment is the payment service's deadline for an unknown charge
+	// outcome (PAYMENT_DEADLINE, the same variable the payment service
+	// reads).
+	Payment time.Duration
+	// PaymentMargin: the order asks payment this long after Payment
+	// (PAYMENT_DEADLINE_MARGIN); at least the payment sweep's interval.
+	PaymentMargin time.Duration
+	// OutcomeWait bounds how much longer the order waits, asking again
+	// every Recheck, while payment says the outcome is unknown
+	// (PAYMENT_OUTCOME_WAIT, PAYMENT_OUTCOME_RECHECK).
+	OutcomeWait time.Duration
+	Recheck     time.Duration
 }
 
 // DefaultDeadlines: inventory answers in milliseconds when it is up, so two
 // minutes mean it is down or the event is lost; ten minutes for the payment
-// leaves room for a slow PSP and its status queries, and stays below the
-// 15-minute reservation lease.
-var DefaultDeadlines = Deadlines{Participant: 2 * time.Minute, Payment: 10 * time.Minute}
+// leaves room for a slow PSP and its status queries; the order asks a
+// minute after that, waits at most two more minutes for an unknown outcome,
+// and so gives up after 13 minutes, below the 15-minute reservation lease.
+var DefaultDeadlines = Deadlines{Participant: 2 * time.Minute, Payment: 10 * time.Minute,
+	PaymentMargin: time.Minute, OutcomeWait: 2 * time.Minute, Recheck: 15 * time.Second}
 
-// For returns how long an order may stay in status s (0: no deadline).
+// For returns how long an order may stay in status s before the sweep
+// looks at it (0: no deadline).
 func (d Deadlines) For(s Status) time.Duration {
 	switch s {
 	case PendingInventory:
 		return d.Participant
 	case AwaitingPayment:
-		return d.Payment
+		return d.Payment + d.PaymentMargin
 	}
 	return 0
 }
+
+// GiveUp is how long after entering awaiting_payment the order stops
+// waiting for an unknown payment outcome.
+func (d Deadlines) GiveUp() time.Duration { return d.For(AwaitingPayment) + d.OutcomeWait }
 
 // DeadlineReason is the cancel reason of an order whose deadline passed in
 // status s.

@@ -2,13 +2,15 @@ package order
 
 import "fmt"
 
-// Reconciliation (chapter: 对账). Queues at zero do not prove a saga closed:
-// a message can be routed nowhere, acked too early, or recorded wrongly.
-// The reconciler starts from the authoritative business data (orders still
-// open after a grace window, refunds still pending), asks each participant
-// what it recorded, and Classify decides, from that evidence alone, what
-// went wrong and which idempotent entry point repairs it. It is a pure
-// function so that every combination is a table-driven test.
+// Reconciliation (chapter: 对账：验证业务闭环). Queues at zero do not prove a
+// saga closed: a message can be routed nowhere, acked too early, or
+// recorded wrongly ("下游记录了错误状态"). The reconciler starts from the
+// authoritative business data (orders still open after a grace window,
+// refunds still pending, and orders that finished within a recent window),
+// asks each participant what it recorded, and Classify decides, from that
+// evidence alone, what went wrong and which idempotent entry point repairs
+// it. It is a pure function so that every combination is a table-driven
+// test.
 
 // Classification is what the reconciler concluded about one order.
 type Classification string
@@ -34,10 +36,14 @@ const (
 	// Unknown: a participant could not be asked. Nothing is decided on
 	// half the evidence; the next run asks again.
 	Unknown Classification = "unknown"
+	// Consistent: a finished order whose participants all recorded what
+	// its outcome implies. The saga is closed; the order is not looked at
+	// again (unless it changes).
+	Consistent Classification = "consistent"
 )
 
 // Classifications lists every classification.
-var Classifications = []Classification{EventNotSent, NotConsumed, ResultMissing, ReallyFailed, InProgress, Unknown}
+var Classifications = []Classification{EventNotSent, NotConsumed, ResultMissing, ReallyFailed, InProgress, Unknown, Consistent}
 
 // Difference reports whether c is a difference between the services'
 // records (what reconciliation_differences_total counts).
@@ -92,6 +98,8 @@ const (
 	PayRefunded              = "refunded"
 	PayNeedsAttention        = "needs_attention"
 	PayCancelledBeforeCharge = "cancelled_before_charge"
+	PayWithdrawn             = "withdrawn"
+	PayNone                  = "" // no record (404)
 
 	RefundReqRequested      = "requested"
 	RefundReqSucceeded      = "succeeded"
@@ -131,7 +139,16 @@ type Observation struct {
 	Payment         string
 	PaymentFailure  string // failure_reason of a failed payment
 	Refund          string // status of the payment's refund; "" when none was requested
+
+	// EarlierRepairs counts the repairs already made for this finished
+	// order that did not close it (its audit rows with outcome repaired).
+	EarlierRepairs int
 }
+
+// MaxRepairs bounds the automatic repairs of one finished order: a
+// difference that this many repairs (each through an idempotent entry
+// point, one per run) did not close is reported for an operator instead.
+const MaxRepairs = 3
 
 // Verdict is what Classify decided for one order.
 type Verdict struct {
@@ -149,8 +166,9 @@ type Verdict struct {
 }
 
 // Classify decides what the reconciler does about an order that is still
-// open after the grace window (pending_inventory, awaiting_payment) or
-// cancelled with its refund still pending. The order of the checks
+// open after the grace window (pending_inventory, awaiting_payment),
+// cancelled with its refund still pending, or finished (confirmed,
+// rejected, cancelled) within the recent window. The order of the checks
 // matters: a final result anywhere is the strongest evidence, then what
 // the first participant did, then whether our own event left.
 func Classify(o Observation) Verdict {
@@ -164,7 +182,134 @@ func Classify(o Observation) Verdict {
 	case o.Status == Cancelled && o.RefundStatus == RefundPending:
 		return classifyRefund(o)
 	}
-	return Verdict{Classification: InProgress, Action: NoAction, Why: fmt.Sprintf("order is %s: nothing open", o.Status)}
+	v := classifyFinished(o)
+	if v.Action != NoAction && v.Action != Report && o.EarlierRepairs >= MaxRepairs {
+		return report(fmt.Sprintf("%d repairs did not close the order; the last finding: %s", o.EarlierRepairs, v.Why))
+	}
+	return v
+}
+
+// classifyFinished compares a finished order with what its outcome implies
+// at each participant:
+//
+//	confirmed: the reservation committed, the payment succeeded (one charge; no refund)
+//	cancelled: the reservation released, restocked, rejected or never made
+//	           (a marker, or none); the charge none, declined, withdrawn,
+//	           closed uncharged, or refunded (refund_status refunded)
+//	rejected:  nothing reserved (rejected), nothing charged (no payment, or a marker)
+//
+// A participant that missed our event gets it again (the same event_id);
+// a result the order missed is applied; a contradiction no entry point can
+// repair is reported.
+func classifyFinished(o Observation) Verdict {
+	switch o.Status {
+	case Confirmed:
+		return classifyConfirmed(o)
+	case Cancelled:
+		return classifyCancelled(o)
+	case Rejected:
+		return classifyRejected(o)
+	}
+	return report(fmt.Sprintf("order status %q is not one the reconciler knows", o.Status))
+}
+
+func classifyConfirmed(o Observation) Verdict {
+	if o.Payment != PaySucceeded || o.Refund != "" {
+		return report(fmt.Sprintf("the order is confirmed but payment says %q (refund %q): want one succeeded charge and no refund",
+			o.Payment, o.Refund))
+	}
+	switch o.Reservation {
+	case ResCommitted:
+		return consistent("confirmed: reservation committed, charge succeeded")
+	case ResReserved, ResExpired:
+		// The stock is still held (or its lease ran out): inventory never
+		// applied order.confirmed. Sent again, it commits the sale (or,
+		// after the expiry, takes the stock again or reports
+		// commit-failed).
+		return ownEvent(o, "order.confirmed", "inventory says "+o.Reservation)
+	case ResCommitFailed:
+		return resultEvent(o, "inventory.commit-failed", "", Verdict{Classification: ResultMissing, Action: ApplyResult,
+			Trigger: InventoryCommitFailed, Reason: "stock gone after the reservation expired: " + o.ReservationReason,
+			Why: "inventory could not commit the sale (commit_failed), the order is still confirmed"})
+	}
+	return report(fmt.Sprintf("the order is confirmed but inventory says %q", o.Reservation))
+}
+
+func classifyCancelled(o Observation) Verdict {
+	refunded := o.RefundStatus == RefundRefunded
+	// The money first: a charge kept for a cancelled order is the worst
+	// difference.
+	switch {
+	case o.Payment == PaySucceeded && !refunded:
+		// The order missed payment.succeeded: recorded, it owes the
+		// refund (refund pending), and the refund's own check follows.
+		return Verdict{Classification: ResultMissing, Action: ApplyResult, Trigger: PaymentSucceeded,
+			Why: "payment says succeeded for a cancelled order whose refund is not pending: the money is owed back"}
+	case o.Payment == PayRefunded && !refunded:
+		return Verdict{Classification: ResultMissing, Action: ApplyResult, Trigger: PaymentRefunded,
+			Why: "payment says refunded, the cancelled order's refund_status does not"}
+	case refunded && o.Payment != PayRefunded:
+		return report(fmt.Sprintf("the order says refunded but payment says %q", o.Payment))
+	case o.Payment == PayNeedsAttention:
+		return report("the cancelled order's charge is parked as needs_attention at the payment service")
+	}
+	paymentClosed := o.Payment != PayPending
+	switch o.Reservation {
+	case ResReleased, ResRestocked, ResCancelledBeforeReserve, ResRejected, ResCommitFailed:
+		if !paymentClosed {
+			return Verdict{Classification: InProgress, Action: NoAction,
+				Why: "payment is settling the cancelled order's charge (a status query by its key)"}
+		}
+		return consistent(fmt.Sprintf("cancelled: reservation %s, payment %s", o.Reservation, orNone(o.Payment)))
+	case ResReserved, ResCommitted, ResExpired, "":
+		// Inventory never applied order.cancelled: stock still held or
+		// sold, or no record at all (not even the marker a cancel leaves).
+		return ownEvent(o, "order.cancelled", fmt.Sprintf("inventory says %q for a cancelled order", o.Reservation))
+	}
+	return report(fmt.Sprintf("the order is cancelled but inventory says %q", o.Reservation))
+}
+
+func classifyRejected(o Observation) Verdict {
+	if o.Reservation != ResRejected {
+		return report(fmt.Sprintf("the order is rejected but inventory says %q: want nothing reserved", o.Reservation))
+	}
+	if o.Payment != PayNone && o.Payment != PayCancelledBeforeCharge {
+		return report(fmt.Sprintf("the order is rejected but payment says %q: want nothing charged", o.Payment))
+	}
+	return consistent("rejected: nothing reserved, nothing charged")
+}
+
+// resultEvent looks at inventory's own result event of type typ: failed in
+// inventory's outbox means it never left, and a retry there reaches every
+// consumer; pending or sending means inventory's dispatcher is on it.
+// Otherwise (sent, or not readable) the fallback verdict stands. note is
+// added to the explanation.
+func resultEvent(o Observation, typ, note string, fallback Verdict) Verdict {
+	for _, e := range o.InventoryEvents {
+		if e.Type != typ {
+			continue
+		}
+		switch e.Status {
+		case OutboxFailed:
+			return Verdict{Classification: EventNotSent, Action: RepublishParticipantEvent, EventID: e.EventID, Service: "inventory",
+				Why: typ + " is failed in inventory's outbox" + note + ": retry it there, same event_id"}
+		case OutboxPending, OutboxSending:
+			return Verdict{Classification: InProgress, Action: NoAction,
+				Why: typ + " is still " + e.Status + " in inventory's outbox" + note + ": its dispatcher sends it"}
+		}
+	}
+	return fallback
+}
+
+func consistent(why string) Verdict {
+	return Verdict{Classification: Consistent, Action: NoAction, Why: why}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func classifyOpen(o Observation) Verdict {
@@ -180,7 +325,7 @@ func classifyOpen(o Observation) Verdict {
 	case PayNeedsAttention:
 		return report("payment parked the charge as needs_attention (outcome unknown at its deadline); " +
 			"an operator resolves it at the payment service, never by charging again")
-	case PayCancelledBeforeCharge, PayRefunded:
+	case PayCancelledBeforeCharge, PayRefunded, PayWithdrawn:
 		return report(fmt.Sprintf("payment says %s although the order is still %s", o.Payment, o.Status))
 	}
 
@@ -224,25 +369,10 @@ func classifyPendingInventory(o Observation) Verdict {
 	return report(fmt.Sprintf("inventory says %q although the order is still pending_inventory", o.Reservation))
 }
 
-// participantEvent looks at inventory's inventory.reserved: failed in
-// inventory's outbox means it never left, and a retry there reaches every
-// consumer; pending or sending means inventory's dispatcher is on it.
-// Otherwise (sent, or not readable) the fallback verdict stands.
+// participantEvent looks at inventory's inventory.reserved (who: why it
+// matters) through resultEvent.
 func participantEvent(o Observation, who string, fallback Verdict) Verdict {
-	for _, e := range o.InventoryEvents {
-		if e.Type != "inventory.reserved" {
-			continue
-		}
-		switch e.Status {
-		case OutboxFailed:
-			return Verdict{Classification: EventNotSent, Action: RepublishParticipantEvent, EventID: e.EventID, Service: "inventory",
-				Why: "inventory.reserved is failed in inventory's outbox (" + who + "): retry it there, same event_id"}
-		case OutboxPending, OutboxSending:
-			return Verdict{Classification: InProgress, Action: NoAction,
-				Why: "inventory.reserved is still " + e.Status + " in inventory's outbox: its dispatcher sends it"}
-		}
-	}
-	return fallback
+	return resultEvent(o, "inventory.reserved", " ("+who+")", fallback)
 }
 
 // ownEvent classifies by our latest event of type typ: not sent yet, or

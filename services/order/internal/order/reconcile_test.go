@@ -26,8 +26,13 @@ func TestDeadlines(t *testing.T) {
 			}
 		}
 	}
-	if DefaultDeadlines.Payment >= 15*time.Minute {
-		t.Errorf("default payment deadline %v must stay below the default reservation lease (15m)", DefaultDeadlines.Payment)
+	if DefaultDeadlines.GiveUp() >= 15*time.Minute {
+		t.Errorf("default payment deadline, margin and wait (%v) must stay below the default reservation lease (15m)", DefaultDeadlines.GiveUp())
+	}
+	// The order asks payment only after payment's own deadline.
+	d.PaymentMargin = time.Minute
+	if got := d.For(AwaitingPayment); got != 4*time.Minute {
+		t.Errorf("For(awaiting_payment) with a margin = %v, want the payment's deadline plus the margin (4m)", got)
 	}
 	if DeadlineReason(PendingInventory) != "inventory did not answer in time" || DeadlineReason(AwaitingPayment) != "payment deadline passed" {
 		t.Errorf("deadline reasons: %q, %q", DeadlineReason(PendingInventory), DeadlineReason(AwaitingPayment))
@@ -49,6 +54,17 @@ func TestClassify(t *testing.T) {
 			InventoryAnswered: true, PaymentAnswered: true}
 	}
 	with := func(o Observation, f func(*Observation)) Observation { f(&o); return o }
+	finished := []EventState{{EventID: "e-created", Type: "order.created", Status: OutboxSent},
+		{EventID: "e-confirm", Type: "order.confirmed", Status: OutboxSent},
+		{EventID: "e-cancel", Type: "order.cancelled", Status: OutboxSent}}
+	done := func(s Status, refund RefundStatus, reservation, payment string) Observation {
+		o := Observation{Status: s, RefundStatus: refund, OwnEvents: finished, InventoryAnswered: true, PaymentAnswered: true,
+			Reservation: reservation, Payment: payment}
+		if payment == PayRefunded {
+			o.Refund = RefundReqSucceeded
+		}
+		return o
+	}
 
 	tests := []struct {
 		name    string
@@ -132,8 +148,49 @@ func TestClassify(t *testing.T) {
 			InventoryAnswered: true, PaymentAnswered: true, Payment: PaySucceeded},
 			EventNotSent, RepublishEvent, "", "e-cancel"},
 
-		{"confirmed order", Observation{Status: Confirmed, RefundStatus: RefundNone, InventoryAnswered: true, PaymentAnswered: true},
-			InProgress, NoAction, "", ""},
+		// finished orders: what each participant recorded against what the
+		// outcome implies
+		{"confirmed, closed", done(Confirmed, RefundNone, ResCommitted, PaySucceeded), Consistent, NoAction, "", ""},
+		{"confirmed, order.confirmed never reached inventory", done(Confirmed, RefundNone, ResReserved, PaySucceeded),
+			NotConsumed, ResendEvent, "", "e-confirm"},
+		{"confirmed, the lease ran out waiting for order.confirmed", done(Confirmed, RefundNone, ResExpired, PaySucceeded),
+			NotConsumed, ResendEvent, "", "e-confirm"},
+		{"confirmed, our order.confirmed failed", with(done(Confirmed, RefundNone, ResReserved, PaySucceeded), func(o *Observation) {
+			o.OwnEvents = []EventState{{EventID: "e-confirm", Type: "order.confirmed", Status: OutboxFailed}}
+		}), EventNotSent, RepublishEvent, "", "e-confirm"},
+		{"confirmed, our order.confirmed being sent", with(done(Confirmed, RefundNone, ResReserved, PaySucceeded), func(o *Observation) {
+			o.OwnEvents = []EventState{{EventID: "e-confirm", Type: "order.confirmed", Status: OutboxSending}}
+		}), InProgress, NoAction, "", ""},
+		{"confirmed, commit failed and the order missed it", done(Confirmed, RefundNone, ResCommitFailed, PaySucceeded),
+			ResultMissing, ApplyResult, InventoryCommitFailed, ""},
+		{"confirmed, inventory's commit-failed failed in its outbox", with(done(Confirmed, RefundNone, ResCommitFailed, PaySucceeded), func(o *Observation) {
+			o.InventoryEvents = []EventState{{EventID: "e-cf", Type: "inventory.commit-failed", Status: OutboxFailed}}
+		}), EventNotSent, RepublishParticipantEvent, "", "e-cf"},
+		{"confirmed, released stock", done(Confirmed, RefundNone, ResReleased, PaySucceeded), ReallyFailed, Report, "", ""},
+		{"confirmed, payment refunded", done(Confirmed, RefundNone, ResCommitted, PayRefunded), ReallyFailed, Report, "", ""},
+		{"confirmed, no payment", done(Confirmed, RefundNone, ResCommitted, PayNone), ReallyFailed, Report, "", ""},
+		{"confirmed, repairs did not close it", with(done(Confirmed, RefundNone, ResReserved, PaySucceeded), func(o *Observation) {
+			o.EarlierRepairs = MaxRepairs
+		}), ReallyFailed, Report, "", ""},
+		{"cancelled, released, nothing charged", done(Cancelled, RefundNone, ResReleased, PayNone), Consistent, NoAction, "", ""},
+		{"cancelled, released, payment withdrawn", done(Cancelled, RefundNone, ResReleased, PayWithdrawn), Consistent, NoAction, "", ""},
+		{"cancelled, released, declined", done(Cancelled, RefundNone, ResReleased, PayFailed), Consistent, NoAction, "", ""},
+		{"cancelled before anything", done(Cancelled, RefundNone, ResCancelledBeforeReserve, PayCancelledBeforeCharge), Consistent, NoAction, "", ""},
+		{"cancelled, inventory had rejected", done(Cancelled, RefundNone, ResRejected, PayNone), Consistent, NoAction, "", ""},
+		{"cancelled after confirm, restocked and refunded", done(Cancelled, RefundRefunded, ResRestocked, PayRefunded), Consistent, NoAction, "", ""},
+		{"cancelled, stock still held", done(Cancelled, RefundNone, ResReserved, PayWithdrawn), NotConsumed, ResendEvent, "", "e-cancel"},
+		{"cancelled, inventory has no record", done(Cancelled, RefundNone, "", PayNone), NotConsumed, ResendEvent, "", "e-cancel"},
+		{"cancelled, payment settling", done(Cancelled, RefundNone, ResReleased, PayPending), InProgress, NoAction, "", ""},
+		{"cancelled, a charge the order never heard of", done(Cancelled, RefundNone, ResReleased, PaySucceeded),
+			ResultMissing, ApplyResult, PaymentSucceeded, ""},
+		{"cancelled, refunded but the order missed it", done(Cancelled, RefundNone, ResRestocked, PayRefunded),
+			ResultMissing, ApplyResult, PaymentRefunded, ""},
+		{"cancelled, refunded says the order only", done(Cancelled, RefundRefunded, ResRestocked, PaySucceeded), ReallyFailed, Report, "", ""},
+		{"cancelled, charge parked", done(Cancelled, RefundNone, ResReleased, PayNeedsAttention), ReallyFailed, Report, "", ""},
+		{"rejected, nothing reserved or charged", done(Rejected, RefundNone, ResRejected, PayNone), Consistent, NoAction, "", ""},
+		{"rejected, a cancel marker at payment", done(Rejected, RefundNone, ResRejected, PayCancelledBeforeCharge), Consistent, NoAction, "", ""},
+		{"rejected, stock held", done(Rejected, RefundNone, ResReserved, PayNone), ReallyFailed, Report, "", ""},
+		{"rejected, charged", done(Rejected, RefundNone, ResRejected, PaySucceeded), ReallyFailed, Report, "", ""},
 	}
 	for _, tt := range tests {
 		got := Classify(tt.obs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -22,19 +23,34 @@ import (
 //
 // One round (ExpireDeadlines):
 //
-//	SELECT id FROM orders WHERE deadline_at <= NOW(6)        -- candidates, no lock
+//	SELECT id, status FROM orders WHERE deadline_at <= NOW(6)  -- candidates, no lock
 //	  ORDER BY deadline_at LIMIT batch
-//	per order, one transaction:
-//	  SELECT ... WHERE id = ? AND deadline_at <= NOW(6)      -- re-check under the row lock;
-//	    FOR UPDATE SKIP LOCKED                               -- a row someone else holds is skipped
-//	  CancelRequested, reason from the state                 -- the customer cancel's decision:
-//	  UPDATE orders ... WHERE id = ? AND status = ?          --   compare-and-set, deadline cleared
+//	per order in awaiting_payment, no transaction open:
+//	  GET /payments/{id}/outcome                                -- ask before cancelling: payment
+//	  order.AtPaymentDeadline                                   --   answers from its record or the PSP
+//	  wait: UPDATE orders SET deadline_at = NOW(6) + recheck    -- compare-and-set; asked again later
+//	    WHERE id = ? AND status = ? AND deadline_at <= NOW(6)
+//	per order to cancel, one transaction:
+//	  SELECT ... WHERE id = ? AND deadline_at <= NOW(6)        -- re-check under the row lock;
+//	    FOR UPDATE SKIP LOCKED                                 -- a row someone else holds is skipped
+//	  CancelRequested, reason from the state                   -- the customer cancel's decision:
+//	  UPDATE orders ... WHERE id = ? AND status = ?            --   compare-and-set, deadline cleared
 //	  INSERT order_history, outbox.Add (OrderCancelled)
 //	COMMIT, wake the dispatcher
 //
+// The chapter asks how a charge whose outcome is unknown at the deadline is
+// looked up rather than cancelled blindly (扣款超时结果未知时，如何查询，而不是
+// 直接取消): payment is asked first, and it asks the PSP by the charge's
+// idempotency key when its own record is not decided. A paid order is never
+// cancelled by its deadline; an unknown outcome is waited for, asking again
+// every Recheck, until Deadlines.GiveUp, and only then cancelled (a charge
+// that lands later is refunded). The order's payment deadline comes
+// PaymentMargin after the payment service's own, so payment has parked or
+// closed its side before the order asks.
+//
 // OrderCancelled makes inventory release the reservation (or leave a marker
-// if it never saw the order) and payment refund what it charged (or leave a
-// marker so a late charge request charges nothing).
+// if it never saw the order) and payment withdraw a charge not sent yet,
+// or refund what it charged.
 //
 // Several sweepers (goroutines, instances) may propose the same order: the
 // first one locks it; the others skip it while it is locked, and after the
@@ -56,30 +72,34 @@ func init() {
 type DeadlineRound struct {
 	Found     int // orders read as past their deadline
 	Cancelled int // of those, the ones this round cancelled (the others moved or were held by someone else)
+	Waiting   int // left waiting for the payment's outcome, their deadline moved by Recheck
 }
 
 // ExpireDeadlines is one round of the deadline sweep over up to limit
 // orders. An error on one order does not stop the others; the errors are
 // joined. The loop calls it; tests call it directly.
 func (a *App) ExpireDeadlines(ctx context.Context, limit int) (DeadlineRound, error) {
-	ids, err := orderdb.PastDeadline(ctx, a.db, limit)
+	due, err := orderdb.PastDeadline(ctx, a.db, limit)
 	if err != nil {
 		return DeadlineRound{}, err
 	}
-	round := DeadlineRound{Found: len(ids)}
+	round := DeadlineRound{Found: len(due)}
 	var errs []error
-	for _, id := range ids {
+	for _, d := range due {
 		if ctx.Err() != nil {
 			errs = append(errs, ctx.Err())
 			break
 		}
-		cancelled, err := a.expireDeadline(ctx, id)
+		outcome, err := a.expireDeadline(ctx, d)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("order %d: %w", id, err))
+			errs = append(errs, fmt.Errorf("order %d: %w", d.ID, err))
 			continue
 		}
-		if cancelled {
+		switch outcome {
+		case order.DeadlineCancel:
 			round.Cancelled++
+		case order.DeadlineWait:
+			round.Waiting++
 		}
 	}
 	if round.Cancelled > 0 {
@@ -88,41 +108,80 @@ func (a *App) ExpireDeadlines(ctx context.Context, limit int) (DeadlineRound, er
 	return round, errors.Join(errs...)
 }
 
-// expireDeadline cancels one order if, under its row lock, it is still past
-// its deadline, and reports whether it did.
-func (a *App) expireDeadline(ctx context.Context, id uint64) (bool, error) {
+// expireDeadline acts on one order past its deadline: it cancels it if,
+// under its row lock, it is still past its deadline (for awaiting_payment,
+// once payment's answer allows it), or postpones the deadline to ask
+// payment again. It reports what it did ("" for nothing: the order moved).
+func (a *App) expireDeadline(ctx context.Context, d orderdb.Due) (order.DeadlineAction, error) {
 	if err := failpoint.Inject(ctx, FailpointDeadlineBeforeCancel); err != nil {
-		return false, err
+		return "", err
 	}
-	log := a.log.With("order_id", id, "job", "deadline-sweep")
+	log := a.log.With("order_id", d.ID, "job", "deadline-sweep")
+	status := order.Status(d.Status)
+	reason := order.DeadlineReason(status)
+	if status == order.AwaitingPayment {
+		dec := a.askPayment(ctx, log, d)
+		if dec.Action == order.DeadlineWait {
+			postponed, err := orderdb.PostponeDeadline(ctx, a.db, d.ID, status, a.cfg.Deadlines.Recheck)
+			if err != nil || !postponed {
+				return "", err // moved meanwhile: nothing to wait for
+			}
+			log.InfoContext(ctx, "payment deadline passed; not cancelled", "why", dec.Why,
+				"asked_again_in", a.cfg.Deadlines.Recheck.String(), "waited", d.Waited().String())
+			return order.DeadlineWait, nil
+		}
+		reason = dec.Reason
+	}
 	var (
 		cancelled bool
 		from      order.Status
-		reason    string
 	)
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Idempotent: a second run finds the order no longer past its deadline.
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		cancelled = false
-		o, ok, err := orderdb.LockPastDeadline(ctx, tx, id)
-		if err != nil || !ok {
+		o, ok, err := orderdb.LockPastDeadline(ctx, tx, d.ID)
+		if err != nil || !ok || o.Status != status {
 			return err // moved meanwhile, or held by someone else: the next round sees it
 		}
-		from, reason = o.Status, order.DeadlineReason(o.Status)
+		from = o.Status
 		cancelled, err = a.decide(ctx, tx, log, o, order.CancelRequested, reason, cause{actor: ActorDeadline})
 		if err == nil && !cancelled {
 			// A deadline on a state that cannot be cancelled is a bug in
 			// the deadline table; say so loudly, do not loop on it.
-			return fmt.Errorf("order %d in status %s has a deadline but cannot be cancelled", id, o.Status)
+			return fmt.Errorf("order %d in status %s has a deadline but cannot be cancelled", d.ID, o.Status)
 		}
 		return err
 	})
-	if err != nil {
-		return false, err
+	if err != nil || !cancelled {
+		return "", err
 	}
-	if cancelled {
-		a.metrics.deadlinesExpired.WithLabelValues(string(from)).Inc()
-		log.WarnContext(ctx, "deadline passed; order cancelled", "status", from, "reason", reason)
+	a.metrics.deadlinesExpired.WithLabelValues(string(from)).Inc()
+	log.WarnContext(ctx, "deadline passed; order cancelled", "status", from, "reason", reason)
+	return order.DeadlineCancel, nil
+}
+
+// askPayment asks payment what became of the order's charge, outside any
+// transaction, and decides from the answer (order.AtPaymentDeadline). An
+// answer that cannot be had counts as an unknown outcome: waited for, not
+// read as "not charged".
+func (a *App) askPayment(ctx context.Context, log *slog.Logger, d orderdb.Due) order.DeadlineDecision {
+	outcome := order.OutcomeNotAsked
+	if a.cfg.Peers != nil {
+		ans, answer, err := a.cfg.Peers.PaymentOutcome(ctx, d.ID)
+		switch {
+		case err != nil:
+			log.WarnContext(ctx, "payment deadline: payment could not be asked", "err", err)
+		case ans == nil:
+			outcome = order.OutcomeNoPayment
+		default:
+			outcome = ans.Outcome
+			log.InfoContext(ctx, "payment deadline: payment answered", "outcome", ans.Outcome, "source", ans.Source,
+				"payment_status", ans.PaymentStatus, "detail", ans.Detail, "answered_at", answer.AnsweredAt)
+		}
 	}
-	return cancelled, nil
+	dec := order.AtPaymentDeadline(outcome, d.Waited() >= a.cfg.Deadlines.GiveUp())
+	a.metrics.deadlineChecks.WithLabelValues(outcome, string(dec.Action)).Inc()
+	return dec
 }
 
 // RunDeadlineSweep runs the sweep every interval until ctx ends. Each tick

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
@@ -15,22 +16,27 @@ import (
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
+	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
-var testDeadlines = order.Deadlines{Participant: 2 * time.Minute, Payment: 10 * time.Minute}
+var testDeadlines = order.Deadlines{Participant: 2 * time.Minute, Payment: 10 * time.Minute,
+	PaymentMargin: time.Minute, OutcomeWait: 2 * time.Minute, Recheck: 15 * time.Second}
 
-// deadlineFixture is an order app with the default deadlines and its own
-// metrics registry. newApp makes another app on the same database: a
-// restarted process, or a second instance.
+// deadlineFixture is an order app with the default deadlines, its own
+// metrics registry and a fake payment service to ask at the payment
+// deadline (no record of any order unless a test sets an outcome). newApp
+// makes another app on the same database: a restarted process, or a
+// second instance.
 type deadlineFixture struct {
 	*fixture
-	reg *prometheus.Registry
+	reg     *prometheus.Registry
+	payment *peer
 }
 
 func newDeadlineFixture(t *testing.T) *deadlineFixture {
 	t.Helper()
 	db := sqldbtest.New(t, "order")
-	f := &deadlineFixture{fixture: &fixture{db: db.DB}}
+	f := &deadlineFixture{fixture: &fixture{db: db.DB}, payment: newPeer(t, "/payments/", adminToken)}
 	f.app, f.reg = f.newApp()
 	f.cons = inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: db.DB, Handlers: orderbindings.Handlers(f.app), Log: quiet})
 	return f
@@ -38,7 +44,8 @@ func newDeadlineFixture(t *testing.T) *deadlineFixture {
 
 func (f *deadlineFixture) newApp() (*orderapp.App, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
-	return orderapp.New(f.db, func() {}, quiet, orderapp.Config{Deadlines: testDeadlines, Registerer: reg}), reg
+	peers := peerclient.New("http://127.0.0.1:1", f.payment.srv.URL, adminToken, 2*time.Second)
+	return orderapp.New(f.db, func() {}, quiet, orderapp.Config{Deadlines: testDeadlines, Peers: peers, Registerer: reg}), reg
 }
 
 // pass moves an order's deadline into the past: what a clock would do.
@@ -80,7 +87,10 @@ func TestDeadlineFollowsTheState(t *testing.T) {
 		t.Fatal("the domain order has no deadline")
 	}
 	f.deliver(t, reserved(t, o))
-	within("awaiting_payment", f.secondsLeft(t, o.ID), testDeadlines.Payment)
+	within("awaiting_payment", f.secondsLeft(t, o.ID), testDeadlines.For(order.AwaitingPayment))
+	if want := testDeadlines.Payment + testDeadlines.PaymentMargin; testDeadlines.For(order.AwaitingPayment) != want {
+		t.Fatalf("awaiting_payment deadline %v, want the payment's %v plus the margin", testDeadlines.For(order.AwaitingPayment), want)
+	}
 	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
 	if left := f.secondsLeft(t, o.ID); left != nil {
 		t.Fatalf("confirmed order still has a deadline in %v s", *left)
@@ -308,5 +318,192 @@ func TestDeadlineSweepSkipsALockedOrder(t *testing.T) {
 	}
 	if round, err := f.app.ExpireDeadlines(ctx, 10); err != nil || round.Cancelled != 1 {
 		t.Fatalf("round after the lock = %+v %v", round, err)
+	}
+}
+
+// The sweep's database session is killed in the middle of its transaction
+// (here while its history insert waits behind a table lock the test holds):
+// the transaction failed before COMMIT, so it runs again on a new
+// connection, and the order is cancelled once, in the same round.
+func TestDeadlineSweepSurvivesAKilledSession(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	ctx := context.Background()
+	o, _, _ := f.app.Create(ctx, "killed", twoKeyboards)
+	f.pass(t, o.ID)
+
+	conn, err := f.db.Connx(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "LOCK TABLES order_history WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		round orderapp.DeadlineRound
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		round, err := f.app.ExpireDeadlines(ctx, 10)
+		done <- result{round, err}
+	}()
+	// The sweep holds the order's row lock and waits for the table lock
+	// (order_history's, or that of orders, which the lock covers through
+	// the foreign key).
+	var victim int64
+	deadline := time.Now().Add(10 * time.Second)
+	for victim == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep never opened its transaction")
+		}
+		_ = f.db.Get(&victim, `SELECT COALESCE(MAX(ID), 0) FROM information_schema.PROCESSLIST
+WHERE DB = DATABASE() AND ID <> ? AND STATE LIKE '%metadata lock%'`, connID(t, conn))
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := f.db.Exec("KILL CONNECTION ?", victim); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.round.Cancelled != 1 {
+		t.Fatalf("round with a killed session = %+v %v, want the order cancelled", r.round, r.err)
+	}
+	if got := f.status(t, o.ID); got.Status != order.Cancelled {
+		t.Fatalf("order %s, want cancelled", got.Status)
+	}
+	deadlineMoves := 0
+	for _, h := range f.history(t, o.ID) {
+		if h.Actor == orderapp.ActorDeadline {
+			deadlineMoves++
+		}
+	}
+	if n := len(outboxOf(f.fixture, t, o.ID, events.OrderCancelled)); n != 1 || deadlineMoves != 1 {
+		t.Fatalf("%d order.cancelled rows and %d deadline history rows, want 1 and 1", n, deadlineMoves)
+	}
+}
+
+func connID(t *testing.T, conn *sqlx.Conn) int64 {
+	t.Helper()
+	var id int64
+	if err := conn.GetContext(context.Background(), &id, "SELECT CONNECTION_ID()"); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// age pretends the order entered its state ago in the past (updated_at),
+// with its deadline passed: how long it has waited bounds the wait for an
+// unknown payment outcome.
+func (f *deadlineFixture) age(t *testing.T, id uint64, ago time.Duration) {
+	t.Helper()
+	if _, err := f.db.Exec(`UPDATE orders SET updated_at = TIMESTAMPADD(MICROSECOND, -?, NOW(6)),
+  deadline_at = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE id = ?`, ago.Microseconds(), id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *deadlineFixture) checks(t *testing.T, outcome string, action order.DeadlineAction) float64 {
+	t.Helper()
+	return (&recon{reg: f.reg}).counter(t, "order_payment_deadline_checks_total", "outcome", outcome, "decision", string(action))
+}
+
+// At the payment deadline the sweep asks payment what became of the charge
+// before it cancels (扣款超时结果未知时，先查询，而不是直接取消), and decides from the
+// answer: a paid order is never cancelled; nothing charged or declined is
+// cancelled; an unknown outcome, or a payment service that cannot be
+// asked, is waited for (the deadline moves by Recheck) until the wait is
+// over, and only then cancelled, with a reason that says so.
+func TestPaymentDeadlineAsksPaymentBeforeCancelling(t *testing.T) {
+	t.Parallel()
+	overdue := testDeadlines.GiveUp() + time.Second
+	tests := []struct {
+		name    string
+		outcome string // "" : payment has no record (404); "broken": 500
+		waited  time.Duration
+		want    order.DeadlineAction
+		reason  string
+		label   string
+	}{
+		{"paid", order.OutcomeSucceeded, 0, order.DeadlineWait, "", order.OutcomeSucceeded},
+		{"paid, long after", order.OutcomeSucceeded, overdue, order.DeadlineWait, "", order.OutcomeSucceeded},
+		{"declined", order.OutcomeDeclined, 0, order.DeadlineCancel, "payment deadline passed", order.OutcomeDeclined},
+		{"never charged", order.OutcomeNotCharged, 0, order.DeadlineCancel, "payment deadline passed", order.OutcomeNotCharged},
+		{"no payment", "", 0, order.DeadlineCancel, "payment deadline passed", order.OutcomeNoPayment},
+		{"unknown", order.OutcomeUnknown, 0, order.DeadlineWait, "", order.OutcomeUnknown},
+		{"unknown, the wait over", order.OutcomeUnknown, overdue, order.DeadlineCancel,
+			"payment deadline passed with the charge's outcome unknown (a late charge is refunded)", order.OutcomeUnknown},
+		{"payment down", "broken", 0, order.DeadlineWait, "", order.OutcomeNotAsked},
+		{"payment down, the wait over", "broken", overdue, order.DeadlineCancel,
+			"payment deadline passed with the charge's outcome unknown (a late charge is refunded)", order.OutcomeNotAsked},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newDeadlineFixture(t)
+			ctx := context.Background()
+			o, _, _ := f.app.Create(ctx, "k", twoKeyboards)
+			f.deliver(t, reserved(t, o))
+			switch tt.outcome {
+			case "":
+			case "broken":
+				f.payment.setStatus(o.ID, 500)
+			default:
+				f.payment.setOutcome(o.ID, tt.outcome)
+			}
+			f.age(t, o.ID, tt.waited)
+
+			round, err := f.app.ExpireDeadlines(ctx, 10)
+			if err != nil || round.Found != 1 {
+				t.Fatalf("round = %+v %v", round, err)
+			}
+			if n := f.payment.hit("GET /payments/" + itoa(o.ID) + "/outcome"); n != 1 {
+				t.Fatalf("payment asked %d times, want once before deciding", n)
+			}
+			got := f.status(t, o.ID)
+			switch tt.want {
+			case order.DeadlineWait:
+				left := f.secondsLeft(t, o.ID)
+				if round.Waiting != 1 || got.Status != order.AwaitingPayment || left == nil ||
+					*left > testDeadlines.Recheck.Seconds() || *left < testDeadlines.Recheck.Seconds()-10 {
+					t.Fatalf("round %+v, order %s, deadline in %v s: want it waiting, asked again in %v", round, got.Status, left, testDeadlines.Recheck)
+				}
+				if n := len(outboxOf(f.fixture, t, o.ID, events.OrderCancelled)); n != 0 {
+					t.Fatalf("%d order.cancelled events for an order left waiting", n)
+				}
+			case order.DeadlineCancel:
+				if round.Cancelled != 1 || got.Status != order.Cancelled || got.StatusReason != tt.reason {
+					t.Fatalf("round %+v, order %s %q: want cancelled %q", round, got.Status, got.StatusReason, tt.reason)
+				}
+			}
+			if n := f.checks(t, tt.label, tt.want); n != 1 {
+				t.Fatalf("order_payment_deadline_checks_total{%s,%s} = %v, want 1", tt.label, tt.want, n)
+			}
+		})
+	}
+}
+
+// A paid order whose payment.succeeded is late: the sweep waits, the event
+// arrives, the order is confirmed, and the next round has nothing to do.
+func TestPaymentDeadlineWaitsForALatePaymentSucceeded(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	ctx := context.Background()
+	o, _, _ := f.app.Create(ctx, "k", twoKeyboards)
+	f.deliver(t, reserved(t, o))
+	f.payment.setOutcome(o.ID, order.OutcomeSucceeded)
+	f.pass(t, o.ID)
+	if round, err := f.app.ExpireDeadlines(ctx, 10); err != nil || round.Waiting != 1 {
+		t.Fatalf("round = %+v %v, want the order left waiting", round, err)
+	}
+	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
+	if got := f.status(t, o.ID); got.Status != order.Confirmed || !got.DeadlineAt.IsZero() {
+		t.Fatalf("order %s, deadline %v: want confirmed, no deadline", got.Status, got.DeadlineAt)
+	}
+	if round, err := f.app.ExpireDeadlines(ctx, 10); err != nil || round.Found != 0 {
+		t.Fatalf("next round = %+v %v, want nothing past its deadline", round, err)
 	}
 }

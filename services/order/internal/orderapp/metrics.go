@@ -25,6 +25,7 @@ import (
 // reports the same value (aggregate with max()).
 type metrics struct {
 	deadlinesExpired *prometheus.CounterVec
+	deadlineChecks   *prometheus.CounterVec
 	differences      *prometheus.CounterVec
 	repairs          *prometheus.CounterVec
 	runs             *prometheus.CounterVec
@@ -36,6 +37,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "order_deadlines_expired_total",
 			Help: "Orders cancelled by the deadline sweep, by the state whose deadline passed.",
 		}, []string{"status"}),
+		deadlineChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "order_payment_deadline_checks_total",
+			Help: "Orders whose payment deadline passed, by what payment said of the charge (succeeded, declined, refunded, not_charged, unknown, no_payment, not_asked) and what the sweep did (cancel, wait).",
+		}, []string{"outcome", "decision"}),
 		differences: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reconciliation_differences_total",
 			Help: "Orders the reconciler found whose records differ between the services, by classification.",
@@ -54,6 +59,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, s := range []order.Status{order.PendingInventory, order.AwaitingPayment} {
 		m.deadlinesExpired.WithLabelValues(string(s))
 	}
+	for _, o := range order.Outcomes {
+		for _, giveUp := range []bool{false, true} {
+			m.deadlineChecks.WithLabelValues(o, string(order.AtPaymentDeadline(o, giveUp).Action))
+		}
+	}
 	for _, c := range order.Classifications {
 		if c.Difference() {
 			m.differences.WithLabelValues(string(c))
@@ -68,13 +78,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.runs.WithLabelValues("schedule")
 	m.runs.WithLabelValues("admin")
 	if reg != nil {
-		reg.MustRegister(m.deadlinesExpired, m.differences, m.repairs, m.runs)
+		reg.MustRegister(m.deadlinesExpired, m.deadlineChecks, m.differences, m.repairs, m.runs)
 	}
 	return m
 }
 
 // Collector returns the scrape-time gauges: orders_oldest_open_age_seconds
-// and orders_past_deadline, read from the orders table.
+// and orders_past_deadline, read from the orders table, and
+// reconciliation_needs_attention, from reconciliation_checks.
 func (a *App) Collector() prometheus.Collector {
 	return &collector{app: a,
 		oldest: prometheus.NewDesc("orders_oldest_open_age_seconds",
@@ -83,17 +94,21 @@ func (a *App) Collector() prometheus.Collector {
 		pastDeadline: prometheus.NewDesc("orders_past_deadline",
 			"Open orders whose deadline passed and that the sweep has not cancelled yet (the sweep is behind or failing).",
 			nil, nil),
+		needsAttention: prometheus.NewDesc("reconciliation_needs_attention",
+			"Finished orders the reconciler found differing from a participant's records and could not repair: parked for an operator (reconciliation_checks).",
+			nil, nil),
 	}
 }
 
 type collector struct {
-	app                  *App
-	oldest, pastDeadline *prometheus.Desc
+	app                                  *App
+	oldest, pastDeadline, needsAttention *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldest
 	ch <- c.pastDeadline
+	ch <- c.needsAttention
 }
 
 // scrapeTimeout bounds the queries of one scrape.
@@ -114,4 +129,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, g.OldestOpen[s], string(s))
 	}
 	ch <- prometheus.MustNewConstMetric(c.pastDeadline, prometheus.GaugeValue, float64(g.PastDeadline))
+	ch <- prometheus.MustNewConstMetric(c.needsAttention, prometheus.GaugeValue, float64(g.NeedsAttention))
 }

@@ -7,9 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// orders_oldest_open_age_seconds and orders_past_deadline are read from the
-// table at scrape time: an order stuck in a state shows its age even when
-// every queue is empty.
+// orders_oldest_open_age_seconds, orders_past_deadline and
+// reconciliation_needs_attention are read from the tables at scrape time:
+// an order stuck in a state shows its age even when every queue is empty.
 func TestOpenOrderGauges(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
@@ -33,8 +33,9 @@ func TestOpenOrderGauges(t *testing.T) {
 		}
 		return out
 	}
-	if g := gauges(); g["orders_past_deadline"] != 0 || g["orders_oldest_open_age_seconds{pending_inventory}"] != 0 || len(g) != 3 {
-		t.Fatalf("empty table: %v, want three series at 0", g)
+	if g := gauges(); g["orders_past_deadline"] != 0 || g["orders_oldest_open_age_seconds{pending_inventory}"] != 0 ||
+		g["reconciliation_needs_attention"] != 0 || len(g) != 4 {
+		t.Fatalf("empty table: %v, want four series at 0", g)
 	}
 	o, _, _ := f.app.Create(context.Background(), "old", twoKeyboards)
 	if _, err := f.db.Exec(`UPDATE orders SET created_at = TIMESTAMPADD(SECOND, -90, NOW(6)) WHERE id = ?`, o.ID); err != nil {

@@ -1,6 +1,8 @@
 // Package orderapp holds the order service's use cases. Each is exactly one
 // local transaction through sqldb.WithTx: the order change and the events
-// it emits (outbox rows) commit together or not at all.
+// it emits (outbox rows) commit together or not at all. A transaction that
+// fails on a broken connection, a deadlock or a lock wait timeout before
+// COMMIT runs again (sqldb.WithTxRetry, see txRetry).
 package orderapp
 
 import (
@@ -71,12 +73,22 @@ type ReconcileConfig struct {
 	// RefundGrace: a cancelled order whose refund is still pending after
 	// this long is looked at (RECONCILE_REFUND_GRACE).
 	RefundGrace time.Duration
-	// Batch bounds the orders one run looks at (RECONCILE_BATCH).
+	// Batch bounds the open orders and pending refunds one run looks at
+	// (RECONCILE_BATCH).
 	Batch int
+	// Window: finished orders are compared with the participants' records
+	// if they finished within it (RECONCILE_WINDOW); longer than the
+	// reservation lease, so that a confirm inventory never applied is
+	// found while the stock is still held.
+	Window time.Duration
+	// FinishedBatch bounds the finished orders one run compares
+	// (RECONCILE_FINISHED_BATCH).
+	FinishedBatch int
 }
 
 // DefaultReconcile is the reconciler's default tuning.
-var DefaultReconcile = ReconcileConfig{Grace: time.Minute, RefundGrace: 5 * time.Minute, Batch: 100}
+var DefaultReconcile = ReconcileConfig{Grace: time.Minute, RefundGrace: 5 * time.Minute, Batch: 100,
+	Window: time.Hour, FinishedBatch: 500}
 
 // New returns the app. wake is called after every commit that wrote events.
 func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
@@ -86,6 +98,15 @@ func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
 	if cfg.Deadlines.Payment <= 0 {
 		cfg.Deadlines.Payment = order.DefaultDeadlines.Payment
 	}
+	if cfg.Deadlines.PaymentMargin <= 0 {
+		cfg.Deadlines.PaymentMargin = order.DefaultDeadlines.PaymentMargin
+	}
+	if cfg.Deadlines.OutcomeWait <= 0 {
+		cfg.Deadlines.OutcomeWait = order.DefaultDeadlines.OutcomeWait
+	}
+	if cfg.Deadlines.Recheck <= 0 {
+		cfg.Deadlines.Recheck = order.DefaultDeadlines.Recheck
+	}
 	if cfg.Reconcile.Grace <= 0 {
 		cfg.Reconcile.Grace = DefaultReconcile.Grace
 	}
@@ -94,6 +115,12 @@ func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
 	}
 	if cfg.Reconcile.Batch <= 0 {
 		cfg.Reconcile.Batch = DefaultReconcile.Batch
+	}
+	if cfg.Reconcile.Window <= 0 {
+		cfg.Reconcile.Window = DefaultReconcile.Window
+	}
+	if cfg.Reconcile.FinishedBatch <= 0 {
+		cfg.Reconcile.FinishedBatch = DefaultReconcile.FinishedBatch
 	}
 	return &App{db: db, wake: wake, log: log, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 }
@@ -135,7 +162,10 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	o = order.Order{CustomerID: req.CustomerID, Status: order.PendingInventory, RefundStatus: order.RefundNone,
 		Items: items, TotalCents: total, Currency: currency, Version: 1}
 
-	err = sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Idempotent by the key: after a COMMIT with an unknown outcome, the
+	// second run either inserts the order or finds it (ErrDuplicateKey
+	// below, a replay).
+	err = sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o, a.cfg.Deadlines.For(order.PendingInventory))
 		if err != nil {
 			return err
@@ -183,6 +213,17 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	a.wake()
 	a.log.InfoContext(ctx, "order accepted", "order_id", o.ID, "total_cents", total)
 	return o, true, nil
+}
+
+// txRetry is how the use cases retry their transaction
+// (sqldb.WithTxRetry): after a transient failure before COMMIT always,
+// after a COMMIT whose outcome is unknown only when the use case is
+// idempotent: a create and a cancel (their idempotency keys), the deadline
+// sweep (it re-checks the deadline under the row lock). Consumers retry
+// through the broker instead (pkg/inbox), and the reconciler's repairs
+// through its next run.
+func (a *App) txRetry(idempotent bool) sqldb.TxRetry {
+	return sqldb.TxRetry{Idempotent: idempotent, Log: a.log}
 }
 
 // insertCreated writes the history row that emits OrderCreated, then the

@@ -187,6 +187,77 @@ func TestConcurrentCreatesWithOneKeyMakeOneOrder(t *testing.T) {
 	}
 }
 
+// Ten cancels with one key, released together, half of them for another
+// order: the first to commit decides. Every caller that asked what it
+// asked gets its answer (cancelled, once, the others replayed); the callers
+// who reused the key for the other order are refused, and that order is
+// untouched. One OrderCancelled, one key row.
+func TestConcurrentCancelsWithOneKey(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	a, _, _ := f.app.Create(ctx, "a", twoKeyboards)
+	b, _, _ := f.app.Create(ctx, "b", twoKeyboards)
+	const n = 10
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	type answer struct {
+		order    uint64
+		result   orderapp.CancelResult
+		replayed bool
+		err      error
+	}
+	answers := make([]answer, n)
+	for i := 0; i < n; i++ {
+		id := a.ID
+		if i%2 == 1 {
+			id = b.ID
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, res, replayed, err := f.app.Cancel(ctx, "one-key", id, "changed my mind")
+			answers[i] = answer{id, res, replayed, err}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var winner uint64
+	for _, ans := range answers {
+		if ans.err == nil && !ans.replayed {
+			if winner != 0 {
+				t.Fatalf("two requests cancelled with one key: %+v", answers)
+			}
+			winner = ans.order
+		}
+	}
+	if winner == 0 {
+		t.Fatalf("no request cancelled: %+v", answers)
+	}
+	for i, ans := range answers {
+		switch {
+		case ans.order == winner && (ans.err != nil || ans.result != orderapp.Cancelled):
+			t.Errorf("caller %d (order %d): %s %v, want cancelled", i, ans.order, ans.result, ans.err)
+		case ans.order != winner && !errors.Is(ans.err, order.ErrIdempotencyConflict):
+			t.Errorf("caller %d (order %d, the key's other order): %s %v, want the idempotency conflict", i, ans.order, ans.result, ans.err)
+		}
+	}
+	loser := a.ID + b.ID - winner
+	if s := f.status(t, loser).Status; s != order.PendingInventory {
+		t.Fatalf("order %d, whose cancels were refused, is %s", loser, s)
+	}
+	cancels := 0
+	for _, r := range f.outbox(t) {
+		if r.Type == events.OrderCancelled {
+			cancels++
+		}
+	}
+	if keys := f.count(t, "cancel_requests"); cancels != 1 || keys != 1 {
+		t.Fatalf("%d order.cancelled events and %d key rows, want 1 and 1", cancels, keys)
+	}
+}
+
 func TestCreateRefusesBadRequestsAndWritesNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
@@ -362,12 +433,12 @@ func TestCancelInEveryState(t *testing.T) {
 
 	// pending_inventory: cancelled, OrderCancelled v2, nothing to refund.
 	o, _, _ := f.app.Create(ctx, "k1", twoKeyboards)
-	got, res, err := f.app.Cancel(ctx, o.ID, "changed my mind")
+	got, res, _, err := f.app.Cancel(ctx, "cancel-1", o.ID, "changed my mind")
 	if err != nil || res != orderapp.Cancelled || got.Status != order.Cancelled || got.RefundStatus != order.RefundNone {
 		t.Fatalf("cancel pending: %+v %s %v", got, res, err)
 	}
 	// Again: an idempotent no-op with a clear answer, no new event.
-	if _, res, err := f.app.Cancel(ctx, o.ID, "again"); err != nil || res != orderapp.AlreadyCancelled {
+	if _, res, _, err := f.app.Cancel(ctx, "cancel-2", o.ID, "again"); err != nil || res != orderapp.AlreadyCancelled {
 		t.Fatalf("second cancel: %s %v, want already_cancelled", res, err)
 	}
 	// A late reservation does not resurrect it.
@@ -380,7 +451,7 @@ func TestCancelInEveryState(t *testing.T) {
 	c, _, _ := f.app.Create(ctx, "k2", twoKeyboards)
 	f.deliver(t, reserved(t, c))
 	f.deliver(t, envelope(t, events.PaymentSucceeded, c.ID, events.PaymentSucceededV1{OrderID: c.ID, AmountCents: c.TotalCents}))
-	got, res, err = f.app.Cancel(ctx, c.ID, "returned")
+	got, res, _, err = f.app.Cancel(ctx, "cancel-3", c.ID, "returned")
 	if err != nil || res != orderapp.Cancelled || got.Status != order.Cancelled || got.RefundStatus != order.RefundPending {
 		t.Fatalf("cancel confirmed: %+v %s %v, want cancelled with refund pending", got, res, err)
 	}
@@ -393,7 +464,7 @@ func TestCancelInEveryState(t *testing.T) {
 	// order stays cancelled and its money is owed back.
 	p, _, _ := f.app.Create(ctx, "k3", twoKeyboards)
 	f.deliver(t, reserved(t, p))
-	if _, res, err := f.app.Cancel(ctx, p.ID, "too slow"); err != nil || res != orderapp.Cancelled {
+	if _, res, _, err := f.app.Cancel(ctx, "cancel-4", p.ID, "too slow"); err != nil || res != orderapp.Cancelled {
 		t.Fatalf("cancel awaiting_payment: %s %v", res, err)
 	}
 	f.deliver(t, envelope(t, events.PaymentSucceeded, p.ID, events.PaymentSucceededV1{OrderID: p.ID, AmountCents: p.TotalCents}))
@@ -414,10 +485,10 @@ func TestCancelInEveryState(t *testing.T) {
 	// rejected: an idempotent no-op.
 	r, _, _ := f.app.Create(ctx, "k4", twoKeyboards)
 	f.deliver(t, envelope(t, events.InventoryRejected, r.ID, events.InventoryRejectedV1{OrderID: r.ID, Reason: "short"}))
-	if _, res, err := f.app.Cancel(ctx, r.ID, "x"); err != nil || res != orderapp.AlreadyRejected {
+	if _, res, _, err := f.app.Cancel(ctx, "cancel-5", r.ID, "x"); err != nil || res != orderapp.AlreadyRejected {
 		t.Fatalf("cancel rejected: %s %v, want already_rejected", res, err)
 	}
-	if _, _, err := f.app.Cancel(ctx, 9999, "x"); !errors.Is(err, order.ErrNotFound) {
+	if _, _, _, err := f.app.Cancel(ctx, "cancel-6", 9999, "x"); !errors.Is(err, order.ErrNotFound) {
 		t.Fatalf("cancel unknown: %v, want ErrNotFound", err)
 	}
 }

@@ -36,18 +36,19 @@ type peer struct {
 	prefix string // "/reservations/" or "/payments/"
 	token  string
 
-	mu      sync.Mutex
-	records map[string]any // order id -> record
-	status  map[string]int // order id -> forced HTTP status (500: broken)
-	outbox  map[string][]map[string]any
-	inbox   []map[string]any
-	retried []string
-	hits    map[string]int
-	psp     atomic.Int32
+	mu       sync.Mutex
+	records  map[string]any    // order id -> record
+	outcomes map[string]string // order id -> payment's outcome (GET /payments/{id}/outcome)
+	status   map[string]int    // order id -> forced HTTP status (500: broken)
+	outbox   map[string][]map[string]any
+	inbox    []map[string]any
+	retried  []string
+	hits     map[string]int
+	psp      atomic.Int32
 }
 
 func newPeer(t *testing.T, prefix, token string) *peer {
-	p := &peer{t: t, prefix: prefix, token: token, records: map[string]any{}, status: map[string]int{},
+	p := &peer{t: t, prefix: prefix, token: token, records: map[string]any{}, outcomes: map[string]string{}, status: map[string]int{},
 		outbox: map[string][]map[string]any{}, hits: map[string]int{}}
 	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
 	t.Cleanup(p.srv.Close)
@@ -108,6 +109,18 @@ func (p *peer) serve(w http.ResponseWriter, r *http.Request) {
 		default:
 			write(http.StatusNotFound, map[string]string{"error": "no such endpoint"})
 		}
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, p.prefix) && strings.HasSuffix(r.URL.Path, "/outcome"):
+		id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, p.prefix), "/outcome")
+		if code, ok := p.status[id]; ok {
+			write(code, map[string]string{"error": "internal error"})
+			return
+		}
+		outcome, ok := p.outcomes[id]
+		if !ok {
+			write(http.StatusNotFound, map[string]string{"error": "payment not found"})
+			return
+		}
+		write(http.StatusOK, map[string]string{"order_id": id, "outcome": outcome, "source": "psp"})
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, p.prefix):
 		id := strings.TrimPrefix(r.URL.Path, p.prefix)
 		if code, ok := p.status[id]; ok {
@@ -135,6 +148,18 @@ func (p *peer) set(orderID uint64, rec map[string]any) {
 		rec["updated_at"] = time.Now().UTC().Add(-4 * time.Minute)
 	}
 	p.records[id] = rec
+}
+
+func (p *peer) setOutcome(orderID uint64, outcome string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.outcomes[itoa(orderID)] = outcome
+}
+
+func (p *peer) setStatus(orderID uint64, code int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.status[itoa(orderID)] = code
 }
 
 func (p *peer) setOutbox(orderID uint64, rows ...map[string]any) {

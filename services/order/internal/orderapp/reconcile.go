@@ -25,10 +25,14 @@ import (
 // operator (POST /admin/reconciliation/run):
 //
 //  1. scan: orders open (pending_inventory, awaiting_payment) and unchanged
-//     for longer than the grace window, and cancelled orders whose refund
-//     has been pending for longer than the refund grace window. Both "now"
-//     and updated_at are the order database's clock, so no other service's
-//     clock enters the choice; the window covers work still in flight.
+//     for longer than the grace window, cancelled orders whose refund has
+//     been pending for longer than the refund grace window, and (up to
+//     FinishedBatch) orders that finished (confirmed, rejected, cancelled)
+//     within the recent window, longer than the grace ago, and that no
+//     earlier run closed (reconciliation_checks). Both "now" and
+//     updated_at are the order database's clock, so no other service's
+//     clock enters the choice; the grace covers work still in flight and
+//     the clock skew between services (跨服务时间可能不一致，对账要留合理宽限窗口).
 //  2. per order, gather evidence: our outbox rows for it, and over HTTP
 //     inventory's reservation, payment's payment (with its refund) and
 //     inventory's outbox rows for it. Each answer is kept verbatim with the
@@ -44,7 +48,12 @@ import (
 //     same events;
 //     - republish_participant_event: the participant's failed event
 //     retried by its own admin endpoint, same event_id;
-//     - report: nothing automatic is safe; an operator acts.
+//     - report: nothing automatic is safe; an operator acts. A finished
+//     order is then parked as needs_attention (reconciliation_checks) and
+//     left out of later scans; so is one that MaxRepairs repairs did not
+//     close.
+//     A finished order that every participant agrees with is closed
+//     (consistent) and not looked at again unless it changes.
 //     A local repair re-reads the order under its row lock and compares it
 //     with what the scan saw (status, refund status, updated_at): if it
 //     moved meanwhile, nothing is done (outcome state_changed). The repair
@@ -77,6 +86,7 @@ type RunSummary struct {
 	StartedAt  time.Time       `json:"started_at"`
 	FinishedAt time.Time       `json:"finished_at"`
 	Checked    int             `json:"checked"`
+	Closed     int             `json:"closed"` // finished orders found consistent
 	Found      map[string]int  `json:"classifications"`
 	Repairs    []RepairSummary `json:"repairs"`
 	Errors     []string        `json:"errors"`
@@ -127,6 +137,11 @@ func (a *App) Reconcile(ctx context.Context, trigger string) (RunSummary, error)
 	if err != nil {
 		return sum, err
 	}
+	finished, err := orderdb.FinishedCandidates(ctx, a.db, a.cfg.Reconcile.Grace, a.cfg.Reconcile.Window, a.cfg.Reconcile.FinishedBatch)
+	if err != nil {
+		return sum, err
+	}
+	cands = append(cands, finished...)
 	for _, c := range cands {
 		if ctx.Err() != nil {
 			sum.Errors = append(sum.Errors, ctx.Err().Error())
@@ -135,6 +150,9 @@ func (a *App) Reconcile(ctx context.Context, trigger string) (RunSummary, error)
 		sum.Checked++
 		v, rep, err := a.reconcileOrder(ctx, log.With("order_id", c.ID), sum.RunID, c)
 		sum.Found[string(v.Classification)]++
+		if v.Classification == order.Consistent && err == nil {
+			sum.Closed++
+		}
 		if rep != nil {
 			sum.Repairs = append(sum.Repairs, *rep)
 		}
@@ -181,8 +199,16 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string
 	if err != nil {
 		return order.Verdict{Classification: order.Unknown}, nil, err
 	}
+	if c.Finished() {
+		if obs.EarlierRepairs, err = orderdb.RepairsSince(ctx, a.db, c.ID, c.UpdatedAt); err != nil {
+			return order.Verdict{Classification: order.Unknown}, nil, err
+		}
+	}
 	v := order.Classify(obs)
 	ev.Classification, ev.Action, ev.Why = v.Classification, v.Action, v.Why
+	if v.Classification == order.Consistent {
+		return v, nil, orderdb.RecordCheck(ctx, a.db, c.ID, c.UpdatedAt, orderdb.CheckConsistent, "")
+	}
 	if !v.Classification.Difference() {
 		if v.Classification == order.Unknown {
 			log.WarnContext(ctx, "reconciler: a participant could not be asked; order left for the next run",
@@ -215,12 +241,17 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string
 	case order.RepublishParticipantEvent:
 		repairErr = a.retryParticipantEvent(ctx, c, v, &audit)
 	case order.Report:
-		already, err := orderdb.Reported(ctx, a.db, c.ID, audit.Classification)
-		if err != nil || already {
-			return v, nil, err // reported on an earlier run: once is enough
+		earlier, err := orderdb.Reported(ctx, a.db, c.ID, audit.Classification)
+		if err != nil {
+			return v, nil, err
+		}
+		if earlier != "" { // reported on an earlier run: once is enough
+			return v, nil, a.park(ctx, c, earlier)
 		}
 		audit.Outcome, audit.Detail = OutcomeReported, v.Why
-		repairErr = orderdb.InsertAudit(ctx, a.db, audit)
+		if repairErr = orderdb.InsertAudit(ctx, a.db, audit); repairErr == nil {
+			repairErr = a.park(ctx, c, audit.RepairID)
+		}
 	default:
 		return v, nil, fmt.Errorf("no repair for action %q", v.Action)
 	}
@@ -243,6 +274,16 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string
 	}
 	return v, &RepairSummary{RepairID: audit.RepairID, OrderID: fmt.Sprint(c.ID), Classification: audit.Classification,
 		Action: audit.Action, Outcome: audit.Outcome, Detail: audit.Detail}, repairErr
+}
+
+// park leaves a finished order the reconciler reported out of later scans,
+// as needs_attention with the audit row that says why; open orders are
+// never parked (their deadline or their participants still move them).
+func (a *App) park(ctx context.Context, c orderdb.Candidate, repairID string) error {
+	if !c.Finished() {
+		return nil
+	}
+	return orderdb.RecordCheck(ctx, a.db, c.ID, c.UpdatedAt, orderdb.CheckNeedsAttention, repairID)
 }
 
 // observe gathers what every service recorded about the order.
@@ -278,6 +319,11 @@ func (a *App) observe(ctx context.Context, runID string, c orderdb.Candidate) (E
 			obs.Refund = pay.Refund.Status
 		}
 	}
+	if c.Finished() && obs.Reservation != order.ResCommitFailed {
+		// A finished order's verdict reads inventory's outbox only for its
+		// commit-failed event: one call fewer per order checked.
+		return ev, obs, nil
+	}
 	rows, outAns, err := peers.Outbox(ctx, peerclient.InventoryService, c.ID)
 	ev.InventoryOutbox = &outAns
 	if err == nil {
@@ -304,7 +350,7 @@ func answerError(a *peerclient.Answer) string {
 // transition, the same emitted event, as if the event had arrived. The
 // order is compared with the scan under its row lock first.
 func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {
-	return sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	return sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		o, err := orderdb.Lock(ctx, tx, c.ID)
 		if err != nil {
 			return err
@@ -336,7 +382,7 @@ func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candi
 // requeue puts our own event back to pending (same row, same event_id) if
 // the order and the event are both still as the scan saw them.
 func (a *App) requeue(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit, from ...string) error {
-	return sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	return sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		o, err := orderdb.Lock(ctx, tx, c.ID)
 		if err != nil {
 			return err

@@ -3,6 +3,7 @@ package orderapp_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -384,7 +385,7 @@ func TestReconcilerClosesARefundWhoseResultWasLost(t *testing.T) {
 	r := newRecon(t)
 	o := r.awaitingPayment(t, "refund")
 	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
-	if _, res, err := r.app.Cancel(context.Background(), o.ID, "changed my mind"); err != nil || res != orderapp.Cancelled {
+	if _, res, _, err := r.app.Cancel(context.Background(), "cancel-1", o.ID, "changed my mind"); err != nil || res != orderapp.Cancelled {
 		t.Fatalf("cancel: %v %v", res, err)
 	}
 	if got := r.status(t, o.ID); got.RefundStatus != order.RefundPending {
@@ -403,5 +404,156 @@ func TestReconcilerClosesARefundWhoseResultWasLost(t *testing.T) {
 	}
 	if got := r.status(t, o.ID); got.Status != order.Cancelled || got.RefundStatus != order.RefundRefunded {
 		t.Fatalf("order = %s/%s, want cancelled/refunded", got.Status, got.RefundStatus)
+	}
+}
+
+// confirmed makes an order confirmed, its events sent (as a dispatcher
+// would mark them), finished ago in the past.
+func (r *recon) confirmed(t *testing.T, key string, ago time.Duration) order.Order {
+	t.Helper()
+	o := r.awaitingPayment(t, key)
+	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents}))
+	if _, err := r.db.Exec(`UPDATE outbox_events SET status = 'sent', sent_at = NOW(6) WHERE aggregate_id = ?`, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.age(t, o.ID, ago)
+	return o
+}
+
+type checkRow struct {
+	Result   string  `db:"result"`
+	RepairID *string `db:"repair_id"`
+}
+
+func (r *recon) check(t *testing.T, id uint64) *checkRow {
+	t.Helper()
+	var rows []checkRow
+	if err := r.db.Select(&rows, `SELECT result, repair_id FROM reconciliation_checks WHERE order_id = ?`, id); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	return &rows[0]
+}
+
+// A confirmed order whose order.confirmed never reached inventory (the
+// consumer dead-lettered it, or it was lost): inventory still holds the
+// stock as reserved, and the lease will release it. The reconciler looks
+// at finished orders too, finds the difference, and sends the original
+// event again (same event_id, the outbox's requeue), with an audit row.
+// Once inventory shows the sale committed, the order is closed
+// (consistent) and not looked at again.
+func TestReconcilerResendsAConfirmInventoryNeverApplied(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o := r.confirmed(t, "confirm-lost", 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.set(o.ID, payment(order.PaySucceeded))
+	sent := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
+
+	sum := r.run(t)
+	if sum.Checked != 1 || len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
+		t.Fatalf("summary = %+v, want the finished order checked and repaired", sum)
+	}
+	rep := sum.Repairs[0]
+	if rep.Classification != "not_consumed" || rep.Action != "resend_event" || rep.Outcome != "repaired" {
+		t.Fatalf("repair = %+v, want not_consumed / resend_event / repaired", rep)
+	}
+	again := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)
+	if len(again) != 1 || again[0].EventID != sent.EventID || again[0].Status != "pending" {
+		t.Fatalf("order.confirmed rows = %+v, want the same event (%s) back to pending", again, sent.EventID)
+	}
+	audits := r.audits(t, o.ID)
+	if len(audits) != 1 || audits[0].RepairID != rep.RepairID || !strings.Contains(string(audits[0].Evidence), `"reserved"`) {
+		t.Fatalf("audit rows = %+v, want the repair with inventory's answer as evidence", audits)
+	}
+	if c := r.check(t, o.ID); c != nil {
+		t.Fatalf("check row %+v after a repair, want none until the repair shows", c)
+	}
+
+	// Inventory applied it: the next run closes the order.
+	r.inventory.set(o.ID, reservation(order.ResCommitted))
+	if sum := r.run(t); sum.Checked != 1 || sum.Closed != 1 || len(sum.Repairs) != 0 {
+		t.Fatalf("run after the repair = %+v, want the order checked and closed", sum)
+	}
+	if c := r.check(t, o.ID); c == nil || c.Result != "consistent" {
+		t.Fatalf("check row = %+v, want consistent", c)
+	}
+	if sum := r.run(t); sum.Checked != 0 {
+		t.Fatalf("third run = %+v, want nothing left to check", sum)
+	}
+}
+
+// A finished order that differs and that the entry points do not repair
+// (a resend inventory keeps ignoring), or that contradicts its outcome (a
+// charge for a rejected order): parked as needs_attention with one audit
+// row that says why, counted by reconciliation_needs_attention, and left
+// out of later runs.
+func TestReconcilerParksAFinishedOrderItCannotRepair(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	r.reg.MustRegister(r.app.Collector())
+	o := r.confirmed(t, "stubborn", 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.set(o.ID, payment(order.PaySucceeded))
+	for i := 0; i < order.MaxRepairs; i++ {
+		if sum := r.run(t); len(sum.Repairs) != 1 || sum.Repairs[0].Action != "resend_event" {
+			t.Fatalf("run %d = %+v, want a resend", i+1, sum)
+		}
+		// The dispatcher sends it again; inventory ignores it again.
+		if _, err := r.db.Exec(`UPDATE outbox_events SET status = 'sent' WHERE aggregate_id = ?`, o.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := r.run(t)
+	if len(sum.Repairs) != 1 || sum.Repairs[0].Action != "report" || sum.Repairs[0].Outcome != "reported" {
+		t.Fatalf("run after %d resends = %+v, want a report", order.MaxRepairs, sum)
+	}
+	c := r.check(t, o.ID)
+	if c == nil || c.Result != "needs_attention" || c.RepairID == nil || *c.RepairID != sum.Repairs[0].RepairID {
+		t.Fatalf("check row = %+v, want needs_attention with the report's repair id", c)
+	}
+
+	rejected, _, _ := r.app.Create(context.Background(), "rejected-charged", twoKeyboards)
+	r.deliver(t, envelope(t, events.InventoryRejected, rejected.ID, events.InventoryRejectedV1{OrderID: rejected.ID, Reason: "short"}))
+	r.age(t, rejected.ID, 5*time.Minute)
+	r.inventory.set(rejected.ID, reservation(order.ResRejected))
+	r.payment.set(rejected.ID, payment(order.PaySucceeded))
+	sum = r.run(t)
+	if len(sum.Repairs) != 1 || sum.Repairs[0].OrderID != itoa(rejected.ID) || sum.Repairs[0].Classification != "really_failed" {
+		t.Fatalf("run = %+v, want the rejected-but-charged order reported", sum)
+	}
+	if got := r.counter(t, "reconciliation_needs_attention"); got != 2 {
+		t.Fatalf("reconciliation_needs_attention = %v, want 2", got)
+	}
+	if sum := r.run(t); sum.Checked != 0 {
+		t.Fatalf("next run = %+v, want the parked orders left out", sum)
+	}
+	if n := len(r.audits(t, o.ID)); n != order.MaxRepairs+1 {
+		t.Fatalf("%d audit rows for the stubborn order, want %d resends and one report", n, order.MaxRepairs)
+	}
+}
+
+// Finished orders are compared only inside the window and after the
+// grace: one that finished a moment ago (its participants may still be
+// at work) and one older than the window are left alone; one between them
+// is checked.
+func TestReconcilerChecksFinishedOrdersInsideTheWindowOnly(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t) // grace 1m; window: the default, 1h
+	fresh := r.confirmed(t, "fresh", 0)
+	old := r.confirmed(t, "old", 2*time.Hour)
+	due := r.confirmed(t, "due", 5*time.Minute)
+	for _, o := range []order.Order{fresh, old, due} {
+		r.inventory.set(o.ID, reservation(order.ResCommitted))
+		r.payment.set(o.ID, payment(order.PaySucceeded))
+	}
+	sum := r.run(t)
+	if sum.Checked != 1 || sum.Closed != 1 || sum.Found["consistent"] != 1 {
+		t.Fatalf("summary = %+v, want only the order between grace and window checked", sum)
+	}
+	if r.check(t, due.ID) == nil || r.check(t, fresh.ID) != nil || r.check(t, old.ID) != nil {
+		t.Fatalf("checks: due %+v, fresh %+v, old %+v; want only the due order's", r.check(t, due.ID), r.check(t, fresh.ID), r.check(t, old.ID))
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 )
 
@@ -52,16 +53,41 @@ FROM order_history WHERE order_id = ? ORDER BY id`
 	return rows, nil
 }
 
+// Due is an order whose deadline has passed, as the sweep read it.
+type Due struct {
+	ID     uint64 `db:"id"`
+	Status string `db:"status"`
+	// WaitedMicros is how long the order has been in its status (since
+	// updated_at, set by the move into it; database time).
+	WaitedMicros int64 `db:"waited_micros"`
+}
+
+// Waited is how long the order has been in its status.
+func (d Due) Waited() time.Duration { return time.Duration(d.WaitedMicros) * time.Microsecond }
+
 // PastDeadline returns up to limit orders whose deadline has passed
 // (database time), earliest deadline first. It takes no lock: the sweep
 // re-checks each one under its row lock (LockPastDeadline).
-func PastDeadline(ctx context.Context, db sqlx.QueryerContext, limit int) ([]uint64, error) {
-	const q = `SELECT id FROM orders WHERE deadline_at <= NOW(6) ORDER BY deadline_at LIMIT ?`
-	ids := []uint64{}
-	if err := sqlx.SelectContext(ctx, db, &ids, q, limit); err != nil {
+func PastDeadline(ctx context.Context, db sqlx.QueryerContext, limit int) ([]Due, error) {
+	const q = `SELECT id, status, TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) AS waited_micros
+FROM orders WHERE deadline_at <= NOW(6) ORDER BY deadline_at LIMIT ?`
+	due := []Due{}
+	if err := sqlx.SelectContext(ctx, db, &due, q, limit); err != nil {
 		return nil, fmt.Errorf("orders past their deadline: %w", err)
 	}
-	return ids, nil
+	return due, nil
+}
+
+// PostponeDeadline moves the passed deadline of an order still in status
+// to by from now: the sweep asked a participant and decided to wait.
+// Compare-and-set on the status and the deadline having passed; false: the
+// order moved meanwhile (a result arrived). updated_at is left alone: it
+// still says when the order entered the status, which bounds the wait.
+func PostponeDeadline(ctx context.Context, db sqlx.ExecerContext, id uint64, status order.Status, by time.Duration) (bool, error) {
+	const q = `UPDATE orders SET deadline_at = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
+WHERE id = ? AND status = ? AND deadline_at <= NOW(6)`
+	res, err := db.ExecContext(ctx, q, by.Microseconds(), id, status)
+	return sqldb.Changed(res, err, "postpone the deadline of order %d", id)
 }
 
 // LockPastDeadline locks order id if, now, its deadline has passed and no
@@ -103,9 +129,11 @@ func Upcoming(ctx context.Context, db sqlx.QueryerContext, limit int) ([]order.O
 type Gauges struct {
 	OldestOpen   map[order.Status]float64 // age in seconds of the oldest order per open status
 	PastDeadline int64                    // open orders whose deadline passed and that are not cancelled yet
+	// NeedsAttention: finished orders the reconciler parked for an operator.
+	NeedsAttention int64
 }
 
-// ReadGauges reads the scrape-time metrics in two indexed queries.
+// ReadGauges reads the scrape-time metrics in three indexed queries.
 func ReadGauges(ctx context.Context, db sqlx.QueryerContext) (Gauges, error) {
 	const qOldest = `SELECT status, TIMESTAMPDIFF(MICROSECOND, MIN(created_at), NOW(6)) AS micros
 FROM orders WHERE status IN ('pending_inventory', 'awaiting_payment') GROUP BY status`
@@ -123,6 +151,10 @@ FROM orders WHERE status IN ('pending_inventory', 'awaiting_payment') GROUP BY s
 	const qPast = `SELECT COUNT(*) FROM orders WHERE deadline_at <= NOW(6)`
 	if err := sqlx.GetContext(ctx, db, &g.PastDeadline, qPast); err != nil {
 		return Gauges{}, fmt.Errorf("orders past their deadline: %w", err)
+	}
+	const qAttention = `SELECT COUNT(*) FROM reconciliation_checks WHERE result = 'needs_attention'`
+	if err := sqlx.GetContext(ctx, db, &g.NeedsAttention, qAttention); err != nil {
+		return Gauges{}, fmt.Errorf("orders parked by the reconciler: %w", err)
 	}
 	return g, nil
 }

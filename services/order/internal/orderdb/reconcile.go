@@ -56,6 +56,73 @@ ORDER BY updated_at LIMIT ?`
 	return append(open, refunds...), nil
 }
 
+// FinishedCandidates returns up to limit finished orders (confirmed,
+// rejected, cancelled without a refund pending: that one is
+// ReconcileCandidates') that changed within window but longer than grace
+// ago, and that no check has closed or parked as they are now, least
+// recently changed first. The grace covers the participants' work still
+// in flight after the order finished (a release, a refund, a payment
+// settling) and the clock skew between services; "now" and updated_at are
+// the order database's clock. An order found consistent is not returned
+// again unless it changes (a cancel after confirm).
+func FinishedCandidates(ctx context.Context, db sqlx.QueryerContext, grace, window time.Duration, limit int) ([]Candidate, error) {
+	const q = `SELECT o.id, o.status, o.refund_status, o.aggregate_version, o.updated_at, o.deadline_at,
+  TIMESTAMPDIFF(MICROSECOND, o.updated_at, NOW(6)) AS age_micros
+FROM orders o
+LEFT JOIN reconciliation_checks c ON c.order_id = o.id AND c.order_updated_at = o.updated_at
+WHERE o.status IN ('confirmed', 'rejected', 'cancelled') AND o.refund_status <> 'pending'
+  AND o.updated_at >= TIMESTAMPADD(MICROSECOND, -?, NOW(6))
+  AND o.updated_at < TIMESTAMPADD(MICROSECOND, -?, NOW(6))
+  AND c.order_id IS NULL
+ORDER BY o.updated_at LIMIT ?`
+	out := []Candidate{}
+	if err := sqlx.SelectContext(ctx, db, &out, q, window.Microseconds(), grace.Microseconds(), limit); err != nil {
+		return nil, fmt.Errorf("reconcile: finished orders: %w", err)
+	}
+	return out, nil
+}
+
+// Finished reports whether the candidate is a finished order (for
+// FinishedCandidates), as opposed to an open one or a refund pending.
+func (c Candidate) Finished() bool {
+	return order.Status(c.Status).Terminal() && c.RefundStatus != string(order.RefundPending)
+}
+
+// The results of a check of a finished order (reconciliation_checks.result).
+const (
+	CheckConsistent     = "consistent"      // every participant agrees: closed
+	CheckNeedsAttention = "needs_attention" // reported for an operator (repair_id)
+)
+
+// RecordCheck records what the reconciler concluded about a finished
+// order as it was (updatedAt): consistent, or needs_attention with the
+// audit row that says why. A later check of the same order replaces it.
+func RecordCheck(ctx context.Context, db sqlx.ExecerContext, orderID uint64, updatedAt time.Time, result, repairID string) error {
+	const q = `INSERT INTO reconciliation_checks (order_id, order_updated_at, result, repair_id) VALUES (?, ?, ?, ?)
+ON DUPLICATE KEY UPDATE order_updated_at = VALUES(order_updated_at), result = VALUES(result),
+  repair_id = VALUES(repair_id), checked_at = NOW(6)`
+	var rid any
+	if repairID != "" {
+		rid = repairID
+	}
+	if _, err := db.ExecContext(ctx, q, orderID, updatedAt, result, rid); err != nil {
+		return fmt.Errorf("record the check of order %d: %w", orderID, err)
+	}
+	return nil
+}
+
+// RepairsSince counts the repairs made for an order since a time (its
+// audit rows with outcome repaired): how many times an entry point was
+// used on a finished order without closing it.
+func RepairsSince(ctx context.Context, db sqlx.QueryerContext, orderID uint64, since time.Time) (int, error) {
+	const q = `SELECT COUNT(*) FROM reconciliation_audit WHERE order_id = ? AND outcome = 'repaired' AND created_at >= ?`
+	var n int
+	if err := sqlx.GetContext(ctx, db, &n, q, orderID, since); err != nil {
+		return 0, fmt.Errorf("repairs of order %d: %w", orderID, err)
+	}
+	return n, nil
+}
+
 // Same reports whether the locked order o is still what the scan saw.
 func (c Candidate) Same(o order.Order) bool {
 	return string(o.Status) == c.Status && string(o.RefundStatus) == c.RefundStatus && o.UpdatedAt.Equal(c.UpdatedAt)
@@ -87,17 +154,21 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	return nil
 }
 
-// Reported reports whether an order already has a report row with this
-// classification, so a finding nobody can repair automatically is reported
-// once, not on every run.
-func Reported(ctx context.Context, db sqlx.QueryerContext, orderID uint64, classification string) (bool, error) {
-	const q = `SELECT EXISTS (SELECT 1 FROM reconciliation_audit
-WHERE order_id = ? AND classification = ? AND action = 'report' AND outcome = 'reported')`
-	var ok bool
-	if err := sqlx.GetContext(ctx, db, &ok, q, orderID, classification); err != nil {
-		return false, fmt.Errorf("reported before: %w", err)
+// Reported returns the repair id of an order's report row with this
+// classification, if it has one ("" otherwise), so a finding nobody can
+// repair automatically is reported once, not on every run.
+func Reported(ctx context.Context, db sqlx.QueryerContext, orderID uint64, classification string) (string, error) {
+	const q = `SELECT repair_id FROM reconciliation_audit
+WHERE order_id = ? AND classification = ? AND action = 'report' AND outcome = 'reported'
+ORDER BY created_at LIMIT 1`
+	var ids []string
+	if err := sqlx.SelectContext(ctx, db, &ids, q, orderID, classification); err != nil {
+		return "", fmt.Errorf("reported before: %w", err)
 	}
-	return ok, nil
+	if len(ids) == 0 {
+		return "", nil
+	}
+	return ids[0], nil
 }
 
 // Audits returns audit rows, newest first; orderID 0 means every order.

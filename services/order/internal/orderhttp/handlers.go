@@ -90,10 +90,14 @@ type cancelRequest struct {
 }
 
 // cancel answers 202 with the order and what the request did: "cancelled"
-// (the compensations are under way), or "already_cancelled" /
+// (the compensations are under way), or 200 with "already_cancelled" /
 // "already_rejected" (nothing to do; a repeated cancel is not an error).
+// The Idempotency-Key is honoured as for a create: the same key and request
+// get the first answer again (Idempotent-Replayed: true), the same key with
+// another order or reason 422.
 func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) error {
-	if err := checkKey(r.Header.Get("Idempotency-Key")); err != nil {
+	key := r.Header.Get("Idempotency-Key")
+	if err := checkKey(key); err != nil {
 		return err
 	}
 	id, err := pathID(r)
@@ -112,9 +116,12 @@ func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) error {
 			body.Reason = "cancelled by the customer"
 		}
 	}
-	o, result, err := h.app.Cancel(r.Context(), id, body.Reason)
+	o, result, replayed, err := h.app.Cancel(r.Context(), key, id, body.Reason)
 	if err != nil {
 		return err
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	status := http.StatusAccepted
 	if result != orderapp.Cancelled {

@@ -140,3 +140,49 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		}
 	}
 }
+
+// The cancel's Idempotency-Key is honoured: the same key with the same
+// request answers what the first request answered (marked replayed), and
+// the same key with another order or another body is refused (422) and
+// changes nothing.
+func TestCancelHonoursItsIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	srv, db := server(t)
+	_, a, _ := do(t, "POST", srv.URL+"/orders", "application/json", "order-a", good)
+	_, b, _ := do(t, "POST", srv.URL+"/orders", "application/json", "order-b", good)
+	cancelA, cancelB := srv.URL+"/orders/"+a["order_id"].(string)+"/cancel", srv.URL+"/orders/"+b["order_id"].(string)+"/cancel"
+
+	code, first, hdr := do(t, "POST", cancelA, "application/json", "cancel-1", `{"reason":"changed my mind"}`)
+	if code != http.StatusAccepted || first["result"] != "cancelled" || hdr.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("first cancel: %d %v %v, want 202 cancelled", code, first, hdr)
+	}
+	code, again, hdr := do(t, "POST", cancelA, "application/json", "cancel-1", `{"reason":"changed my mind"}`)
+	if code != http.StatusAccepted || again["result"] != "cancelled" || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replayed cancel: %d %v %v, want the first answer again (202 cancelled, Idempotent-Replayed: true)", code, again, hdr)
+	}
+	// A new key on the cancelled order is a new request: nothing to do.
+	if code, other, _ := do(t, "POST", cancelA, "application/json", "cancel-2", ""); code != http.StatusOK || other["result"] != "already_cancelled" {
+		t.Fatalf("cancel with a new key: %d %v, want 200 already_cancelled", code, other)
+	}
+	for _, tt := range []struct{ name, url, body string }{
+		{"another order", cancelB, `{"reason":"changed my mind"}`},
+		{"another reason", cancelA, `{"reason":"too slow"}`},
+		{"no body (the default reason)", cancelA, ""},
+	} {
+		code, body, _ := do(t, "POST", tt.url, "application/json", "cancel-1", tt.body)
+		if msg, _ := body["error"].(string); code != http.StatusUnprocessableEntity || !strings.Contains(msg, "idempotency key") {
+			t.Errorf("the key reused for %s: %d %v, want 422", tt.name, code, body)
+		}
+	}
+	var statusB string
+	if err := db.Get(&statusB, "SELECT status FROM orders WHERE id = ?", b["order_id"]); err != nil {
+		t.Fatal(err)
+	}
+	var cancels int
+	if err := db.Get(&cancels, "SELECT COUNT(*) FROM outbox_events WHERE event_type = 'order.cancelled'"); err != nil {
+		t.Fatal(err)
+	}
+	if statusB != "pending_inventory" || cancels != 1 {
+		t.Fatalf("order B is %s and %d order.cancelled events were written, want B untouched and one event", statusB, cancels)
+	}
+}

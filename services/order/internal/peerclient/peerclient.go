@@ -9,6 +9,8 @@
 // Nothing here calls the payment provider (PSP), and nothing here can
 // charge: the payment service's public and admin endpoints are read-only
 // except the outbox retry, which re-sends an event with its original id.
+// The deadline sweep asks payment for a charge's outcome, which payment may
+// look up at the PSP by the charge's key (a status query, never a charge).
 package peerclient
 
 import (
@@ -105,6 +107,18 @@ type Refund struct {
 	UpdatedAt    time.Time `json:"updated_at"`
 }
 
+// PaymentOutcome is payment's answer to "what became of this order's
+// charge?" (GET /payments/{order_id}/outcome): from its record when it is
+// decided, else from the PSP, asked by the charge's idempotency key.
+type PaymentOutcome struct {
+	OrderID       string `json:"order_id"`
+	Outcome       string `json:"outcome"`        // succeeded, declined, refunded, not_charged, unknown
+	Source        string `json:"source"`         // record or psp
+	PaymentStatus string `json:"payment_status"` // the payment's status when asked
+	PSPChargeID   string `json:"psp_charge_id"`
+	Detail        string `json:"detail"`
+}
+
 // OutboxEvent is a row of a service's outbox (GET /admin/outbox): the
 // outbox's own row type, as every service's admin API writes it.
 type OutboxEvent = outbox.Row
@@ -128,6 +142,19 @@ func (c *Client) Reservation(ctx context.Context, orderID uint64) (*Reservation,
 func (c *Client) Payment(ctx context.Context, orderID uint64) (*Payment, Answer, error) {
 	var p Payment
 	a, err := c.get(ctx, PaymentService, "/payments/"+strconv.FormatUint(orderID, 10), false, &p)
+	if err != nil || !a.Found() {
+		return nil, a, err
+	}
+	return &p, a, nil
+}
+
+// PaymentOutcome asks payment what became of an order's charge; nil with
+// no error when payment has no record of the order (404). Payment may ask
+// the PSP to answer (a status query by key, which never charges), so this
+// is the one question that can take up to the PSP's timeout.
+func (c *Client) PaymentOutcome(ctx context.Context, orderID uint64) (*PaymentOutcome, Answer, error) {
+	var p PaymentOutcome
+	a, err := c.get(ctx, PaymentService, "/payments/"+strconv.FormatUint(orderID, 10)+"/outcome", false, &p)
 	if err != nil || !a.Found() {
 		return nil, a, err
 	}

@@ -54,13 +54,20 @@ const (
 	// charged. Either the cancel overtook inventory.reserved (the row is a
 	// marker without an amount, so a late inventory.reserved charges
 	// nothing: the saga's "hanging" protection), or it arrived while the
-	// charge was pending and the PSP still had no charge with the key at the
-	// deadline.
+	// charge was in flight and the PSP still had no charge with the key
+	// once the in-flight window (or the deadline) had passed. A charge sent
+	// before the cancel could still land: its outcome is still recorded,
+	// and refunded.
 	CancelledBeforeCharge Status = "cancelled_before_charge"
+	// Withdrawn: the order was cancelled before the charge was ever sent to
+	// the PSP, so the payment closed at once: nothing charged, and nothing
+	// will be (the charge consumer sends a charge only under a
+	// compare-and-set that a cancelled payment fails). Terminal.
+	Withdrawn Status = "withdrawn"
 )
 
 // Statuses lists every stored status, in saga order.
-var Statuses = []Status{Pending, Succeeded, Failed, Refunded, NeedsAttention, CancelledBeforeCharge}
+var Statuses = []Status{Pending, Succeeded, Failed, Refunded, NeedsAttention, CancelledBeforeCharge, Withdrawn}
 
 // Valid reports whether s is a known stored status.
 func (s Status) Valid() bool {
@@ -74,7 +81,7 @@ func (s Status) Valid() bool {
 
 // Terminal reports whether the payment is decided for good: no trigger
 // moves it anywhere else.
-func (s Status) Terminal() bool { return s == Failed || s == Refunded }
+func (s Status) Terminal() bool { return s == Failed || s == Refunded || s == Withdrawn }
 
 // Trigger is something that happened to a payment: an event from the saga,
 // an outcome learnt from the PSP, a deadline, an operator.
@@ -88,9 +95,13 @@ const (
 	// ChargeDeclined: the PSP's charge record says declined.
 	ChargeDeclined Trigger = "charge_declined"
 	// Cancel: order.cancelled. With no payment it leaves the marker; on a
-	// pending or parked payment it is remembered (CancelRequested) until the
-	// outcome is known; on a succeeded one it requests the refund.
+	// pending payment whose charge may be at the PSP, or a parked one, it is
+	// remembered (CancelRequested) until the outcome is known; on a
+	// succeeded one it requests the refund.
 	Cancel Trigger = "cancel"
+	// Withdraw: order.cancelled on a pending or parked payment whose charge
+	// was never sent to the PSP (see Payment.CancelTrigger).
+	Withdraw Trigger = "withdraw"
 	// Park: the deadline passed with the outcome still unknown.
 	Park Trigger = "park"
 	// Void: the deadline passed, the order was cancelled and the PSP has no
@@ -103,7 +114,7 @@ const (
 )
 
 // Triggers lists every trigger.
-var Triggers = []Trigger{Reserve, ChargeSucceeded, ChargeDeclined, Cancel, Park, Void, Retry, RefundCompleted}
+var Triggers = []Trigger{Reserve, ChargeSucceeded, ChargeDeclined, Cancel, Withdraw, Park, Void, Retry, RefundCompleted}
 
 // transitions is the payment's state machine: for each status, the
 // triggers it accepts and where they lead. Anything not listed is not a
@@ -125,6 +136,7 @@ var transitions = map[Status]map[Trigger]Status{
 		ChargeSucceeded: Succeeded,
 		ChargeDeclined:  Failed,
 		Cancel:          Pending, // remembered; decided when the outcome is known
+		Withdraw:        Withdrawn,
 		Park:            NeedsAttention,
 		Void:            CancelledBeforeCharge,
 	},
@@ -132,6 +144,7 @@ var transitions = map[Status]map[Trigger]Status{
 		ChargeSucceeded: Succeeded,
 		ChargeDeclined:  Failed,
 		Cancel:          NeedsAttention, // remembered
+		Withdraw:        Withdrawn,
 		Retry:           Pending,
 	},
 	Succeeded: {
@@ -164,6 +177,11 @@ type Payment struct {
 	FailureReason  string // the PSP's decline code when failed
 	Version        uint64 // aggregate_version of the last event emitted
 
+	// ChargeSent: the charge was sent to the PSP at least once
+	// (charge_sent_at), so its outcome may be there. A payment never sent
+	// can be withdrawn at once.
+	ChargeSent bool
+
 	// CancelRequested: the order was cancelled (order.cancelled arrived).
 	// A succeeded payment with it set owes a refund.
 	CancelRequested bool
@@ -185,6 +203,19 @@ type Payment struct {
 // after a cancel of a succeeded payment, and after a charge outcome
 // recorded for a payment whose order was cancelled meanwhile.
 func (p Payment) RefundDue() bool { return p.Status == Succeeded && p.CancelRequested }
+
+// CancelTrigger is what order.cancelled does to p. A pending (or parked)
+// payment whose charge was never sent to the PSP is withdrawn at once:
+// nothing can have been charged, and the charge consumer's compare-and-set
+// before sending fails from now on. Everything else is a Cancel:
+// remembered until the outcome is known (pending or parked, in flight), a
+// refund (succeeded), or nothing (decided).
+func (p Payment) CancelTrigger() Trigger {
+	if (p.Status == Pending || p.Status == NeedsAttention) && !p.ChargeSent && !p.CancelRequested {
+		return Withdraw
+	}
+	return Cancel
+}
 
 // AtDeadline is where a payment still pending at its deadline goes.
 // pspHasNoCharge means the status query answered "no charge with this

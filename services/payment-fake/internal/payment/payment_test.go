@@ -12,10 +12,10 @@ import (
 func TestTransitionTable(t *testing.T) {
 	want := map[Status]map[Trigger]Status{
 		NoPayment: {Reserve: Pending, Cancel: CancelledBeforeCharge},
-		Pending: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed, Cancel: Pending,
+		Pending: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed, Cancel: Pending, Withdraw: Withdrawn,
 			Park: NeedsAttention, Void: CancelledBeforeCharge},
 		NeedsAttention: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed, Cancel: NeedsAttention,
-			Retry: Pending},
+			Withdraw: Withdrawn, Retry: Pending},
 		Succeeded:             {Cancel: Succeeded, RefundCompleted: Refunded},
 		CancelledBeforeCharge: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed},
 	}
@@ -38,7 +38,7 @@ func TestTransitionTable(t *testing.T) {
 
 func TestTerminal(t *testing.T) {
 	for _, s := range Statuses {
-		want := s == Failed || s == Refunded
+		want := s == Failed || s == Refunded || s == Withdrawn
 		if s.Terminal() != want {
 			t.Errorf("%s.Terminal() = %v, want %v", s, s.Terminal(), want)
 		}
@@ -96,6 +96,26 @@ func TestAtDeadline(t *testing.T) {
 	for _, tt := range tests {
 		if got := AtDeadline(Payment{Status: Pending, CancelRequested: tt.cancelled}, tt.noCharge); got != tt.want {
 			t.Errorf("AtDeadline(cancelled=%v, no charge=%v) = %s, want %s", tt.cancelled, tt.noCharge, got, tt.want)
+		}
+	}
+}
+
+// A cancel withdraws a payment only while its charge was never sent and no
+// cancel came before; every other payment keeps the cancel for its
+// outcome (or its refund).
+func TestCancelTrigger(t *testing.T) {
+	for _, s := range Statuses {
+		for _, sent := range []bool{false, true} {
+			for _, cancelled := range []bool{false, true} {
+				p := Payment{Status: s, ChargeSent: sent, CancelRequested: cancelled}
+				want := Cancel
+				if (s == Pending || s == NeedsAttention) && !sent && !cancelled {
+					want = Withdraw
+				}
+				if got := p.CancelTrigger(); got != want {
+					t.Errorf("CancelTrigger(%s, sent=%v, cancelled=%v) = %s, want %s", s, sent, cancelled, got, want)
+				}
+			}
 		}
 	}
 }

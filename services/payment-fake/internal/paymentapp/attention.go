@@ -52,7 +52,8 @@ type Retried struct {
 // is parked.
 func (a *App) Retry(ctx context.Context, orderID uint64) (Retried, error) {
 	var res Retried
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
+		res = Retried{}
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
 			return err

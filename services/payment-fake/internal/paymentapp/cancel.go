@@ -22,12 +22,22 @@ import (
 //     undo (a "null compensation"), but a marker row in status
 //     cancelled_before_charge stays, so the late inventory.reserved finds
 //     the order id taken and charges nothing;
-//   - pending or needs_attention (the charge's outcome is not known): the
-//     cancel is remembered (cancel_requested_at). A cancel is no reason to
-//     abandon an outcome: whoever learns it records it, and a success is
-//     refunded in that same transaction. No new charge is started for the
-//     order (ChargeAtPSP only queries), and the sweep closes a payment the
-//     PSP never charged at its deadline;
+//   - pending (or parked), and the charge never sent to the PSP
+//     (charge_sent_at NULL):
+//     withdrawn at once, a terminal status: nothing was charged, and
+//     nothing will be, because the charge consumer sends a charge only
+//     under a compare-and-set (paymentdb.MarkChargeSent) that a cancelled
+//     payment fails. The row lock orders the two: whichever commits first
+//     decides;
+//   - pending with the charge sent (in flight), or needs_attention (the
+//     outcome is not known): the cancel is remembered
+//     (cancel_requested_at). A cancel is no reason to abandon an outcome:
+//     whoever learns it records it, and a success is refunded in that same
+//     transaction. No new charge is started for the order (ChargeAtPSP only
+//     queries), and the sweep's next look comes within the in-flight
+//     window (CancelSettle): a status query by the key records what the
+//     PSP has, or, when it has nothing once the window is over, closes the
+//     payment as cancelled_before_charge;
 //   - succeeded: the refund is requested now (a refunds row and
 //     payment.refund-requested, one transaction);
 //   - failed, refunded, cancelled_before_charge: nothing to compensate.
@@ -61,6 +71,19 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 	if err != nil {
 		return err
 	}
+	if p.CancelTrigger() == payment.Withdraw {
+		to, _ := payment.Next(p.Status, payment.Withdraw)
+		moved, err := paymentdb.Withdraw(ctx, tx, p.OrderID, p.Status, to, reason)
+		if err != nil {
+			return err
+		}
+		if !moved {
+			return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
+		}
+		log.InfoContext(ctx, "cancel arrived before the charge was sent to the PSP: payment withdrawn, nothing charged",
+			"status", to)
+		return nil
+	}
 	if _, ok := payment.Next(p.Status, payment.Cancel); !ok {
 		log.InfoContext(ctx, "cancel: nothing to compensate", "status", p.Status)
 		return nil
@@ -77,6 +100,13 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 		return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
 	p.CancelRequested, p.CancelReason = true, reason
+	if p.Status == payment.Pending {
+		// In flight: settle it by a status query once the send's answer
+		// has had time to arrive.
+		if err := paymentdb.SettleSoon(ctx, tx, p.OrderID, a.cfg.CancelSettle); err != nil {
+			return err
+		}
+	}
 	if !p.RefundDue() {
 		log.InfoContext(ctx, "cancel recorded; the charge's outcome decides (a success is refunded at once)", "status", p.Status)
 		return nil

@@ -133,17 +133,23 @@ func TestCancelAfterUnrecordedChargeQueriesAndRefunds(t *testing.T) {
 	f.completeRefund(t, order, 1500)
 }
 
-// The cancel arrives before the charge request is consumed: no charge is
-// started for a cancelled order (only a status query), the payment waits
-// with the cancel remembered, the sweep does not re-request it, and at the
+// The charge was sent, but its answer never came back (the PSP has no
+// charge with the key), and then the order is cancelled: the payment stays
+// pending with the cancel remembered, no charge is started for it (the
+// charge request, redelivered, only queries), and the sweep settles it by
+// a status query: inside the in-flight window (PAYMENT_CANCEL_SETTLE) it
+// waits, because the charge sent may still land; after it, or at the
 // deadline, the PSP still having no charge, it is closed as
 // cancelled_before_charge. Nothing charged, nothing to refund.
-func TestCancelBeforeChargeChargesNothing(t *testing.T) {
+func TestCancelOfAChargeInFlightIsSettledByAStatusQuery(t *testing.T) {
 	t.Parallel()
-	t.Run("before the deadline: waits", func(t *testing.T) {
+	t.Run("inside the in-flight window: waits", func(t *testing.T) {
 		t.Parallel()
-		f := newFixture(t, 3*time.Second)
+		cfg := longDeadlines
+		cfg.CancelSettle = time.Hour
+		f := newFixtureWith(t, 3*time.Second, cfg)
 		cmd := f.reserve(t, order, "c-1", 1500)
+		f.markSent(t, order)
 		f.cancel(t, order)
 		if err := f.charges.Process(f.ctx, cmd); err != nil {
 			t.Fatal(err)
@@ -162,32 +168,71 @@ func TestCancelBeforeChargeChargesNothing(t *testing.T) {
 			t.Errorf("charge requests = %d, want 1 (no re-request for a cancelled order)", n)
 		}
 	})
-	t.Run("at the deadline: closed", func(t *testing.T) {
-		t.Parallel()
-		cfg := longDeadlines
-		cfg.ChargeDeadline = time.Microsecond
-		f := newFixtureWith(t, 3*time.Second, cfg)
-		f.reserve(t, order, "c-1", 1500)
-		f.cancel(t, order)
-		rep := f.sweep(t)
-		if rep.Charges.Voided != 1 {
-			t.Fatalf("sweep = %+v, want the payment voided", rep.Charges)
-		}
-		p := f.payment(t, order)
-		if p.Status != payment.CancelledBeforeCharge || p.IsMarker() ||
-			!strings.Contains(p.ParkedReason, "nothing charged") {
-			t.Errorf("payment = %+v, want cancelled_before_charge with the reason", p)
-		}
-		if got := fmt.Sprint(f.outboxTypes(t, order)); got != "[1 payment.charge-requested]" {
-			t.Errorf("outbox = %s, want the charge request only", got)
-		}
-		if n := len(f.pspCharges(t, order)); n != 0 || f.chargeCalls.Load() != 0 {
-			t.Errorf("PSP charges = %d, calls = %d, want 0", n, f.chargeCalls.Load())
-		}
-		if v := f.metric(t, "payment_needs_attention", "kind", "charge"); v != 0 {
-			t.Errorf("payment_needs_attention{charge} = %v, want 0 (closed, not parked)", v)
-		}
-	})
+	for _, tt := range []struct {
+		name      string
+		settle    time.Duration
+		deadline  time.Duration
+		reasonHas string
+	}{
+		{"after the in-flight window: closed", time.Microsecond, time.Hour, "after it was last sent: nothing charged"},
+		{"at the deadline: closed", time.Hour, time.Microsecond, "at the deadline: nothing charged"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := longDeadlines
+			cfg.CancelSettle, cfg.ChargeDeadline = tt.settle, tt.deadline
+			f := newFixtureWith(t, 3*time.Second, cfg)
+			f.reserve(t, order, "c-1", 1500)
+			f.markSent(t, order)
+			f.cancel(t, order)
+			rep := f.sweep(t)
+			if rep.Charges.Voided != 1 {
+				t.Fatalf("sweep = %+v, want the payment voided", rep.Charges)
+			}
+			p := f.payment(t, order)
+			if p.Status != payment.CancelledBeforeCharge || p.IsMarker() || !strings.Contains(p.ParkedReason, tt.reasonHas) {
+				t.Errorf("payment = %+v, want cancelled_before_charge with a reason saying %q", p, tt.reasonHas)
+			}
+			if got := fmt.Sprint(f.outboxTypes(t, order)); got != "[1 payment.charge-requested]" {
+				t.Errorf("outbox = %s, want the charge request only", got)
+			}
+			if n := len(f.pspCharges(t, order)); n != 0 || f.chargeCalls.Load() != 0 {
+				t.Errorf("PSP charges = %d, calls = %d, want 0", n, f.chargeCalls.Load())
+			}
+			if v := f.metric(t, "payment_needs_attention", "kind", "charge"); v != 0 {
+				t.Errorf("payment_needs_attention{charge} = %v, want 0 (closed, not parked)", v)
+			}
+		})
+	}
+}
+
+// The PSP charged, the outcome was not recorded (the process failed after
+// the PSP's answer), and the order is cancelled: the sweep's status query,
+// at the end of the in-flight window, finds the charge, records it and
+// requests the refund in the same transaction.
+func TestCancelOfAChargeInFlightFoundByTheSweepIsRefunded(t *testing.T) {
+	t.Parallel()
+	cfg := longDeadlines
+	cfg.CancelSettle = time.Microsecond
+	f := newFixtureWith(t, 3*time.Second, cfg)
+	cmd := f.reserve(t, order, "c-1", 1500)
+	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
+	if err := f.charges.Process(f.ctx, cmd); err == nil {
+		t.Fatal("charge: want the injected error")
+	}
+	f.cancel(t, order)
+	if rep := f.sweep(t); rep.Charges.Resolved != 1 {
+		t.Fatalf("sweep = %+v, want the outcome resolved", rep.Charges)
+	}
+	// (The same round then looks at the new refund, due at once with this
+	// fixture's grace, and requests it again with the same key.)
+	if got, want := fmt.Sprint(f.outboxTypes(t, order)), "[1 payment.charge-requested 2 payment.succeeded 3 payment.refund-requested"; !strings.HasPrefix(got, want) {
+		t.Fatalf("outbox = %s, want it to start with %s]", got, want)
+	}
+	if p := f.payment(t, order); p.Status != payment.Succeeded || !p.CancelRequested || f.chargeCalls.Load() != 1 {
+		t.Fatalf("payment = %+v after %d charge calls, want succeeded with the cancel, one charge", p, f.chargeCalls.Load())
+	}
+	f.completeRefund(t, order, 1500)
 }
 
 // A confirmed order is cancelled: a new business transaction, the refund.
@@ -263,8 +308,8 @@ func TestRefundLostResponseIsResolvedByStatusQuery(t *testing.T) {
 
 // Cancel and inventory.reserved for the same order race on two
 // connections, twenty times: whichever commits first, the order ends
-// consistent (a marker, or a pending payment with the cancel remembered),
-// and nothing is ever charged.
+// consistent (a marker, or a payment withdrawn before its charge was
+// sent), and nothing is ever charged.
 func TestCancelRacingReservedNeverCharges(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
@@ -282,7 +327,7 @@ func TestCancelRacingReservedNeverCharges(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	markers, flagged := 0, 0
+	markers, withdrawn := 0, 0
 	for i := range n {
 		id := uint64(100 + i)
 		p := f.payment(t, id)
@@ -290,8 +335,8 @@ func TestCancelRacingReservedNeverCharges(t *testing.T) {
 		switch {
 		case p.IsMarker() && len(reqs) == 0:
 			markers++
-		case p.Status == payment.Pending && p.CancelRequested && len(reqs) == 1:
-			flagged++
+		case p.Status == payment.Withdrawn && p.CancelRequested && len(reqs) == 1:
+			withdrawn++
 			if err := f.charges.Process(f.ctx, reqs[0]); err != nil {
 				t.Fatalf("order %d: charge request: %v", id, err)
 			}
@@ -299,7 +344,7 @@ func TestCancelRacingReservedNeverCharges(t *testing.T) {
 			t.Errorf("order %d: payment %+v with %d charge requests: inconsistent", id, p, len(reqs))
 		}
 	}
-	t.Logf("%d markers (cancel first), %d pending with the cancel remembered (reserved first)", markers, flagged)
+	t.Logf("%d markers (cancel first), %d withdrawn (reserved first, the charge not sent yet)", markers, withdrawn)
 	if c := f.chargeCalls.Load(); c != 0 {
 		t.Errorf("PSP charge calls = %d, want 0", c)
 	}
@@ -343,5 +388,39 @@ func (f *fixture) completeRefund(t *testing.T, orderID uint64, amount int64) {
 	}
 	if v := f.metric(t, "payment_refunds_total", "result", "succeeded"); v != succeeded+1 {
 		t.Errorf("payment_refunds_total{succeeded} = %v, want %v", v, succeeded+1)
+	}
+}
+
+// The cancel arrives while the charge request waits in the queue, before
+// the charge is sent to the PSP: the payment closes at once, withdrawn
+// (terminal: nothing charged, and nothing will be), without waiting for
+// PAYMENT_DEADLINE (an hour here). The charge request that comes later
+// calls the PSP for nothing, not even a status query; the sweep has
+// nothing to look at.
+func TestCancelBeforeTheChargeIsSentClosesThePaymentAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3*time.Second)
+	cmd := f.reserve(t, order, "c-1", 1500)
+	f.cancel(t, order)
+
+	p := f.payment(t, order)
+	if p.Status != payment.Withdrawn || !p.Status.Terminal() || !p.CancelRequested ||
+		!strings.Contains(p.CancelReason, "customer asked") {
+		t.Fatalf("payment after the cancel = %+v, want withdrawn (terminal) with the cancel's reason", p)
+	}
+	if err := f.charges.Process(f.ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	if c, s := f.chargeCalls.Load(), f.statusCalls.Load(); c != 0 || s != 0 {
+		t.Errorf("PSP calls after the withdrawal: %d charges, %d status queries; want none", c, s)
+	}
+	if rep := f.sweep(t); rep.Charges.Claimed != 0 {
+		t.Errorf("sweep = %+v, want nothing claimed (a withdrawn payment is closed)", rep.Charges)
+	}
+	if got := fmt.Sprint(f.outboxTypes(t, order)); got != "[1 payment.charge-requested]" {
+		t.Errorf("outbox = %s, want the charge request only (no result event: the order is cancelled already)", got)
+	}
+	if got := f.payment(t, order); got.Status != payment.Withdrawn {
+		t.Errorf("payment at the end = %s, want withdrawn", got.Status)
 	}
 }

@@ -39,7 +39,10 @@ var errNotCharged = errors.New("the PSP has no charge with this key")
 //     the PSP, with the key, whether an earlier attempt charged; found: that
 //     is the outcome (a success is refunded at once); not found: nothing to
 //     do, the sweep closes the payment at its deadline;
-//  3. otherwise charge at the PSP with the payment's idempotency key; on an
+//  3. otherwise mark the charge sent (paymentdb.MarkChargeSent, a
+//     compare-and-set that fails once the order is cancelled: a cancel that
+//     came first has withdrawn the payment, and nothing is sent), then
+//     charge at the PSP with the payment's idempotency key; on an
 //     unknown outcome, query the charge by the same key; found: that is the
 //     outcome; not found or query failed: ErrOutcomeUnresolved (retry later,
 //     the attempt is noted on the payment as evidence); a 4xx refusal is
@@ -83,10 +86,23 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 	if p.CancelRequested {
 		c, err = call.status(ctx, nil)
 		if errors.Is(err, errNotCharged) {
-			log.InfoContext(ctx, "order cancelled before it was charged; no charge started (the sweep closes the payment at its deadline)")
+			log.InfoContext(ctx, "order cancelled while its charge was in flight; no charge started (the sweep settles it)")
 			return noop, nil
 		}
 	} else {
+		// Window: the payment is pending and not sent yet. A cancel now
+		// withdraws it, and the mark below then fails.
+		if err := failpoint.Inject(ctx, FailpointBeforeSend); err != nil {
+			return nil, err
+		}
+		sent, merr := paymentdb.MarkChargeSent(ctx, a.db, req.OrderID)
+		if merr != nil {
+			return nil, merr
+		}
+		if !sent {
+			log.InfoContext(ctx, "order cancelled (or payment decided) before the charge was sent; PSP not called")
+			return noop, nil
+		}
 		c, err = call.do(ctx, log)
 	}
 	if err != nil {

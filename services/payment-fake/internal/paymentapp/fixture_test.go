@@ -236,6 +236,16 @@ func (f *fixture) cancel(t *testing.T, orderID uint64) {
 	}
 }
 
+// markSent records that the order's charge was sent to the PSP, as the
+// charge consumer does just before sending: what a send whose answer never
+// came back (the process died, the connection dropped) leaves behind.
+func (f *fixture) markSent(t *testing.T, orderID uint64) {
+	t.Helper()
+	if ok, err := paymentdb.MarkChargeSent(f.ctx, f.db.DB, orderID); err != nil || !ok {
+		t.Fatalf("mark the charge of %d sent: %v %v", orderID, ok, err)
+	}
+}
+
 // outboxEvents returns every outbox event of this type for the order, in
 // version order, as envelopes.
 func (f *fixture) outboxEvents(t *testing.T, orderID uint64, typ events.Type) []events.Envelope {

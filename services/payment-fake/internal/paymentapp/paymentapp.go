@@ -49,6 +49,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
@@ -64,11 +65,17 @@ const (
 	FailpointAfterPSPCall = "payment.charge.after-psp-before-record"
 	// FailpointAfterPSPRefund is the same window for a refund.
 	FailpointAfterPSPRefund = "payment.refund.after-psp-before-record"
+	// FailpointBeforeSend: the charge consumer read a pending payment and
+	// has not marked its charge sent: a cancel now withdraws the payment,
+	// and the charge is never sent.
+	FailpointBeforeSend = "payment.charge.before-send"
 )
 
 func init() {
 	failpoint.Register(FailpointAfterPSPCall,
 		"PSP answered, outcome not recorded yet: the retry calls the PSP again with the same key and must not charge twice")
+	failpoint.Register(FailpointBeforeSend,
+		"charge request read, charge not sent to the PSP yet: a cancel now withdraws the payment and nothing is sent")
 	failpoint.Register(FailpointAfterPSPRefund,
 		"PSP refunded, refund not recorded yet: the retry (or the sweep's status query) must not refund twice")
 }
@@ -86,6 +93,12 @@ type Config struct {
 	// Grace is how long after a request the sweep leaves it to the
 	// consumer before its first look [30s] (PAYMENT_SWEEP_GRACE).
 	Grace time.Duration
+	// CancelSettle is the in-flight window of a charge: how long after its
+	// last send to the PSP a cancelled order's payment is settled by a
+	// status query, and closed as cancelled_before_charge if the PSP has
+	// no charge then [15s] (PAYMENT_CANCEL_SETTLE; at least twice
+	// PSP_TIMEOUT, a charge and its status query).
+	CancelSettle time.Duration
 	// Backoff spaces the sweep's rounds on one row [30s .. 5m]
 	// (PAYMENT_RETRY_BASE, PAYMENT_RETRY_CAP).
 	Backoff retry.Backoff
@@ -106,6 +119,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Grace <= 0 {
 		c.Grace = 30 * time.Second
+	}
+	if c.CancelSettle <= 0 {
+		c.CancelSettle = 15 * time.Second
 	}
 	if c.Backoff.Base <= 0 {
 		c.Backoff.Base = 30 * time.Second
@@ -139,6 +155,16 @@ func New(db *sqlx.DB, pspClient *psp.Client, log *slog.Logger, reg prometheus.Re
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &App{db: db, psp: pspClient, log: log, metrics: newMetrics(db, reg), cfg: cfg.withDefaults()}
+}
+
+// txRetry is how the payment service's own transactions (the sweep's, an
+// operator's retry) are retried (sqldb.WithTxRetry): after a transient
+// failure before COMMIT always, after a COMMIT whose outcome is unknown
+// only when a second run changes nothing (idempotent: a claim, a recorded
+// outcome, a park, each a compare-and-set). The consumers' transactions
+// are retried through the broker (pkg/inbox).
+func (a *App) txRetry(idempotent bool) sqldb.TxRetry {
+	return sqldb.TxRetry{Idempotent: idempotent, Log: a.log}
 }
 
 // Get returns an order's payment, or payment.ErrNotFound.
@@ -249,7 +275,7 @@ var parkedDesc = prometheus.NewDesc("payment_needs_attention",
 // paymentsDesc counts payments by status; "failed" are the PSP's declines,
 // the payment step's business rejections.
 var paymentsDesc = prometheus.NewDesc("payment_payments",
-	"Payments by status (pending, succeeded, failed = declined by the PSP, refunded, needs_attention, cancelled_before_charge).",
+	"Payments by status (pending, succeeded, failed = declined by the PSP, refunded, needs_attention, cancelled_before_charge, withdrawn).",
 	[]string{"status"}, nil)
 
 func (c *parkedCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -147,7 +147,10 @@ func (a *App) count(ctx context.Context, kind string, d paymentdb.Due, action st
 // backoff, commit.
 func (a *App) claim(ctx context.Context, step paymentdb.Step) ([]paymentdb.Due, error) {
 	var claimed []paymentdb.Due
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Idempotent: after a COMMIT with an unknown outcome, a second claim
+	// finds the rows of the first no longer due; they come back at their
+	// next round.
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		claimed = claimed[:0]
 		due, err := step.SelectDue(ctx, tx, a.cfg.SweepBatch)
 		if err != nil {
@@ -183,7 +186,7 @@ func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) 
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the charge; recording it", "charge_id", c.ChargeID, "psp_status", c.Status)
-		err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error { return a.recordCharge(ctx, tx, log, p.OrderID, c) })
+		err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error { return a.recordCharge(ctx, tx, log, p.OrderID, c) })
 		return actResolved, err
 
 	case errors.Is(err, errNotCharged):
@@ -198,7 +201,9 @@ func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) 
 			return a.parkCharge(ctx, log, p.OrderID, t, reason)
 		}
 		if p.CancelRequested {
-			return actWaiting, nil // never start a charge for a cancelled order
+			// Never start a charge for a cancelled order: close it once
+			// the charge sent before the cancel can no longer land.
+			return a.voidSettled(ctx, log, p)
 		}
 		return a.rerequestCharge(ctx, log, p.OrderID)
 
@@ -227,7 +232,7 @@ func (a *App) parkCharge(ctx context.Context, log *slog.Logger, orderID uint64, 
 	if t == payment.Void {
 		action = actVoided
 	}
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
 			return err
@@ -256,13 +261,46 @@ func (a *App) parkCharge(ctx context.Context, log *slog.Logger, orderID uint64, 
 	return action, err
 }
 
+// voidSettled closes the pending payment p of a cancelled order as
+// cancelled_before_charge once its last send to the PSP is older than the
+// in-flight window (CancelSettle) and the PSP has no charge with its key:
+// the charge never landed. Before that it waits (the cancel brought the
+// sweep's next look to the end of the window). A charge that lands later
+// after all is still recorded, and refunded.
+func (a *App) voidSettled(ctx context.Context, log *slog.Logger, p payment.Payment) (string, error) {
+	reason := fmt.Sprintf("%s, and the PSP has no charge with key %s %s after it was last sent: nothing charged",
+		p.CancelReason, p.IdempotencyKey, a.cfg.CancelSettle)
+	action := actWaiting
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
+		action = actWaiting
+		cur, err := paymentdb.Lock(ctx, tx, p.OrderID)
+		if err != nil {
+			return err
+		}
+		to, ok := payment.Next(cur.Status, payment.Void)
+		if !ok || !cur.CancelRequested {
+			return nil
+		}
+		moved, err := paymentdb.VoidSettled(ctx, tx, p.OrderID, to, reason, a.cfg.CancelSettle)
+		if err != nil || !moved {
+			return err // still inside the window: the next round
+		}
+		action = actVoided
+		log.WarnContext(ctx, "cancelled order's charge settled: the PSP never charged it", "status", to, "reason", reason)
+		return nil
+	})
+	return action, err
+}
+
 // rerequestCharge writes a new payment.charge-requested for a payment
 // still pending and not cancelled: a new event id (the first one may be a
 // dead letter by now, and the inbox would take its redelivery for a
 // duplicate), the same idempotency key.
 func (a *App) rerequestCharge(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
 	action := actRerequested
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Not idempotent (each run writes a new request event): a COMMIT with
+	// an unknown outcome is left to the next round.
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
 			return err
@@ -312,7 +350,7 @@ func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) 
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the refund; recording it", "refund_id", r.RefundID)
-		err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error { return a.recordRefund(ctx, tx, log, f.OrderID, r) })
+		err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error { return a.recordRefund(ctx, tx, log, f.OrderID, r) })
 		return actResolved, err
 
 	case errors.Is(err, errNotRefunded):
@@ -337,7 +375,8 @@ func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) 
 
 func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint64, reason string) (string, error) {
 	action := actWaiting
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
+		action = actWaiting
 		parked, err := a.parkRefund(ctx, tx, log, orderID, reason, true)
 		if parked {
 			action = actParked
@@ -351,7 +390,9 @@ func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint6
 // same idempotency key) for a refund still requested.
 func (a *App) rerequestRefund(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
 	action := actRerequested
-	err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error {
+	// Not idempotent (each run writes a new request event): a COMMIT with
+	// an unknown outcome is left to the next round.
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
 			return err

@@ -438,6 +438,7 @@ func TestStatusQueryFailingAtDeadlineParksThenRetryCloses(t *testing.T) {
 	cfg.ChargeDeadline = time.Microsecond
 	f := newFixtureWith(t, 3*time.Second, cfg)
 	f.reserve(t, order, "c-1", 1500)
+	f.markSent(t, order)
 	f.cancel(t, order)
 
 	cut := paymentapp.New(f.db.DB, psp.NewClient("http://127.0.0.1:1/psp", &http.Client{Timeout: time.Second}), quiet, nil, cfg)

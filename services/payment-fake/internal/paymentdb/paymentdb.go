@@ -33,6 +33,7 @@ type paymentRow struct {
 	IdempotencyKey    string         `db:"idempotency_key"`
 	PSPChargeID       sql.NullString `db:"psp_charge_id"`
 	FailureReason     string         `db:"failure_reason"`
+	ChargeSentAt      sql.NullTime   `db:"charge_sent_at"`
 	CancelRequestedAt sql.NullTime   `db:"cancel_requested_at"`
 	CancelReason      string         `db:"cancel_reason"`
 	DeadlineAt        sql.NullTime   `db:"deadline_at"`
@@ -45,14 +46,14 @@ type paymentRow struct {
 }
 
 const paymentColumns = `order_id, customer_id, amount_cents, currency, status, idempotency_key,
-  psp_charge_id, failure_reason, cancel_requested_at, cancel_reason, deadline_at, attempts, last_error,
+  psp_charge_id, failure_reason, charge_sent_at, cancel_requested_at, cancel_reason, deadline_at, attempts, last_error,
   parked_reason, aggregate_version, created_at, updated_at`
 
 func (r paymentRow) domain() payment.Payment {
 	return payment.Payment{
 		OrderID: r.OrderID, CustomerID: r.CustomerID, AmountCents: r.AmountCents, Currency: r.Currency,
 		Status: payment.Status(r.Status), IdempotencyKey: r.IdempotencyKey, PSPChargeID: r.PSPChargeID.String,
-		FailureReason: r.FailureReason, Version: r.Version,
+		FailureReason: r.FailureReason, Version: r.Version, ChargeSent: r.ChargeSentAt.Valid,
 		CancelRequested: r.CancelRequestedAt.Valid, CancelReason: r.CancelReason,
 		DeadlineAt: r.DeadlineAt.Time, Attempts: r.Attempts, LastError: r.LastError, ParkedReason: r.ParkedReason,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
@@ -148,6 +149,59 @@ func RequestCancel(ctx context.Context, tx *sqlx.Tx, orderID uint64, status paym
 WHERE order_id = ? AND status = ? AND cancel_requested_at IS NULL`
 	res, err := tx.ExecContext(ctx, q, payment.Clip(reason, 255), orderID, status)
 	return sqldb.Changed(res, err, "cancel payment %d", orderID)
+}
+
+// MarkChargeSent records that the charge is about to be sent to the PSP,
+// just before each send, and reports whether it may be sent: only a
+// payment still pending whose order is not cancelled passes the
+// compare-and-set. It takes the payment's row lock, so it is ordered with
+// the cancel's transaction: either the cancel finds the charge sent (and
+// settles it by a status query), or this finds the order cancelled (and
+// nothing is sent). One statement, outside any transaction.
+func MarkChargeSent(ctx context.Context, db sqlx.ExecerContext, orderID uint64) (bool, error) {
+	const q = `UPDATE payments SET charge_sent_at = NOW(6)
+WHERE order_id = ? AND status = ? AND cancel_requested_at IS NULL`
+	res, err := db.ExecContext(ctx, q, orderID, payment.Pending)
+	return sqldb.Changed(res, err, "mark charge of payment %d sent", orderID)
+}
+
+// Withdraw closes a payment whose charge was never sent, for its cancelled
+// order: status from (pending, or needs_attention) to (withdrawn), the
+// cancel remembered, no sweep round left. Compare-and-set on "still from,
+// never sent, not cancelled yet".
+func Withdraw(ctx context.Context, tx *sqlx.Tx, orderID uint64, from, to payment.Status, reason string) (bool, error) {
+	const q = `UPDATE payments SET status = ?, cancel_requested_at = NOW(6), cancel_reason = ?, next_attempt_at = NULL,
+  updated_at = NOW(6)
+WHERE order_id = ? AND status = ? AND charge_sent_at IS NULL AND cancel_requested_at IS NULL`
+	res, err := tx.ExecContext(ctx, q, to, payment.Clip(reason, 255), orderID, from)
+	return sqldb.Changed(res, err, "withdraw payment %d", orderID)
+}
+
+// SettleSoon brings the sweep's next look at a pending payment forward to
+// at most within from now, so that a cancelled order's charge in flight is
+// settled by a status query then (the in-flight window), not after the
+// sweep's backoff.
+func SettleSoon(ctx context.Context, tx *sqlx.Tx, orderID uint64, within time.Duration) error {
+	const q = `UPDATE payments
+SET next_attempt_at = LEAST(COALESCE(next_attempt_at, TIMESTAMPADD(MICROSECOND, ?, NOW(6))), TIMESTAMPADD(MICROSECOND, ?, NOW(6)))
+WHERE order_id = ? AND status = ?`
+	if _, err := tx.ExecContext(ctx, q, within.Microseconds(), within.Microseconds(), orderID, payment.Pending); err != nil {
+		return fmt.Errorf("settle payment %d soon: %w", orderID, err)
+	}
+	return nil
+}
+
+// VoidSettled closes a cancelled order's pending payment as to
+// (cancelled_before_charge) once its last send to the PSP is older than
+// window (database time): the PSP had no charge with the key after that,
+// so nothing was charged. Compare-and-set; false: too early, or moved.
+func VoidSettled(ctx context.Context, tx *sqlx.Tx, orderID uint64, to payment.Status, reason string, window time.Duration) (bool, error) {
+	const q = `UPDATE payments SET status = ?, parked_at = NOW(6), parked_reason = ?, next_attempt_at = NULL,
+  updated_at = NOW(6)
+WHERE order_id = ? AND status = ? AND cancel_requested_at IS NOT NULL
+  AND (charge_sent_at IS NULL OR charge_sent_at <= TIMESTAMPADD(MICROSECOND, -?, NOW(6)))`
+	res, err := tx.ExecContext(ctx, q, to, payment.Clip(reason, 512), orderID, payment.Pending, window.Microseconds())
+	return sqldb.Changed(res, err, "void payment %d", orderID)
 }
 
 // NoteCancel replaces the cancel reason of a payment still in status,

@@ -40,6 +40,23 @@ func (h *handlers) get(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// outcome answers what became of an order's charge: from the payment's
+// record when it is decided, else from a status query at the PSP by the
+// charge's key. It records nothing.
+func (h *handlers) outcome(w http.ResponseWriter, r *http.Request) error {
+	id, err := orderID(r)
+	if err != nil {
+		return err
+	}
+	o, err := h.app.Outcome(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	web.WriteJSON(w, http.StatusOK, map[string]string{"order_id": strconv.FormatUint(id, 10), "outcome": o.Outcome,
+		"source": o.Source, "payment_status": string(o.PaymentStatus), "psp_charge_id": o.PSPChargeID, "detail": o.Detail})
+	return nil
+}
+
 // needsAttention lists the parked charges and refunds with their evidence.
 func (h *handlers) needsAttention(w http.ResponseWriter, r *http.Request) error {
 	limit, err := web.Limit(r, 100, 1000)
@@ -131,6 +148,7 @@ type paymentJSON struct {
 	IdempotencyKey  string      `json:"idempotency_key"`
 	PSPChargeID     string      `json:"psp_charge_id"`
 	FailureReason   string      `json:"failure_reason"`
+	ChargeSent      bool        `json:"charge_sent"`
 	CancelRequested bool        `json:"cancel_requested"`
 	CancelReason    string      `json:"cancel_reason"`
 	DeadlineAt      *time.Time  `json:"deadline_at"`
@@ -146,7 +164,7 @@ func toJSON(p payment.Payment) paymentJSON {
 	j := paymentJSON{
 		OrderID: strconv.FormatUint(p.OrderID, 10), Status: string(p.Status), AmountCents: p.AmountCents,
 		Currency: p.Currency, CustomerID: p.CustomerID, IdempotencyKey: p.IdempotencyKey,
-		PSPChargeID: p.PSPChargeID, FailureReason: p.FailureReason,
+		PSPChargeID: p.PSPChargeID, FailureReason: p.FailureReason, ChargeSent: p.ChargeSent,
 		CancelRequested: p.CancelRequested, CancelReason: p.CancelReason,
 		Attempts: p.Attempts, LastError: p.LastError, ParkedReason: p.ParkedReason,
 		CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,

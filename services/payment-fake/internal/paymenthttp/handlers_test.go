@@ -79,7 +79,7 @@ func TestGetPayment(t *testing.T) {
 	}
 	want := map[string]any{"order_id": "42", "status": "pending", "amount_cents": 1500.0, "currency": "EUR",
 		"customer_id": "c-1", "idempotency_key": "charge-42", "psp_charge_id": "", "failure_reason": "",
-		"cancel_requested": false, "cancel_reason": "", "attempts": 0.0, "last_error": "", "parked_reason": "",
+		"charge_sent": false, "cancel_requested": false, "cancel_reason": "", "attempts": 0.0, "last_error": "", "parked_reason": "",
 		"refund": nil}
 	for k, v := range want {
 		if got[k] != v {
@@ -147,5 +147,44 @@ func TestPSPMount(t *testing.T) {
 		if status, body := call(t, http.MethodGet, ts.URL+"/psp/switches", ""); status != http.StatusOK || !strings.Contains(body, tt.wantSwitch) {
 			t.Errorf("demo=%v: GET /psp/switches = %d %s, want 200 with %s", tt.demo, status, body, tt.wantSwitch)
 		}
+	}
+}
+
+// GET /payments/{id}/outcome: 404 for an unknown order; the record's
+// outcome once decided; "unknown" while open and the PSP cannot be asked.
+func TestPaymentOutcome(t *testing.T) {
+	t.Parallel()
+	ts, db := server(t, false)
+	ctx := context.Background()
+	if status, body := call(t, http.MethodGet, ts.URL+"/payments/42/outcome", ""); status != http.StatusNotFound ||
+		!strings.Contains(body, "payment not found") {
+		t.Fatalf("unknown order: %d %s, want 404", status, body)
+	}
+	p, _ := payment.New(42, "c-1", 1500, "EUR")
+	if err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error { return paymentdb.Insert(ctx, tx, p, time.Minute, time.Minute) }); err != nil {
+		t.Fatal(err)
+	}
+	outcome := func() map[string]string {
+		t.Helper()
+		status, body := call(t, http.MethodGet, ts.URL+"/payments/42/outcome", "")
+		var got map[string]string
+		if err := json.Unmarshal([]byte(body), &got); status != http.StatusOK || err != nil {
+			t.Fatalf("GET /payments/42/outcome = %d %s", status, body)
+		}
+		return got
+	}
+	if got := outcome(); got["outcome"] != "unknown" || got["source"] != "psp" || got["payment_status"] != "pending" || got["order_id"] != "42" {
+		t.Errorf("open, the PSP unreachable: %v, want unknown from the psp", got)
+	}
+	err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
+		_, err := paymentdb.Decide(ctx, tx, 42, paymentdb.Decision{From: payment.Pending, To: payment.Failed,
+			PSPChargeID: "ch_1", FailureReason: "card_declined", Version: 2})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outcome(); got["outcome"] != "declined" || got["source"] != "record" || got["psp_charge_id"] != "ch_1" {
+		t.Errorf("declined: %v, want declined from the record", got)
 	}
 }

@@ -21,6 +21,7 @@ import (
 func Routes(r chi.Router, app *paymentapp.App, pspAPI http.Handler, demoMode bool, log *slog.Logger) {
 	h, e := &handlers{app: app}, edge(log)
 	r.Get("/payments/{order_id}", e.Handle(h.get))
+	r.Get("/payments/{order_id}/outcome", e.Handle(h.outcome)) // asked by the order's deadline sweep; may query the PSP by key
 
 	// The PSP shares the listener, not the code path: the payment app calls
 	// it over HTTP through psp.Client, as it would call a real provider.
