@@ -330,7 +330,13 @@ func (c *checker) psp(o Order, subject string) {
 		}
 		p := o.Payment
 		switch {
-		case p == nil, p.Status == "cancelled_before_charge", p.Status == "failed", p.Status == "refunded":
+		case p == nil, p.Status == "failed", p.Status == "refunded":
+		case p.Status == "withdrawn", p.Status == "cancelled_before_charge":
+			// Closed without a charge: withdrawn before the charge was
+			// sent, or sent and found never made at the PSP.
+			if charged {
+				c.add(CheckPSP, "payment-record", subject, "cancelled, payment record %s although the PSP charged", describePayment(p))
+			}
 		case p.Status == "pending":
 			c.add(CheckLeftovers, "payment-pending", subject, "cancelled, payment still pending (its charge was never settled)")
 		case p.Status == "needs_attention":

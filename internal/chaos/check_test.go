@@ -113,6 +113,27 @@ func TestCancelBeforeReserveIsConsistent(t *testing.T) {
 	}
 }
 
+// An order cancelled before its charge was sent closes its payment as
+// withdrawn (issue 11, finding 7): consistent without a charge, a
+// violation when the PSP charged anyway.
+func TestWithdrawnPaymentIsConsistentWithoutACharge(t *testing.T) {
+	s := copySnapshot(SampleSnapshot())
+	o := s.Orders["6"]
+	o.Payment = &Payment{Status: "withdrawn", AmountCents: o.TotalCents}
+	o.Charges = []Charge{}
+	o.RefundStatus = "none"
+	s.Orders["6"] = o
+	if got := Check(s); len(got) != 0 {
+		t.Fatalf("a withdrawn payment without a charge is consistent, got %v", got)
+	}
+	o.Charges = []Charge{{ChargeID: "ch_late", Status: "succeeded", AmountCents: o.TotalCents, RefundedCents: o.TotalCents}}
+	o.RefundStatus = "refunded"
+	s.Orders["6"] = o
+	if got := Check(s); len(got) != 1 || got[0].Rule != "payment-record" {
+		t.Fatalf("a withdrawn payment with a PSP charge: got %v, want one payment-record violation", got)
+	}
+}
+
 // The payment sweep may request a charge again with a new version: not a
 // double effect. The same version twice is one.
 func TestRepeatedChargeRequestNeedsANewVersion(t *testing.T) {
