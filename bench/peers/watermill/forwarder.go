@@ -41,8 +41,10 @@ package watermillpeer
 import (
 	"context"
 	stdsql "database/sql"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -187,7 +189,8 @@ func NewForwarder(db *stdsql.DB, s SQL, pub message.Publisher, poll time.Duratio
 }
 
 // Start runs fwd until the returned stop is called; stop closes the
-// forwarder (and its subscriber) and waits for Run to return.
+// forwarder (and its subscriber) and waits for Run to return. Calling stop
+// again returns the first result.
 func Start(ctx context.Context, fwd *forwarder.Forwarder) (stop func() error, err error) {
 	done := make(chan error, 1)
 	go func() { done <- fwd.Run(ctx) }()
@@ -196,12 +199,12 @@ func Start(ctx context.Context, fwd *forwarder.Forwarder) (stop func() error, er
 	case err := <-done:
 		return nil, fmt.Errorf("forwarder stopped at start: %w", err)
 	}
+	var once sync.Once
+	var stopErr error
 	return func() error {
-		cerr := fwd.Close()
-		rerr := <-done
-		if cerr != nil {
-			return cerr
-		}
-		return rerr
+		once.Do(func() {
+			stopErr = errors.Join(fwd.Close(), <-done)
+		})
+		return stopErr
 	}, nil
 }

@@ -10,10 +10,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	peer "github.com/relmsg/ordersaga/bench/peers/watermill"
+	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
 
 // The same situation on both sides: the exchange exists, but no queue is
@@ -208,4 +210,133 @@ func messageIDs(ds []amqp.Delivery) []string {
 		ids[i] = d.MessageId
 	}
 	return ids
+}
+
+// An event the broker refuses (it nacks: the only queue bound to its
+// routing key is full and rejects new messages) committed before a
+// routable one.
+//
+// The Forwarder's subscriber hands over the next row only after the
+// current one is acked (Subscriber.sendMessage in watermill-sql's
+// pkg/sql/subscriber.go): a nacked row is offered again every
+// ResendInterval (1 s) and every row behind it waits, however healthy.
+// Our dispatcher records the failure on that event alone (back to
+// 'pending' with a backoff, 'failed' after MaxAttempts) and sends the rest
+// of the batch.
+func TestRefusedEvent(t *testing.T) {
+	// refusing binds a queue that nacks every new message to
+	// payment.refunded: the broker confirms it with basic.nack.
+	refusing := func(t *testing.T, w *world) {
+		t.Helper()
+		conn := rabbittest.Dial(t)
+		defer conn.Close()
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		full := w.ns.Queue("full")
+		args := amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}
+		if _, err := ch.QueueDeclare(full, false, false, false, false, args); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			conn := rabbittest.Dial(t)
+			defer conn.Close()
+			if ch, err := conn.Channel(); err == nil {
+				_, _ = ch.QueueDelete(full, false, false, false)
+			}
+		})
+		if err := ch.QueueBind(full, events.PaymentRefunded, w.ns.Exchange(), false, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("forwarder/blocks-the-rows-behind-it", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		w.declare(t, true)
+		refusing(t, w)
+		// This publisher is not closed: the Forwarder's Close can return
+		// while the refused event's forward is still in flight (seen here:
+		// a Publish ending after Close returned), and closing watermill-amqp's
+		// connection during a Publish is a data race inside it
+		// (ConnectionWrapper.connected, pkg/amqp/connection.go). The test
+		// binary's exit closes the connection.
+		pub, err := peer.NewAMQPPublisher(rabbittest.URL(), w.ns.Exchange())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := peer.Documented(0)
+		if err := peer.InitSchema(w.db.DB.DB, s); err != nil {
+			t.Fatal(err)
+		}
+		refused := envelope(t, 1)
+		refused.Type = events.PaymentRefunded
+		healthy := envelope(t, 2)
+		writePeer(t, w.db.DB, s, refused)
+		writePeer(t, w.db.DB, s, healthy)
+
+		rec := newRecorder(pub, 1)
+		fwd, err := peer.NewForwarder(w.db.DB.DB, s, rec, 20*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop, err := peer.Start(context.Background(), fwd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = stop() })
+
+		eventually(t, 10*time.Second, "the refused event was not offered twice", func() bool {
+			return len(rec.of(refused.EventID)) >= 2
+		})
+		for _, err := range rec.of(refused.EventID) {
+			if err == nil {
+				t.Fatal("the refused event was confirmed; the broker should nack it")
+			}
+		}
+		if got := rec.of(healthy.EventID); len(got) != 0 {
+			t.Fatalf("the healthy event was published (%v) while the refused one ahead of it was still failing", got)
+		}
+		if depth := w.queueDepth(t); depth != 0 {
+			t.Fatalf("queue depth = %d, want 0: the healthy event waits behind the refused one", depth)
+		}
+	})
+
+	t.Run("ours/sends-the-rest", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		w.declare(t, true)
+		refusing(t, w)
+		conn := rabbittest.Conn(t, w.topo)
+		d := outbox.New(w.db.DB, outbox.Config{Exchange: w.ns.Exchange(), Log: quiet})
+		pub := outbox.RabbitPublishers(conn)()
+		defer pub.Close()
+
+		var ids []string
+		err := sqldb.WithTx(context.Background(), w.db.DB, func(tx *sqlx.Tx) error {
+			var err error
+			ids, err = outbox.Add(context.Background(), tx,
+				outbox.Event{AggregateID: 1, AggregateVersion: 1, Type: events.PaymentRefunded, Payload: orderCreated(1)},
+				outbox.Event{AggregateID: 2, AggregateVersion: 1, Type: events.OrderCreated, Payload: orderCreated(2)})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := d.DispatchOnce(context.Background(), pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed != 2 || res.Sent != 1 || res.Retried != 1 {
+			t.Fatalf("batch = %+v, want claimed 2, sent 1 (the healthy one), retried 1 (the refused one)", res)
+		}
+		if st, attempts := status(t, w.db.DB, ids[0]); st != "pending" || attempts != 1 {
+			t.Fatalf("refused event is %s after %d attempts, want pending (backing off) after 1", st, attempts)
+		}
+		got := messageIDs(rabbittest.Drain(t, w.queue, 1, 10*time.Second))
+		if !slices.Equal(got, ids[1:]) {
+			t.Fatalf("queue holds %v, want the healthy event %s", got, ids[1])
+		}
+	})
 }
