@@ -263,32 +263,45 @@ func (c *cpu) cores() (db, mq, goc, other float64) {
 	return v[0], v[1], v[2], max(0, all-v[0]-v[1]-v[2])
 }
 
-// pidOf is the lowest pid whose command is comm (the server, not a
-// short-lived rabbitmqctl, which is also a beam.smp), 0 if none.
+// pidOf is the oldest process whose command is comm (the server, not a
+// short-lived rabbitmqctl, which is also a beam.smp; pids wrap, so the
+// lowest pid is not always the oldest), 0 if none.
 func pidOf(comm string) int {
 	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	best := 0
+	best, bestStart := 0, int64(-1)
 	for _, d := range dirs {
 		c, err := os.ReadFile(d)
 		if err != nil || strings.TrimSpace(string(c)) != comm {
 			continue
 		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d))); err == nil && (best == 0 || pid < best) {
-			best = pid
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		if err != nil {
+			continue
+		}
+		if f := procStat(pid); len(f) > 19 {
+			start, _ := strconv.ParseInt(f[19], 10, 64) // field 22: start time
+			if bestStart < 0 || start < bestStart {
+				best, bestStart = pid, start
+			}
 		}
 	}
 	return best
 }
 
-// procTicks is a process's user + system time in ticks (/proc/<pid>/stat
-// fields 14 and 15).
-func procTicks(pid int) int64 {
+// procStat is /proc/<pid>/stat from field 3 on (after the command, which
+// may contain spaces).
+func procStat(pid int) []string {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return nil
 	}
-	_, rest, _ := strings.Cut(string(raw), ") ") // the command may contain spaces
-	f := strings.Fields(rest)
+	_, rest, _ := strings.Cut(string(raw), ") ")
+	return strings.Fields(rest)
+}
+
+// procTicks is a process's user + system time in ticks (fields 14 and 15).
+func procTicks(pid int) int64 {
+	f := procStat(pid)
 	if len(f) < 13 {
 		return 0
 	}
