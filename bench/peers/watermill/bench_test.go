@@ -23,9 +23,14 @@ import (
 // rabbit.Publisher, until a claim comes back empty) and with watermill's
 // Forwarder, in the same run on the same servers. Each round runs every
 // side once, each on a fresh database and an empty queue, in an order that
-// rotates from round to round (BENCH_ROUNDS, default 3). Before its timed
-// drain each side drains a warm-up of 1,000 events on its own database
-// and connections (not timed, queue purged after).
+// rotates from round to round. Before its timed drain each side drains a
+// warm-up of 1,000 events on its own database and connections (not timed,
+// queue purged after).
+//
+// BENCH_ROUNDS (default 3) sets the number of rounds; BENCH_FIRST_ROUND
+// numbers them from another round, to run them one at a time when the
+// machine is quiet (BENCH_ROUNDS=1 BENCH_FIRST_ROUND=2 runs round 2 alone,
+// in round 2's order).
 //
 // Reported per round: events/s of each side and the ratio of each of ours
 // to the Forwarder's; logged: the order the sides ran in and the CPU each
@@ -45,11 +50,8 @@ func BenchmarkDrain(b *testing.B) {
 		// same one-confirm-at-a-time publishing.
 		sides = append(sides, side{"watermill_b500", func(b *testing.B, n int) drained { return drainPeer(b, n, 500) }})
 	}
-	rounds := 3
-	if v, err := strconv.Atoi(os.Getenv("BENCH_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
-	for r := range rounds {
+	rounds, first := envInt("BENCH_ROUNDS", 3), envInt("BENCH_FIRST_ROUND", 1)
+	for r := first - 1; r < first-1+rounds; r++ {
 		b.Run(fmt.Sprintf("round=%d", r+1), func(b *testing.B) {
 			b.StopTimer()
 			rate := map[string]float64{}
@@ -70,6 +72,14 @@ func BenchmarkDrain(b *testing.B) {
 }
 
 const warmup = 1000
+
+// envInt reads a positive integer knob of the benchmark.
+func envInt(key string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(key)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
 
 // drained is one timed drain: how long it took and the CPU it used.
 type drained struct {

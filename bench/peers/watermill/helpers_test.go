@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	peer "github.com/relmsg/ordersaga/bench/peers/watermill"
 	"github.com/relmsg/ordersaga/pkg/events"
@@ -61,8 +62,8 @@ func (w *world) declare(t testing.TB, withQueue bool) {
 	}
 }
 
-// queueDepth is the number of ready messages in the queue.
-func (w *world) queueDepth(t testing.TB) int {
+// channel runs fn on a fresh channel of a plain connection to the broker.
+func channel(t testing.TB, fn func(ch *amqp.Channel) error) {
 	t.Helper()
 	conn := rabbittest.Dial(t)
 	defer conn.Close()
@@ -71,26 +72,48 @@ func (w *world) queueDepth(t testing.TB) int {
 		t.Fatal(err)
 	}
 	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(w.queue, true, false, false, false, nil)
-	if err != nil {
+	if err := fn(ch); err != nil {
 		t.Fatal(err)
 	}
-	return q.Messages
+}
+
+// queueDepth is the number of ready messages in the queue.
+func (w *world) queueDepth(t testing.TB) int {
+	t.Helper()
+	var n int
+	channel(t, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(w.queue, true, false, false, false, nil)
+		n = q.Messages
+		return err
+	})
+	return n
 }
 
 // purge empties the queue after a warm-up.
 func (w *world) purge(t testing.TB) {
 	t.Helper()
-	conn := rabbittest.Dial(t)
-	defer conn.Close()
-	ch, err := conn.Channel()
+	channel(t, func(ch *amqp.Channel) error {
+		_, err := ch.QueuePurge(w.queue, false)
+		return err
+	})
+}
+
+// forward starts a Forwarder on the peer's outbox in db that publishes
+// through a recorder around pub (done after target successes), and stops
+// it at cleanup.
+func forward(t testing.TB, db *sqlx.DB, s peer.SQL, pub message.Publisher, target int) *recorder {
+	t.Helper()
+	rec := newRecorder(pub, target)
+	fwd, err := peer.NewForwarder(db.DB, s, rec, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ch.Close()
-	if _, err := ch.QueuePurge(w.queue, false); err != nil {
-		t.Fatalf("purge %s: %v", w.queue, err)
+	stop, err := peer.Start(context.Background(), fwd)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = stop() })
+	return rec
 }
 
 // orderCreated is the payload of the backlog: what the order service

@@ -78,16 +78,7 @@ func TestUnroutableEvent(t *testing.T) {
 			if err := w.db.Get(&lostOffset, "SELECT MAX(`offset`) FROM `watermill_"+peer.Topic+"`"); err != nil {
 				t.Fatal(err)
 			}
-			rec := newRecorder(pub, 2)
-			fwd, err := peer.NewForwarder(w.db.DB.DB, c.sql, rec, 20*time.Millisecond)
-			if err != nil {
-				t.Fatal(err)
-			}
-			stop, err := peer.Start(context.Background(), fwd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = stop() })
+			rec := forward(t, w.db.DB, c.sql, pub, 2)
 
 			eventually(t, 10*time.Second, "the unroutable event was never acked in the outbox", func() bool {
 				return c.passed(t, w.db.DB, lostOffset)
@@ -228,27 +219,20 @@ func TestRefusedEvent(t *testing.T) {
 	// payment.refunded: the broker confirms it with basic.nack.
 	refusing := func(t *testing.T, w *world) {
 		t.Helper()
-		conn := rabbittest.Dial(t)
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Fatal(err)
-		}
 		full := w.ns.Queue("full")
-		args := amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}
-		if _, err := ch.QueueDeclare(full, false, false, false, false, args); err != nil {
-			t.Fatal(err)
-		}
 		t.Cleanup(func() {
-			conn := rabbittest.Dial(t)
-			defer conn.Close()
-			if ch, err := conn.Channel(); err == nil {
-				_, _ = ch.QueueDelete(full, false, false, false)
-			}
+			channel(t, func(ch *amqp.Channel) error {
+				_, err := ch.QueueDelete(full, false, false, false)
+				return err
+			})
 		})
-		if err := ch.QueueBind(full, events.PaymentRefunded, w.ns.Exchange(), false, nil); err != nil {
-			t.Fatal(err)
-		}
+		channel(t, func(ch *amqp.Channel) error {
+			args := amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}
+			if _, err := ch.QueueDeclare(full, false, false, false, false, args); err != nil {
+				return err
+			}
+			return ch.QueueBind(full, events.PaymentRefunded, w.ns.Exchange(), false, nil)
+		})
 	}
 
 	t.Run("forwarder/blocks-the-rows-behind-it", func(t *testing.T) {
@@ -276,16 +260,7 @@ func TestRefusedEvent(t *testing.T) {
 		writePeer(t, w.db.DB, s, refused)
 		writePeer(t, w.db.DB, s, healthy)
 
-		rec := newRecorder(pub, 1)
-		fwd, err := peer.NewForwarder(w.db.DB.DB, s, rec, 20*time.Millisecond)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stop, err := peer.Start(context.Background(), fwd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = stop() })
+		rec := forward(t, w.db.DB, s, pub, 1)
 
 		eventually(t, 10*time.Second, "the refused event was not offered twice", func() bool {
 			return len(rec.of(refused.EventID)) >= 2
