@@ -1,0 +1,248 @@
+package watermillpeer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	peer "github.com/relmsg/ordersaga/bench/peers/watermill"
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// world is what each side gets: a fresh database with the order service's
+// schema (our outbox_events; the peer adds its own tables) and a broker
+// namespace with one durable quorum queue, "bench.events", bound to
+// order.created, the kind of queue every saga queue is. declare declares
+// the exchanges and, with the queue, the queue and its binding.
+type world struct {
+	db    *sqldbtest.DB
+	ns    rabbit.Namespace
+	topo  rabbit.Topology
+	queue string
+}
+
+func newWorld(t testing.TB) *world {
+	t.Helper()
+	w := &world{db: sqldbtest.New(t, "order"), ns: rabbittest.Namespace(t)}
+	w.topo = rabbittest.Topology(t, w.ns, rabbit.Queue{Name: "bench.events", Keys: []string{events.OrderCreated}, DeliveryLimit: 20})
+	w.queue = w.topo.Queues[0].Name
+	return w
+}
+
+// declare declares the namespace's exchanges and, withQueue, the queue
+// bound to order.created. Without it, order.created is unroutable.
+func (w *world) declare(t testing.TB, withQueue bool) {
+	t.Helper()
+	topo := w.topo
+	if !withQueue {
+		topo.Queues = nil
+	}
+	conn := rabbittest.Dial(t)
+	defer conn.Close()
+	if err := topo.Declare(conn); err != nil {
+		t.Fatalf("declare topology: %v", err)
+	}
+}
+
+// channel runs fn on a fresh channel of a plain connection to the broker.
+func channel(t testing.TB, fn func(ch *amqp.Channel) error) {
+	t.Helper()
+	conn := rabbittest.Dial(t)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := fn(ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queueDepth is the number of ready messages in the queue.
+func (w *world) queueDepth(t testing.TB) int {
+	t.Helper()
+	var n int
+	channel(t, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(w.queue, true, false, false, false, nil)
+		n = q.Messages
+		return err
+	})
+	return n
+}
+
+// purge empties the queue after a warm-up.
+func (w *world) purge(t testing.TB) {
+	t.Helper()
+	channel(t, func(ch *amqp.Channel) error {
+		_, err := ch.QueuePurge(w.queue, false)
+		return err
+	})
+}
+
+// forward starts a Forwarder on the peer's outbox in db that publishes
+// through a recorder around pub (done after target successes), and stops
+// it at cleanup.
+func forward(t testing.TB, db *sqlx.DB, s peer.SQL, pub message.Publisher, target int) *recorder {
+	t.Helper()
+	rec := newRecorder(pub, target)
+	fwd, err := peer.NewForwarder(db.DB, s, rec, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := peer.Start(context.Background(), fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop() })
+	return rec
+}
+
+// orderCreated is the payload of the backlog: what the order service
+// writes for a two-line order (about 200 bytes), the same shape as the
+// product's bench/helpers_test.go uses (it is in a _test.go file there,
+// so it cannot be imported).
+func orderCreated(id uint64) events.OrderCreatedV1 {
+	return events.OrderCreatedV1{OrderID: id, CustomerID: fmt.Sprintf("customer-%d", id%1000),
+		Items:      []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}, {SKU: "SKU-2", Quantity: 1, UnitPriceCents: 1200}},
+		TotalCents: 19000, Currency: "EUR"}
+}
+
+// envelope is OrderCreated for order id, with a fresh event id: what the
+// peer's outbox is given.
+func envelope(t testing.TB, id uint64) events.Envelope {
+	t.Helper()
+	body, err := json.Marshal(orderCreated(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: id, AggregateVersion: 1,
+		SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(id, 10), OccurredAt: time.Now().UTC(),
+		Payload: body}
+}
+
+// prefillOurs commits n OrderCreated events (ids first+1 .. first+n) into
+// outbox_events with outbox.Add, 500 per transaction.
+func prefillOurs(t testing.TB, db *sqlx.DB, first, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for done := 0; done < n; {
+		batch := min(500, n-done)
+		evs := make([]outbox.Event, batch)
+		for i := range evs {
+			id := uint64(first + done + i + 1)
+			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: orderCreated(id)}
+		}
+		err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
+			got, err := outbox.Add(ctx, tx, evs...)
+			ids = append(ids, got...)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("prefill outbox_events: %v", err)
+		}
+		done += batch
+	}
+	return ids
+}
+
+// prefillPeer commits n OrderCreated events (ids first+1 .. first+n) into
+// the peer's outbox with its forwarder publisher, 500 per transaction.
+func prefillPeer(t testing.TB, db *sqlx.DB, s peer.SQL, first, n int) {
+	t.Helper()
+	for done := 0; done < n; {
+		batch := min(500, n-done)
+		evs := make([]events.Envelope, batch)
+		for i := range evs {
+			evs[i] = envelope(t, uint64(first+done+i+1))
+		}
+		writePeer(t, db, s, evs...)
+		done += batch
+	}
+}
+
+// writePeer commits evs into the peer's outbox in one transaction.
+func writePeer(t testing.TB, db *sqlx.DB, s peer.SQL, evs ...events.Envelope) {
+	t.Helper()
+	tx, err := db.DB.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Write(tx, s, evs...); err != nil {
+		_ = tx.Rollback()
+		t.Fatalf("peer outbox write: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("peer outbox commit: %v", err)
+	}
+}
+
+// recorder wraps the Forwarder's AMQP publisher and records what Publish
+// returned for each message (by message UUID, the event id: the Forwarder
+// has unwrapped it by then). The Forwarder's handler succeeds exactly when
+// this Publish does.
+type recorder struct {
+	message.Publisher
+	mu      sync.Mutex
+	results map[string][]error
+	ok      int
+	target  int
+	done    chan struct{} // closed when ok reaches target
+}
+
+func newRecorder(pub message.Publisher, target int) *recorder {
+	return &recorder{Publisher: pub, results: map[string][]error{}, target: target, done: make(chan struct{})}
+}
+
+func (r *recorder) Publish(topic string, msgs ...*message.Message) error {
+	err := r.Publisher.Publish(topic, msgs...)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range msgs {
+		r.results[m.UUID] = append(r.results[m.UUID], err)
+		if err == nil {
+			r.ok++
+			if r.ok == r.target {
+				close(r.done)
+			}
+		}
+	}
+	return err
+}
+
+func (r *recorder) of(id string) []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.results[id]...)
+}
+
+// eventually polls cond every 10 ms until it holds or wait passes.
+func eventually(t testing.TB, wait time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", wait, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

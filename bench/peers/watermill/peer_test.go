@@ -1,0 +1,317 @@
+package watermillpeer_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	peer "github.com/relmsg/ordersaga/bench/peers/watermill"
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+)
+
+// The same situation on both sides: the exchange exists, but no queue is
+// bound to order.created yet (a consumer not deployed, a binding
+// forgotten). An event is committed; then the queue is bound and a second
+// event is committed. Both messages are published persistent and
+// mandatory, with publisher confirms.
+//
+// The Forwarder publishes the first with mandatory set, the broker returns
+// it and then acks it, and because watermill-amqp never listens for
+// returns the ack alone decides: the handler succeeds, the row is acked
+// (the offset passes it, or the row is deleted) and the event is never
+// sent again. Only the second event reaches the queue.
+//
+// Our dispatcher sees the return (rabbit.Publisher drains NotifyReturn
+// before it trusts an ack), keeps the event 'pending' with a backoff, and
+// delivers it once the queue is bound; if it never becomes routable the
+// event ends 'failed', kept for an operator.
+func TestUnroutableEvent(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sql  peer.SQL
+		// passed reports whether the peer's outbox no longer holds offset
+		// as work to do.
+		passed func(t *testing.T, db *sqlx.DB, offset int64) bool
+	}{
+		{"forwarder/documented-offsets", peer.Documented(0), func(t *testing.T, db *sqlx.DB, offset int64) bool {
+			var acked int64
+			const q = "SELECT COALESCE(MAX(offset_acked), 0) FROM `watermill_offsets_" + peer.Topic + "`"
+			if err := db.Get(&acked, q); err != nil {
+				t.Fatal(err)
+			}
+			return acked >= offset
+		}},
+		{"forwarder/queue-delete-on-ack", peer.QueueDeleteOnAck(0), func(t *testing.T, db *sqlx.DB, offset int64) bool {
+			var n int
+			const q = "SELECT COUNT(*) FROM `watermill_" + peer.Topic + "` WHERE `offset` = ?"
+			if err := db.Get(&n, q, offset); err != nil {
+				t.Fatal(err)
+			}
+			return n == 0
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t)
+			w.declare(t, false)
+			pub, err := peer.NewAMQPPublisher(rabbittest.URL(), w.ns.Exchange())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = pub.Close() })
+			if err := peer.InitSchema(w.db.DB.DB, c.sql); err != nil {
+				t.Fatal(err)
+			}
+
+			lost := envelope(t, 1)
+			writePeer(t, w.db.DB, c.sql, lost)
+			var lostOffset int64
+			if err := w.db.Get(&lostOffset, "SELECT MAX(`offset`) FROM `watermill_"+peer.Topic+"`"); err != nil {
+				t.Fatal(err)
+			}
+			rec := forward(t, w.db.DB, c.sql, pub, 2)
+
+			eventually(t, 10*time.Second, "the unroutable event was never acked in the outbox", func() bool {
+				return c.passed(t, w.db.DB, lostOffset)
+			})
+			if got := rec.of(lost.EventID); len(got) != 1 || got[0] != nil {
+				t.Fatalf("forwarding of the unroutable event returned %v, want exactly one success (the return is not seen)", got)
+			}
+
+			w.declare(t, true)
+			second := envelope(t, 2)
+			writePeer(t, w.db.DB, c.sql, second)
+			got := rabbittest.Drain(t, w.queue, 1, 10*time.Second)
+			if ids := messageIDs(got); !slices.Equal(ids, []string{second.EventID}) {
+				t.Fatalf("queue holds %v, want only the second event %s: the first is lost", ids, second.EventID)
+			}
+			if !c.passed(t, w.db.DB, lostOffset) {
+				t.Fatal("the outbox holds the unroutable event again")
+			}
+			if got := rec.of(lost.EventID); len(got) != 1 {
+				t.Fatalf("the unroutable event was forwarded %d times, want once and never again", len(got))
+			}
+		})
+	}
+
+	t.Run("ours/retried-then-delivered", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		w.declare(t, false)
+		conn := rabbittest.Conn(t, rabbit.Topology{Exchange: w.topo.Exchange, DeadLetterExchange: w.topo.DeadLetterExchange})
+		d := outbox.New(w.db.DB, outbox.Config{Exchange: w.ns.Exchange(), Log: quiet,
+			Backoff: retry.Backoff{Base: 20 * time.Millisecond, Cap: 20 * time.Millisecond}})
+		pub := outbox.RabbitPublishers(conn)()
+		defer pub.Close()
+		ctx := context.Background()
+
+		lost := prefillOurs(t, w.db.DB, 0, 1)[0]
+		res, err := d.DispatchOnce(ctx, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed != 1 || res.Sent != 0 || res.Retried != 1 {
+			t.Fatalf("first attempt = %+v, want claimed 1, sent 0, retried 1 (the return was seen)", res)
+		}
+		if st, attempts := status(t, w.db.DB, lost); st != "pending" || attempts != 1 {
+			t.Fatalf("unroutable event is %s after %d attempts, want pending after 1", st, attempts)
+		}
+
+		w.declare(t, true)
+		second := prefillOurs(t, w.db.DB, 1, 1)[0]
+		sent := 0
+		eventually(t, 10*time.Second, "both events sent", func() bool {
+			res, err := d.DispatchOnce(ctx, pub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent += res.Sent
+			return sent == 2
+		})
+		got := messageIDs(rabbittest.Drain(t, w.queue, 2, 10*time.Second))
+		slices.Sort(got)
+		want := []string{lost, second}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("queue holds %v, want both events %v", got, want)
+		}
+		for _, id := range want {
+			if st, _ := status(t, w.db.DB, id); st != "sent" {
+				t.Fatalf("event %s is %s, want sent", id, st)
+			}
+		}
+	})
+
+	t.Run("ours/never-routable-is-kept-failed", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		w.declare(t, false)
+		conn := rabbittest.Conn(t, rabbit.Topology{Exchange: w.topo.Exchange, DeadLetterExchange: w.topo.DeadLetterExchange})
+		d := outbox.New(w.db.DB, outbox.Config{Exchange: w.ns.Exchange(), Log: quiet, MaxAttempts: 2,
+			Backoff: retry.Backoff{Base: 20 * time.Millisecond, Cap: 20 * time.Millisecond}})
+		pub := outbox.RabbitPublishers(conn)()
+		defer pub.Close()
+
+		id := prefillOurs(t, w.db.DB, 0, 1)[0]
+		var total outbox.Result
+		eventually(t, 10*time.Second, "the event failed", func() bool {
+			res, err := d.DispatchOnce(context.Background(), pub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total.Sent += res.Sent
+			total.Retried += res.Retried
+			total.Failed += res.Failed
+			return total.Failed == 1
+		})
+		if total.Sent != 0 || total.Retried != 1 {
+			t.Fatalf("attempts = %+v, want 1 retried then 1 failed, never sent", total)
+		}
+		if st, attempts := status(t, w.db.DB, id); st != "failed" || attempts != 2 {
+			t.Fatalf("event is %s after %d attempts, want failed after 2, kept in outbox_events", st, attempts)
+		}
+	})
+}
+
+// status reads one event's status and attempts from outbox_events.
+func status(t *testing.T, db *sqlx.DB, id string) (string, int) {
+	t.Helper()
+	var r struct {
+		Status   string `db:"status"`
+		Attempts int    `db:"attempts"`
+	}
+	if err := db.Get(&r, `SELECT status, attempts FROM outbox_events WHERE event_id = ?`, id); err != nil {
+		t.Fatalf("event %s: %v", id, err)
+	}
+	return r.Status, r.Attempts
+}
+
+func messageIDs(ds []amqp.Delivery) []string {
+	ids := make([]string, len(ds))
+	for i, d := range ds {
+		ids[i] = d.MessageId
+	}
+	return ids
+}
+
+// An event the broker refuses (it nacks: the only queue bound to its
+// routing key is full and rejects new messages) committed before a
+// routable one.
+//
+// The Forwarder's subscriber hands over the next row only after the
+// current one is acked (Subscriber.sendMessage in watermill-sql's
+// pkg/sql/subscriber.go): a nacked row is offered again every
+// ResendInterval (1 s) and every row behind it waits, however healthy.
+// Our dispatcher records the failure on that event alone (back to
+// 'pending' with a backoff, 'failed' after MaxAttempts) and sends the rest
+// of the batch.
+func TestRefusedEvent(t *testing.T) {
+	// refusing binds a queue that nacks every new message to
+	// payment.refunded: the broker confirms it with basic.nack.
+	refusing := func(t *testing.T, w *world) {
+		t.Helper()
+		full := w.ns.Queue("full")
+		t.Cleanup(func() {
+			channel(t, func(ch *amqp.Channel) error {
+				_, err := ch.QueueDelete(full, false, false, false)
+				return err
+			})
+		})
+		channel(t, func(ch *amqp.Channel) error {
+			args := amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}
+			if _, err := ch.QueueDeclare(full, false, false, false, false, args); err != nil {
+				return err
+			}
+			return ch.QueueBind(full, events.PaymentRefunded, w.ns.Exchange(), false, nil)
+		})
+	}
+
+	t.Run("forwarder/blocks-the-rows-behind-it", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		w.declare(t, true)
+		refusing(t, w)
+		// This publisher is not closed: the Forwarder's Close can return
+		// while the refused event's forward is still in flight (seen here:
+		// a Publish ending after Close returned), and closing watermill-amqp's
+		// connection during a Publish is a data race inside it
+		// (ConnectionWrapper.connected, pkg/amqp/connection.go). The test
+		// binary's exit closes the connection.
+		pub, err := peer.NewAMQPPublisher(rabbittest.URL(), w.ns.Exchange())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := peer.Documented(0)
+		if err := peer.InitSchema(w.db.DB.DB, s); err != nil {
+			t.Fatal(err)
+		}
+		refused := envelope(t, 1)
+		refused.Type = events.PaymentRefunded
+		healthy := envelope(t, 2)
+		writePeer(t, w.db.DB, s, refused)
+		writePeer(t, w.db.DB, s, healthy)
+
+		rec := forward(t, w.db.DB, s, pub, 1)
+
+		eventually(t, 10*time.Second, "the refused event was not offered twice", func() bool {
+			return len(rec.of(refused.EventID)) >= 2
+		})
+		for _, err := range rec.of(refused.EventID) {
+			if err == nil {
+				t.Fatal("the refused event was confirmed; the broker should nack it")
+			}
+		}
+		if got := rec.of(healthy.EventID); len(got) != 0 {
+			t.Fatalf("the healthy event was published (%v) while the refused one ahead of it was still failing", got)
+		}
+		if depth := w.queueDepth(t); depth != 0 {
+			t.Fatalf("queue depth = %d, want 0: the healthy event waits behind the refused one", depth)
+		}
+	})
+
+	t.Run("ours/sends-the-rest", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		w.declare(t, true)
+		refusing(t, w)
+		conn := rabbittest.Conn(t, w.topo)
+		d := outbox.New(w.db.DB, outbox.Config{Exchange: w.ns.Exchange(), Log: quiet})
+		pub := outbox.RabbitPublishers(conn)()
+		defer pub.Close()
+
+		var ids []string
+		err := sqldb.WithTx(context.Background(), w.db.DB, func(tx *sqlx.Tx) error {
+			var err error
+			ids, err = outbox.Add(context.Background(), tx,
+				outbox.Event{AggregateID: 1, AggregateVersion: 1, Type: events.PaymentRefunded, Payload: orderCreated(1)},
+				outbox.Event{AggregateID: 2, AggregateVersion: 1, Type: events.OrderCreated, Payload: orderCreated(2)})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := d.DispatchOnce(context.Background(), pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed != 2 || res.Sent != 1 || res.Retried != 1 {
+			t.Fatalf("batch = %+v, want claimed 2, sent 1 (the healthy one), retried 1 (the refused one)", res)
+		}
+		if st, attempts := status(t, w.db.DB, ids[0]); st != "pending" || attempts != 1 {
+			t.Fatalf("refused event is %s after %d attempts, want pending (backing off) after 1", st, attempts)
+		}
+		got := messageIDs(rabbittest.Drain(t, w.queue, 1, 10*time.Second))
+		if !slices.Equal(got, ids[1:]) {
+			t.Fatalf("queue holds %v, want the healthy event %s", got, ids[1])
+		}
+	})
+}
