@@ -74,7 +74,13 @@ while (($#)); do
 		;;
 	esac
 done
-((${#pkgs[@]})) || pkgs=(./...)
+# The whole suite (no package named) also runs the comparison peer's tests,
+# a module of its own under bench/peers/ (./... does not enter it).
+peers=()
+((${#pkgs[@]})) || {
+	pkgs=(./...)
+	peers=(bench/peers/watermill)
+}
 
 short=false
 for f in "${flags[@]+"${flags[@]}"}"; do
@@ -230,5 +236,10 @@ cmd=(go test -race -count=1 -timeout 20m "${flags[@]+"${flags[@]}"}" "${pkgs[@]}
 log "${cmd[*]}"
 t=$SECONDS rc=0
 "${cmd[@]}" || rc=$?
+for peer in "${peers[@]+"${peers[@]}"}"; do
+	log "go -C $peer vet ./... && go -C $peer test -race -count=1 ./..."
+	go -C "$peer" vet ./... || rc=1
+	go -C "$peer" test -race -count=1 -timeout 10m "${flags[@]+"${flags[@]}"}" ./... || rc=1
+done
 test_s=$((SECONDS - t))
 exit "$rc"
