@@ -92,6 +92,22 @@ func FindBinDir() (string, error) {
 // accepts AMQP connections. On failure the node is stopped and the error
 // carries the end of its log.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := newNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.writeFiles(); err != nil {
+		return nil, fmt.Errorf("rabbitnode %s: %w", n.name, err)
+	}
+	if err := n.boot(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// newNode checks cfg, fills in its defaults and computes the node's
+// environment; it starts nothing.
+func newNode(cfg Config) (*Node, error) {
 	if !validName.MatchString(cfg.Name) || cfg.Name == "rabbit" {
 		return nil, fmt.Errorf("rabbitnode: node name %q: want 1-64 of A-Z a-z 0-9 _ -, not the system node's \"rabbit\"", cfg.Name)
 	}
@@ -114,11 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.BootTimeout = 60 * time.Second
 	}
 	if cfg.Cookie == "" {
-		b := make([]byte, 16)
-		if _, err := rand.Read(b); err != nil {
-			return nil, err
-		}
-		cfg.Cookie = strings.ToUpper(hex.EncodeToString(b))
+		cfg.Cookie = NewCookie()
 	}
 	if cfg.BinDir == "" {
 		d, err := FindBinDir()
@@ -128,24 +140,76 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.BinDir = d
 	}
 	n := &Node{cfg: cfg, name: cfg.Name + "@" + cfg.Host}
-	if err := n.writeFiles(); err != nil {
-		return nil, fmt.Errorf("rabbitnode %s: %w", n.name, err)
-	}
 	n.env = n.environment()
+	return n, nil
+}
 
-	cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "rabbitmq-server"), "-detached")
+// NewCookie returns a random Erlang cookie (for the nodes of one cluster).
+func NewCookie() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return strings.ToUpper(hex.EncodeToString(b))
+}
+
+// boot starts the node detached and waits until it accepts AMQP
+// connections; on failure it stops the node.
+func (n *Node) boot(ctx context.Context) error {
+	n.pid = 0
+	_ = os.Remove(n.path("pid")) // the previous run's: waitBoot must see the new one
+	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, "rabbitmq-server"), "-detached")
 	cmd.Env = n.env
-	cmd.Dir = cfg.Dir
+	cmd.Dir = n.cfg.Dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("rabbitnode %s: rabbitmq-server -detached: %v\n%s", n.name, err, out)
+		return fmt.Errorf("rabbitnode %s: rabbitmq-server -detached: %v\n%s", n.name, err, out)
 	}
-	bctx, cancel := context.WithTimeout(ctx, cfg.BootTimeout)
+	bctx, cancel := context.WithTimeout(ctx, n.cfg.BootTimeout)
 	defer cancel()
 	if err := n.waitBoot(bctx); err != nil {
 		_ = n.Stop(context.Background())
-		return nil, fmt.Errorf("rabbitnode %s: %w\n%s", n.name, err, n.LogTail(20))
+		return fmt.Errorf("rabbitnode %s: %w\n%s", n.name, err, n.LogTail(20))
 	}
+	return nil
+}
+
+// Restart starts a node again whose VM has ended (a SIGKILL, a crash) with
+// the files it had: its data directory keeps its queues and its place in
+// the cluster, so it rejoins the cluster by itself.
+func (n *Node) Restart(ctx context.Context) error {
+	if n.Alive() {
+		return fmt.Errorf("rabbitnode %s: still running as pid %d", n.name, n.pid)
+	}
+	return n.boot(ctx)
+}
+
+// Attach returns a handle on a node that Start began earlier, perhaps in
+// another process (the stack's supervisor): cfg must be the Config it was
+// started with (its files are read, not written; the cookie is the one in
+// its HOME). The handle can Ctl, Stop and Restart it.
+func Attach(cfg Config) (*Node, error) {
+	b, err := os.ReadFile(filepath.Join(cfg.Dir, "home", ".erlang.cookie"))
+	if err != nil {
+		return nil, fmt.Errorf("rabbitnode: attach to %s: %w", cfg.Name, err)
+	}
+	cfg.Cookie = strings.TrimSpace(string(b))
+	n, err := newNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n.pid = n.pidFromFile()
 	return n, nil
+}
+
+// pidFromFile is the pid the node's pid file holds (0: none yet).
+func (n *Node) pidFromFile() int {
+	b, err := os.ReadFile(n.path("pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }
 
 func (n *Node) writeFiles() error {
@@ -212,11 +276,7 @@ func (n *Node) environment() []string {
 func (n *Node) waitBoot(ctx context.Context) error {
 	for {
 		if n.pid == 0 {
-			if b, err := os.ReadFile(n.path("pid")); err == nil {
-				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-					n.pid = pid
-				}
-			}
+			n.pid = n.pidFromFile()
 		}
 		if n.pid != 0 {
 			if !alive(n.pid) {
@@ -269,8 +329,36 @@ func (n *Node) Name() string { return n.name }
 // Port is the AMQP port.
 func (n *Node) Port() int { return n.cfg.Port }
 
+// DistPort is the Erlang distribution port.
+func (n *Node) DistPort() int { return n.cfg.DistPort }
+
+// Dir is the directory that holds everything of the node.
+func (n *Node) Dir() string { return n.cfg.Dir }
+
+// LogFile is the node's own log.
+func (n *Node) LogFile() string { return filepath.Join(n.path("log"), n.name+".log") }
+
+// PIDFile is where the node writes its VM's pid.
+func (n *Node) PIDFile() string { return n.path("pid") }
+
+// Config is what the node was started with (its defaults filled in).
+func (n *Node) Config() Config { return n.cfg }
+
 // PID is the Erlang VM's process id.
 func (n *Node) PID() int { return n.pid }
+
+// Alive reports whether the node's VM is running.
+func (n *Node) Alive() bool { return alive(n.pid) }
+
+// Executable is the program the node's VM runs (beam.smp), as /proc shows
+// it: a pid that no longer runs it is not the node ("" when unknown).
+func (n *Node) Executable() string {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", n.pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(exe, " (deleted)")
+}
 
 // Cookie is the node's Erlang cookie (for the other nodes of a cluster).
 func (n *Node) Cookie() string { return n.cfg.Cookie }
@@ -353,7 +441,7 @@ func (n *Node) Stop(ctx context.Context) error {
 
 // LogTail returns the last lines of the node's log (for error messages).
 func (n *Node) LogTail(lines int) string {
-	b, err := os.ReadFile(filepath.Join(n.path("log"), n.name+".log"))
+	b, err := os.ReadFile(n.LogFile())
 	if err != nil {
 		return ""
 	}
