@@ -17,6 +17,7 @@
 package rabbitnode
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -279,7 +280,7 @@ func (n *Node) waitBoot(ctx context.Context) error {
 			n.pid = n.pidFromFile()
 		}
 		if n.pid != 0 {
-			if !alive(n.pid) {
+			if !Running(n.pid) {
 				return fmt.Errorf("the node's process %d ended during boot", n.pid)
 			}
 			if n.answers() == nil {
@@ -312,7 +313,7 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		if err := n.answers(); err == nil {
 			return nil
 		}
-		if !alive(n.pid) {
+		if !Running(n.pid) {
 			return fmt.Errorf("rabbitnode %s: process %d is gone", n.name, n.pid)
 		}
 		select {
@@ -347,8 +348,19 @@ func (n *Node) Config() Config { return n.cfg }
 // PID is the Erlang VM's process id.
 func (n *Node) PID() int { return n.pid }
 
-// Alive reports whether the node's VM is running.
-func (n *Node) Alive() bool { return alive(n.pid) }
+// Alive reports whether the node's VM is running: its pid runs, and (on
+// Linux) its command line names this node's HOME, so that a pid the system
+// has given to another process since does not count.
+func (n *Node) Alive() bool {
+	if !Running(n.pid) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.pid))
+	if err != nil {
+		return true // not Linux: the pid is all we have
+	}
+	return bytes.Contains(b, []byte(n.path("home")))
+}
 
 // Executable is the program the node's VM runs (beam.smp), as /proc shows
 // it: a pid that no longer runs it is not the node ("" when unknown).
@@ -416,18 +428,18 @@ func (n *Node) CloseAllConnections(ctx context.Context, reason string) (int, err
 // Stop ends the node by its pid: SIGTERM (the VM shuts down cleanly), and
 // SIGKILL if it still runs after 30 s or when ctx ends first.
 func (n *Node) Stop(ctx context.Context) error {
-	if n.pid == 0 || !alive(n.pid) {
+	if n.pid == 0 || !n.Alive() {
 		return nil
 	}
 	if err := syscall.Kill(n.pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("rabbitnode %s: SIGTERM %d: %w", n.name, n.pid, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for alive(n.pid) {
+	for Running(n.pid) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			_ = syscall.Kill(n.pid, syscall.SIGKILL)
 			for range 50 {
-				if !alive(n.pid) {
+				if !Running(n.pid) {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
@@ -476,9 +488,10 @@ func portFree(port int) bool {
 	return true
 }
 
-// alive reports whether pid exists and is not a zombie. The detached VM is
-// not our child, so there is no Wait to learn that it ended.
-func alive(pid int) bool {
+// Running reports whether pid exists and is not a zombie. The detached VM
+// is not our child, so there is no Wait to learn that it ended (and a VM
+// that ended may linger as a zombie until init reaps it).
+func Running(pid int) bool {
 	if pid <= 0 || syscall.Kill(pid, 0) != nil {
 		return false
 	}
