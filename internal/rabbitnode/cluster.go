@@ -95,16 +95,46 @@ func (n *Node) RunningNodes(ctx context.Context) ([]string, error) {
 
 // QuorumQueue is a quorum queue's replicas, as list_queues shows them.
 type QuorumQueue struct {
-	Name    string   `json:"name"`
-	Leader  string   `json:"leader"`
-	Members []string `json:"members"`
-	Online  []string `json:"online"`
+	Name      string `json:"name"`
+	Leader    string `json:"leader"`
+	Members   Names  `json:"members"`
+	Online    Names  `json:"online"`
+	Messages  Count  `json:"messages"` // ready and unacknowledged
+	Consumers Count  `json:"consumers"`
 }
 
-// QuorumQueues lists the quorum queues of vhost "/" with their leader and
-// members, as n sees them.
+// Names is a list of node names rabbitmqctl leaves blank ("") for a queue
+// that is not replicated.
+type Names []string
+
+// UnmarshalJSON reads a list of strings, or anything else as none.
+func (n *Names) UnmarshalJSON(b []byte) error {
+	var list []string
+	if json.Unmarshal(b, &list) != nil {
+		list = nil
+	}
+	*n = list
+	return nil
+}
+
+// Count is a number rabbitmqctl may leave blank (a queue with no leader
+// reachable): blank reads as 0.
+type Count int
+
+// UnmarshalJSON reads a number, or anything else as 0.
+func (c *Count) UnmarshalJSON(b []byte) error {
+	var n float64
+	if json.Unmarshal(b, &n) != nil {
+		n = 0
+	}
+	*c = Count(n)
+	return nil
+}
+
+// QuorumQueues lists the quorum queues of vhost "/" with their leader,
+// members, messages and consumers, as n sees them.
 func (n *Node) QuorumQueues(ctx context.Context) ([]QuorumQueue, error) {
-	out, err := n.Ctl(ctx, "list_queues", "name", "type", "leader", "members", "online", "--formatter", "json")
+	out, err := n.Ctl(ctx, "list_queues", "name", "type", "leader", "members", "online", "messages", "consumers", "--formatter", "json")
 	if err != nil {
 		return nil, err
 	}
