@@ -209,8 +209,8 @@ func (b ClusterBroker) StartApp(ctx context.Context, node string) error {
 // KillNode implements Cluster.
 func (b ClusterBroker) KillNode(ctx context.Context, node string) (string, error) {
 	why := ""
-	if node == "leader" {
-		name, queue, err := b.busiestLeader(ctx)
+	if node == "leader" || strings.HasPrefix(node, "leader:") {
+		name, queue, err := b.leaderOf(ctx, strings.TrimPrefix(strings.TrimPrefix(node, "leader"), ":"))
 		if err != nil {
 			return "", err
 		}
@@ -256,12 +256,12 @@ func (b ClusterBroker) KillNode(ctx context.Context, node string) (string, error
 	}
 }
 
-// busiestLeader finds the node leading the busiest quorum queue: the one
-// with the most messages waiting, else the most consumers (a queue the
-// saga runs through, not a dead-letter queue), else the first by name.
-// Killing that node makes the queue elect a new leader while work goes
-// through it.
-func (b ClusterBroker) busiestLeader(ctx context.Context) (node, queue string, err error) {
+// leaderOf finds the node leading queue, or ("") the busiest quorum
+// queue: the one with the most messages waiting, else the most consumers
+// (a queue the saga runs through, not a dead-letter queue), else the first
+// by name. Killing that node makes the queue elect a new leader while work
+// goes through it.
+func (b ClusterBroker) leaderOf(ctx context.Context, queue string) (node, name string, err error) {
 	var errs []error
 	for _, n := range b.running() {
 		qs, err := n.QuorumQueues(ctx)
@@ -269,15 +269,21 @@ func (b ClusterBroker) busiestLeader(ctx context.Context) (node, queue string, e
 			errs = append(errs, err)
 			continue
 		}
-		qs = slices.DeleteFunc(qs, func(q rabbitnode.QuorumQueue) bool { return q.Leader == "" })
+		qs = slices.DeleteFunc(qs, func(q rabbitnode.QuorumQueue) bool {
+			return q.Leader == "" || (queue != "" && q.Name != queue)
+		})
 		if len(qs) == 0 {
 			continue
 		}
 		busiest := slices.MinFunc(qs, func(a, b rabbitnode.QuorumQueue) int {
 			return cmp.Or(cmp.Compare(b.Messages, a.Messages), cmp.Compare(b.Consumers, a.Consumers), cmp.Compare(a.Name, b.Name))
 		})
-		name, _, _ := strings.Cut(busiest.Leader, "@")
-		return name, busiest.Name, nil
+		node, _, _ = strings.Cut(busiest.Leader, "@")
+		return node, busiest.Name, nil
 	}
-	return "", "", fmt.Errorf("no quorum queue with a leader found on any running node: %w", errors.Join(errs...))
+	what := "any quorum queue"
+	if queue != "" {
+		what = "quorum queue " + queue
+	}
+	return "", "", fmt.Errorf("no leader of %s found on any running node: %w", what, errors.Join(errs...))
 }

@@ -79,6 +79,23 @@ type FaultSchedule struct {
 	// Nodes are the broker's nodes a cluster's broker-restart takes turns
 	// on; none for a broker of one node. Run fills it from the stack.
 	Nodes []string
+	// Script, when set, is the faults to inject, as they are, instead of
+	// drawn ones: a test that must hit given targets at given moments.
+	Script []Fault
+}
+
+// kinds are the kinds the schedule injects.
+func (fs FaultSchedule) kinds() []FaultKind {
+	if len(fs.Script) == 0 {
+		return fs.Kinds
+	}
+	var out []FaultKind
+	for _, f := range fs.Script {
+		if !slices.Contains(out, f.Kind) {
+			out = append(out, f.Kind)
+		}
+	}
+	return out
 }
 
 // Fault is one planned fault.
@@ -106,6 +123,9 @@ func (f Fault) String() string {
 // holds drawn from rng. Each one starts a second before the load ends at
 // the latest; the runner may push it later (see Run).
 func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
+	if len(fs.Script) > 0 {
+		return slices.Clone(fs.Script)
+	}
 	if len(fs.Kinds) == 0 || fs.Every <= 0 {
 		return nil
 	}
@@ -191,9 +211,10 @@ type Cluster interface {
 	// Nodes names the nodes.
 	Nodes() []string
 	// KillNode sends SIGKILL to a node's VM ("leader": the node leading
-	// the quorum queue with the most messages) and returns once it serves
-	// again, started by the stack's supervisor or by KillNode itself; the
-	// detail says which node, which queue, which pids.
+	// the busiest quorum queue; "leader:<queue>": the node leading that
+	// queue) and returns once it serves again, started by the stack's
+	// supervisor or by KillNode itself; the detail says which node, which
+	// queue, which pids.
 	KillNode(ctx context.Context, node string) (string, error)
 }
 

@@ -56,7 +56,7 @@ func (c Config) Validate(st Stack) error {
 	if c.Quiet <= 0 || c.RestTimeout <= 0 {
 		errs = append(errs, errors.New("quiet window and rest timeout must be positive"))
 	}
-	if len(c.Faults.Kinds) > 0 && c.Faults.Every < time.Second {
+	if len(c.Faults.Kinds) > 0 && len(c.Faults.Script) == 0 && c.Faults.Every < time.Second {
 		errs = append(errs, errors.New("faults need at least a second between them"))
 	}
 	for _, svc := range Services {
@@ -64,7 +64,7 @@ func (c Config) Validate(st Stack) error {
 			errs = append(errs, fmt.Errorf("no URL for the %s service", svc))
 		}
 	}
-	for _, k := range c.Faults.Kinds {
+	for _, k := range c.Faults.kinds() {
 		_, cluster := st.Broker.(Cluster)
 		switch {
 		case (k == FaultKill || k == FaultStop) && st.Processes == nil:
@@ -103,7 +103,7 @@ func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
 		cfg.Faults.Nodes = c.Nodes()
 	}
 	plan := NewPlan(cfg.Seed, cfg.Load, cfg.Faults)
-	rep := &Report{Seed: cfg.Seed, Tag: cfg.Tag, Load: cfg.Load, FaultKinds: cfg.Faults.Kinds, FaultEvery: cfg.Faults.Every,
+	rep := &Report{Seed: cfg.Seed, Tag: cfg.Tag, Load: cfg.Load, FaultKinds: cfg.Faults.kinds(), FaultEvery: cfg.Faults.Every,
 		Quiet: Seconds(cfg.Quiet)}
 
 	// Before: the stack is up, the sold-out SKU has no stock, what was

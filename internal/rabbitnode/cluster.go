@@ -1,13 +1,10 @@
 package rabbitnode
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -158,13 +155,8 @@ func (n *Node) QuorumQueues(ctx context.Context) ([]QuorumQueue, error) {
 // JSON of deploy/provision.sh rabbitmq) into the node's cluster. They go
 // through stdin: passwords never appear on a command line.
 func (n *Node) ImportDefinitions(ctx context.Context, definitions []byte) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, "rabbitmqctl"), "-n", n.name, "-q", "import_definitions")
-	cmd.Env, cmd.Dir = n.env, n.cfg.Dir
-	cmd.Stdin = bytes.NewReader(definitions)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("rabbitmqctl -n %s import_definitions: %v: %s", n.name, err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	_, err := n.tool(ctx, definitions, "rabbitmqctl", "-q", "import_definitions")
+	return err
 }
 
 // jsonPart is rabbitmqctl's JSON output without any notice it prints

@@ -30,6 +30,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -63,12 +64,14 @@ type Config struct {
 	BootTimeout time.Duration
 }
 
-// Node is a running node started by Start.
+// Node is a running node started by Start (or found by Attach).
 type Node struct {
 	cfg  Config
 	name string
 	env  []string
-	pid  int
+
+	mu  sync.Mutex
+	pid int // see PID
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -155,7 +158,7 @@ func NewCookie() string {
 // boot starts the node detached and waits until it accepts AMQP
 // connections; on failure it stops the node.
 func (n *Node) boot(ctx context.Context) error {
-	n.pid = 0
+	n.setPID(0)
 	_ = os.Remove(n.path("pid")) // the previous run's: waitBoot must see the new one
 	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, "rabbitmq-server"), "-detached")
 	cmd.Env = n.env
@@ -177,7 +180,7 @@ func (n *Node) boot(ctx context.Context) error {
 // the cluster, so it rejoins the cluster by itself.
 func (n *Node) Restart(ctx context.Context) error {
 	if n.Alive() {
-		return fmt.Errorf("rabbitnode %s: still running as pid %d", n.name, n.pid)
+		return fmt.Errorf("rabbitnode %s: still running as pid %d", n.name, n.PID())
 	}
 	return n.boot(ctx)
 }
@@ -196,7 +199,7 @@ func Attach(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.pid = n.pidFromFile()
+	n.setPID(n.pidFromFile())
 	return n, nil
 }
 
@@ -276,12 +279,14 @@ func (n *Node) environment() []string {
 // process ended meanwhile fails at once.
 func (n *Node) waitBoot(ctx context.Context) error {
 	for {
-		if n.pid == 0 {
-			n.pid = n.pidFromFile()
+		pid := n.PID()
+		if pid == 0 {
+			pid = n.pidFromFile()
+			n.setPID(pid)
 		}
-		if n.pid != 0 {
-			if !Running(n.pid) {
-				return fmt.Errorf("the node's process %d ended during boot", n.pid)
+		if pid != 0 {
+			if !Running(pid) {
+				return fmt.Errorf("the node's process %d ended during boot", pid)
 			}
 			if n.answers() == nil {
 				return nil
@@ -313,8 +318,8 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		if err := n.answers(); err == nil {
 			return nil
 		}
-		if !Running(n.pid) {
-			return fmt.Errorf("rabbitnode %s: process %d is gone", n.name, n.pid)
+		if pid := n.PID(); !Running(pid) {
+			return fmt.Errorf("rabbitnode %s: process %d is gone", n.name, pid)
 		}
 		select {
 		case <-ctx.Done():
@@ -345,17 +350,35 @@ func (n *Node) PIDFile() string { return n.path("pid") }
 // Config is what the node was started with (its defaults filled in).
 func (n *Node) Config() Config { return n.cfg }
 
-// PID is the Erlang VM's process id.
-func (n *Node) PID() int { return n.pid }
+// PID is the Erlang VM's process id: the one this handle started, or,
+// once that one has ended, the one the node's pid file names (another
+// handle or the stack's supervisor started the node again).
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pid != 0 && !Running(n.pid) {
+		if p := n.pidFromFile(); p != 0 && Running(p) {
+			n.pid = p
+		}
+	}
+	return n.pid
+}
+
+func (n *Node) setPID(pid int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pid = pid
+}
 
 // Alive reports whether the node's VM is running: its pid runs, and (on
 // Linux) its command line names this node's HOME, so that a pid the system
 // has given to another process since does not count.
 func (n *Node) Alive() bool {
-	if !Running(n.pid) {
+	pid := n.PID()
+	if !Running(pid) {
 		return false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", n.pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil {
 		return true // not Linux: the pid is all we have
 	}
@@ -365,7 +388,7 @@ func (n *Node) Alive() bool {
 // Executable is the program the node's VM runs (beam.smp), as /proc shows
 // it: a pid that no longer runs it is not the node ("" when unknown).
 func (n *Node) Executable() string {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", n.pid))
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", n.PID()))
 	if err != nil {
 		return ""
 	}
@@ -381,12 +404,27 @@ func (n *Node) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%
 
 // Ctl runs rabbitmqctl against this node only and returns its output.
 func (n *Node) Ctl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, "rabbitmqctl"), append([]string{"-n", n.name}, args...)...)
+	return n.tool(ctx, nil, "rabbitmqctl", args...)
+}
+
+// Queues runs rabbitmq-queues against this node only (quorum_status,
+// rebalance, grow) and returns its output.
+func (n *Node) Queues(ctx context.Context, args ...string) (string, error) {
+	return n.tool(ctx, nil, "rabbitmq-queues", args...)
+}
+
+// tool runs one of the package's command line tools, addressed to this
+// node by name with this node's HOME (its cookie), stdin on its input.
+func (n *Node) tool(ctx context.Context, stdin []byte, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, name), append([]string{"-n", n.name}, args...)...)
 	cmd.Env = n.env
 	cmd.Dir = n.cfg.Dir
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("rabbitmqctl -n %s %s: %v: %s", n.name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return string(out), fmt.Errorf("%s -n %s %s: %v: %s", name, n.name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
 }
@@ -428,18 +466,19 @@ func (n *Node) CloseAllConnections(ctx context.Context, reason string) (int, err
 // Stop ends the node by its pid: SIGTERM (the VM shuts down cleanly), and
 // SIGKILL if it still runs after 30 s or when ctx ends first.
 func (n *Node) Stop(ctx context.Context) error {
-	if n.pid == 0 || !n.Alive() {
+	if !n.Alive() {
 		return nil
 	}
-	if err := syscall.Kill(n.pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("rabbitnode %s: SIGTERM %d: %w", n.name, n.pid, err)
+	pid := n.PID()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("rabbitnode %s: SIGTERM %d: %w", n.name, pid, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for Running(n.pid) {
+	for Running(pid) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			_ = syscall.Kill(n.pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			for range 50 {
-				if !Running(n.pid) {
+				if !Running(pid) {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
