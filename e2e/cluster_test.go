@@ -285,19 +285,16 @@ func ownQueues(ctx context.Context, node *rabbitnode.Node, ns rabbit.Namespace) 
 // addEvents commits n order.created events in one transaction.
 func addEvents(t *testing.T, db *sqlx.DB, n int) []string {
 	t.Helper()
+	evs := make([]outbox.Event, n)
+	for i := range evs {
+		evs[i] = outbox.Event{AggregateID: uint64(i + 1), AggregateVersion: 1, Type: "order.created",
+			Payload: map[string]any{"order_id": strconv.Itoa(i + 1)}}
+	}
 	var ids []string
-	err := sqldb.WithTx(context.Background(), db, func(tx *sqlx.Tx) error {
-		for i := 1; i <= n; i++ {
-			got, err := outbox.Add(context.Background(), tx, outbox.Event{AggregateID: uint64(i), AggregateVersion: 1,
-				Type: "order.created", Payload: map[string]any{"order_id": strconv.Itoa(i)}})
-			if err != nil {
-				return err
-			}
-			ids = append(ids, got...)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := sqldb.WithTx(context.Background(), db, func(tx *sqlx.Tx) (err error) {
+		ids, err = outbox.Add(context.Background(), tx, evs...)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return ids
