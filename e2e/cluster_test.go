@@ -42,6 +42,7 @@ func TestScaleOutOnACluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: a RabbitMQ cluster and the whole stack (run without -short)")
 	}
+	t.Parallel()
 	nodes := rabbitnodetest.Cluster(t, "e2ecl", 3)
 	t.Run("outbox across a node switch", func(t *testing.T) { outboxAcrossANodeSwitch(t, nodes) })
 	t.Run("leader and instance kills under load", func(t *testing.T) { leaderAndInstanceKills(t, nodes) })

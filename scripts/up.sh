@@ -69,7 +69,7 @@ cd "$(dirname "$0")/.."
 
 # usage [STATUS]: the usage lines at the top of this file.
 usage() {
-	sed -n '6,30p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,31p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit "${1:-2}"
 }
 
