@@ -1,10 +1,11 @@
 # syntax=docker/dockerfile:1
 #
-# One image recipe for the three services. The build argument SERVICE names
-# the package under services/ to build (order, inventory or payment-fake);
-# docker-compose.yml builds it three times:
+# One image recipe for the three services and the saga viewer. The build
+# argument PACKAGE names the Go package to build (./services/order,
+# ./services/inventory, ./services/payment-fake or ./cmd/viewer);
+# docker-compose.yml builds it once for each:
 #
-#   docker build --build-arg SERVICE=order -t ordersaga-order .
+#   docker build --build-arg PACKAGE=./services/order -t ordersaga-order .
 #
 # Stage 1 compiles a static binary (CGO_ENABLED=0: the MySQL driver and
 # amqp091-go are pure Go, the goose migrations are embedded). Stage 2 is a
@@ -23,15 +24,15 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 
 COPY . .
-ARG SERVICE
-RUN if [ ! -f "services/${SERVICE}/main.go" ]; then \
-		echo "build argument SERVICE=${SERVICE:-<unset>}: want order, inventory or payment-fake" >&2; \
+ARG PACKAGE
+RUN case "${PACKAGE}" in ./services/*|./cmd/*) ;; *) false ;; esac && [ -f "${PACKAGE}/main.go" ] || { \
+		echo "build argument PACKAGE=${PACKAGE:-<unset>}: want ./services/order, ./services/inventory, ./services/payment-fake or ./cmd/viewer" >&2; \
 		exit 1; \
-	fi
+	}
 RUN --mount=type=cache,target=/go/pkg/mod \
 	--mount=type=cache,target=/root/.cache/go-build \
 	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags='-s -w' \
-		-o /out/service "./services/${SERVICE}"
+		-o /out/service "${PACKAGE}"
 
 FROM alpine:3.22
 # tini is PID 1 and the service its child. The failure lab's "crash"
@@ -42,8 +43,8 @@ FROM alpine:3.22
 RUN apk add --no-cache tini \
 	&& addgroup -S -g 10001 app \
 	&& adduser -S -D -H -u 10001 -G app -s /sbin/nologin app
-ARG SERVICE
-LABEL org.opencontainers.image.title="ordersaga-${SERVICE}"
+ARG PACKAGE
+LABEL org.opencontainers.image.title="ordersaga" org.opencontainers.image.description="ordersaga ${PACKAGE}"
 COPY --from=build /out/service /usr/local/bin/service
 USER 10001:10001
 ENTRYPOINT ["/sbin/tini", "--", "/usr/local/bin/service"]

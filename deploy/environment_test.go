@@ -32,7 +32,7 @@ func TestComposeAppEnvironment(t *testing.T) {
 	for _, svc := range stack.Services {
 		t.Run(svc.Name, func(t *testing.T) {
 			env := environment(p, svc.Name)
-			required := []string{"HTTP_ADDR", "MYSQL_DSN", "AMQP_URL", "DEMO_MODE", "ADMIN_TOKEN", "MYSQL_CREATE_DATABASE", "LOG_LEVEL", "OUTBOX_LEASE", "FAILPOINTS"}
+			required := []string{"HTTP_ADDR", "INSTANCE_ID", "MYSQL_DSN", "AMQP_URL", "DEMO_MODE", "ADMIN_TOKEN", "MYSQL_CREATE_DATABASE", "LOG_LEVEL", "OUTBOX_LEASE", "FAILPOINTS"}
 			if svc.Name == "payment-fake" {
 				required = append(required, "PSP_URL")
 			}
@@ -43,6 +43,7 @@ func TestComposeAppEnvironment(t *testing.T) {
 			}
 			checks := []struct{ key, want string }{
 				{"HTTP_ADDR", ":" + strconv.Itoa(svc.Port)},
+				{"INSTANCE_ID", svc.Instance(1).ID()},
 				{"MYSQL_CREATE_DATABASE", "false"}, // the schemas come from deploy/provision.sh
 				{"DEMO_MODE", example["DEMO_MODE"]},
 				{"LOG_LEVEL", example["LOG_LEVEL"]},
@@ -58,7 +59,8 @@ func TestComposeAppEnvironment(t *testing.T) {
 				t.Errorf("ADMIN_TOKEN = %q, want .env.example's %q (the same as scripts/up.sh)", got, want)
 			}
 			checkDSN(t, env["MYSQL_DSN"], example[svc.Key+"_DB_USER"], example[svc.Key+"_DB_PASSWORD"], "mysql:3306", svc.DB)
-			checkAMQP(t, env["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], "rabbitmq:5672")
+			// The default profile's node first, then the ha profile's.
+			checkAMQP(t, env["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], haNodes...)
 
 			// What the service itself makes of it: the shared loader
 			// must accept every value.
@@ -122,7 +124,7 @@ func TestComposeSettingsAreWired(t *testing.T) {
 		}
 		s := environment(p, svc.Name)
 		checkDSN(t, s["MYSQL_DSN"], env[svc.Key+"_DB_USER"], env[svc.Key+"_DB_PASSWORD"], "mysql:3306", svc.DB)
-		checkAMQP(t, s["AMQP_URL"], env[svc.Key+"_AMQP_USER"], env[svc.Key+"_AMQP_PASSWORD"], "rabbitmq:5672")
+		checkAMQP(t, s["AMQP_URL"], env[svc.Key+"_AMQP_USER"], env[svc.Key+"_AMQP_PASSWORD"], haNodes...)
 		for k, want := range map[string]string{
 			"FAILPOINTS":  env[svc.Key+"_FAILPOINTS"],
 			"DEMO_MODE":   "false",
@@ -200,29 +202,38 @@ func diffProjects(a, b *types.Project) []string {
 	return out
 }
 
-// TestComposeMatchesLocalStack: every variable scripts/up.sh gives a
-// service (internal/stack), compose gives it too, with the same value
-// wherever the value does not name a host.
+// TestComposeMatchesLocalStack: every variable scripts/up.sh gives an
+// instance (internal/stack), compose gives it too, with the same value
+// wherever the value does not name a host: the first instances in the
+// default profile, the second ones in the ha profile (up.sh -n 2).
 func TestComposeMatchesLocalStack(t *testing.T) {
 	example := loadEnvExample(t)
 	p := loadCompose(t, nil)
+	getenv := func(k string) string { return example[k] }
 	for _, svc := range stack.Services {
-		local := svc.Env(func(k string) string { return example[k] }, "127.0.0.1")
-		compose := environment(p, svc.Name)
-		for _, k := range slices.Sorted(maps.Keys(local)) {
-			if _, ok := compose[k]; !ok {
-				t.Errorf("scripts/up.sh gives %s %s; docker-compose.yml does not", svc.Name, k)
+		for k := 1; k <= 2; k++ {
+			in := svc.Instance(k)
+			local := in.Env(getenv, "127.0.0.1", nil)
+			compose := environment(p, in.Name())
+			if len(compose) == 0 {
+				t.Errorf("no compose service %s (scripts/up.sh -n %d runs it)", in.Name(), k)
+				continue
 			}
-		}
-		for _, k := range []string{"MYSQL_CREATE_DATABASE", "FAILPOINTS", "DEMO_MODE", "LOG_LEVEL", "ADMIN_TOKEN", "OUTBOX_LEASE"} {
-			if local[k] != compose[k] {
-				t.Errorf("%s %s: scripts/up.sh gives %q, docker-compose.yml %q", svc.Name, k, local[k], compose[k])
+			for _, key := range slices.Sorted(maps.Keys(local)) {
+				if _, ok := compose[key]; !ok {
+					t.Errorf("scripts/up.sh gives %s %s; docker-compose.yml does not", in.Name(), key)
+				}
 			}
-		}
-		checkDSN(t, local["MYSQL_DSN"], example[svc.Key+"_DB_USER"], example[svc.Key+"_DB_PASSWORD"], "127.0.0.1:3306", svc.DB)
-		checkAMQP(t, local["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], "127.0.0.1:5672")
-		if want := net.JoinHostPort("127.0.0.1", strconv.Itoa(svc.Port)); local["HTTP_ADDR"] != want {
-			t.Errorf("%s HTTP_ADDR = %q, want %q", svc.Name, local["HTTP_ADDR"], want)
+			for _, key := range []string{"INSTANCE_ID", "MYSQL_CREATE_DATABASE", "FAILPOINTS", "DEMO_MODE", "LOG_LEVEL", "ADMIN_TOKEN", "OUTBOX_LEASE"} {
+				if local[key] != compose[key] {
+					t.Errorf("%s %s: scripts/up.sh gives %q, docker-compose.yml %q", in.Name(), key, local[key], compose[key])
+				}
+			}
+			checkDSN(t, local["MYSQL_DSN"], example[svc.Key+"_DB_USER"], example[svc.Key+"_DB_PASSWORD"], "127.0.0.1:3306", svc.DB)
+			checkAMQP(t, local["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], "127.0.0.1:5672")
+			if want := net.JoinHostPort("127.0.0.1", strconv.Itoa(in.Port())); local["HTTP_ADDR"] != want {
+				t.Errorf("%s HTTP_ADDR = %q, want %q", in.Name(), local["HTTP_ADDR"], want)
+			}
 		}
 	}
 }

@@ -37,6 +37,7 @@ const root = ".."
 var composeOnly = map[string]struct{ def, why string }{
 	"RABBITMQ_ADMIN_USER":     {"guest", "management UI user (the local broker has guest already)"},
 	"RABBITMQ_ADMIN_PASSWORD": {"guest", "management UI password"},
+	"RABBITMQ_CLUSTER_COOKIE": {"ordersaga-demo-cookie", "Erlang cookie of the ha profile's nodes (scripts/up.sh's cluster makes its own)"},
 }
 
 // loadCompose loads docker-compose.yml as docker compose does, with env as
@@ -178,20 +179,32 @@ func checkDSN(t *testing.T, dsn, user, password, addr, db string) {
 	}
 }
 
-// checkAMQP: raw connects as user/password to vhost "/" on addr.
-func checkAMQP(t *testing.T, raw, user, password, addr string) {
+// checkAMQP: raw (AMQP_URL, one address or a comma-separated list)
+// connects as user/password to vhost "/" on addrs, in this order.
+func checkAMQP(t *testing.T, raw, user, password string, addrs ...string) {
 	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Errorf("AMQP_URL %q: %v", raw, err)
+	parts := strings.Split(raw, ",")
+	if len(parts) != len(addrs) {
+		t.Errorf("AMQP_URL = %q: %d addresses, want %d (%v)", raw, len(parts), len(addrs), addrs)
 		return
 	}
-	pw, _ := u.User.Password()
-	host, port, _ := net.SplitHostPort(u.Host)
-	if u.Scheme != "amqp" || u.User.Username() != user || pw != password || net.JoinHostPort(host, port) != addr || u.Path != "/" {
-		t.Errorf("AMQP_URL = %q, want amqp://%s:%s@%s/ (vhost /)", raw, user, password, addr)
+	for i, part := range parts {
+		u, err := url.Parse(part)
+		if err != nil {
+			t.Errorf("AMQP_URL %q: %v", raw, err)
+			return
+		}
+		pw, _ := u.User.Password()
+		host, port, _ := net.SplitHostPort(u.Host)
+		if u.Scheme != "amqp" || u.User.Username() != user || pw != password || net.JoinHostPort(host, port) != addrs[i] || u.Path != "/" {
+			t.Errorf("AMQP_URL = %q: address %d is %q, want amqp://%s:%s@%s/ (vhost /)", raw, i+1, part, user, password, addrs[i])
+		}
 	}
 }
+
+// haNodes are the RabbitMQ nodes of docker compose --profile ha, as the
+// services reach them; the default profile runs the first alone.
+var haNodes = []string{"rabbitmq:5672", "rabbitmq-2:5672", "rabbitmq-3:5672"}
 
 func nonEmptyLines(s string) []string {
 	var out []string

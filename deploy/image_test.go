@@ -22,8 +22,8 @@ func TestDockerfile(t *testing.T) {
 	if build.name == "" {
 		t.Error("build stage has no name (FROM ... AS build)")
 	}
-	if !slices.Contains(build.args, "SERVICE") {
-		t.Error("build stage has no ARG SERVICE selecting the package to build")
+	if !slices.Contains(build.args, "PACKAGE") {
+		t.Error("build stage has no ARG PACKAGE selecting the package to build")
 	}
 	var goBuild string
 	for _, r := range build.runs {
@@ -36,8 +36,8 @@ func TestDockerfile(t *testing.T) {
 		t.Error("build stage runs no go build")
 	case !strings.Contains(goBuild, "CGO_ENABLED=0"):
 		t.Errorf("go build without CGO_ENABLED=0 (a static binary for the small image): %s", goBuild)
-	case !strings.Contains(goBuild, "./services/${SERVICE}"):
-		t.Errorf("go build does not build ./services/${SERVICE}: %s", goBuild)
+	case !strings.Contains(goBuild, `"${PACKAGE}"`):
+		t.Errorf("go build does not build the package ${PACKAGE}: %s", goBuild)
 	}
 
 	if strings.HasPrefix(final.from, "golang") {

@@ -254,8 +254,12 @@ func TestRabbitMQEntrypointBoot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "docker-entrypoint.sh"), []byte(fake), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The container's /var/lib/rabbitmq is this machine's too: the cookie
+	// must go to a temporary HOME, never over the local broker's.
+	home := t.TempDir()
 	env := environment(p, "rabbitmq")
 	env["ORDERSAGA_RABBITMQ_ETC"] = etc
+	env["ORDERSAGA_RABBITMQ_HOME"] = home
 	env["ORDERSAGA_PROVISION"] = "deploy/provision.sh"
 	env["PATH"] = bin + string(os.PathListSeparator) + os.Getenv("PATH")
 	out, err := runScript(t, env, append([]string{"deploy/rabbitmq/entrypoint.sh"}, rb.Command...))
@@ -268,10 +272,23 @@ func TestRabbitMQEntrypointBoot(t *testing.T) {
 
 	defsPath := filepath.Join(etc, "ordersaga-definitions.json")
 	conf := readAbs(t, filepath.Join(etc, "conf.d", "90-ordersaga.conf"))
-	for _, want := range []string{"definitions.import_backend = local_filesystem", "definitions.local.path = " + defsPath} {
-		if !strings.Contains(conf, want) {
+	for _, want := range []string{"definitions.import_backend = local_filesystem", "definitions.local.path = " + defsPath,
+		// Queues declared on the first node before the ha profile's others
+		// joined grow a member on each.
+		"quorum_queue.continuous_membership_reconciliation.enabled = true",
+		"quorum_queue.continuous_membership_reconciliation.target_group_size = 3"} {
+		if !slices.Contains(nonEmptyLines(conf), want) {
 			t.Errorf("conf.d/90-ordersaga.conf = %q: want the line %q", conf, want)
 		}
+	}
+	cookiePath := filepath.Join(home, ".erlang.cookie")
+	if got := readAbs(t, cookiePath); got != env["RABBITMQ_CLUSTER_COOKIE"] || got == "" {
+		t.Errorf("Erlang cookie %q, want RABBITMQ_CLUSTER_COOKIE %q", got, env["RABBITMQ_CLUSTER_COOKIE"])
+	}
+	if fi, err := os.Stat(cookiePath); err != nil {
+		t.Fatal(err)
+	} else if perm := fi.Mode().Perm(); perm != 0o400 {
+		t.Errorf("cookie file mode %v, want 0400 (Erlang refuses a cookie others can read)", perm)
 	}
 	defs := parseDefinitions(t, readAbs(t, defsPath))
 	if len(defs.Users) != len(stack.Services)+1 {

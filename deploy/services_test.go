@@ -3,6 +3,7 @@ package deploy
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/types"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/relmsg/ordersaga/internal/stack"
@@ -24,7 +26,7 @@ import (
 
 func TestComposeServices(t *testing.T) {
 	p := loadCompose(t, nil)
-	want := []string{"inventory", "mysql", "order", "payment-fake", "rabbitmq"}
+	want := []string{"inventory", "mysql", "order", "payment-fake", "rabbitmq", "viewer"}
 	var got []string
 	for name, s := range p.Services {
 		if len(s.Profiles) == 0 { // optional profiles (observability) do not start by default
@@ -50,7 +52,7 @@ func TestComposeServices(t *testing.T) {
 		}
 	}
 
-	for _, svc := range stack.Services {
+	for _, svc := range append(slices.Clone(stack.Services), stack.Viewer) {
 		s, ok := p.Services[svc.Name]
 		if !ok {
 			t.Errorf("no compose service %s (scripts/up.sh runs it)", svc.Name)
@@ -66,18 +68,22 @@ func TestComposeServices(t *testing.T) {
 		if s.Build.Dockerfile != "" && s.Build.Dockerfile != "Dockerfile" {
 			t.Errorf("%s: dockerfile = %q, want the one Dockerfile", svc.Name, s.Build.Dockerfile)
 		}
-		if got := s.Build.Args["SERVICE"]; got == nil || *got != svc.Name {
-			t.Errorf("%s: build arg SERVICE = %v, want %q", svc.Name, got, svc.Name)
+		pkg := "./services/" + svc.Name
+		if svc.Name == stack.Viewer.Name {
+			pkg = "./cmd/viewer"
 		}
-		if _, err := os.Stat(filepath.Join(root, "services", svc.Name, "main.go")); err != nil {
-			t.Errorf("%s: build arg SERVICE=%s names no main package: %v", svc.Name, svc.Name, err)
+		if got := s.Build.Args["PACKAGE"]; got == nil || *got != pkg {
+			t.Errorf("%s: build arg PACKAGE = %v, want %q", svc.Name, got, pkg)
+		}
+		if _, err := os.Stat(filepath.Join(root, pkg, "main.go")); err != nil {
+			t.Errorf("%s: build arg PACKAGE=%s names no main package: %v", svc.Name, pkg, err)
 		}
 		if s.Restart != "unless-stopped" {
 			t.Errorf("%s: restart = %q, want unless-stopped (the failure lab crashes services and expects them back)", svc.Name, s.Restart)
 		}
 		// Docker's default 10 s would SIGKILL a service in the middle of
 		// its graceful shutdown (SHUTDOWN_TIMEOUT, 15 s by default).
-		if s.StopGracePeriod == nil || time.Duration(*s.StopGracePeriod) <= 15*time.Second {
+		if svc.Name != stack.Viewer.Name && (s.StopGracePeriod == nil || time.Duration(*s.StopGracePeriod) <= 15*time.Second) {
 			t.Errorf("%s: stop_grace_period = %v, want more than the 15s SHUTDOWN_TIMEOUT", svc.Name, s.StopGracePeriod)
 		}
 	}
@@ -114,7 +120,7 @@ func TestComposeHealthchecks(t *testing.T) {
 	if c := cmd("rabbitmq"); !strings.Contains(c, "rabbitmq-diagnostics") {
 		t.Errorf("rabbitmq healthcheck %q: want rabbitmq-diagnostics", c)
 	}
-	for _, svc := range stack.Services {
+	for _, svc := range append(slices.Clone(stack.Services), stack.Viewer) {
 		want := fmt.Sprintf("http://127.0.0.1:%d/readyz", svc.Port)
 		c := cmd(svc.Name)
 		if !strings.Contains(c, want) {
@@ -159,7 +165,7 @@ func TestComposePorts(t *testing.T) {
 		"rabbitmq 15672->15672", // management UI
 		"rabbitmq 5672->5672",   // AMQP: the failure lab publishes duplicates
 	}
-	for _, svc := range stack.Services {
+	for _, svc := range append(slices.Clone(stack.Services), stack.Viewer) {
 		want = append(want, fmt.Sprintf("%s %d->%d", svc.Name, svc.Port, svc.Port))
 	}
 	sort.Strings(want)
@@ -227,5 +233,141 @@ func TestObservabilityProfile(t *testing.T) {
 	}
 	if !json.Valid([]byte(readFile(t, "deploy/grafana/dashboards/ordersaga.json"))) {
 		t.Error("the Grafana dashboard is not valid JSON")
+	}
+}
+
+// The saga viewer (demo mode): the first instances' URLs, the lab's broker
+// account, the settings scripts/up.sh gives it, on 127.0.0.1:8080 once the
+// services are healthy.
+func TestComposeViewer(t *testing.T) {
+	example := loadEnvExample(t)
+	p := loadCompose(t, nil)
+	v := p.Services["viewer"]
+	env := environment(p, "viewer")
+	for k, want := range map[string]string{
+		"VIEWER_ADDR":   "0.0.0.0:8080",
+		"ORDER_URL":     "http://order:8081",
+		"INVENTORY_URL": "http://inventory:8082",
+		"PAYMENT_URL":   "http://payment-fake:8083",
+		"DEMO_MODE":     example["DEMO_MODE"],
+		"ADMIN_TOKEN":   example["ADMIN_TOKEN"],
+		"LOG_LEVEL":     example["LOG_LEVEL"],
+	} {
+		if got, ok := env[k]; !ok || got != want {
+			t.Errorf("viewer %s = %q, want %q", k, got, want)
+		}
+	}
+	// The lab publishes duplicates to saga.events: the administrator of
+	// deploy/provision.sh's definitions may (TestRabbitMQDefinitions).
+	admin := environment(p, "rabbitmq")
+	checkAMQP(t, env["LAB_AMQP_URL"], admin["RABBITMQ_ADMIN_USER"], admin["RABBITMQ_ADMIN_PASSWORD"], "rabbitmq:5672")
+	local := stack.ViewerEnv(func(k string) string { return example[k] }, "127.0.0.1", nil)
+	for _, k := range slices.Sorted(maps.Keys(local)) {
+		if _, ok := env[k]; !ok {
+			t.Errorf("scripts/up.sh gives the viewer %s; docker-compose.yml does not", k)
+		}
+	}
+	for _, svc := range stack.Services {
+		if got := v.DependsOn[svc.Name].Condition; got != "service_healthy" {
+			t.Errorf("viewer depends_on %s: condition %q, want service_healthy", svc.Name, got)
+		}
+	}
+	if v.Restart != "unless-stopped" {
+		t.Errorf("viewer restart = %q, want unless-stopped", v.Restart)
+	}
+}
+
+// The ha profile: three RabbitMQ nodes clustered by the image's own peer
+// discovery, one after the other, with one cookie; a second instance of
+// every service, like scripts/up.sh -n 2, with no fixed host port.
+func TestComposeHAProfile(t *testing.T) {
+	p := loadCompose(t, nil)
+	inHA := func(name string) types.ServiceConfig {
+		t.Helper()
+		s, ok := p.Services[name]
+		if !ok || !slices.Equal(s.Profiles, []string{"ha"}) {
+			t.Fatalf("%s missing or not in the ha profile only (profiles %v)", name, s.Profiles)
+		}
+		return s
+	}
+
+	conf := readFile(t, "deploy/rabbitmq/cluster.conf")
+	lines := nonEmptyLines(conf)
+	if !slices.Contains(lines, "cluster_formation.peer_discovery_backend = classic_config") {
+		t.Errorf("deploy/rabbitmq/cluster.conf does not use classic_config peer discovery:\n%s", conf)
+	}
+	first := p.Services["rabbitmq"]
+	cookie := environment(p, "rabbitmq")["RABBITMQ_CLUSTER_COOKIE"]
+	if cookie == "" {
+		t.Error("rabbitmq has no RABBITMQ_CLUSTER_COOKIE: the other nodes could not join it")
+	}
+	previous := "rabbitmq"
+	for i, name := range []string{"rabbitmq", "rabbitmq-2", "rabbitmq-3"} {
+		s := first
+		if name != "rabbitmq" {
+			s = inHA(name)
+			if target, ro := bindMount(p, name, "deploy/rabbitmq/cluster.conf"); !strings.HasPrefix(target, "/etc/rabbitmq/conf.d/") || !ro {
+				t.Errorf("%s mounts cluster.conf at %q (read-only %v), want /etc/rabbitmq/conf.d/, read-only", name, target, ro)
+			}
+			if got := s.DependsOn[previous].Condition; got != "service_healthy" {
+				t.Errorf("%s depends_on %s: %q, want service_healthy (they join one after the other)", name, previous, got)
+			}
+			if s.Image != first.Image || !slices.Equal(s.Entrypoint, first.Entrypoint) || len(s.Ports) > 0 {
+				t.Errorf("%s: image %q, entrypoint %q, ports %v; want rabbitmq's image and entrypoint, no published port", name, s.Image, s.Entrypoint, s.Ports)
+			}
+			if got := environment(p, name)["RABBITMQ_CLUSTER_COOKIE"]; got != cookie {
+				t.Errorf("%s cookie %q, want rabbitmq's %q", name, got, cookie)
+			}
+			previous = name
+		}
+		// The node name is rabbit@<host name>, as peer discovery lists it.
+		if want := fmt.Sprintf("cluster_formation.classic_config.nodes.%d = rabbit@%s", i+1, s.Hostname); !slices.Contains(lines, want) {
+			t.Errorf("cluster.conf lacks %q", want)
+		}
+		if s.HealthCheck == nil || len(s.HealthCheck.Test) == 0 {
+			t.Errorf("%s has no healthcheck", name)
+		}
+	}
+
+	example := loadEnvExample(t)
+	for _, svc := range stack.Services {
+		name := svc.Instance(2).Name()
+		s := inHA(name)
+		one := p.Services[svc.Name]
+		if s.Build == nil || one.Build == nil || *s.Build.Args["PACKAGE"] != *one.Build.Args["PACKAGE"] || s.Restart != one.Restart {
+			t.Errorf("%s is not built and restarted like %s", name, svc.Name)
+		}
+		for _, dep := range []string{"mysql", "rabbitmq", "rabbitmq-2", "rabbitmq-3"} {
+			if got := s.DependsOn[dep].Condition; got != "service_healthy" {
+				t.Errorf("%s depends_on %s: %q, want service_healthy", name, dep, got)
+			}
+		}
+		if len(s.Ports) != 1 || s.Ports[0].Published != "" || s.Ports[0].HostIP != "127.0.0.1" || s.Ports[0].Target != uint32(svc.Port) {
+			t.Errorf("%s ports %+v: want %d on 127.0.0.1 with no fixed host port (docker compose port %s %d)", name, s.Ports, svc.Port, name, svc.Port)
+		}
+		// The same settings as the first instance but its identity and its
+		// order of the nodes: another node first.
+		env, env1 := environment(p, name), environment(p, svc.Name)
+		for _, k := range slices.Sorted(maps.Keys(env1)) {
+			if k != "INSTANCE_ID" && k != "AMQP_URL" && env[k] != env1[k] {
+				t.Errorf("%s %s = %q, want %s's %q", name, k, env[k], svc.Name, env1[k])
+			}
+		}
+		if env["INSTANCE_ID"] != svc.Instance(2).ID() {
+			t.Errorf("%s INSTANCE_ID = %q, want %q", name, env["INSTANCE_ID"], svc.Instance(2).ID())
+		}
+		// Every node, in the ring's order, starting from one of the ha
+		// profile's nodes (the first instances start from rabbitmq).
+		first := -1
+		for k := range haNodes {
+			if strings.Contains(strings.Split(env["AMQP_URL"], ",")[0], "@"+haNodes[k]+"/") {
+				first = k
+			}
+		}
+		if first <= 0 {
+			t.Errorf("%s AMQP_URL = %q: want it to start from rabbitmq-2 or rabbitmq-3", name, env["AMQP_URL"])
+			continue
+		}
+		checkAMQP(t, env["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], stack.Rotate(haNodes, first)...)
 	}
 }

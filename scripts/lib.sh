@@ -10,6 +10,10 @@
 #                     installing it first if it is not (see below)
 #   ensure_rabbitmq   RabbitMQ accepts connections on RABBITMQ_HOST:RABBITMQ_PORT,
 #                     the same way
+#   ensure_rabbitmq_installed
+#                     the RabbitMQ package is installed (its programs start
+#                     the private nodes of a local cluster), installing it
+#                     the same way; the machine's broker is not started
 #   install_packages WHY PKG...   install Debian packages (see below)
 #   mysql_root ARGS   the mysql client as the admin user (MYSQL_ROOT_USER,
 #                     default root; MYSQL_ROOT_PASSWORD, default empty)
@@ -290,6 +294,12 @@ rabbitmq_start() {
 		return
 	fi
 	as_root rabbitmq-server -detached >"$out" 2>&1 </dev/null
+}
+
+ensure_rabbitmq_installed() {
+	have rabbitmq-server && return 0
+	install_packages "a local RabbitMQ cluster runs the RabbitMQ package's programs" rabbitmq-server ||
+		die "RabbitMQ is not installed"
 }
 
 ensure_rabbitmq() {

@@ -5,13 +5,30 @@
 #
 # Usage:
 #   scripts/up.sh [-q]   start, wait until every /readyz answers, follow the
-#                        logs as "[order] ..."; Ctrl-C stops all three
+#                        logs as "[order] ..."; Ctrl-C stops everything
 #   scripts/up.sh -d     detach: start, wait until ready, return; the services
 #                        keep running (.run/stack.json lists them)
-#   scripts/up.sh down   stop services started by up.sh (SIGTERM, SIGKILL after 25 s)
+#   scripts/up.sh -d -n 2 --rabbit-cluster 3
+#                        two instances of every service and a local
+#                        three-node RabbitMQ cluster (either flag alone works)
+#   scripts/up.sh down   stop what up.sh started, broker nodes included
+#                        (SIGTERM, SIGKILL after 25 s)
 #   scripts/up.sh setup  only create the schemas and the MySQL/RabbitMQ users
 #
 #   -q  quiet: do not copy the service logs to the terminal
+#   -n N                 N instances of every service (1-9): instance k
+#                        listens on the service's port + 100*(k-1), so the
+#                        second is on 8181/8182/8183; its log and pid file
+#                        are .run/<service>-k.log and .pid (the first keeps
+#                        .run/order.log). Instances of a service share its
+#                        schema and its queues (competing consumers).
+#   --rabbit-cluster N   start a local RabbitMQ cluster of N private nodes
+#                        (internal/rabbitnode: ordersaga-1@localhost ... on
+#                        ports 5701..., data under .run/rabbit/) with the
+#                        service users of deploy/provision.sh, and point
+#                        every service at all of them (AMQP_URL lists the
+#                        nodes, rotated per instance); the machine's broker
+#                        is left alone (it only provides the programs)
 #
 # Every start:
 #   1. settings: .env if present, else .env.example (plain KEY=VALUE lines,
@@ -25,13 +42,15 @@
 #      nothing else, one RabbitMQ user per service (vhost "/"); idempotent,
 #      passwords reset to the configured ones;
 #   4. go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer;
-#   5. bin/stack up (cmd/stack): starts bin/order, bin/inventory and
-#      bin/payment-fake, then in demo mode bin/viewer (the saga viewer on
-#      :8080), with logs in .run/<name>.log (the previous run's
-#      kept as .log.1) and pids in .run/<service>.pid, starts a service
-#      again when it dies by itself (the failure lab crashes them, as
-#      docker compose's restart policy does), and writes .run/stack.json,
-#      every process with its pid, URL and log, for the tools that read it.
+#   5. bin/stack up (cmd/stack): starts the cluster's nodes if asked, then
+#      every instance of bin/order, bin/inventory and bin/payment-fake, then
+#      in demo mode bin/viewer (the saga viewer on :8080, showing the first
+#      instances), with logs in .run/<name>.log (the previous run's kept as
+#      .log.1) and pids in .run/<name>.pid, starts a service or a node again
+#      when it dies by itself (the failure lab crashes them, as docker
+#      compose's restart policy does), and writes .run/stack.json, every
+#      process and node with its pid, URL or port and log, for the tools
+#      that read it.
 #
 # Services listen on $UP_HTTP_HOST:8081/8082/8083 (the viewer on :8080),
 # UP_HTTP_HOST defaulting to 127.0.0.1 because demo mode exposes fault-injection endpoints
@@ -50,19 +69,23 @@ cd "$(dirname "$0")/.."
 
 # usage [STATUS]: the usage lines at the top of this file.
 usage() {
-	sed -n '6,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,31p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit "${1:-2}"
 }
 
-# setup: the servers running, the schemas and users in place.
+# setup: the servers running, the schemas and users in place. With a local
+# cluster (cluster > 0) the machine's broker is neither started nor
+# provisioned: only its package is needed, and bin/stack provisions the
+# cluster's nodes itself.
 setup() {
 	bash deploy/provision.sh check || die "fix the settings in $SETTINGS_FILE or the environment"
 	ensure_mariadb
-	ensure_rabbitmq
+	if ((cluster == 0)); then ensure_rabbitmq; else ensure_rabbitmq_installed; fi
 	mariadb_root_ok
 	# Through stdin: passwords never appear on a command line.
 	bash deploy/provision.sh mysql | mysql_root || die "creating the schemas and MySQL users failed"
 	log "MySQL: schemas order_service, inventory_service, payment_service and their users are ready"
+	((cluster == 0)) || return 0
 
 	have rabbitmqctl || die "rabbitmqctl not found: import the users yourself: deploy/provision.sh rabbitmq | rabbitmqctl import_definitions"
 	local out
@@ -72,12 +95,38 @@ setup() {
 	log "RabbitMQ: users $ORDER_AMQP_USER, $INVENTORY_AMQP_USER, $PAYMENT_AMQP_USER are ready"
 }
 
-detach=false quiet=false
-while getopts ":dqh" opt; do
+detach=false quiet=false instances=1 cluster=0
+# The long option first (getopts has none), then the short ones.
+rest=()
+while (($#)); do
+	case $1 in
+	--rabbit-cluster)
+		(($# >= 2)) || usage
+		cluster=$2
+		shift 2
+		;;
+	--rabbit-cluster=*)
+		cluster=${1#*=}
+		shift
+		;;
+	--help) usage 0 ;;
+	*)
+		rest+=("$1")
+		shift
+		;;
+	esac
+done
+set -- "${rest[@]+"${rest[@]}"}"
+while getopts ":dqhn:" opt; do
 	case $opt in
 	d) detach=true ;;
 	q) quiet=true ;;
+	n) instances=$OPTARG ;;
 	h) usage 0 ;;
+	:)
+		log "option -$OPTARG needs a number"
+		usage
+		;;
 	*)
 		log "unknown option -$OPTARG"
 		usage
@@ -85,6 +134,8 @@ while getopts ":dqh" opt; do
 	esac
 done
 shift $((OPTIND - 1))
+[[ $instances =~ ^[1-9]$ ]] || die "-n $instances: want 1 to 9 instances"
+[[ $cluster =~ ^[0-9]$ ]] || die "--rabbit-cluster $cluster: want 1 to 9 nodes"
 command=${1:-up}
 (($# <= 1)) || usage
 
@@ -108,7 +159,7 @@ setup
 ensure_go
 log "go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer"
 go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer
-args=()
+args=(-n "$instances" -rabbit-cluster "$cluster")
 if [[ $detach == true ]]; then args+=(-d); fi
 if [[ $quiet == true ]]; then args+=(-q); fi
 export MYSQL_HOST MYSQL_PORT RABBITMQ_HOST RABBITMQ_PORT

@@ -3,18 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/chaos"
+	"github.com/relmsg/ordersaga/internal/chaos/chaostest"
+	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/sagatest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
@@ -22,8 +22,9 @@ import (
 
 // TestChaosRun is the chaos run in the suite: a private RabbitMQ node, the
 // three services as real child processes (each restarted when it dies, as
-// scripts/supervise.sh does) on fresh databases, 20 s of mixed load at 10
-// orders/s with every fault kind, then the consistency report.
+// cmd/stack does; internal/chaos/chaostest) on fresh databases, 20 s of
+// mixed load at 10 orders/s with every fault kind, then the consistency
+// report.
 //
 // CHAOS_SEED replays a seed; CHAOS_DURATION, CHAOS_RATE and
 // CHAOS_FAULT_EVERY make it the long run of docs/chaos.md:
@@ -43,10 +44,11 @@ func TestChaosRun(t *testing.T) {
 		RestTimeout: 90 * time.Second,
 		Progress:    testWriter{t},
 	}
-	st, logs := startStack(t)
+	st := chaostest.Start(t, chaostest.Options{Nodes: []*rabbitnode.Node{rabbitnodetest.Start(t, "chaostest")}})
+	logs := st.Logs
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Load.Duration+10*time.Minute)
 	defer cancel()
-	rep, err := chaos.Run(ctx, cfg, st)
+	rep, err := chaos.Run(ctx, cfg, st.Stack)
 	if err != nil {
 		t.Fatalf("chaos run (seed %d): %v\n%s", seed, err, logs(40, ""))
 	}
@@ -137,80 +139,6 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	for _, v := range rep.Violations {
 		t.Errorf("violation: %s", v)
 	}
-}
-
-// startStack starts a private broker node and the three services as
-// supervised child processes, each on a fresh database.
-func startStack(t *testing.T) (chaos.Stack, func(n int, match string) string) {
-	t.Helper()
-	node := rabbitnodetest.Start(t, "chaostest")
-
-	var opts []sagatest.Option
-	for _, svc := range chaos.Services {
-		opts = append(opts, sagatest.WithEnv(svc, "AMQP_URL", node.URL()), sagatest.WithEnv(svc, "OUTBOX_LEASE", "5s"))
-	}
-	stack := sagatest.Start(t, opts...)
-
-	root, err := sql.Open("mysql", sqldbtest.ServerDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-
-	logDir := t.TempDir()
-	procs := chaos.Supervised{}
-	sessions := map[string]chaos.Session{}
-	urls := map[string]string{}
-	for _, svc := range []*sagatest.Service{stack.Inventory, stack.Payment, stack.Order} {
-		// The in-process service gives way to a child process on the same
-		// port and database: a SIGKILL must kill a real process.
-		svc.Stop()
-		logFile, err := os.Create(filepath.Join(logDir, svc.Name+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		env := os.Environ()
-		for k, v := range svc.Env {
-			env = append(env, k+"="+v)
-		}
-		sup := &chaos.Supervisor{Path: sagatest.Binary(t, svc.Name), Env: env, Log: logFile, Delay: 500 * time.Millisecond}
-		if err := sup.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := sup.Stop(20 * time.Second); err != nil {
-				t.Errorf("stop %s: %v", svc.Name, err)
-			}
-			logFile.Close()
-		})
-		procs[svc.Name] = sup
-		sessions[svc.Name] = chaos.Session{Schema: svc.DB.Name}
-		urls[svc.Name] = svc.URL
-	}
-	// logs returns the last n lines of each service's log that contain
-	// match ("" for any).
-	logs := func(n int, match string) string {
-		var b strings.Builder
-		for _, svc := range chaos.Services {
-			data, _ := os.ReadFile(filepath.Join(logDir, svc+".log"))
-			var lines []string
-			for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
-				if strings.Contains(l, match) {
-					lines = append(lines, l)
-				}
-			}
-			if len(lines) > n {
-				lines = lines[len(lines)-n:]
-			}
-			fmt.Fprintf(&b, "---- %s (restarted %d times) ----\n%s\n", svc, procs[svc].Restarts(), strings.Join(lines, "\n"))
-		}
-		return b.String()
-	}
-	return chaos.Stack{URLs: urls, Processes: procs, Broker: chaos.OwnedBroker{Node: node},
-		// The read lock covers this stack's schemas only: a server-wide one
-		// would stall every other test running beside this one.
-		Database: &chaos.MySQL{Root: root, Sessions: sessions,
-			LockSchemas: []string{stack.Order.DB.Name, stack.Inventory.DB.Name, stack.Payment.DB.Name}}}, logs
 }
 
 func envNumber(t *testing.T, key string, def float64) float64 {

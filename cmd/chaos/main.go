@@ -2,9 +2,10 @@
 // injects seeded faults, heals, waits until the system is at rest, and
 // checks that every order ended where it should: it prints a consistency
 // report and exits non-zero on any violation. It starts nothing: start the
-// stack first with scripts/up.sh -d.
+// stack first with scripts/up.sh -d (any -n and --rabbit-cluster: it reads
+// the topology from .run/stack.json).
 //
-//	go run ./cmd/chaos                                   60 s at 20 orders/s, every fault kind but broker-restart
+//	go run ./cmd/chaos                                   60 s at 20 orders/s, the default faults
 //	go run ./cmd/chaos -duration 90s -rate 40 -seed 7    the long run
 //	go run ./cmd/chaos -faults kill,db-lock -json        two kinds, JSON report
 //	go run ./cmd/chaos -selftest                         plant one violation per rule, show each is caught
@@ -59,19 +60,28 @@ scripts/up.sh -d: this command starts nothing), injects seeded faults,
 heals, waits until the system is at rest and prints a consistency report.
 Exit status: 0 every check holds, 1 violations, 2 the run could not be done.
 
-Fault kinds (-faults): kill (SIGKILL a service; its supervisor restarts it),
-stop (SIGSTOP, SIGCONT after 1-3 s), broker-close (the broker closes the
-stack's connections), broker-restart (the broker application stops for 1-3 s),
-db-kill (KILL a service's database sessions), db-lock (FLUSH TABLES WITH READ
-LOCK for 1-2 s: every database on the server waits; -db-lock-scope schemas
-locks only the stack's tables), psp (the fake PSP loses answers, fails or is
-slow for 1-3 calls).
+The stack's topology comes from -run-dir's stack.json (scripts/up.sh writes
+it): every instance of each service (-n 2) and the nodes of a local cluster
+(--rabbit-cluster 3). The -*-url flags, when given, name the first instances
+instead.
 
-broker-restart is refused against scripts/up.sh: its broker is the machine's
-shared one (127.0.0.1:5672), which other programs use. Pass
--allow-system-broker-restart to restart it anyway. The test harness
-(cmd/chaos/chaos_test.go) runs a broker node of its own, where every kind
-is allowed.
+Fault kinds (-faults): kill (SIGKILL an instance; its supervisor restarts it),
+stop (SIGSTOP, SIGCONT after 1-3 s), broker-close (the broker closes the
+stack's connections), broker-restart (the broker application, of one node of
+a cluster, stops for 1-3 s), db-kill (KILL a service's database sessions),
+db-lock (FLUSH TABLES WITH READ LOCK for 1-2 s: every database on the server
+waits; -db-lock-scope schemas locks only the stack's tables), psp (the fake
+PSP loses answers, fails or is slow for 1-3 calls), node-kill (SIGKILL of
+the cluster node leading the busiest quorum queue; the supervisor starts it
+again: a stack with a cluster only). "default" is kill, stop, broker-close,
+db-kill, db-lock and psp, plus broker-restart and node-kill when the stack
+has its own cluster; "all" is every kind the stack can take.
+
+broker-restart is refused against the machine's shared broker
+(127.0.0.1:5672), which other programs use: pass
+-allow-system-broker-restart to restart it anyway. A stack on its own
+cluster (scripts/up.sh --rabbit-cluster 3) or the test harness's own node
+takes every kind.
 
 Flags:
 `
@@ -108,20 +118,20 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		return d
 	}
 	o.urls = map[string]string{}
-	orderURL := fs.String("order-url", env("ORDER_URL", "http://127.0.0.1:8081"), "order service (env ORDER_URL)")
-	invURL := fs.String("inventory-url", env("INVENTORY_URL", "http://127.0.0.1:8082"), "inventory service (env INVENTORY_URL)")
-	payURL := fs.String("payment-url", env("PAYMENT_URL", "http://127.0.0.1:8083"), "payment service (env PAYMENT_URL)")
+	orderURL := fs.String("order-url", getenv("ORDER_URL"), "order service (env ORDER_URL; default: stack.json, else http://127.0.0.1:8081)")
+	invURL := fs.String("inventory-url", getenv("INVENTORY_URL"), "inventory service (env INVENTORY_URL; default: stack.json, else http://127.0.0.1:8082)")
+	payURL := fs.String("payment-url", getenv("PAYMENT_URL"), "payment service (env PAYMENT_URL; default: stack.json, else http://127.0.0.1:8083)")
 	fs.StringVar(&o.token, "admin-token", getenv("ADMIN_TOKEN"), "bearer token of /admin (env ADMIN_TOKEN)")
 	seed := fs.Uint64("seed", 0, "seed of the load and the faults (0: random; the report prints it)")
 	fs.DurationVar(&o.cfg.Load.Duration, "duration", 60*time.Second, "how long the load and the faults run")
 	fs.Float64Var(&o.cfg.Load.Rate, "rate", 20, "orders per second (open loop)")
 	fs.IntVar(&o.cfg.Load.WaveSize, "wave-size", 8, "orders racing for the scarce SKU in each wave")
 	fs.IntVar(&o.cfg.Load.WaveSupply, "wave-supply", 3, "units of the scarce SKU received before each wave")
-	fs.StringVar(&o.faultsFlag, "faults", "kill,stop,broker-close,db-kill,db-lock,psp", "fault kinds: a list, all or none")
+	fs.StringVar(&o.faultsFlag, "faults", "default", "fault kinds: a list, default, all or none")
 	fs.DurationVar(&o.cfg.Faults.Every, "fault-every", 6*time.Second, "one fault per this much of the run")
 	fs.DurationVar(&o.cfg.Quiet, "quiet", 3*time.Second, "at rest: nothing moves for this long")
 	fs.DurationVar(&o.cfg.RestTimeout, "rest-timeout", 2*time.Minute, "give up waiting for rest after this long (then check anyway)")
-	fs.StringVar(&o.runDir, "run-dir", ".run", "where scripts/up.sh writes <service>.pid")
+	fs.StringVar(&o.runDir, "run-dir", ".run", "where scripts/up.sh writes stack.json")
 	fs.StringVar(&o.rootDSN, "mysql-root-dsn", env("CHAOS_MYSQL_ROOT_DSN", "root@tcp(127.0.0.1:3306)/"),
 		"root connection of the database server, used only to inject db-kill and db-lock (env CHAOS_MYSQL_ROOT_DSN)")
 	fs.StringVar(&o.schemas, "db-schemas", "order=order_service,inventory=inventory_service,payment=payment_service",
@@ -139,24 +149,77 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	o.urls = map[string]string{"order": strings.TrimRight(*orderURL, "/"), "inventory": strings.TrimRight(*invURL, "/"),
-		"payment": strings.TrimRight(*payURL, "/")}
+	for svc, u := range map[string]string{"order": *orderURL, "inventory": *invURL, "payment": *payURL} {
+		if u != "" {
+			o.urls[svc] = strings.TrimRight(u, "/")
+		}
+	}
 	o.cfg.Seed = *seed
 	if o.cfg.Seed == 0 {
 		o.cfg.Seed = rand.Uint64N(1_000_000)
 	}
-	kinds, err := chaos.ParseFaultKinds(o.faultsFlag)
-	if err != nil {
-		return o, err
-	}
 	if o.lockScope != "global" && o.lockScope != "schemas" {
 		return o, fmt.Errorf("-db-lock-scope %q: want global or schemas", o.lockScope)
 	}
-	if slices.Contains(kinds, chaos.FaultBrokerRestart) && !o.allowRest {
-		return o, errors.New("broker-restart: " + chaos.ErrNotOwned.Error())
+	// Checked here, before anything runs; resolved against the stack's
+	// topology in run.
+	if _, err := faultKinds(o.faultsFlag, true); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// faultKinds reads -faults for a stack with or without a cluster of its
+// own.
+func faultKinds(flag string, cluster bool) ([]chaos.FaultKind, error) {
+	if strings.TrimSpace(flag) == "default" {
+		flag = "kill,stop,broker-close,db-kill,db-lock,psp"
+		if cluster {
+			flag += ",broker-restart,node-kill"
+		}
+	}
+	return chaos.ParseFaultKinds(flag, cluster)
+}
+
+// topology fills in what the flags left open from the stack file: every
+// instance's URL, the processes, the broker (the stack's own cluster, or
+// the machine's shared one) and the fault kinds it can take.
+func (o *options) topology(st *chaos.Stack) error {
+	sf := chaos.StackFile{Dir: o.runDir}
+	st.Processes = sf
+	f, ferr := sf.Read()
+	if ferr == nil {
+		urls, err := sf.URLs()
+		if err != nil {
+			return err
+		}
+		for k, v := range urls {
+			if _, set := o.urls[k]; !set {
+				o.urls[k] = v
+			}
+		}
+	}
+	for svc, def := range map[string]string{"order": "http://127.0.0.1:8081", "inventory": "http://127.0.0.1:8082", "payment": "http://127.0.0.1:8083"} {
+		if _, set := o.urls[svc]; !set {
+			o.urls[svc] = def
+		}
+	}
+	st.URLs = o.urls
+	cluster := ferr == nil && len(f.Nodes) > 0
+	if cluster {
+		st.Broker = chaos.StackClusterBroker(f.Nodes)
+	} else {
+		st.Broker = chaos.SystemBroker{Exchange: o.exchange, URL: o.amqpURL, AllowRestart: o.allowRest}
+	}
+	kinds, err := faultKinds(o.faultsFlag, cluster)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(kinds, chaos.FaultBrokerRestart) && !cluster && !o.allowRest {
+		return errors.New("broker-restart: " + chaos.ErrNotOwned.Error())
 	}
 	o.cfg.Faults.Kinds = kinds
-	return o, nil
+	return nil
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -172,8 +235,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return nil
 	}
-	st := chaos.Stack{URLs: o.urls, AdminToken: o.token, Processes: chaos.RunDir{Dir: o.runDir},
-		Broker: chaos.SystemBroker{Exchange: o.exchange, URL: o.amqpURL, AllowRestart: o.allowRest}}
+	st := chaos.Stack{AdminToken: o.token}
+	if err := o.topology(&st); err != nil {
+		return err
+	}
 	if needsDB(o.cfg.Faults.Kinds) {
 		db, err := sql.Open("mysql", o.rootDSN)
 		if err != nil {

@@ -82,19 +82,35 @@ func (c *console) follow(ctx context.Context, path, prefix string, w io.Writer) 
 	}
 }
 
-func (c *console) banner(getenv func(string) string) {
+// banner shows what runs where: every instance and node, then how to try
+// it.
+func (c *console) banner(cfg config) {
 	var b strings.Builder
 	b.WriteString("\n")
-	for _, svc := range stack.Services {
-		fmt.Fprintf(&b, "  %-13s %s   log .run/%s.log\n", svc.Name, svc.URL(), svc.Name)
+	for _, p := range table(cfg) {
+		if p.Service == stack.Viewer.Name {
+			continue
+		}
+		fmt.Fprintf(&b, "  %-15s %s   log .run/%s.log\n", p.Name, p.URL, p.Name)
 	}
 	payment, _ := stack.Lookup("payment-fake")
-	fmt.Fprintf(&b, "  %-13s %s/psp\n", "fake PSP", payment.URL())
-	if stack.DemoMode(getenv) {
-		fmt.Fprintf(&b, "  %-13s %s/   the saga viewer and the failure lab in the browser (docs/viewer.md)\n", "viewer", stack.Viewer.URL())
+	fmt.Fprintf(&b, "  %-15s %s/psp", "fake PSP", payment.URL())
+	if cfg.instances > 1 {
+		b.WriteString(" (each payment instance serves it; its books are shared)")
+	}
+	b.WriteString("\n")
+	if stack.DemoMode(cfg.getenv) {
+		fmt.Fprintf(&b, "  %-15s %s/   the saga viewer and the failure lab in the browser (docs/viewer.md)\n", "viewer", stack.Viewer.URL())
+	}
+	if n := cfg.nodeConfigs(); len(n) > 0 {
+		for _, node := range n {
+			fmt.Fprintf(&b, "  %-15s amqp://127.0.0.1:%d   RabbitMQ node %s@localhost, data and log in .run/rabbit/%s/\n", node.Name, node.Port, node.Name, node.Name)
+		}
+	} else {
+		fmt.Fprintf(&b, "  %-15s the machine's broker (RABBITMQ_HOST:RABBITMQ_PORT)\n", "rabbitmq")
 	}
 	b.WriteString(`  every service: /healthz /readyz /metrics
-  what runs:     .run/stack.json (pids, URLs, logs)
+  what runs:     .run/stack.json (pids, URLs, ports, logs)
 
   Try:
     curl -s -X POST http://127.0.0.1:8081/orders \

@@ -1,23 +1,26 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
 
+	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/stack"
 )
 
 // down stops what up started: it asks the supervisor to stop (SIGTERM),
-// then stops any process of .run/stack.json still running (a supervisor
-// that was killed could not).
+// then stops any process or broker node of .run/stack.json still running
+// (a supervisor that was killed could not), each by its pid.
 func down(cfg config, con *console) error {
 	f, err := stack.Read(cfg.runDir)
 	switch {
@@ -37,37 +40,27 @@ func down(cfg config, con *console) error {
 }
 
 func stopStack(cfg config, con *console, f stack.File) {
-	if isOurs(f.Supervisor) {
+	if isOurs(f.Supervisor.PID, f.Supervisor.Exe) {
 		con.say("stopping the stack (supervisor pid %d)", f.Supervisor.PID)
 		_ = syscall.Kill(f.Supervisor.PID, syscall.SIGTERM)
-		// It gives the services UP_STOP_TIMEOUT, then kills them.
-		if !waitGone(f.Supervisor, cfg.stopTimeout+5*time.Second) {
+		// It gives the services UP_STOP_TIMEOUT, then kills them, then
+		// gives the nodes as long.
+		wait := 2*cfg.stopTimeout + 5*time.Second
+		if !waitGone(f.Supervisor.PID, f.Supervisor.Exe, wait) {
 			con.say("the supervisor did not stop: SIGKILL")
 			_ = syscall.Kill(f.Supervisor.PID, syscall.SIGKILL)
-			waitGone(f.Supervisor, 5*time.Second)
+			waitGone(f.Supervisor.PID, f.Supervisor.Exe, 5*time.Second)
 		}
 	}
-	var left []stack.Process
-	var names []string
+	// What the supervisor left: processes first, the broker after them.
+	var procs []leftover
 	for _, p := range f.Processes {
-		if isOurs(p) {
-			left = append(left, p)
-			names = append(names, p.Name)
+		if isOurs(p.PID, p.Exe) {
+			procs = append(procs, leftover{p.Name, p.PID, p.Exe})
 		}
 	}
-	if len(left) > 0 {
-		con.say("stopping %s, which the supervisor left running", strings.Join(names, " "))
-		for _, p := range left {
-			_ = syscall.Kill(p.PID, syscall.SIGTERM)
-		}
-		deadline := time.Now().Add(cfg.stopTimeout)
-		for _, p := range left {
-			if !waitGone(p, time.Until(deadline)) {
-				con.say("%s did not stop within %s: SIGKILL", p.Name, cfg.stopTimeout)
-				_ = syscall.Kill(p.PID, syscall.SIGKILL)
-			}
-		}
-	}
+	stopLeftovers(cfg, con, procs)
+	stopNodesLeft(cfg, con, f.Nodes)
 	for _, p := range append(f.Processes, f.Supervisor) {
 		os.Remove(p.PIDFile)
 	}
@@ -75,23 +68,73 @@ func stopStack(cfg config, con *console, f stack.File) {
 	con.say("stopped")
 }
 
-// isOurs: the process p names is still running its executable (a pid can
-// be reused; a zombie has no executable).
-func isOurs(p stack.Process) bool {
-	if p.PID <= 0 {
+// leftover is a process the supervisor did not stop.
+type leftover struct {
+	name string
+	pid  int
+	exe  string
+}
+
+// stopLeftovers sends SIGTERM to each, and SIGKILL to those still running
+// after UP_STOP_TIMEOUT.
+func stopLeftovers(cfg config, con *console, left []leftover) {
+	if len(left) == 0 {
+		return
+	}
+	var names []string
+	for _, p := range left {
+		names = append(names, p.name)
+		_ = syscall.Kill(p.pid, syscall.SIGTERM)
+	}
+	con.say("stopping %s, which the supervisor left running", strings.Join(names, ", "))
+	deadline := time.Now().Add(cfg.stopTimeout)
+	for _, p := range left {
+		if !waitGone(p.pid, p.exe, time.Until(deadline)) {
+			con.say("%s did not stop within %s: SIGKILL", p.name, cfg.stopTimeout)
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// stopNodesLeft stops the broker nodes of stack.json that still run, by
+// their pids (rabbitnode: SIGTERM, SIGKILL after UP_STOP_TIMEOUT).
+func stopNodesLeft(cfg config, con *console, nodes []stack.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.stopTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, sn := range nodes {
+		name, _, _ := strings.Cut(sn.Name, "@")
+		n, err := rabbitnode.Attach(rabbitnode.Config{Name: name, Port: sn.Port, DistPort: sn.DistPort, Dir: sn.Dir})
+		if err != nil || !n.Alive() {
+			continue
+		}
+		con.say("stopping RabbitMQ node %s (pid %d), which the supervisor left running", n.Name(), n.PID())
+		wg.Go(func() {
+			if err := n.Stop(ctx); err != nil {
+				con.say("%v", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// isOurs: pid still runs exe (a pid can be reused; a zombie has no
+// executable).
+func isOurs(pid int, exe string) bool {
+	if pid <= 0 {
 		return false
 	}
-	proc, err := procfs.NewProc(p.PID)
+	proc, err := procfs.NewProc(pid)
 	if err != nil {
 		return false
 	}
-	exe, err := proc.Executable()
-	return err == nil && strings.TrimSuffix(exe, " (deleted)") == p.Exe
+	got, err := proc.Executable()
+	return err == nil && strings.TrimSuffix(got, " (deleted)") == exe
 }
 
-// waitGone waits up to d for p to end.
-func waitGone(p stack.Process, d time.Duration) bool {
-	for deadline := time.Now().Add(d); isOurs(p); time.Sleep(200 * time.Millisecond) {
+// waitGone waits up to d for pid to end.
+func waitGone(pid int, exe string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); isOurs(pid, exe); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false
 		}

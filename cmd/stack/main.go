@@ -3,20 +3,32 @@
 // .env.example); run it through scripts/up.sh.
 //
 //	stack up [-q]   start every process of the table (bin/order, bin/inventory,
-//	                bin/payment-fake), wait until each /readyz answers, copy
-//	                their logs here as "[order] ..." (-q: do not); Ctrl-C
-//	                stops them
+//	                bin/payment-fake, then the viewer in demo mode), wait
+//	                until each /readyz answers, copy their logs here as
+//	                "[order] ..." (-q: do not); Ctrl-C stops them
 //	stack up -d     the same, detached: return once ready, leaving the
 //	                supervisor running (its log: .run/stack.log)
-//	stack down      stop what up started
+//	stack up -n 2   two instances of every service: instance k listens on
+//	                the service's port + 100*(k-1) (8181, 8182, 8183) and is
+//	                named <service>-k under .run/ (the first keeps the
+//	                service's name: .run/order.log, .run/order-2.log)
+//	stack up -rabbit-cluster 3
+//	                first start a RabbitMQ cluster of three private nodes
+//	                (internal/rabbitnode) on 5701-5703, data under
+//	                .run/rabbit/, the service users imported from
+//	                deploy/provision.sh, and point every service at all of
+//	                them (AMQP_URL lists the nodes, rotated per instance);
+//	                the machine's broker is left alone
+//	stack down      stop what up started, broker nodes included
 //
-// The supervisor starts a process again when it dies by itself (the failure
-// lab crashes services on purpose), as docker compose's "restart:
-// unless-stopped" does. It keeps .run/<name>.log (the previous run's kept as
-// .log.1), .run/<name>.pid and .run/stack.json (internal/stack: every
-// process with its pid, URL and log, for the tools that read it) up to
-// date, and on SIGINT, SIGTERM or SIGHUP stops every process with SIGTERM,
-// then SIGKILL after UP_STOP_TIMEOUT.
+// The supervisor starts a process or a broker node again when it dies by
+// itself (the failure lab crashes services on purpose, the chaos run kills
+// nodes), as docker compose's "restart: unless-stopped" does. It keeps
+// .run/<name>.log (the previous run's kept as .log.1), .run/<name>.pid and
+// .run/stack.json (internal/stack: every process and node with its pid,
+// URL or port and log, for the tools that read it) up to date, and on
+// SIGINT, SIGTERM or SIGHUP stops every process with SIGTERM, then SIGKILL
+// after UP_STOP_TIMEOUT, then the broker nodes the same way.
 //
 // Settings (environment): UP_HTTP_HOST, the interface the services listen
 // on (127.0.0.1: demo mode exposes fault injection); UP_READY_TIMEOUT,
@@ -35,6 +47,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/relmsg/ordersaga/internal/stack"
 )
 
 func main() {
@@ -52,6 +66,10 @@ type config struct {
 	readyTimeout time.Duration
 	stopTimeout  time.Duration
 	getenv       func(string) string
+
+	instances   int // of every service (-n)
+	clusterSize int // nodes of the local RabbitMQ cluster (-rabbit-cluster); 0: the machine's broker
+	clusterPort int // AMQP port of node 1 (stack.ClusterPort; tests use free ones)
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -59,7 +77,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if err != nil {
 		return config{}, err
 	}
-	c := config{root: root, runDir: filepath.Join(root, ".run"), httpHost: "127.0.0.1", getenv: getenv}
+	c := config{root: root, runDir: filepath.Join(root, ".run"), httpHost: "127.0.0.1", getenv: getenv,
+		instances: 1, clusterPort: stack.ClusterPort}
 	if h := getenv("UP_HTTP_HOST"); h != "" {
 		c.httpHost = h
 	}
@@ -94,8 +113,21 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	fs.SetOutput(stderr)
 	detach := fs.Bool("d", false, "detach: return once every service is ready")
 	quiet := fs.Bool("q", false, "do not copy the services' logs to the terminal")
+	fs.IntVar(&cfg.instances, "n", 1, "instances of every service (1-9)")
+	fs.IntVar(&cfg.clusterSize, "rabbit-cluster", 0, "start a local RabbitMQ cluster of this many nodes (1-9) on 5701..., and use it instead of the machine's broker")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	// Instance 10 of the order service would listen on 9081, next to the
+	// viewer and the services' own range; nine is plenty on one machine.
+	if cfg.instances < 1 || cfg.instances > 9 {
+		return fmt.Errorf("-n %d: want 1 to 9 instances", cfg.instances)
+	}
+	if cfg.clusterSize < 0 || cfg.clusterSize > 9 {
+		return fmt.Errorf("-rabbit-cluster %d: want 1 to 9 nodes (0: the machine's broker)", cfg.clusterSize)
 	}
 	switch {
 	case cmd == "up" && *detach:
@@ -107,5 +139,5 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	case cmd == "down":
 		return down(cfg, con)
 	}
-	return errors.New("usage: stack up [-d] [-q] | stack down (run it through scripts/up.sh)")
+	return errors.New("usage: stack up [-d] [-q] [-n N] [-rabbit-cluster N] | stack down (run it through scripts/up.sh)")
 }

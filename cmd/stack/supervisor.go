@@ -19,11 +19,13 @@ import (
 	"github.com/relmsg/ordersaga/internal/stack"
 )
 
-// supervisor runs the processes of the table and keeps them running.
+// supervisor runs the processes of the table, and the broker nodes of a
+// local cluster, and keeps them running.
 type supervisor struct {
 	cfg     config
 	con     *console
 	procs   []*proc
+	nodes   []*nodeProc   // -rabbit-cluster: started before the processes, stopped after them
 	self    stack.Process // the supervisor's own entry in stack.json
 	started time.Time
 
@@ -43,12 +45,13 @@ type proc struct {
 	done    chan struct{} // closed once it has exited for good
 }
 
-// table is the processes the stack runs: one instance of each service,
-// then, in demo mode, the viewer. Instance k of a service would be named
-// <service>-k and listen on its port + 100*(k-1).
+// table is the processes the stack runs: every instance of each service
+// (the first instances, then the second ones, ...), then, in demo mode,
+// the viewer. A standalone process of another kind (a PSP of its own,
+// say) is one more add here, before the services that call it.
 func table(cfg config) []*proc {
 	var procs []*proc
-	add := func(svc stack.Service, own map[string]string) {
+	add := func(name, svc string, k int, url string, own map[string]string) {
 		env := map[string]string{}
 		for _, kv := range os.Environ() {
 			k, v, _ := strings.Cut(kv, "=")
@@ -61,20 +64,23 @@ func table(cfg config) []*proc {
 		}
 		procs = append(procs, &proc{
 			Process: stack.Process{
-				Name: svc.Name, Service: svc.Name, Instance: 1, URL: svc.URL(),
-				Exe:     filepath.Join(cfg.root, "bin", svc.Name),
-				Log:     filepath.Join(cfg.runDir, svc.Name+".log"),
-				PIDFile: filepath.Join(cfg.runDir, svc.Name+".pid"),
+				Name: name, Service: svc, Instance: k, URL: url,
+				Exe:     filepath.Join(cfg.root, "bin", svc),
+				Log:     filepath.Join(cfg.runDir, name+".log"),
+				PIDFile: filepath.Join(cfg.runDir, name+".pid"),
 			},
 			env:  list,
 			done: make(chan struct{}),
 		})
 	}
-	for _, svc := range stack.Services {
-		add(svc, svc.Env(cfg.getenv, cfg.httpHost))
+	for k := 1; k <= cfg.instances; k++ {
+		for _, svc := range stack.Services {
+			in := svc.Instance(k)
+			add(in.Name(), svc.Name, k, in.URL(), in.Env(cfg.getenv, cfg.httpHost, cfg.brokers()))
+		}
 	}
 	if stack.DemoMode(cfg.getenv) {
-		add(stack.Viewer, stack.ViewerEnv(cfg.getenv, cfg.httpHost))
+		add(stack.Viewer.Name, stack.Viewer.Name, 1, stack.Viewer.URL(), stack.ViewerEnv(cfg.getenv, cfg.httpHost, cfg.brokers()))
 	}
 	return procs
 }
@@ -189,6 +195,9 @@ func (s *supervisor) writeStackLocked() error {
 	for _, p := range s.procs {
 		f.Processes = append(f.Processes, p.Process)
 	}
+	for _, p := range s.nodes {
+		f.Nodes = append(f.Nodes, p.Node)
+	}
 	return stack.Write(s.cfg.runDir, f)
 }
 
@@ -258,8 +267,8 @@ func readyz(ctx context.Context, client *http.Client, url string) int {
 }
 
 // stopAll stops every process: SIGTERM to all, SIGKILL to those still
-// running after UP_STOP_TIMEOUT; then it removes the pid files and
-// stack.json.
+// running after UP_STOP_TIMEOUT; then the broker nodes the same way; then
+// it removes the pid files and stack.json.
 func (s *supervisor) stopAll() {
 	s.mu.Lock()
 	if s.stopping {
@@ -283,6 +292,12 @@ func (s *supervisor) stopAll() {
 	defer timer.Stop()
 	expired := false
 	for _, p := range s.procs {
+		s.mu.Lock()
+		started := p.cmd != nil
+		s.mu.Unlock()
+		if !started { // the cluster failed before the processes started
+			continue
+		}
 		if !expired {
 			select {
 			case <-p.done:
@@ -302,12 +317,13 @@ func (s *supervisor) stopAll() {
 		s.mu.Unlock()
 		<-p.done
 	}
+	s.stopNodes()
 	for _, p := range s.procs {
 		os.Remove(p.PIDFile)
 	}
 	os.Remove(stack.Path(s.cfg.runDir))
 	os.Remove(s.self.PIDFile)
-	if len(names) > 0 {
+	if len(names) > 0 || len(s.nodes) > 0 {
 		s.con.say("stopped")
 	}
 }

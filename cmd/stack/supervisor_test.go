@@ -1,17 +1,25 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/compose-spec/compose-go/v2/dotenv"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/stack"
 )
 
@@ -154,5 +162,114 @@ func TestSupervisorKillsWhatDoesNotStop(t *testing.T) {
 	}
 	if want := "[up] beta did not stop within 500ms: SIGKILL"; !strings.Contains(said.String(), want) {
 		t.Errorf("stopAll said:\n%s\nwant the line %q", said.String(), want)
+	}
+}
+
+// The table with -n 2 and a cluster: every instance under its own name,
+// port, log and pid file, the first instances first, the viewer last.
+func TestTableOfInstances(t *testing.T) {
+	cfg := config{root: "/r", runDir: "/r/.run", httpHost: "127.0.0.1", instances: 2, clusterSize: 3, clusterPort: 5701,
+		getenv: func(k string) string { return map[string]string{"DEMO_MODE": "true"}[k] }}
+	var got []string
+	for _, p := range table(cfg) {
+		env := map[string]string{}
+		for _, kv := range p.env {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+		got = append(got, fmt.Sprintf("%s %s#%d %s %s %s %s %s", p.Name, p.Service, p.Instance, p.URL,
+			filepath.Base(p.Log), filepath.Base(p.PIDFile), env["INSTANCE_ID"], env["HTTP_ADDR"]))
+		if p.Service != "viewer" && strings.Count(env["AMQP_URL"], "amqp://") != 3 {
+			t.Errorf("%s AMQP_URL = %q, want the three nodes", p.Name, env["AMQP_URL"])
+		}
+	}
+	want := []string{
+		"order order#1 http://127.0.0.1:8081 order.log order.pid order-1 127.0.0.1:8081",
+		"inventory inventory#1 http://127.0.0.1:8082 inventory.log inventory.pid inventory-1 127.0.0.1:8082",
+		"payment-fake payment-fake#1 http://127.0.0.1:8083 payment-fake.log payment-fake.pid payment-fake-1 127.0.0.1:8083",
+		"order-2 order#2 http://127.0.0.1:8181 order-2.log order-2.pid order-2 127.0.0.1:8181",
+		"inventory-2 inventory#2 http://127.0.0.1:8182 inventory-2.log inventory-2.pid inventory-2 127.0.0.1:8182",
+		"payment-fake-2 payment-fake#2 http://127.0.0.1:8183 payment-fake-2.log payment-fake-2.pid payment-fake-2 127.0.0.1:8183",
+		"viewer viewer#1 http://127.0.0.1:8080 viewer.log viewer.pid  ",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("table:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A broker node of the stack's cluster that dies (SIGKILL) is started
+// again with its data, stack.json follows its pid, the service users of
+// deploy/provision.sh can log in, and stopping the stack stops the node.
+func TestSupervisorRestartsAKilledNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: starts a RabbitMQ node")
+	}
+	example, err := dotenv.Read("../../.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range example {
+		if strings.Contains(k, "_AMQP_") {
+			t.Setenv(k, v)
+		}
+	}
+	port, err := rabbitnode.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := filepath.Abs("../..")
+	runDir := t.TempDir()
+	cfg := config{root: root, runDir: runDir, stopTimeout: 20 * time.Second, readyTimeout: 60 * time.Second,
+		getenv: os.Getenv, instances: 1, clusterSize: 1, clusterPort: port}
+	s, err := newSupervisor(cfg, newConsole(io.Discard, io.Discard), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := s.startCluster(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.stopAll()
+	if err := s.startAll(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := stack.Read(runDir)
+	if err != nil || len(f.Nodes) != 1 {
+		t.Fatalf("stack.json: %+v, %v; want one node", f, err)
+	}
+	n := f.Nodes[0]
+	if n.Port != port || n.PID <= 0 || !strings.HasSuffix(n.Exe, "beam.smp") || n.Dir != filepath.Join(runDir, "rabbit", "ordersaga-1") {
+		t.Errorf("node in stack.json: %+v", n)
+	}
+	if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var again stack.Node
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if f, err := stack.Read(runDir); err == nil && f.Nodes[0].Restarts == 1 {
+			again = f.Nodes[0]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node was not started again within 90s")
+		}
+	}
+	if again.PID == n.PID || !rabbitnode.Running(again.PID) {
+		t.Errorf("after the restart: pid %d (was %d)", again.PID, n.PID)
+	}
+	user := url.UserPassword(example["ORDER_AMQP_USER"], example["ORDER_AMQP_PASSWORD"])
+	c, err := amqp.Dial(stack.AMQPURLs(user, []string{fmt.Sprintf("127.0.0.1:%d", port)}))
+	if err != nil {
+		t.Fatalf("the order service's user on the restarted node: %v", err)
+	}
+	c.Close()
+
+	s.stopAll()
+	if rabbitnode.Running(again.PID) {
+		t.Errorf("node pid %d still runs after stopAll", again.PID)
+	}
+	if _, err := os.Stat(stack.Path(runDir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stack.json left behind (%v)", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,7 +32,10 @@ func upForeground(cfg config, con *console, quiet bool) error {
 	if err != nil {
 		return err
 	}
-	err = s.startAll()
+	err = s.startCluster(ctx)
+	if err == nil {
+		err = s.startAll()
+	}
 	followCtx, stopFollowing := context.WithCancel(context.Background())
 	var followers sync.WaitGroup
 	if err == nil && !quiet {
@@ -45,7 +49,7 @@ func upForeground(cfg config, con *console, quiet bool) error {
 	}
 	if err == nil {
 		con.say("all ready in %s", time.Since(s.started).Round(100*time.Millisecond))
-		con.banner(cfg.getenv)
+		con.banner(cfg)
 		con.print(con.stdout, "  Ctrl-C stops them all.\n")
 		if quiet {
 			con.print(con.stdout, "  Logs: .run/<service>.log\n")
@@ -87,7 +91,7 @@ func upDetached(cfg config, con *console) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(exe, "supervise")
+	cmd := exec.Command(exe, "supervise", "-n", strconv.Itoa(cfg.instances), "-rabbit-cluster", strconv.Itoa(cfg.clusterSize))
 	cmd.Dir = cfg.root
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = []*os.File{readyW}
@@ -123,7 +127,7 @@ func upDetached(cfg config, con *console) error {
 	follower.Wait()
 	switch {
 	case ready:
-		con.banner(cfg.getenv)
+		con.banner(cfg)
 		con.print(con.stdout, "  Running in the background; stop with: scripts/up.sh down\n")
 		return cmd.Process.Release()
 	case ctx.Err() != nil:
@@ -141,6 +145,13 @@ func superviseDetached(cfg config, con *console) error {
 	defer stop()
 	s, err := newSupervisor(cfg, con, filepath.Join(cfg.runDir, "stack.log"), table(cfg))
 	if err != nil {
+		return err
+	}
+	if err := s.startCluster(ctx); err != nil {
+		s.stopAll()
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	if err := s.startAll(); err != nil {
@@ -180,8 +191,9 @@ func signalContext(con *console) (context.Context, func()) {
 	return ctx, func() { cancel() }
 }
 
-// checkPorts fails when something listens on a port of the table: up never
-// reuses a running service (it could be an old build).
+// checkPorts fails when something listens on a port of the table or of
+// the cluster's nodes: up never reuses a running service (it could be an
+// old build) nor a node it did not start.
 func checkPorts(cfg config, con *console) error {
 	f, _ := stack.Read(cfg.runDir)
 	busy := false
@@ -191,10 +203,18 @@ func checkPorts(cfg config, con *console) error {
 			continue
 		}
 		busy = true
-		if p, ok := find(f, want.Name); ok && isOurs(p) {
+		if p, ok := find(f, want.Name); ok && isOurs(p.PID, p.Exe) {
 			con.say("%s is already running on :%s (pid %d, started by scripts/up.sh)", want.Name, u.Port(), p.PID)
 		} else {
 			con.say("port %s (%s) is in use by another process (see: ss -ltnp 'sport = :%s')", u.Port(), want.Name, u.Port())
+		}
+	}
+	for _, n := range cfg.nodeConfigs() {
+		for _, port := range []int{n.Port, n.Port + 20000} {
+			if p := strconv.Itoa(port); listening(p) {
+				busy = true
+				con.say("port %s (RabbitMQ node %s) is in use (see: ss -ltnp 'sport = :%s')", p, n.Name, p)
+			}
 		}
 	}
 	if busy {

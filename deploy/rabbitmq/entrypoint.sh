@@ -8,6 +8,13 @@
 # its default vhost and user), then hands over to the image's entrypoint.
 # docker-compose.yml mounts provision.sh at /usr/local/lib/ordersaga/.
 #
+# For a cluster (docker compose --profile ha: rabbitmq, rabbitmq-2 and
+# rabbitmq-3) every node gets the Erlang cookie RABBITMQ_CLUSTER_COOKIE
+# (nodes talk to each other only with the same cookie), and quorum queues
+# grow to a member on each of three nodes by themselves (continuous
+# membership reconciliation): the services may declare them on the first
+# node before the others have joined.
+#
 #   entrypoint.sh rabbitmq-server      what docker-compose.yml runs
 set -euo pipefail
 
@@ -18,15 +25,29 @@ ETC=${ORDERSAGA_RABBITMQ_ETC:-/etc/rabbitmq}
 CONF_FILE=$ETC/conf.d/90-ordersaga.conf
 DEFINITIONS_FILE=$ETC/ordersaga-definitions.json
 
+# The rabbitmq user's HOME, where Erlang reads its cookie.
+COOKIE_FILE=${ORDERSAGA_RABBITMQ_HOME:-/var/lib/rabbitmq}/.erlang.cookie
+
 # Written as root (the image's entrypoint steps down to the rabbitmq user
 # afterwards), readable by that user only: the file holds passwords.
 (
 	umask 077
 	bash "$PROVISION" rabbitmq >"$DEFINITIONS_FILE"
-	printf 'definitions.import_backend = local_filesystem\ndefinitions.local.path = %s\n' "$DEFINITIONS_FILE" >"$CONF_FILE"
+	printf '%s\n' \
+		'definitions.import_backend = local_filesystem' \
+		"definitions.local.path = $DEFINITIONS_FILE" \
+		'quorum_queue.continuous_membership_reconciliation.enabled = true' \
+		'quorum_queue.continuous_membership_reconciliation.target_group_size = 3' >"$CONF_FILE"
+	if [[ -n ${RABBITMQ_CLUSTER_COOKIE:-} ]]; then
+		# Erlang refuses a cookie others can read.
+		rm -f "$COOKIE_FILE"
+		printf '%s' "$RABBITMQ_CLUSTER_COOKIE" >"$COOKIE_FILE"
+		chmod 400 "$COOKIE_FILE"
+	fi
 )
 if [[ $(id -u) == 0 ]] && id rabbitmq >/dev/null 2>&1; then
 	chown rabbitmq:rabbitmq "$DEFINITIONS_FILE" "$CONF_FILE"
+	if [[ -n ${RABBITMQ_CLUSTER_COOKIE:-} ]]; then chown rabbitmq:rabbitmq "$COOKIE_FILE"; fi
 fi
 printf 'ordersaga rabbitmq init: users %s, %s, %s (vhost /) and %s (administrator) are defined\n' \
 	"$ORDER_AMQP_USER" "$INVENTORY_AMQP_USER" "$PAYMENT_AMQP_USER" "$RABBITMQ_ADMIN_USER"

@@ -1,16 +1,20 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
+	"github.com/relmsg/ordersaga/internal/stack"
 )
 
 // OwnedBroker is a broker node the stack owns (started by rabbitnode for
@@ -22,11 +26,11 @@ func (b OwnedBroker) CloseConnections(ctx context.Context) (int, error) {
 	return b.Node.CloseAllConnections(ctx, "chaos run: broker closes connections")
 }
 
-// StopApp implements Broker.
-func (b OwnedBroker) StopApp(ctx context.Context) error { return b.Node.StopApp(ctx) }
+// StopApp implements Broker (the node is the broker: node is "all").
+func (b OwnedBroker) StopApp(ctx context.Context, _ string) error { return b.Node.StopApp(ctx) }
 
 // StartApp implements Broker.
-func (b OwnedBroker) StartApp(ctx context.Context) error { return b.Node.StartApp(ctx) }
+func (b OwnedBroker) StartApp(ctx context.Context, _ string) error { return b.Node.StartApp(ctx) }
 
 // SystemBroker is the machine's shared broker (scripts/up.sh uses it). Only
 // the stack's own connections are closed, picked by the connection name
@@ -78,7 +82,7 @@ func (b SystemBroker) CloseConnections(ctx context.Context) (int, error) {
 }
 
 // StopApp implements Broker.
-func (b SystemBroker) StopApp(ctx context.Context) error {
+func (b SystemBroker) StopApp(ctx context.Context, _ string) error {
 	if !b.AllowRestart {
 		return ErrNotOwned
 	}
@@ -87,7 +91,7 @@ func (b SystemBroker) StopApp(ctx context.Context) error {
 }
 
 // StartApp implements Broker.
-func (b SystemBroker) StartApp(ctx context.Context) error {
+func (b SystemBroker) StartApp(ctx context.Context, _ string) error {
 	if !b.AllowRestart {
 		return ErrNotOwned
 	}
@@ -105,4 +109,181 @@ func (b SystemBroker) StartApp(ctx context.Context) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// ClusterBroker is a cluster of nodes the stack owns (scripts/up.sh
+// --rabbit-cluster, or a test's): every fault may act on it, one node at a
+// time, and a node may be killed outright (Cluster).
+type ClusterBroker struct {
+	// Configs are the nodes as they were started (rabbitnode.Attach finds
+	// each one's current pid from them).
+	Configs []rabbitnode.Config
+	// Supervised: the stack's supervisor starts a killed node again (cmd/stack
+	// does); otherwise KillNode starts it again itself.
+	Supervised bool
+}
+
+// NewClusterBroker is the broker of nodes a test started itself: KillNode
+// starts a killed node again.
+func NewClusterBroker(nodes []*rabbitnode.Node) ClusterBroker {
+	var b ClusterBroker
+	for _, n := range nodes {
+		b.Configs = append(b.Configs, n.Config())
+	}
+	return b
+}
+
+// StackClusterBroker is the broker of the nodes in scripts/up.sh's
+// stack.json, which its supervisor starts again when they die.
+func StackClusterBroker(nodes []stack.Node) ClusterBroker {
+	b := ClusterBroker{Supervised: true}
+	for _, n := range nodes {
+		name, _, _ := strings.Cut(n.Name, "@")
+		b.Configs = append(b.Configs, rabbitnode.Config{Name: name, Port: n.Port, DistPort: n.DistPort, Dir: n.Dir})
+	}
+	return b
+}
+
+// Nodes implements Cluster.
+func (b ClusterBroker) Nodes() []string {
+	var out []string
+	for _, c := range b.Configs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+// node attaches to the node called name (before the "@").
+func (b ClusterBroker) node(name string) (*rabbitnode.Node, error) {
+	for _, c := range b.Configs {
+		if c.Name == name {
+			return rabbitnode.Attach(c)
+		}
+	}
+	return nil, fmt.Errorf("no node %q in the cluster (%v)", name, b.Nodes())
+}
+
+// running attaches to every node whose VM runs.
+func (b ClusterBroker) running() []*rabbitnode.Node {
+	var out []*rabbitnode.Node
+	for _, c := range b.Configs {
+		if n, err := rabbitnode.Attach(c); err == nil && n.Alive() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// CloseConnections implements Broker: every client connection of every
+// node (the cluster serves only the stack).
+func (b ClusterBroker) CloseConnections(ctx context.Context) (int, error) {
+	total := 0
+	var errs []error
+	for _, n := range b.running() {
+		k, err := n.CloseAllConnections(ctx, "chaos run: broker closes connections")
+		total += k
+		errs = append(errs, err)
+	}
+	return total, errors.Join(errs...)
+}
+
+// StopApp implements Broker: one node's application stops (its clients
+// move to the other nodes; its quorum queue leaders hand over).
+func (b ClusterBroker) StopApp(ctx context.Context, node string) error {
+	n, err := b.node(node)
+	if err != nil {
+		return err
+	}
+	return n.StopApp(ctx)
+}
+
+// StartApp implements Broker.
+func (b ClusterBroker) StartApp(ctx context.Context, node string) error {
+	n, err := b.node(node)
+	if err != nil {
+		return err
+	}
+	return n.StartApp(ctx)
+}
+
+// KillNode implements Cluster.
+func (b ClusterBroker) KillNode(ctx context.Context, node string) (string, error) {
+	why := ""
+	if node == "leader" || strings.HasPrefix(node, "leader:") {
+		name, queue, err := b.leaderOf(ctx, strings.TrimPrefix(strings.TrimPrefix(node, "leader"), ":"))
+		if err != nil {
+			return "", err
+		}
+		node, why = name, " (leader of "+queue+")"
+	}
+	n, err := b.node(node)
+	if err != nil {
+		return "", err
+	}
+	pid := n.PID()
+	if !n.Alive() {
+		return "", fmt.Errorf("node %s is not running (pid %d)", n.Name(), pid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return "", fmt.Errorf("SIGKILL node %s (pid %d): %w", n.Name(), pid, err)
+	}
+	detail := fmt.Sprintf("SIGKILL node %s%s, pid %d", n.Name(), why, pid)
+	if !b.Supervised {
+		for n.Alive() { // the VM's exit takes a moment
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := n.Restart(ctx); err != nil {
+			return detail, err
+		}
+		return fmt.Sprintf("%s; started again as pid %d", detail, n.PID()), nil
+	}
+	// The supervisor starts it again: wait for a new pid that serves.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if again, err := rabbitnode.Attach(n.Config()); err == nil && again.PID() != pid && again.Alive() {
+			if err := again.WaitReady(ctx); err == nil {
+				return fmt.Sprintf("%s; serving again as pid %d", detail, again.PID()), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return detail, fmt.Errorf("node %s did not serve again within 90s (is the stack's supervisor running?)", n.Name())
+		}
+		select {
+		case <-ctx.Done():
+			return detail, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// leaderOf finds the node leading queue, or ("") the busiest quorum
+// queue: the one with the most messages waiting, else the most consumers
+// (a queue the saga runs through, not a dead-letter queue), else the first
+// by name. Killing that node makes the queue elect a new leader while work
+// goes through it.
+func (b ClusterBroker) leaderOf(ctx context.Context, queue string) (node, name string, err error) {
+	var errs []error
+	for _, n := range b.running() {
+		qs, err := n.QuorumQueues(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		qs = slices.DeleteFunc(qs, func(q rabbitnode.QuorumQueue) bool {
+			return q.Leader == "" || (queue != "" && q.Name != queue)
+		})
+		if len(qs) == 0 {
+			continue
+		}
+		busiest := slices.MinFunc(qs, func(a, b rabbitnode.QuorumQueue) int {
+			return cmp.Or(cmp.Compare(b.Messages, a.Messages), cmp.Compare(b.Consumers, a.Consumers), cmp.Compare(a.Name, b.Name))
+		})
+		node, _, _ = strings.Cut(busiest.Leader, "@")
+		return node, busiest.Name, nil
+	}
+	what := "any quorum queue"
+	if queue != "" {
+		what = "quorum queue " + queue
+	}
+	return "", "", fmt.Errorf("no leader of %s found on any running node: %w", what, errors.Join(errs...))
 }

@@ -18,23 +18,33 @@ type FaultKind string
 
 // The fault kinds.
 const (
-	FaultKill          FaultKind = "kill"           // SIGKILL a service's process; its supervisor starts it again
-	FaultStop          FaultKind = "stop"           // SIGSTOP a service's process, SIGCONT after the hold
+	FaultKill          FaultKind = "kill"           // SIGKILL an instance's process; its supervisor starts it again
+	FaultStop          FaultKind = "stop"           // SIGSTOP an instance's process, SIGCONT after the hold
 	FaultBrokerClose   FaultKind = "broker-close"   // the broker closes the stack's connections
-	FaultBrokerRestart FaultKind = "broker-restart" // the broker application stops, and starts again after the hold
+	FaultBrokerRestart FaultKind = "broker-restart" // the broker application (of one node of a cluster) stops, and starts again after the hold
 	FaultDBKill        FaultKind = "db-kill"        // KILL every database session of a service
 	FaultDBLock        FaultKind = "db-lock"        // FLUSH TABLES ... WITH READ LOCK, held for the hold, then UNLOCK TABLES
 	FaultPSP           FaultKind = "psp"            // the fake PSP loses answers, fails or is slow for a few calls
+	FaultNodeKill      FaultKind = "node-kill"      // SIGKILL of the cluster node leading the busiest quorum queue; it is started again
 )
 
-// FaultKinds lists every kind, in report order.
+// FaultKinds lists every kind a stack on one broker can take, in report
+// order.
 var FaultKinds = []FaultKind{FaultKill, FaultStop, FaultBrokerClose, FaultBrokerRestart, FaultDBKill, FaultDBLock, FaultPSP}
 
-// ParseFaultKinds reads "kill,stop,db-lock" ("all": every kind, "none":
-// no faults).
-func ParseFaultKinds(s string) ([]FaultKind, error) {
+// ClusterFaultKinds are the kinds only a broker of several nodes that the
+// run owns can take (see Cluster).
+var ClusterFaultKinds = []FaultKind{FaultNodeKill}
+
+// ParseFaultKinds reads "kill,stop,db-lock" ("all": every kind the stack
+// can take, the cluster's with a cluster; "none": no faults).
+func ParseFaultKinds(s string, cluster bool) ([]FaultKind, error) {
+	known := slices.Concat(FaultKinds, ClusterFaultKinds)
 	switch strings.TrimSpace(s) {
 	case "all":
+		if cluster {
+			return known, nil
+		}
 		return slices.Clone(FaultKinds), nil
 	case "", "none":
 		return nil, nil
@@ -42,8 +52,8 @@ func ParseFaultKinds(s string) ([]FaultKind, error) {
 	var out []FaultKind
 	for _, part := range strings.Split(s, ",") {
 		k := FaultKind(strings.TrimSpace(part))
-		if !slices.Contains(FaultKinds, k) {
-			return nil, fmt.Errorf("unknown fault kind %q (want some of %v, or all, or none)", k, FaultKinds)
+		if !slices.Contains(known, k) {
+			return nil, fmt.Errorf("unknown fault kind %q (want some of %v, or all, or none)", k, known)
 		}
 		if !slices.Contains(out, k) {
 			out = append(out, k)
@@ -58,17 +68,41 @@ var Services = []string{"order", "inventory", "payment"}
 // pspModes are the fake PSP's fault switches a psp fault sets.
 var pspModes = []string{"lose-response", "error-5xx", "fail-before-charge", "slow"}
 
-// FaultSchedule says which faults a run injects and how often.
+// FaultSchedule says which faults a run injects, how often, and on what.
 type FaultSchedule struct {
 	Kinds []FaultKind
 	Every time.Duration // one fault per Every of the load, kinds in turn
+	// Instances are the processes kill and stop take turns on ("order",
+	// "order-2", ...); the three services when empty. Run fills it from
+	// the stack.
+	Instances []string
+	// Nodes are the broker's nodes a cluster's broker-restart takes turns
+	// on; none for a broker of one node. Run fills it from the stack.
+	Nodes []string
+	// Script, when set, is the faults to inject, as they are, instead of
+	// drawn ones: a test that must hit given targets at given moments.
+	Script []Fault
+}
+
+// kinds are the kinds the schedule injects.
+func (fs FaultSchedule) kinds() []FaultKind {
+	if len(fs.Script) == 0 {
+		return fs.Kinds
+	}
+	var out []FaultKind
+	for _, f := range fs.Script {
+		if !slices.Contains(out, f.Kind) {
+			out = append(out, f.Kind)
+		}
+	}
+	return out
 }
 
 // Fault is one planned fault.
 type Fault struct {
 	At     time.Duration `json:"at_ns"` // planned start, from the start of the run
 	Kind   FaultKind     `json:"kind"`
-	Target string        `json:"target"`            // the service, or the PSP's mode
+	Target string        `json:"target"`            // the instance, the service, the node ("leader": of the busiest queue), or the PSP's mode
 	Hold   time.Duration `json:"hold_ns,omitempty"` // stop, broker-restart, db-lock: how long it lasts
 	Count  int           `json:"count,omitempty"`   // psp: how many calls it affects
 }
@@ -89,13 +123,21 @@ func (f Fault) String() string {
 // holds drawn from rng. Each one starts a second before the load ends at
 // the latest; the runner may push it later (see Run).
 func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
+	if len(fs.Script) > 0 {
+		return slices.Clone(fs.Script)
+	}
 	if len(fs.Kinds) == 0 || fs.Every <= 0 {
 		return nil
 	}
 	lead := min(3*time.Second, d/10)
 	var out []Fault
 	var turn []FaultKind
+	instances := fs.Instances
+	if len(instances) == 0 {
+		instances = Services
+	}
 	svcTurn := rng.IntN(len(Services))
+	nodeTurn := 0
 	for at := lead; ; at += fs.Every {
 		if len(turn) == 0 {
 			turn = slices.Clone(fs.Kinds)
@@ -103,10 +145,21 @@ func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
 		}
 		f := Fault{Kind: turn[0], At: at + time.Duration(rng.Int64N(int64(fs.Every/4)+1))}
 		switch f.Kind {
-		case FaultKill, FaultStop, FaultDBKill:
+		case FaultKill, FaultStop:
+			f.Target = instances[svcTurn%len(instances)]
+			svcTurn++
+		case FaultDBKill:
 			f.Target = Services[svcTurn%len(Services)]
 			svcTurn++
-		case FaultDBLock, FaultBrokerRestart:
+		case FaultBrokerRestart:
+			f.Target = "all"
+			if len(fs.Nodes) > 0 {
+				f.Target = fs.Nodes[nodeTurn%len(fs.Nodes)]
+				nodeTurn++
+			}
+		case FaultNodeKill:
+			f.Target = "leader"
+		case FaultDBLock:
 			f.Target = "all"
 		case FaultBrokerClose:
 			f.Target = "stack"
@@ -129,13 +182,13 @@ func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
 	return out
 }
 
-// Processes finds the process of each service, for signals. Today it reads
-// scripts/up.sh's .run/<service>.pid (RunDir); the test harness has its own
-// supervisor (Supervisor); a stack description file can replace both.
+// Processes finds the process of each instance, for signals: StackFile
+// reads scripts/up.sh's .run/stack.json, the test harness has its own
+// supervisor (Supervised).
 type Processes interface {
-	// PID returns the process of the service ("order", "inventory",
+	// PID returns the process of the instance ("order", "order-2",
 	// "payment") now: after a restart it is a new one.
-	PID(service string) (int, error)
+	PID(instance string) (int, error)
 }
 
 // Broker is what the run may do to the stack's broker.
@@ -143,11 +196,26 @@ type Broker interface {
 	// CloseConnections makes the broker close the stack's connections; it
 	// returns how many it closed.
 	CloseConnections(ctx context.Context) (int, error)
-	// StopApp stops the broker application; StartApp starts it again and
-	// returns once it accepts connections. Refused on a broker the run does
-	// not own (see OwnedBroker, SystemBroker).
-	StopApp(ctx context.Context) error
-	StartApp(ctx context.Context) error
+	// StopApp stops the broker application of node ("all": the broker's
+	// only node); StartApp starts it again and returns once it accepts
+	// connections. Refused on a broker the run does not own (see
+	// OwnedBroker, SystemBroker, ClusterBroker).
+	StopApp(ctx context.Context, node string) error
+	StartApp(ctx context.Context, node string) error
+}
+
+// Cluster is a broker of several nodes that the run owns (ClusterBroker):
+// one node can die while the others serve.
+type Cluster interface {
+	Broker
+	// Nodes names the nodes.
+	Nodes() []string
+	// KillNode sends SIGKILL to a node's VM ("leader": the node leading
+	// the busiest quorum queue; "leader:<queue>": the node leading that
+	// queue) and returns once it serves again, started by the stack's
+	// supervisor or by KillNode itself; the detail says which node, which
+	// queue, which pids.
+	KillNode(ctx context.Context, node string) (string, error)
 }
 
 // Database is what the run may do to the database server.
@@ -182,7 +250,7 @@ type injector struct {
 
 	mu      sync.Mutex
 	stopped map[int]bool // pids we SIGSTOPped and not yet continued
-	locked  bool         // broker app stopped
+	locked  string       // the node whose broker app is stopped ("" none)
 	psp     bool         // the PSP's switch was set
 }
 
@@ -231,7 +299,13 @@ func (in *injector) inject(ctx context.Context, f Fault) (string, error) {
 		n, err := in.broker.CloseConnections(ctx)
 		return fmt.Sprintf("%d connections closed", n), err
 	case FaultBrokerRestart:
-		return in.brokerRestart(ctx, f.Hold)
+		return in.brokerRestart(ctx, f.Target, f.Hold)
+	case FaultNodeKill:
+		c, ok := in.broker.(Cluster)
+		if !ok {
+			return "", errors.New("node-kill needs a broker of several nodes that the run owns")
+		}
+		return c.KillNode(ctx, f.Target)
 	case FaultDBKill:
 		n, err := in.db.KillSessions(ctx, f.Target)
 		return fmt.Sprintf("%d sessions killed", n), err
@@ -301,24 +375,28 @@ func (in *injector) cont(pid int) error {
 	return nil
 }
 
-func (in *injector) brokerRestart(ctx context.Context, hold time.Duration) (string, error) {
+func (in *injector) brokerRestart(ctx context.Context, node string, hold time.Duration) (string, error) {
 	in.mu.Lock()
-	in.locked = true
+	in.locked = node
 	in.mu.Unlock()
-	if err := in.broker.StopApp(ctx); err != nil {
+	if err := in.broker.StopApp(ctx, node); err != nil {
 		return "", err
 	}
 	select {
 	case <-ctx.Done():
 	case <-time.After(hold):
 	}
-	err := in.broker.StartApp(context.WithoutCancel(ctx))
+	err := in.broker.StartApp(context.WithoutCancel(ctx), node)
 	if err == nil {
 		in.mu.Lock()
-		in.locked = false
+		in.locked = ""
 		in.mu.Unlock()
 	}
-	return fmt.Sprintf("broker app stopped for %s, started again", round(hold)), err
+	what := "broker app"
+	if node != "all" {
+		what = "broker app of " + node
+	}
+	return fmt.Sprintf("%s stopped for %s, started again", what, round(hold)), err
 }
 
 // heal undoes whatever a fault interrupted by the end of the run left
@@ -337,8 +415,8 @@ func (in *injector) heal(ctx context.Context) error {
 	for _, pid := range pids {
 		errs = append(errs, in.cont(pid))
 	}
-	if locked {
-		errs = append(errs, in.broker.StartApp(ctx))
+	if locked != "" {
+		errs = append(errs, in.broker.StartApp(ctx, locked))
 	}
 	if psp {
 		code, _, err := in.obs.lab.Do(ctx, "payment", http.MethodPut, "/psp/switches", nil, map[string]any{"mode": "normal"}, nil)

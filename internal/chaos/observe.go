@@ -21,11 +21,12 @@ import (
 // endpoints, with the failure lab's HTTP client. It never reads a
 // service's tables.
 type observer struct {
-	lab *lab.Lab
+	lab       *lab.Lab
+	instances map[string][]string // service -> its instances ("order", "order-2")
 
 	mu       sync.Mutex
 	minAvail map[string]int
-	counters map[string]*counter // consumer -> duplicates dropped
+	counters map[string]*counter // instance/consumer -> duplicates dropped
 }
 
 // urlTarget is a lab.Target that only knows the services' URLs: the chaos
@@ -43,8 +44,24 @@ func (urlTarget) AwaitRestart(context.Context, string) error {
 	return errors.New("the chaos run crashes services by signal")
 }
 
+// newObserver observes the instances urls names: "order", "inventory",
+// "payment" for the first instances, "order-2" and so on for the others.
 func newObserver(urls map[string]string, token string) *observer {
-	return &observer{lab: lab.New(urlTarget(urls), token, nil), minAvail: map[string]int{}, counters: map[string]*counter{}}
+	o := &observer{lab: lab.New(urlTarget(urls), token, nil), instances: map[string][]string{}, minAvail: map[string]int{},
+		counters: map[string]*counter{}}
+	for _, svc := range Services {
+		o.instances[svc] = instancesOf(urls, svc)
+	}
+	return o
+}
+
+// all lists every instance of every service.
+func (o *observer) all() []string {
+	var out []string
+	for _, svc := range Services {
+		out = append(out, o.instances[svc]...)
+	}
+	return out
 }
 
 func (o *observer) ready(ctx context.Context, svc string) bool {
@@ -78,12 +95,12 @@ func (o *observer) waitRestarted(ctx context.Context, svc, before string, patien
 	return fmt.Errorf("%s did not serve again within %s (is it supervised?)", svc, patience)
 }
 
-// waitReady waits until every service answers /readyz.
+// waitReady waits until every instance answers /readyz.
 func (o *observer) waitReady(ctx context.Context, patience time.Duration) error {
 	deadline := time.Now().Add(patience)
 	for {
 		var down []string
-		for _, svc := range Services {
+		for _, svc := range o.all() {
 			if !o.ready(ctx, svc) {
 				down = append(down, svc)
 			}
@@ -220,33 +237,38 @@ var consumers = map[string][]string{
 	"payment":   {"payment", "payment-psp", "payment-refunds"},
 }
 
-// sampleMetrics adds what each inbox dropped as a duplicate since the last
-// sample. A service that is down is skipped (its next sample counts).
+// sampleMetrics adds what each inbox of each instance dropped as a
+// duplicate since the last sample. An instance that is down is skipped
+// (its next sample counts).
 func (o *observer) sampleMetrics(ctx context.Context) {
 	for _, svc := range Services {
-		for _, name := range consumers[svc] {
-			v, err := o.lab.Metric(ctx, svc, "consumer_duplicates_suppressed_total", "consumer", name)
-			if err != nil {
-				break
+		for _, in := range o.instances[svc] {
+			for _, name := range consumers[svc] {
+				v, err := o.lab.Metric(ctx, in, "consumer_duplicates_suppressed_total", "consumer", name)
+				if err != nil {
+					break
+				}
+				o.mu.Lock()
+				c := o.counters[in+"/"+name]
+				if c == nil {
+					c = &counter{}
+					o.counters[in+"/"+name] = c
+				}
+				c.observe(v)
+				o.mu.Unlock()
 			}
-			o.mu.Lock()
-			c := o.counters[name]
-			if c == nil {
-				c = &counter{}
-				o.counters[name] = c
-			}
-			c.observe(v)
-			o.mu.Unlock()
 		}
 	}
 }
 
+// duplicates sums each consumer's duplicates over its service's instances.
 func (o *observer) duplicates() map[string]float64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[string]float64{}
-	for name, c := range o.counters {
-		out[name] = c.total
+	for key, c := range o.counters {
+		_, name, _ := strings.Cut(key, "/")
+		out[name] += c.total
 	}
 	return out
 }

@@ -6,78 +6,112 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/relmsg/ordersaga/internal/stack"
 )
 
-// RunDir finds the services scripts/up.sh started: .run/<name>.pid holds
-// the pid of scripts/supervise.sh, and the service is its child running
-// bin/<name> (an older up.sh wrote the service's own pid). The signal must
-// reach the service: a SIGKILL of the supervisor would end the restarts.
-type RunDir struct{ Dir string }
+// StackFile finds the processes and broker nodes scripts/up.sh started in
+// its .run/stack.json (internal/stack): every instance of each service and
+// every node of a local cluster, each with its own pid, which changes when
+// the stack's supervisor starts it again.
+type StackFile struct{ Dir string }
 
-// upNames are the binaries' names under scripts/up.sh.
-var upNames = map[string]string{"order": "order", "inventory": "inventory", "payment": "payment-fake"}
+// stackNames are the services as scripts/up.sh names them.
+var stackNames = map[string]string{"order": "order", "inventory": "inventory", "payment": "payment-fake"}
 
-// PID implements Processes.
-func (d RunDir) PID(service string) (int, error) {
-	name, ok := upNames[service]
+// Read reads the stack file.
+func (d StackFile) Read() (stack.File, error) {
+	f, err := stack.Read(d.Dir)
+	if err != nil {
+		return f, fmt.Errorf("%w (is the stack started by scripts/up.sh?)", err)
+	}
+	return f, nil
+}
+
+// URLs maps every instance to its URL, as a Stack wants them: "order",
+// "inventory" and "payment" for the first instances, "order-2" and so on
+// for the others.
+func (d StackFile) URLs() (map[string]string, error) {
+	f, err := d.Read()
+	if err != nil {
+		return nil, err
+	}
+	urls := map[string]string{}
+	for _, p := range f.Processes {
+		for svc, name := range stackNames {
+			if p.Service == name {
+				urls[InstanceName(svc, p.Instance)] = p.URL
+			}
+		}
+	}
+	return urls, nil
+}
+
+// PID implements Processes: the target is a service ("payment") or one of
+// its instances ("payment-2"). The pid must still run the instance's
+// executable: a process that is being restarted has none yet.
+func (d StackFile) PID(target string) (int, error) {
+	svc, k := splitInstance(target)
+	name, ok := stackNames[svc]
 	if !ok {
-		return 0, fmt.Errorf("no service %q", service)
+		return 0, fmt.Errorf("no service %q", target)
 	}
-	file := filepath.Join(d.Dir, name+".pid")
-	b, err := os.ReadFile(file)
+	f, err := d.Read()
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w (is the stack started by scripts/up.sh?)", file, err)
+		return 0, err
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", file, err)
-	}
-	if exeName(pid) == name {
-		return pid, nil
-	}
-	for _, child := range children(pid) {
-		if exeName(child) == name {
-			return child, nil
+	for _, p := range f.Processes {
+		if p.Service != name || p.Instance != k {
+			continue
 		}
+		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.PID)); err == nil && strings.TrimSuffix(exe, " (deleted)") == p.Exe {
+			return p.PID, nil
+		}
+		return 0, fmt.Errorf("%s: pid %d does not run %s (restarting?)", target, p.PID, p.Exe)
 	}
-	return 0, fmt.Errorf("%s: no %s process under pid %d (restarting, or not started by scripts/up.sh)", file, name, pid)
+	return 0, fmt.Errorf("%s: not in %s", target, stack.Path(d.Dir))
 }
 
-// exeName is the base name of the program a process runs ("" if gone).
-func exeName(pid int) string {
-	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
-		return filepath.Base(strings.TrimSuffix(exe, " (deleted)"))
+// InstanceName is how the run names instance k of a service: the service
+// for the first, "<service>-k" for the others.
+func InstanceName(svc string, k int) string {
+	if k <= 1 {
+		return svc
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
+	return svc + "-" + strconv.Itoa(k)
 }
 
-func children(pid int) []int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		return nil
-	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			out = append(out, n)
+// splitInstance reads an instance name back: "payment-2" is instance 2 of
+// payment, "payment" instance 1.
+func splitInstance(target string) (string, int) {
+	if i := strings.LastIndexByte(target, '-'); i > 0 {
+		if k, err := strconv.Atoi(target[i+1:]); err == nil && k > 1 {
+			return target[:i], k
 		}
 	}
-	return out
+	return target, 1
+}
+
+// instancesOf lists the instances of svc that urls knows, in order.
+func instancesOf(urls map[string]string, svc string) []string {
+	var out []string
+	for k := 1; ; k++ {
+		name := InstanceName(svc, k)
+		if _, ok := urls[name]; !ok {
+			return out
+		}
+		out = append(out, name)
+	}
 }
 
 // Supervisor runs a service binary and starts it again whenever it dies by
-// itself, as scripts/supervise.sh does under scripts/up.sh: the test
-// harness's supervisor, so that a SIGKILL fault is followed by a restart.
+// itself, as cmd/stack does under scripts/up.sh: the test harness's
+// supervisor, so that a SIGKILL fault is followed by a restart.
 type Supervisor struct {
 	Path  string        // the binary
 	Env   []string      // its whole environment
@@ -184,7 +218,7 @@ func (s *Supervisor) Stop(timeout time.Duration) error {
 	}
 }
 
-// Supervised maps each service to its supervisor.
+// Supervised maps each instance ("order", "order-2") to its supervisor.
 type Supervised map[string]*Supervisor
 
 // PID implements Processes.

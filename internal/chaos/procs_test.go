@@ -1,19 +1,23 @@
 package chaos
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/relmsg/ordersaga/internal/stack"
 )
 
-// TestRunDirFindsTheServiceUnderItsSupervisor builds scripts/up.sh's
-// layout: .run/order.pid holds a shell's pid (the supervisor), whose child
-// runs bin/order. The signal must go to the child.
-func TestRunDirFindsTheServiceUnderItsSupervisor(t *testing.T) {
-	if _, err := os.Stat("/proc/self/task"); err != nil {
+// TestStackFileFindsEveryInstance reads a stack.json as cmd/stack writes
+// it: the pid of each instance is the process itself, which must still run
+// the instance's executable.
+func TestStackFileFindsEveryInstance(t *testing.T) {
+	if _, err := os.Stat("/proc/self/exe"); err != nil {
 		t.Skip("needs Linux /proc")
 	}
 	dir := t.TempDir()
@@ -21,44 +25,91 @@ func TestRunDirFindsTheServiceUnderItsSupervisor(t *testing.T) {
 	if err != nil {
 		t.Skip("no sleep binary")
 	}
-	data, err := os.ReadFile(sleep)
+	exe, err := filepath.EvalSymlinks(sleep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "order") // a service binary named like bin/order
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sup := exec.Command("bash", "-c", bin+" 30 & wait")
-	if err := sup.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sup.Process.Kill(); _ = sup.Wait() })
-	if err := os.WriteFile(filepath.Join(dir, "order.pid"), []byte(strconv.Itoa(sup.Process.Pid)+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var child int
-	deadline := time.Now().Add(5 * time.Second)
-	for child == 0 && time.Now().Before(deadline) {
-		if kids := children(sup.Process.Pid); len(kids) > 0 {
-			child = kids[0]
+	var procs []stack.Process
+	pids := map[string]int{}
+	for _, p := range []struct {
+		name, svc string
+		k, port   int
+	}{{"order", "order", 1, 8081}, {"payment-fake", "payment-fake", 1, 8083}, {"payment-fake-2", "payment-fake", 2, 8183}} {
+		cmd := exec.Command(exe, "30")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		procs = append(procs, stack.Process{Name: p.name, Service: p.svc, Instance: p.k, PID: cmd.Process.Pid,
+			URL: "http://127.0.0.1:" + strconv.Itoa(p.port), Exe: exe})
+		pids[p.name] = cmd.Process.Pid
 	}
-	t.Cleanup(func() {
-		if p, err := os.FindProcess(child); err == nil {
-			_ = p.Kill()
+	// inventory's pid runs another program now: not ours.
+	procs = append(procs, stack.Process{Name: "inventory", Service: "inventory", Instance: 1, PID: os.Getpid(),
+		URL: "http://127.0.0.1:8082", Exe: exe})
+	if err := stack.Write(dir, stack.File{Processes: procs}); err != nil {
+		t.Fatal(err)
+	}
+	sf := StackFile{Dir: dir}
+	for target, want := range map[string]int{"order": pids["order"], "payment": pids["payment-fake"], "payment-2": pids["payment-fake-2"]} {
+		if got, err := sf.PID(target); err != nil || got != want {
+			t.Errorf("PID(%s) = %d, %v; want %d", target, got, err, want)
 		}
-	})
-	got, err := RunDir{Dir: dir}.PID("order")
+	}
+	for _, target := range []string{"inventory", "order-2", "shipping"} {
+		if pid, err := sf.PID(target); err == nil {
+			t.Errorf("PID(%s) = %d: want an error", target, pid)
+		}
+	}
+	urls, err := sf.URLs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != child || got == sup.Process.Pid {
-		t.Fatalf("PID(order) = %d, want the service %d, not the supervisor %d", got, child, sup.Process.Pid)
+	want := map[string]string{"order": "http://127.0.0.1:8081", "inventory": "http://127.0.0.1:8082",
+		"payment": "http://127.0.0.1:8083", "payment-2": "http://127.0.0.1:8183"}
+	if !maps.Equal(urls, want) {
+		t.Errorf("URLs = %v, want %v", urls, want)
 	}
-	if _, err := (RunDir{Dir: dir}).PID("inventory"); err == nil {
-		t.Error("PID(inventory) without a pid file: want an error")
+	if got := instancesOf(urls, "payment"); !slices.Equal(got, []string{"payment", "payment-2"}) {
+		t.Errorf("instances of payment: %v", got)
+	}
+	if _, err := (StackFile{Dir: t.TempDir()}).PID("order"); err == nil {
+		t.Error("no stack.json: want an error")
+	}
+}
+
+// With two instances and a cluster, kill and stop take turns on every
+// instance, broker-restart on every node, and node-kill goes for the
+// leader of the busiest queue.
+func TestPlanTargetsInstancesAndNodes(t *testing.T) {
+	load := Load{Rate: 10, Duration: 40 * time.Second, WaveSize: 6, WaveSupply: 2}
+	instances := []string{"order", "inventory", "payment", "order-2", "inventory-2", "payment-2"}
+	nodes := []string{"n1", "n2", "n3"}
+	sched := FaultSchedule{Kinds: []FaultKind{FaultKill, FaultStop, FaultBrokerRestart, FaultNodeKill}, Every: time.Second,
+		Instances: instances, Nodes: nodes}
+	p := NewPlan(3, load, sched)
+	hit := map[string]bool{}
+	for _, f := range p.Faults {
+		switch f.Kind {
+		case FaultKill, FaultStop:
+			if !slices.Contains(instances, f.Target) {
+				t.Errorf("%s on %q: not an instance", f.Kind, f.Target)
+			}
+		case FaultBrokerRestart:
+			if !slices.Contains(nodes, f.Target) {
+				t.Errorf("broker-restart on %q: not a node", f.Target)
+			}
+		case FaultNodeKill:
+			if f.Target != "leader" {
+				t.Errorf("node-kill on %q, want the leader", f.Target)
+			}
+		}
+		hit[f.Target] = true
+	}
+	for _, want := range append(slices.Clone(instances), nodes...) {
+		if !hit[want] {
+			t.Errorf("no fault on %s in %d faults", want, len(p.Faults))
+		}
 	}
 }
 
@@ -105,16 +156,19 @@ func TestPlanIsSeededAndCoversEveryFaultKind(t *testing.T) {
 }
 
 func TestParseFaultKinds(t *testing.T) {
-	if got, err := ParseFaultKinds("all"); err != nil || len(got) != len(FaultKinds) {
+	if got, err := ParseFaultKinds("all", false); err != nil || !slices.Equal(got, FaultKinds) {
 		t.Errorf("all: %v %v", got, err)
 	}
-	if got, err := ParseFaultKinds("none"); err != nil || len(got) != 0 {
+	if got, err := ParseFaultKinds("all", true); err != nil || len(got) != len(FaultKinds)+1 || !slices.Contains(got, FaultNodeKill) {
+		t.Errorf("all on a cluster: %v %v", got, err)
+	}
+	if got, err := ParseFaultKinds("none", true); err != nil || len(got) != 0 {
 		t.Errorf("none: %v %v", got, err)
 	}
-	if got, err := ParseFaultKinds("kill, db-lock,kill"); err != nil || len(got) != 2 {
-		t.Errorf("kill, db-lock,kill: %v %v", got, err)
+	if got, err := ParseFaultKinds("kill, db-lock,kill,node-kill", false); err != nil || len(got) != 3 {
+		t.Errorf("kill, db-lock,kill,node-kill: %v %v", got, err)
 	}
-	if _, err := ParseFaultKinds("kill,meteor"); err == nil {
+	if _, err := ParseFaultKinds("kill,meteor", false); err == nil {
 		t.Error("meteor: want an error")
 	}
 }

@@ -25,9 +25,13 @@ type Report struct {
 	Faults       []FaultRecord     `json:"faults"`
 	FaultsByKind map[FaultKind]int `json:"faults_by_kind"`
 
-	TimeToTerminal Spread  `json:"time_to_terminal"` // first POST to the first terminal status
-	Rest           Rest    `json:"rest"`
-	Quiet          Seconds `json:"quiet_window"`
+	TimeToTerminal Spread `json:"time_to_terminal"` // first POST to the first terminal status
+	// LongestStall is the longest time in which no order of the run
+	// reached its first terminal status, between the first such moment and
+	// the last: how long a fault held the whole saga up.
+	LongestStall Stall   `json:"longest_stall"`
+	Rest         Rest    `json:"rest"`
+	Quiet        Seconds `json:"quiet_window"`
 	// Duplicates dropped by each inbox (consumer_duplicates_suppressed_total,
 	// summed across restarts; counts since a process's last sample before
 	// it was killed are lost, so these are lower bounds).
@@ -51,7 +55,14 @@ type Spread struct {
 	N   int     `json:"n"`
 	P50 Seconds `json:"p50"`
 	P95 Seconds `json:"p95"`
+	P99 Seconds `json:"p99"`
 	Max Seconds `json:"max"`
+}
+
+// Stall is a gap between two completions.
+type Stall struct {
+	Length Seconds `json:"length"`
+	From   Seconds `json:"from"` // since the start of the run
 }
 
 // Seconds is a duration that reads as seconds in JSON.
@@ -90,6 +101,7 @@ func (r *Report) summarize(s Snapshot) {
 	r.Outcomes = map[Kind]map[string]int{}
 	r.Answers = map[string]int{}
 	var lat []time.Duration
+	var done []time.Time
 	for _, q := range s.Requests {
 		if r.Outcomes[q.Kind] == nil {
 			r.Outcomes[q.Kind] = map[string]int{}
@@ -120,11 +132,18 @@ func (r *Report) summarize(s Snapshot) {
 		for _, h := range o.History {
 			if terminal(h.To) {
 				lat = append(lat, h.At.Sub(q.Sent))
+				done = append(done, h.At)
 				break
 			}
 		}
 	}
 	r.TimeToTerminal = spread(lat)
+	slices.SortFunc(done, time.Time.Compare)
+	for i := 1; i < len(done); i++ {
+		if gap := done[i].Sub(done[i-1]); gap > time.Duration(r.LongestStall.Length) {
+			r.LongestStall = Stall{Length: Seconds(gap), From: Seconds(done[i-1].Sub(r.Started))}
+		}
+	}
 	for _, o := range s.Orders {
 		if o.Payment != nil && o.Payment.Status == "pending" && terminal(o.Status) {
 			r.PaymentsPending++
@@ -159,7 +178,7 @@ func spread(ds []time.Duration) Spread {
 	}
 	slices.Sort(ds)
 	at := func(q float64) Seconds { return Seconds(ds[min(len(ds)-1, int(q*float64(len(ds))))]) }
-	return Spread{N: len(ds), P50: at(0.50), P95: at(0.95), Max: Seconds(ds[len(ds)-1])}
+	return Spread{N: len(ds), P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: Seconds(ds[len(ds)-1])}
 }
 
 // shownPerRule bounds the text report's list of violations per rule.
@@ -219,7 +238,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	tw.Flush()
 	var byKind []string
-	for _, k := range FaultKinds {
+	for _, k := range slices.Concat(FaultKinds, ClusterFaultKinds) {
 		if n := r.FaultsByKind[k]; n > 0 {
 			byKind = append(byKind, fmt.Sprintf("%s %d", k, n))
 		}
@@ -227,7 +246,11 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "  by kind: %s\n", orNone(strings.Join(byKind, ", ")))
 
 	t := r.TimeToTerminal
-	fmt.Fprintf(w, "\ntime to terminal (first POST to first terminal status, %d orders): p50 %s, p95 %s, max %s\n", t.N, t.P50, t.P95, t.Max)
+	fmt.Fprintf(w, "\ntime to terminal (first POST to first terminal status, %d orders): p50 %s, p95 %s, p99 %s, max %s\n",
+		t.N, t.P50, t.P95, t.P99, t.Max)
+	if st := r.LongestStall; st.Length > 0 {
+		fmt.Fprintf(w, "longest stall: %s in which no order finished, from +%s\n", st.Length, st.From)
+	}
 	if r.Rest.Reached {
 		fmt.Fprintf(w, "time to rest: %s after the heal (nothing moved for %s)\n", round(r.Rest.After), r.Quiet)
 	} else {

@@ -34,7 +34,10 @@ type Config struct {
 // Stack is a running stack and the handles the faults need. A handle may
 // be nil when no fault of its kinds is asked for.
 type Stack struct {
-	URLs       map[string]string // "order", "inventory", "payment" -> base URL
+	// URLs: "order", "inventory", "payment" -> base URL of the first
+	// instance; "order-2", "payment-3" and so on for the others
+	// (StackFile.URLs).
+	URLs       map[string]string
 	AdminToken string
 	Processes  Processes
 	Broker     Broker
@@ -53,7 +56,7 @@ func (c Config) Validate(st Stack) error {
 	if c.Quiet <= 0 || c.RestTimeout <= 0 {
 		errs = append(errs, errors.New("quiet window and rest timeout must be positive"))
 	}
-	if len(c.Faults.Kinds) > 0 && c.Faults.Every < time.Second {
+	if len(c.Faults.Kinds) > 0 && len(c.Faults.Script) == 0 && c.Faults.Every < time.Second {
 		errs = append(errs, errors.New("faults need at least a second between them"))
 	}
 	for _, svc := range Services {
@@ -61,12 +64,15 @@ func (c Config) Validate(st Stack) error {
 			errs = append(errs, fmt.Errorf("no URL for the %s service", svc))
 		}
 	}
-	for _, k := range c.Faults.Kinds {
+	for _, k := range c.Faults.kinds() {
+		_, cluster := st.Broker.(Cluster)
 		switch {
 		case (k == FaultKill || k == FaultStop) && st.Processes == nil:
 			errs = append(errs, fmt.Errorf("fault %s needs the services' processes", k))
 		case (k == FaultBrokerClose || k == FaultBrokerRestart) && st.Broker == nil:
 			errs = append(errs, fmt.Errorf("fault %s needs a broker handle", k))
+		case k == FaultNodeKill && !cluster:
+			errs = append(errs, fmt.Errorf("fault %s needs a broker of several nodes the run owns (scripts/up.sh --rabbit-cluster)", k))
 		case (k == FaultDBKill || k == FaultDBLock) && st.Database == nil:
 			errs = append(errs, fmt.Errorf("fault %s needs the database's root connection", k))
 		}
@@ -90,8 +96,14 @@ func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
 		}
 	}
 	obs := newObserver(st.URLs, st.AdminToken)
+	if len(cfg.Faults.Instances) == 0 {
+		cfg.Faults.Instances = obs.all()
+	}
+	if c, ok := st.Broker.(Cluster); ok && len(cfg.Faults.Nodes) == 0 {
+		cfg.Faults.Nodes = c.Nodes()
+	}
 	plan := NewPlan(cfg.Seed, cfg.Load, cfg.Faults)
-	rep := &Report{Seed: cfg.Seed, Tag: cfg.Tag, Load: cfg.Load, FaultKinds: cfg.Faults.Kinds, FaultEvery: cfg.Faults.Every,
+	rep := &Report{Seed: cfg.Seed, Tag: cfg.Tag, Load: cfg.Load, FaultKinds: cfg.Faults.kinds(), FaultEvery: cfg.Faults.Every,
 		Quiet: Seconds(cfg.Quiet)}
 
 	// Before: the stack is up, the sold-out SKU has no stock, what was
@@ -273,18 +285,12 @@ func (o *observer) waitRest(ctx context.Context, watermark uint64, tag string, s
 }
 
 // restSignature returns what must stay unchanged over the quiet window
-// (each process's start time and delivery count), or why the system is not
+// (each instance's start time and delivery count), or why the system is not
 // at rest yet.
 func (o *observer) restSignature(ctx context.Context, watermark uint64, tag string, start map[string]Stock) (string, string) {
 	var sig []string
 	for _, svc := range Services {
-		if !o.ready(ctx, svc) {
-			return "", svc + " to be ready"
-		}
-		started, err := o.startedAt(ctx, svc)
-		if err != nil {
-			return "", svc + " to answer /healthz"
-		}
+		// The outbox is the service's table: one instance answers for all.
 		var sum struct {
 			ByStatus map[string]int64 `json:"by_status"`
 		}
@@ -294,11 +300,20 @@ func (o *observer) restSignature(ctx context.Context, watermark uint64, tag stri
 		if n := sum.ByStatus["pending"] + sum.ByStatus["sending"]; n > 0 {
 			return "", fmt.Sprintf("%d %s outbox rows to be sent", n, svc)
 		}
-		d, err := o.lab.Metric(ctx, svc, "consumer_deliveries_total")
-		if err != nil {
-			return "", svc + " to answer /metrics"
+		for _, in := range o.instances[svc] {
+			if !o.ready(ctx, in) {
+				return "", in + " to be ready"
+			}
+			started, err := o.startedAt(ctx, in)
+			if err != nil {
+				return "", in + " to answer /healthz"
+			}
+			d, err := o.lab.Metric(ctx, in, "consumer_deliveries_total")
+			if err != nil {
+				return "", in + " to answer /metrics"
+			}
+			sig = append(sig, in+"@"+started+"="+strconv.FormatFloat(d, 'f', 0, 64))
 		}
-		sig = append(sig, svc+"@"+started+"="+strconv.FormatFloat(d, 'f', 0, 64))
 	}
 	list, err := o.ordersAfter(ctx, watermark)
 	if err != nil {

@@ -17,6 +17,7 @@
 package rabbitnode
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +30,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,12 +64,14 @@ type Config struct {
 	BootTimeout time.Duration
 }
 
-// Node is a running node started by Start.
+// Node is a running node started by Start (or found by Attach).
 type Node struct {
 	cfg  Config
 	name string
 	env  []string
-	pid  int
+
+	mu  sync.Mutex
+	pid int // see PID
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -92,6 +96,22 @@ func FindBinDir() (string, error) {
 // accepts AMQP connections. On failure the node is stopped and the error
 // carries the end of its log.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := newNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.writeFiles(); err != nil {
+		return nil, fmt.Errorf("rabbitnode %s: %w", n.name, err)
+	}
+	if err := n.boot(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// newNode checks cfg, fills in its defaults and computes the node's
+// environment; it starts nothing.
+func newNode(cfg Config) (*Node, error) {
 	if !validName.MatchString(cfg.Name) || cfg.Name == "rabbit" {
 		return nil, fmt.Errorf("rabbitnode: node name %q: want 1-64 of A-Z a-z 0-9 _ -, not the system node's \"rabbit\"", cfg.Name)
 	}
@@ -114,11 +134,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.BootTimeout = 60 * time.Second
 	}
 	if cfg.Cookie == "" {
-		b := make([]byte, 16)
-		if _, err := rand.Read(b); err != nil {
-			return nil, err
-		}
-		cfg.Cookie = strings.ToUpper(hex.EncodeToString(b))
+		cfg.Cookie = NewCookie()
 	}
 	if cfg.BinDir == "" {
 		d, err := FindBinDir()
@@ -128,24 +144,76 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.BinDir = d
 	}
 	n := &Node{cfg: cfg, name: cfg.Name + "@" + cfg.Host}
-	if err := n.writeFiles(); err != nil {
-		return nil, fmt.Errorf("rabbitnode %s: %w", n.name, err)
-	}
 	n.env = n.environment()
+	return n, nil
+}
 
-	cmd := exec.CommandContext(ctx, filepath.Join(cfg.BinDir, "rabbitmq-server"), "-detached")
+// NewCookie returns a random Erlang cookie (for the nodes of one cluster).
+func NewCookie() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return strings.ToUpper(hex.EncodeToString(b))
+}
+
+// boot starts the node detached and waits until it accepts AMQP
+// connections; on failure it stops the node.
+func (n *Node) boot(ctx context.Context) error {
+	n.setPID(0)
+	_ = os.Remove(n.path("pid")) // the previous run's: waitBoot must see the new one
+	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, "rabbitmq-server"), "-detached")
 	cmd.Env = n.env
-	cmd.Dir = cfg.Dir
+	cmd.Dir = n.cfg.Dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("rabbitnode %s: rabbitmq-server -detached: %v\n%s", n.name, err, out)
+		return fmt.Errorf("rabbitnode %s: rabbitmq-server -detached: %v\n%s", n.name, err, out)
 	}
-	bctx, cancel := context.WithTimeout(ctx, cfg.BootTimeout)
+	bctx, cancel := context.WithTimeout(ctx, n.cfg.BootTimeout)
 	defer cancel()
 	if err := n.waitBoot(bctx); err != nil {
 		_ = n.Stop(context.Background())
-		return nil, fmt.Errorf("rabbitnode %s: %w\n%s", n.name, err, n.LogTail(20))
+		return fmt.Errorf("rabbitnode %s: %w\n%s", n.name, err, n.LogTail(20))
 	}
+	return nil
+}
+
+// Restart starts a node again whose VM has ended (a SIGKILL, a crash) with
+// the files it had: its data directory keeps its queues and its place in
+// the cluster, so it rejoins the cluster by itself.
+func (n *Node) Restart(ctx context.Context) error {
+	if n.Alive() {
+		return fmt.Errorf("rabbitnode %s: still running as pid %d", n.name, n.PID())
+	}
+	return n.boot(ctx)
+}
+
+// Attach returns a handle on a node that Start began earlier, perhaps in
+// another process (the stack's supervisor): cfg must be the Config it was
+// started with (its files are read, not written; the cookie is the one in
+// its HOME). The handle can Ctl, Stop and Restart it.
+func Attach(cfg Config) (*Node, error) {
+	b, err := os.ReadFile(filepath.Join(cfg.Dir, "home", ".erlang.cookie"))
+	if err != nil {
+		return nil, fmt.Errorf("rabbitnode: attach to %s: %w", cfg.Name, err)
+	}
+	cfg.Cookie = strings.TrimSpace(string(b))
+	n, err := newNode(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n.setPID(n.pidFromFile())
 	return n, nil
+}
+
+// pidFromFile is the pid the node's pid file holds (0: none yet).
+func (n *Node) pidFromFile() int {
+	b, err := os.ReadFile(n.path("pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
 }
 
 func (n *Node) writeFiles() error {
@@ -211,16 +279,14 @@ func (n *Node) environment() []string {
 // process ended meanwhile fails at once.
 func (n *Node) waitBoot(ctx context.Context) error {
 	for {
-		if n.pid == 0 {
-			if b, err := os.ReadFile(n.path("pid")); err == nil {
-				if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-					n.pid = pid
-				}
-			}
+		pid := n.PID()
+		if pid == 0 {
+			pid = n.pidFromFile()
+			n.setPID(pid)
 		}
-		if n.pid != 0 {
-			if !alive(n.pid) {
-				return fmt.Errorf("the node's process %d ended during boot", n.pid)
+		if pid != 0 {
+			if !Running(pid) {
+				return fmt.Errorf("the node's process %d ended during boot", pid)
 			}
 			if n.answers() == nil {
 				return nil
@@ -252,8 +318,8 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		if err := n.answers(); err == nil {
 			return nil
 		}
-		if !alive(n.pid) {
-			return fmt.Errorf("rabbitnode %s: process %d is gone", n.name, n.pid)
+		if pid := n.PID(); !Running(pid) {
+			return fmt.Errorf("rabbitnode %s: process %d is gone", n.name, pid)
 		}
 		select {
 		case <-ctx.Done():
@@ -269,8 +335,65 @@ func (n *Node) Name() string { return n.name }
 // Port is the AMQP port.
 func (n *Node) Port() int { return n.cfg.Port }
 
-// PID is the Erlang VM's process id.
-func (n *Node) PID() int { return n.pid }
+// DistPort is the Erlang distribution port.
+func (n *Node) DistPort() int { return n.cfg.DistPort }
+
+// Dir is the directory that holds everything of the node.
+func (n *Node) Dir() string { return n.cfg.Dir }
+
+// LogFile is the node's own log.
+func (n *Node) LogFile() string { return filepath.Join(n.path("log"), n.name+".log") }
+
+// PIDFile is where the node writes its VM's pid.
+func (n *Node) PIDFile() string { return n.path("pid") }
+
+// Config is what the node was started with (its defaults filled in).
+func (n *Node) Config() Config { return n.cfg }
+
+// PID is the Erlang VM's process id: the one this handle started, or,
+// once that one has ended, the one the node's pid file names (another
+// handle or the stack's supervisor started the node again).
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.pid != 0 && !Running(n.pid) {
+		if p := n.pidFromFile(); p != 0 && Running(p) {
+			n.pid = p
+		}
+	}
+	return n.pid
+}
+
+func (n *Node) setPID(pid int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pid = pid
+}
+
+// Alive reports whether the node's VM is running: its pid runs, and (on
+// Linux) its command line names this node's HOME, so that a pid the system
+// has given to another process since does not count.
+func (n *Node) Alive() bool {
+	pid := n.PID()
+	if !Running(pid) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return true // not Linux: the pid is all we have
+	}
+	return bytes.Contains(b, []byte(n.path("home")))
+}
+
+// Executable is the program the node's VM runs (beam.smp), as /proc shows
+// it: a pid that no longer runs it is not the node ("" when unknown).
+func (n *Node) Executable() string {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", n.PID()))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(exe, " (deleted)")
+}
 
 // Cookie is the node's Erlang cookie (for the other nodes of a cluster).
 func (n *Node) Cookie() string { return n.cfg.Cookie }
@@ -281,12 +404,27 @@ func (n *Node) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%
 
 // Ctl runs rabbitmqctl against this node only and returns its output.
 func (n *Node) Ctl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, "rabbitmqctl"), append([]string{"-n", n.name}, args...)...)
+	return n.tool(ctx, nil, "rabbitmqctl", args...)
+}
+
+// Queues runs rabbitmq-queues against this node only (quorum_status,
+// rebalance, grow) and returns its output.
+func (n *Node) Queues(ctx context.Context, args ...string) (string, error) {
+	return n.tool(ctx, nil, "rabbitmq-queues", args...)
+}
+
+// tool runs one of the package's command line tools, addressed to this
+// node by name with this node's HOME (its cookie), stdin on its input.
+func (n *Node) tool(ctx context.Context, stdin []byte, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, name), append([]string{"-n", n.name}, args...)...)
 	cmd.Env = n.env
 	cmd.Dir = n.cfg.Dir
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("rabbitmqctl -n %s %s: %v: %s", n.name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return string(out), fmt.Errorf("%s -n %s %s: %v: %s", name, n.name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
 }
@@ -328,18 +466,19 @@ func (n *Node) CloseAllConnections(ctx context.Context, reason string) (int, err
 // Stop ends the node by its pid: SIGTERM (the VM shuts down cleanly), and
 // SIGKILL if it still runs after 30 s or when ctx ends first.
 func (n *Node) Stop(ctx context.Context) error {
-	if n.pid == 0 || !alive(n.pid) {
+	if !n.Alive() {
 		return nil
 	}
-	if err := syscall.Kill(n.pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("rabbitnode %s: SIGTERM %d: %w", n.name, n.pid, err)
+	pid := n.PID()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("rabbitnode %s: SIGTERM %d: %w", n.name, pid, err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for alive(n.pid) {
+	for Running(pid) {
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			_ = syscall.Kill(n.pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			for range 50 {
-				if !alive(n.pid) {
+				if !Running(pid) {
 					break
 				}
 				time.Sleep(100 * time.Millisecond)
@@ -353,7 +492,7 @@ func (n *Node) Stop(ctx context.Context) error {
 
 // LogTail returns the last lines of the node's log (for error messages).
 func (n *Node) LogTail(lines int) string {
-	b, err := os.ReadFile(filepath.Join(n.path("log"), n.name+".log"))
+	b, err := os.ReadFile(n.LogFile())
 	if err != nil {
 		return ""
 	}
@@ -388,9 +527,10 @@ func portFree(port int) bool {
 	return true
 }
 
-// alive reports whether pid exists and is not a zombie. The detached VM is
-// not our child, so there is no Wait to learn that it ended.
-func alive(pid int) bool {
+// Running reports whether pid exists and is not a zombie. The detached VM
+// is not our child, so there is no Wait to learn that it ended (and a VM
+// that ended may linger as a zombie until init reaps it).
+func Running(pid int) bool {
 	if pid <= 0 || syscall.Kill(pid, 0) != nil {
 		return false
 	}

@@ -98,7 +98,7 @@ func Start(t testing.TB, opts ...Option) *Stack {
 
 func newService(t testing.TB, ns rabbit.Namespace, name string, run RunFunc, opts []Option) *Service {
 	db := sqldbtest.New(t, name)
-	port := freePort(t)
+	port := FreePort(t)
 	env := map[string]string{
 		"HTTP_ADDR":             fmt.Sprintf("127.0.0.1:%d", port),
 		"MYSQL_DSN":             db.DSN,
@@ -240,11 +240,11 @@ func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool)
 	testutil.WaitFor(t, wait, what, cond)
 }
 
-// freePort picks a free port below the kernel's ephemeral range (32768 and
+// FreePort picks a free port below the kernel's ephemeral range (32768 and
 // up on Linux). A service keeps its port across a stop and a start; a port
 // from the ephemeral range could meanwhile be taken by any outgoing
 // connection of the test process (MySQL, AMQP, HTTP clients).
-func freePort(t testing.TB) int {
+func FreePort(t testing.TB) int {
 	for i := 0; i < 200; i++ {
 		port := 20000 + rand.IntN(12000)
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))

@@ -1,8 +1,11 @@
 // Package stack describes the local stack that scripts/up.sh runs: the
-// table of services (name, settings prefix, schema, port), the environment
-// each one gets, and .run/stack.json, the machine-readable account of what
-// is running (every process with its pid, URL and log) that cmd/stack
-// writes and other tools (the failure lab, a chaos tool, a viewer) read.
+// table of services (name, settings prefix, schema, port), their instances
+// (scripts/up.sh -n 2: instance k of a service listens on its port +
+// 100*(k-1)), the local RabbitMQ cluster (--rabbit-cluster 3: nodes on
+// 5701-5703), the environment each process gets, and .run/stack.json, the
+// machine-readable account of what is running (every process and broker
+// node with its pid, URL or port, and log) that cmd/stack writes and other
+// tools (the failure lab, the chaos run, the viewer) read.
 //
 // docker-compose.yml runs the same services; the tests in deploy/ hold it
 // against this table and Service.Env.
@@ -15,7 +18,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -46,14 +51,59 @@ func Lookup(name string) (Service, bool) {
 	return Service{}, false
 }
 
-// URL is where the service answers on this machine.
-func (s Service) URL() string { return "http://127.0.0.1:" + strconv.Itoa(s.Port) }
+// URL is where the service's first instance answers on this machine.
+func (s Service) URL() string { return s.Instance(1).URL() }
 
-// Env is what the service gets on top of the environment it inherits,
-// computed from the settings (getenv: the shell's environment, then .env or
-// .env.example, as scripts/up.sh exports them). httpHost is the interface
-// it listens on.
+// Instance is one process of a service. Instances of a service share its
+// schema and its queues (competing consumers).
+type Instance struct {
+	Service Service
+	K       int // 1, 2, ...
+}
+
+// Instance returns instance k (from 1) of the service.
+func (s Service) Instance(k int) Instance { return Instance{Service: s, K: k} }
+
+// InstanceSpacing is the distance between the ports of two instances of a
+// service: instance k listens on the service's port + InstanceSpacing*(k-1)
+// (order: 8081, 8181, 8281).
+const InstanceSpacing = 100
+
+// Name is the instance's name under .run/ (order.log, order-2.pid): the
+// service's name for the first instance, as a stack of one instance each
+// has always written.
+func (i Instance) Name() string {
+	if i.K == 1 {
+		return i.Service.Name
+	}
+	return fmt.Sprintf("%s-%d", i.Service.Name, i.K)
+}
+
+// ID is the instance's INSTANCE_ID ("order-1", "order-2"): the name it
+// gives in its logs, metrics and records.
+func (i Instance) ID() string { return fmt.Sprintf("%s-%d", i.Service.Name, i.K) }
+
+// Port is the instance's HTTP port.
+func (i Instance) Port() int { return i.Service.Port + InstanceSpacing*(i.K-1) }
+
+// URL is where the instance answers on this machine.
+func (i Instance) URL() string { return "http://127.0.0.1:" + strconv.Itoa(i.Port()) }
+
+// Env is what the service's first instance gets against the machine's
+// broker (Instance.Env for the others and for a cluster).
 func (s Service) Env(getenv func(string) string, httpHost string) map[string]string {
+	return s.Instance(1).Env(getenv, httpHost, nil)
+}
+
+// Env is what the instance gets on top of the environment it inherits,
+// computed from the settings (getenv: the shell's environment, then .env
+// or .env.example, as scripts/up.sh exports them). httpHost is the
+// interface it listens on. brokers are the host:port of the broker's nodes
+// (nil: RABBITMQ_HOST:RABBITMQ_PORT, the machine's broker); AMQP_URL lists
+// them all, rotated so that neighbouring instances start on different
+// nodes (see Rotate).
+func (i Instance) Env(getenv func(string) string, httpHost string, brokers []string) map[string]string {
+	s := i.Service
 	get := func(key, def string) string {
 		if v := getenv(key); v != "" {
 			return v
@@ -64,13 +114,15 @@ func (s Service) Env(getenv func(string) string, httpHost string) map[string]str
 	dsn.User, dsn.Passwd = getenv(s.Key+"_DB_USER"), getenv(s.Key+"_DB_PASSWORD")
 	dsn.Net, dsn.DBName = "tcp", s.DB
 	dsn.Addr = net.JoinHostPort(get("MYSQL_HOST", "127.0.0.1"), get("MYSQL_PORT", "3306"))
-	amqp := url.URL{Scheme: "amqp", Path: "/",
-		User: url.UserPassword(getenv(s.Key+"_AMQP_USER"), getenv(s.Key+"_AMQP_PASSWORD")),
-		Host: net.JoinHostPort(get("RABBITMQ_HOST", "127.0.0.1"), get("RABBITMQ_PORT", "5672"))}
+	if len(brokers) == 0 {
+		brokers = []string{net.JoinHostPort(get("RABBITMQ_HOST", "127.0.0.1"), get("RABBITMQ_PORT", "5672"))}
+	}
+	user := url.UserPassword(getenv(s.Key+"_AMQP_USER"), getenv(s.Key+"_AMQP_PASSWORD"))
 	env := map[string]string{
-		"HTTP_ADDR": net.JoinHostPort(httpHost, strconv.Itoa(s.Port)),
-		"MYSQL_DSN": dsn.FormatDSN(),
-		"AMQP_URL":  amqp.String(),
+		"HTTP_ADDR":   net.JoinHostPort(httpHost, strconv.Itoa(i.Port())),
+		"INSTANCE_ID": i.ID(),
+		"MYSQL_DSN":   dsn.FormatDSN(),
+		"AMQP_URL":    AMQPURLs(user, Rotate(brokers, s.index()+i.K-1)),
 		// The schemas are created by scripts/up.sh (deploy/provision.sh):
 		// a service user may not create one.
 		"MYSQL_CREATE_DATABASE": "false",
@@ -82,14 +134,59 @@ func (s Service) Env(getenv func(string) string, httpHost string) map[string]str
 	}
 	switch s.Name {
 	case "order":
+		// The first instances' URLs: the order service's peer client takes
+		// one address for now.
 		inventory, _ := Lookup("inventory")
 		payment, _ := Lookup("payment-fake")
 		env["INVENTORY_URL"], env["PAYMENT_URL"] = inventory.URL(), payment.URL()
 	case "payment-fake":
-		env["PSP_URL"] = s.URL() + "/psp" // the fake PSP is mounted on the payment service's listener
+		// The fake PSP is mounted on each payment instance's own listener;
+		// its books are tables of payment_service, which every instance
+		// shares.
+		env["PSP_URL"] = i.URL() + "/psp"
 	}
 	return env
 }
+
+// index is the service's place in Services.
+func (s Service) index() int {
+	for i, t := range Services {
+		if t.Name == s.Name {
+			return i
+		}
+	}
+	return 0
+}
+
+// Rotate returns list starting at its element k (mod its length): the
+// order in which an instance tries the broker's nodes, so that the
+// instances spread over the nodes while each still knows every node.
+func Rotate(list []string, k int) []string {
+	if len(list) == 0 {
+		return nil
+	}
+	k %= len(list)
+	return append(slices.Clone(list[k:]), list[:k]...)
+}
+
+// AMQPURLs is the AMQP_URL of a user for the nodes at hosts (host:port
+// each), vhost "/": one URL per node, separated by commas.
+func AMQPURLs(user *url.Userinfo, hosts []string) string {
+	var out []string
+	for _, h := range hosts {
+		u := url.URL{Scheme: "amqp", User: user, Host: h, Path: "/"}
+		out = append(out, u.String())
+	}
+	return strings.Join(out, ",")
+}
+
+// ClusterPort is the AMQP port of node 1 of the local cluster of
+// scripts/up.sh --rabbit-cluster: node k listens on ClusterPort+k-1
+// (5701-5703), its Erlang distribution on that + 20000.
+const ClusterPort = 5701
+
+// NodeName is the name of node k of the local cluster (before the "@").
+func NodeName(k int) string { return fmt.Sprintf("ordersaga-%d", k) }
 
 // Viewer is the saga viewer (cmd/viewer): the page that draws each order's
 // journey and runs the failure lab. It drives the services over HTTP and
@@ -97,16 +194,21 @@ func (s Service) Env(getenv func(string) string, httpHost string) map[string]str
 var Viewer = Service{Name: "viewer", Port: 8080}
 
 // ViewerEnv is what the viewer gets on top of the inherited environment:
-// where it listens, the services' URLs, and the broker account the lab
-// publishes its duplicates with (LAB_AMQP_URL, as for scripts/experiment.sh).
-func ViewerEnv(getenv func(string) string, httpHost string) map[string]string {
+// where it listens, the first instances' URLs, and the broker account the
+// lab publishes its duplicates with (LAB_AMQP_URL, as for
+// scripts/experiment.sh; on a local cluster, guest on every node: a fresh
+// node lets guest in from this machine).
+func ViewerEnv(getenv func(string) string, httpHost string, brokers []string) map[string]string {
 	env := map[string]string{"VIEWER_ADDR": net.JoinHostPort(httpHost, strconv.Itoa(Viewer.Port))}
 	for _, s := range Services {
 		env[s.Key+"_URL"] = s.URL() // ORDER_URL, INVENTORY_URL, PAYMENT_URL
 	}
-	if v := getenv("LAB_AMQP_URL"); v != "" {
+	switch v := getenv("LAB_AMQP_URL"); {
+	case v != "":
 		env["LAB_AMQP_URL"] = v
-	} else {
+	case len(brokers) > 0:
+		env["LAB_AMQP_URL"] = AMQPURLs(url.UserPassword("guest", "guest"), brokers)
+	default:
 		host, port := getenv("RABBITMQ_HOST"), getenv("RABBITMQ_PORT")
 		if host == "" {
 			host = "127.0.0.1"
@@ -128,11 +230,14 @@ func DemoMode(getenv func(string) string) bool {
 
 // File is .run/stack.json.
 type File struct {
-	// Supervisor is cmd/stack itself: it restarts a process that dies by
-	// itself; stopping it (SIGTERM) stops everything.
+	// Supervisor is cmd/stack itself: it restarts a process or a broker
+	// node that dies by itself; stopping it (SIGTERM) stops everything.
 	Supervisor Process   `json:"supervisor"`
 	StartedAt  time.Time `json:"started_at"`
 	Processes  []Process `json:"processes"`
+	// Nodes are the broker nodes the stack started (--rabbit-cluster);
+	// none when the services use the machine's broker.
+	Nodes []Node `json:"nodes,omitempty"`
 }
 
 // Process is one running process of the stack.
@@ -146,6 +251,19 @@ type Process struct {
 	Log      string `json:"log"`      // its stdout and stderr
 	PIDFile  string `json:"pid_file"` // PID, for a human: kill -STOP $(cat .run/order.pid)
 	Restarts int    `json:"restarts"` // times it died by itself and was started again
+}
+
+// Node is one RabbitMQ node of the stack's cluster (internal/rabbitnode).
+type Node struct {
+	Name     string `json:"name"`      // "ordersaga-1@localhost"
+	PID      int    `json:"pid"`       // its Erlang VM; changes when it is restarted
+	Port     int    `json:"port"`      // AMQP, on 127.0.0.1
+	DistPort int    `json:"dist_port"` // Erlang distribution
+	Dir      string `json:"dir"`       // its data, logs, config, HOME with the cookie
+	Exe      string `json:"exe"`       // the VM's executable (beam.smp): a pid that no longer runs it is not ours
+	Log      string `json:"log"`
+	PIDFile  string `json:"pid_file"` // written by the node itself
+	Restarts int    `json:"restarts"`
 }
 
 // Path is the stack file in runDir.

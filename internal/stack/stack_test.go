@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"net/url"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,6 +64,68 @@ func TestEnv(t *testing.T) {
 	}
 }
 
+// Instance k listens on the service's port + 100*(k-1), is named
+// <service>-k, and lists every node of a cluster in its AMQP_URL, starting
+// from a node its neighbours do not start from.
+func TestInstanceEnv(t *testing.T) {
+	settings := map[string]string{"INVENTORY_AMQP_USER": "inventory_svc", "INVENTORY_AMQP_PASSWORD": "pw",
+		"PAYMENT_AMQP_USER": "payment_svc", "PAYMENT_AMQP_PASSWORD": "pw2"}
+	getenv := func(k string) string { return settings[k] }
+	brokers := []string{"127.0.0.1:5701", "127.0.0.1:5702", "127.0.0.1:5703"}
+	inventory, _ := Lookup("inventory")
+	payment, _ := Lookup("payment-fake")
+	order, _ := Lookup("order")
+
+	in := inventory.Instance(2)
+	if in.Name() != "inventory-2" || in.ID() != "inventory-2" || in.Port() != 8182 || in.URL() != "http://127.0.0.1:8182" {
+		t.Errorf("inventory instance 2: name %q id %q port %d url %q", in.Name(), in.ID(), in.Port(), in.URL())
+	}
+	if first := order.Instance(1); first.Name() != "order" || first.ID() != "order-1" || first.Port() != 8081 {
+		t.Errorf("order instance 1: name %q id %q port %d", first.Name(), first.ID(), first.Port())
+	}
+	env := in.Env(getenv, "127.0.0.1", brokers)
+	if env["HTTP_ADDR"] != "127.0.0.1:8182" || env["INSTANCE_ID"] != "inventory-2" {
+		t.Errorf("HTTP_ADDR %q, INSTANCE_ID %q", env["HTTP_ADDR"], env["INSTANCE_ID"])
+	}
+	var hosts []string
+	for _, raw := range strings.Split(env["AMQP_URL"], ",") {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatalf("AMQP_URL %q: %v", env["AMQP_URL"], err)
+		}
+		if pw, _ := u.User.Password(); u.User.Username() != "inventory_svc" || pw != "pw" || u.Path != "/" {
+			t.Errorf("AMQP_URL entry %q: want inventory_svc:pw, vhost /", raw)
+		}
+		hosts = append(hosts, u.Host)
+	}
+	// inventory is the second service, this its second instance: the
+	// third node first.
+	if want := []string{"127.0.0.1:5703", "127.0.0.1:5701", "127.0.0.1:5702"}; !slices.Equal(hosts, want) {
+		t.Errorf("AMQP_URL hosts %v, want %v", hosts, want)
+	}
+	if got := payment.Instance(2).Env(getenv, "127.0.0.1", brokers)["PSP_URL"]; got != "http://127.0.0.1:8183/psp" {
+		t.Errorf("payment instance 2 PSP_URL = %q, want its own listener", got)
+	}
+
+	// Six instances on three nodes: each node is first for two of them.
+	first := map[string]int{}
+	for k := 1; k <= 2; k++ {
+		for _, svc := range Services {
+			u, _ := url.Parse(strings.Split(svc.Instance(k).Env(getenv, "127.0.0.1", brokers)["AMQP_URL"], ",")[0])
+			first[u.Host]++
+		}
+	}
+	for _, b := range brokers {
+		if first[b] != 2 {
+			t.Errorf("first node of the six instances: %v, want two each", first)
+			break
+		}
+	}
+	if got := ViewerEnv(getenv, "127.0.0.1", brokers)["LAB_AMQP_URL"]; got != "amqp://guest:guest@127.0.0.1:5701/,amqp://guest:guest@127.0.0.1:5702/,amqp://guest:guest@127.0.0.1:5703/" {
+		t.Errorf("viewer LAB_AMQP_URL on a cluster = %q", got)
+	}
+}
+
 func TestWriteRead(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Read(dir); !errors.Is(err, fs.ErrNotExist) {
@@ -72,6 +136,9 @@ func TestWriteRead(t *testing.T) {
 		StartedAt:  time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
 		Processes: []Process{{Name: "order", Service: "order", Instance: 1, PID: 11, URL: "http://127.0.0.1:8081",
 			Exe: "/r/bin/order", Log: "/r/.run/order.log", PIDFile: "/r/.run/order.pid", Restarts: 2}},
+		Nodes: []Node{{Name: "ordersaga-1@localhost", PID: 12, Port: 5701, DistPort: 25701, Dir: "/r/.run/rabbit/ordersaga-1",
+			Exe: "/usr/lib/erlang/erts/bin/beam.smp", Log: "/r/.run/rabbit/ordersaga-1/log/ordersaga-1@localhost.log",
+			PIDFile: "/r/.run/rabbit/ordersaga-1/pid", Restarts: 1}},
 	}
 	if err := Write(dir, want); err != nil {
 		t.Fatal(err)

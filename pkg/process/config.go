@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
@@ -91,7 +93,7 @@ type Config struct {
 	MySQLDSN       string // MYSQL_DSN
 	MySQLMaxConns  int    // MYSQL_MAX_CONNS: the pool's size
 	CreateDatabase bool   // MYSQL_CREATE_DATABASE: create the schema if missing (root on a laptop)
-	AMQPURL        string // AMQP_URL
+	AMQPURL        string // AMQP_URL: one address, or a comma-separated list (the nodes of a cluster)
 	// AMQPNamespace prefixes exchange and queue names (AMQP_NAMESPACE);
 	// empty in production, set by tests to isolate them.
 	AMQPNamespace  string
@@ -178,8 +180,9 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 	if _, err := mysql.ParseDSN(c.MySQLDSN); err != nil {
 		env.errs = append(env.errs, fmt.Errorf("MYSQL_DSN: %v", err))
 	}
-	if u, err := url.Parse(c.AMQPURL); err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") {
-		env.errs = append(env.errs, fmt.Errorf("AMQP_URL=%q: want amqp://user:password@host:port/vhost", MaskURL(c.AMQPURL)))
+	if _, err := rabbit.ParseURLs(c.AMQPURL); err != nil {
+		env.errs = append(env.errs, fmt.Errorf("AMQP_URL=%q: want amqp://user:password@host:port/vhost, or several separated by commas (the nodes of a cluster): %w",
+			MaskURL(c.AMQPURL), err))
 	}
 	return c
 }
@@ -197,14 +200,27 @@ func (c Config) Masked() Config {
 	return c
 }
 
-// MaskURL hides the password of a URL.
+// userinfoPassword is the password of a URL's "user:password@".
+var userinfoPassword = regexp.MustCompile(`(://[^:/@]*:)[^@/]*@`)
+
+// MaskURL hides the password of a URL, or of each URL of a
+// comma-separated list (AMQP_URL may name every node of a cluster).
 func MaskURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			// Not a URL (a bad port, say), but it may still hold a password.
+			parts[i] = userinfoPassword.ReplaceAllString(p, "${1}*****@")
+			continue
+		}
+		if u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		parts[i] = strings.Replace(u.String(), "xxxxx", "*****", 1)
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return strings.Replace(u.String(), "xxxxx", "*****", 1)
+	return strings.Join(parts, ",")
 }

@@ -125,3 +125,39 @@ func checkErr(t *testing.T, env map[string]string, err error, want []string) {
 		t.Errorf("%v: unexpected error %v", env, err)
 	}
 }
+
+// AMQP_URL takes one address or a comma-separated list (the nodes of a
+// cluster); every bad address is reported at once, passwords masked.
+func TestAMQPURLList(t *testing.T) {
+	t.Parallel()
+	load := func(v string) (Config, error) {
+		env := NewEnv(func(k string) string {
+			if k == "AMQP_URL" {
+				return v
+			}
+			return ""
+		})
+		c := Load(env, "order", ":8081", "order_service")
+		return c, env.Err()
+	}
+	list := "amqp://u:pw1@127.0.0.1:5701/,amqp://u:pw1@127.0.0.1:5702/,amqp://u:pw1@127.0.0.1:5703/"
+	c, err := load(list)
+	if err != nil {
+		t.Fatalf("three addresses: %v", err)
+	}
+	if got, want := c.Masked().AMQPURL, strings.ReplaceAll(list, "pw1", "*****"); got != want {
+		t.Errorf("masked AMQP_URL = %q, want %q", got, want)
+	}
+	_, err = load("amqp://u:pw2@a:5701/,redis://u:pw2@b:5702/,amqp://u:pw2@c:x/")
+	if err == nil {
+		t.Fatal("two bad addresses: no error")
+	}
+	for _, want := range []string{"AMQP_URL", "address 2", "address 3"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "pw2") {
+		t.Errorf("error %q shows the password", err)
+	}
+}
