@@ -62,7 +62,7 @@ func outboxAcrossANodeSwitch(t *testing.T, nodes []*rabbitnode.Node) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	conn := rabbit.New(clusterURLs(nodes, 0), topo, quiet)
 	d := outbox.New(db.DB, outbox.Config{Exchange: topo.Exchange, NewPublisher: outbox.RabbitPublishers(conn),
-		BatchSize: 20, Lease: 30 * time.Second, ConfirmTimeout: 20 * time.Second, PollInterval: 100 * time.Millisecond,
+		BatchSize: 20, Lease: time.Minute, ConfirmTimeout: 20 * time.Second, PollInterval: 100 * time.Millisecond,
 		Backoff: retry.Backoff{Base: 100 * time.Millisecond, Cap: time.Second}, Log: quiet})
 	ctx, cancel := context.WithCancel(context.Background())
 	var loops sync.WaitGroup
