@@ -311,3 +311,14 @@ func (l *Lab) settle(ctx context.Context, r *Report, title, id, sku string, qty 
 	r.checkSale(b, sku, qty, before, after, want)
 	return b, nil
 }
+
+// begin reads sku's stock before the fault and records it as the first
+// section.
+func (l *Lab) begin(ctx context.Context, r *Report, sku string) (Stock, error) {
+	before, err := l.stock(ctx, sku)
+	if err != nil {
+		return before, err
+	}
+	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
+	return before, nil
+}

@@ -479,6 +479,15 @@ func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) e
 	return err
 }
 
+// wrongWayOn turns the run's wrong-way switch on at svc, on a wrong-way run
+// only.
+func (l *Lab) wrongWayOn(ctx context.Context, r *Report, svc string) error {
+	if r.WrongWay == "" {
+		return nil
+	}
+	return l.setWrongWay(ctx, svc, r.WrongWay)
+}
+
 // metric reads one sample from a service's /metrics: the sum over every
 // series of name whose labels have the given values.
 func (l *Lab) metric(ctx context.Context, svc, name string, labels ...string) (float64, error) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // The chapter's pitfalls that the experiment table names only in passing:
@@ -19,11 +18,19 @@ import (
 // comes: longer than the right way needs to recover.
 const watchFor = 3 * time.Second
 
-// watch waits watchFor, reported as a wait for what.
-func (l *Lab) watch(what string) {
+// watchBooks waits watchFor (reported as a wait for what), then reads the
+// order's books and sku's stock: what a wrong way leaves once the right
+// way would have recovered.
+func (l *Lab) watchBooks(ctx context.Context, what, id, sku string) (Books, Stock, error) {
 	l.step(Step{Kind: StepWaiting, What: what})
 	time.Sleep(watchFor)
 	l.step(Step{Kind: StepWaited, What: what, Seconds: watchFor.Seconds()})
+	b, err := l.books(ctx, id)
+	if err != nil {
+		return b, Stock{}, err
+	}
+	after, err := l.stock(ctx, sku)
+	return b, after, err
 }
 
 // --- the dedupe record and the business change (三个 ACK 坑: 只写去重记录) ---
@@ -31,35 +38,19 @@ func (l *Lab) watch(what string) {
 func dedupeRecord(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 2
 	const point = "inbox.after-claim"
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
-	// The crash needs a real process; the switch goes to that process.
-	if err := l.prepareCrash(ctx, "inventory"); err != nil {
-		return err
-	}
-	if wrong {
-		if err := l.setWrongWay(ctx, "inventory", string(wrongway.DedupeOwnTx)); err != nil {
-			return err
-		}
-	}
-	if err := l.arm(ctx, "inventory", point, "crash", 1); err != nil {
+	if err := l.armCrash(ctx, r, "inventory", point); err != nil {
 		return err
 	}
 	o, err := l.placeOrder(ctx, key("dedupe"), sku, qty)
 	if err != nil {
 		return err
 	}
-	restartErr := l.awaitRestart(ctx, "inventory")
-	fp := "died at " + point + " (SIGKILL) and came back"
-	if restartErr != nil {
-		fp = restartErr.Error()
-	}
-	r.check(restartErr == nil, "the consumer crashed between the inbox INSERT and the business change", "inventory %s", fp)
-	if restartErr != nil {
-		return restartErr
+	if err := l.crashed(ctx, r, "inventory", point, "the consumer crashed between the inbox INSERT and the business change"); err != nil {
+		return err
 	}
 	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
 	if err != nil {
@@ -74,12 +65,7 @@ func dedupeRecord(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 		}); err != nil {
 			return err
 		}
-		l.watch(fmt.Sprintf("%s: longer than the right way needs to apply the redelivery", watchFor))
-		b, err := l.books(ctx, o.OrderID)
-		if err != nil {
-			return err
-		}
-		after, err := l.stock(ctx, sku)
+		b, after, err := l.watchBooks(ctx, fmt.Sprintf("%s: longer than the right way needs to apply the redelivery", watchFor), o.OrderID, sku)
 		if err != nil {
 			return err
 		}
@@ -120,20 +106,11 @@ func dedupeRecord(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 func commitThenPublish(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 1
 	point := "order.create.after-commit"
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
-	if err := l.prepareCrash(ctx, "order"); err != nil {
-		return err
-	}
-	if wrong {
-		if err := l.setWrongWay(ctx, "order", string(wrongway.PublishAfterCommit)); err != nil {
-			return err
-		}
-	}
-	if err := l.arm(ctx, "order", point, "crash", 1); err != nil {
+	if err := l.armCrash(ctx, r, "order", point); err != nil {
 		return err
 	}
 	o, replayed, err := l.createThroughCrash(ctx, r, point, key("commit"), sku, qty)
@@ -142,12 +119,7 @@ func commitThenPublish(ctx context.Context, l *Lab, r *Report, wrong bool) error
 	}
 	r.check(replayed, "the order was committed before the crash", "the client's retry with the same key found order %s (Idempotent-Replayed)", o.OrderID)
 	if wrong {
-		l.watch(fmt.Sprintf("%s: longer than the right way needs to deliver", watchFor))
-		b, err := l.books(ctx, o.OrderID)
-		if err != nil {
-			return err
-		}
-		after, err := l.stock(ctx, sku)
+		b, after, err := l.watchBooks(ctx, fmt.Sprintf("%s: longer than the right way needs to deliver", watchFor), o.OrderID, sku)
 		if err != nil {
 			return err
 		}
@@ -184,11 +156,10 @@ func syncReserve(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	}
 	const sku, qty = "SKU-2", 1
 	const point = "inbox.after-effect-before-commit"
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	// Inventory is slow: it holds the reservation's transaction open.
 	if err := l.arm(ctx, "inventory", point, "pause", 1); err != nil {
 		return err
@@ -227,12 +198,11 @@ func syncReserveWrong(ctx context.Context, l *Lab, r *Report) error {
 	const point = "inventory.sync-reserve.after-commit"
 	const held = "outbox.dispatch.before-claim" // inventory's result event waits, so the moment holds still
 	k := key("sync")
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
-	if err := l.setWrongWay(ctx, "order", string(wrongway.SyncReserve)); err != nil {
+	if err := l.wrongWayOn(ctx, r, "order"); err != nil {
 		return err
 	}
 	if err := l.arm(ctx, "inventory", point, "pause", 1); err != nil {

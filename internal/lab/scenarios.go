@@ -152,15 +152,12 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	// checks every id up to the retry's.
 	next := fmt.Sprint(last + 1)
 	l.step(Step{Kind: StepOrder, OrderID: next, What: "the id the failing create takes"})
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
-	if wrong {
-		if err := l.setWrongWay(ctx, "order", string(wrongway.PublishBeforeCommit)); err != nil {
-			return err
-		}
+	if err := l.wrongWayOn(ctx, r, "order"); err != nil {
+		return err
 	}
 	if err := l.arm(ctx, "order", point, "error", 1); err != nil {
 		return err
@@ -258,11 +255,10 @@ func atomicCommit(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 
 func sendRecovery(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "outbox.dispatch.before-claim"
 	if err := l.arm(ctx, "order", point, "pause", 0); err != nil {
 		return err
@@ -307,18 +303,14 @@ func sendRecovery(ctx context.Context, l *Lab, r *Report, _ bool) error {
 
 func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 3
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "outbox.dispatch.after-confirm-before-mark"
 	k := key("dup")
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
 	dups0, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-	if err := l.prepareCrash(ctx, "order"); err != nil {
-		return err
-	}
-	if err := l.arm(ctx, "order", point, "crash", 1); err != nil {
+	if err := l.armCrash(ctx, r, "order", point); err != nil {
 		return err
 	}
 	o, _, err := l.createThroughCrash(ctx, r, point, k, sku, qty)
@@ -367,15 +359,8 @@ func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 // came from the retry, a replay of the key (Idempotent-Replayed).
 func (l *Lab) createThroughCrash(ctx context.Context, r *Report, point, k, sku string, qty int) (Order, bool, error) {
 	o, code, _, err := l.createOrder(ctx, k, "c-lab", sku, qty)
-	// AwaitRestart fails unless the process really died (and came back).
-	restartErr := l.awaitRestart(ctx, "order")
-	fp := "died at " + point + " (SIGKILL) and came back"
-	if restartErr != nil {
-		fp = restartErr.Error()
-	}
-	r.check(restartErr == nil, "the process crashed in the window", "order %s", fp)
-	if restartErr != nil {
-		return o, false, restartErr
+	if err := l.crashed(ctx, r, "order", point, "the process crashed in the window"); err != nil {
+		return o, false, err
 	}
 	if err == nil && code == http.StatusAccepted {
 		return o, false, nil
@@ -387,13 +372,37 @@ func (l *Lab) createThroughCrash(ctx context.Context, r *Report, point, k, sku s
 	return o, hdr.Get("Idempotent-Replayed") == "true", nil
 }
 
+// armCrash makes svc crash (SIGKILL) at the next hit of point, in a real
+// process (Target.PrepareCrash), with the run's wrong-way switch on there.
+func (l *Lab) armCrash(ctx context.Context, r *Report, svc, point string) error {
+	if err := l.prepareCrash(ctx, svc); err != nil {
+		return err
+	}
+	if err := l.wrongWayOn(ctx, r, svc); err != nil {
+		return err
+	}
+	return l.arm(ctx, svc, point, "crash", 1)
+}
+
+// crashed waits until svc, armed to crash at point, has died there and a
+// new process serves, and checks it (what). AwaitRestart fails unless the
+// process really died (and came back).
+func (l *Lab) crashed(ctx context.Context, r *Report, svc, point, what string) error {
+	err := l.awaitRestart(ctx, svc)
+	detail := "died at " + point + " (SIGKILL) and came back"
+	if err != nil {
+		detail = err.Error()
+	}
+	r.check(err == nil, what, "%s %s", svc, detail)
+	return err
+}
+
 // --- consume recovery ----------------------------------------------------
 
 func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 2
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "inbox.after-effect-before-commit"
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
@@ -424,12 +433,7 @@ func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 		// The message was acked before the transaction failed: nothing
 		// will bring it back. Watch for longer than the right way needs to
 		// recover (its first retry comes within about a second).
-		l.watch(fmt.Sprintf("%s: longer than the right way needs to retry", watchFor))
-		b, err := l.books(ctx, o.OrderID)
-		if err != nil {
-			return err
-		}
-		after, err := l.stock(ctx, sku)
+		b, after, err := l.watchBooks(ctx, fmt.Sprintf("%s: longer than the right way needs to retry", watchFor), o.OrderID, sku)
 		if err != nil {
 			return err
 		}
@@ -477,9 +481,8 @@ func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 
 func ackLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "inbox.after-commit-before-ack"
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
@@ -520,17 +523,14 @@ func ackLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 
 func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 2
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "inbox.after-claim"
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
 	dups0, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-	if wrong {
-		if err := l.setWrongWay(ctx, "inventory", string(wrongway.NoInbox)); err != nil {
-			return err
-		}
+	if err := l.wrongWayOn(ctx, r, "inventory"); err != nil {
+		return err
 	}
 	if err := l.arm(ctx, "inventory", point, "pause", 1); err != nil {
 		return err
@@ -616,19 +616,16 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	// emits no further event and its outbox holds only this OrderCreated.
 	// Dispatcher B's pause then can only catch this event's claim.
 	const sku, qty = "SKU-SOLDOUT", 1
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const pointA = "outbox.dispatch.after-confirm-before-mark"
 	const pointB = "outbox.dispatch.after-claim"
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
 	lost0, _ := l.metric(ctx, "order", "outbox_claims_lost_total")
 	dups0, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-	if wrong {
-		if err := l.setWrongWay(ctx, "order", string(wrongway.MarkSentWithoutToken)); err != nil {
-			return err
-		}
+	if err := l.wrongWayOn(ctx, r, "order"); err != nil {
+		return err
 	}
 	if err := l.arm(ctx, "order", pointA, "pause", 1); err != nil {
 		return err
@@ -744,16 +741,13 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 
 func outOfOrder(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 4
-	r.Sections = append(r.Sections, l.snapshot(ctx, "before the fault", "", sku))
 	const point = "outbox.dispatch.after-claim"
-	before, err := l.stock(ctx, sku)
+	before, err := l.begin(ctx, r, sku)
 	if err != nil {
 		return err
 	}
-	if wrong {
-		if err := l.setWrongWay(ctx, "inventory", string(wrongway.IgnoreOrder)); err != nil {
-			return err
-		}
+	if err := l.wrongWayOn(ctx, r, "inventory"); err != nil {
+		return err
 	}
 	// The create's first dispatch fails after its claim: it stays
 	// 'sending' until its lease expires, so the cancel overtakes it.
