@@ -137,7 +137,10 @@ func (l *Lab) parkNote(ctx context.Context, r *Report, before Stock, v1, v2 even
 	if err := l.publish(ctx, v2, fmt.Sprintf("the warehouse's note v2 of shipment %d (+%s), v1 held back", v2.AggregateID, quantityOf(v2))); err != nil {
 		return Parked{}, err
 	}
-	p, err := l.waitParked(ctx, "note v2 to be parked", v2, l.Patience, func(Parked) bool { return true })
+	// The counter follows the commit the parked row shows: wait for both.
+	p, err := l.waitParked(ctx, "note v2 to be parked", v2, l.Patience, func(Parked) bool {
+		return l.receipts(ctx, "consumer_parked_total") > parked0
+	})
 	if err != nil {
 		return p, err
 	}
@@ -161,7 +164,9 @@ func (l *Lab) fillGap(ctx context.Context, r *Report, title, as string, before S
 	if err := l.publish(ctx, v1, as); err != nil {
 		return err
 	}
-	p, err := l.waitParked(ctx, "v1 to apply and the parked v2 to follow", v2, l.Patience, func(p Parked) bool { return p.AppliedAt != nil })
+	p, err := l.waitParked(ctx, "v1 to apply and the parked v2 to follow", v2, l.Patience, func(p Parked) bool {
+		return p.AppliedAt != nil && l.receipts(ctx, "consumer_unparked_total") > unparked0
+	})
 	if err != nil {
 		return err
 	}

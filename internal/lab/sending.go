@@ -192,8 +192,14 @@ func unroutable(ctx context.Context, l *Lab, r *Report, _ bool) (err error) {
 	r.check(kept.inboxRows("inventory", row.EventID) == 0, "side effects: nobody received it", "%d inventory inbox row(s)",
 		kept.inboxRows("inventory", row.EventID))
 	if row.Status == outbox.StatusFailed {
-		failed1, _ := l.metric(ctx, "order", "outbox_marked_failed_total")
-		r.check(failed1 == failed0+1, "failed after its limit: kept for an operator, alerted on",
+		// The counter follows the row's release: wait for it.
+		var failed1 float64
+		err := l.waitFor(ctx, "the failure to be counted", func() (bool, error) {
+			var err error
+			failed1, err = l.metric(ctx, "order", "outbox_marked_failed_total")
+			return failed1 > failed0, err
+		})
+		r.check(err == nil && failed1 == failed0+1 && row.SentAt == nil, "failed after its limit: kept for an operator, alerted on",
 			"outbox_marked_failed_total %g -> %g", failed0, failed1)
 	}
 
