@@ -1,4 +1,4 @@
-// Package experiments runs the chapter's eight fault experiments
+// Package experiments runs the chapter's fault experiments
 // (docs/contract.md, "Failure experiments") on the real MariaDB and
 // RabbitMQ, each against its own stack of the three services, and, where
 // the mechanism has a wrong-way switch, the same scenario the wrong way to
@@ -17,25 +17,25 @@ import (
 	"github.com/relmsg/ordersaga/internal/sagatest"
 )
 
-// run starts a stack, runs one scenario and fails the test unless every
-// check held. The log shows the before/after tables.
-func run(t *testing.T, name string, wrong bool) *lab.Report {
+// run starts a stack (with opts), runs one scenario and fails the test
+// unless every check held. The log shows the before/after tables.
+func run(t *testing.T, name string, wrong bool, opts ...sagatest.Option) *lab.Report {
 	t.Helper()
-	return runAfter(t, name, wrong, nil)
+	return runAfter(t, name, wrong, nil, opts...)
 }
 
 // runAfter is run with prepare called on the stack first.
-func runAfter(t *testing.T, name string, wrong bool, prepare func(*sagatest.Stack)) *lab.Report {
+func runAfter(t *testing.T, name string, wrong bool, prepare func(*sagatest.Stack), opts ...sagatest.Option) *lab.Report {
 	t.Helper()
 	sc, ok := lab.Find(name)
 	if !ok {
 		t.Fatalf("no scenario %q", name)
 	}
-	s := sagatest.Start(t,
+	s := sagatest.Start(t, append([]sagatest.Option{
 		// A short lease so lease expiry and recovery happen within seconds (long
 		// enough for the lab to arm its second pause under a loaded -race run).
 		sagatest.WithEnv("order", "OUTBOX_LEASE", "3s"),
-	)
+	}, opts...)...)
 	if prepare != nil {
 		prepare(s)
 	}
@@ -82,7 +82,7 @@ func checkSteps(t *testing.T, rep *lab.Report, steps []lab.Step) {
 				t.Errorf("check step %d = %+v, report has %+v", checks, *st.Check, rep.Checks[checks])
 			}
 			checks++
-		case lab.StepArmed, lab.StepPublished:
+		case lab.StepArmed, lab.StepPublished, lab.StepBinding:
 			fault = true
 		}
 	}
@@ -176,4 +176,75 @@ func TestExperimentOutOfOrder(t *testing.T) {
 func TestExperimentOutOfOrderWrongWay(t *testing.T) {
 	t.Parallel()
 	run(t, "out-of-order", true)
+}
+
+func TestExperimentClaimCrash(t *testing.T) {
+	t.Parallel()
+	run(t, "claim-crash", false)
+}
+
+func TestExperimentConfirmLost(t *testing.T) {
+	t.Parallel()
+	run(t, "confirm-lost", false)
+}
+
+// With the outbox's default limits the unroutable event is delivered at its
+// next attempt once the binding is back.
+func TestExperimentUnroutable(t *testing.T) {
+	t.Parallel()
+	rep := run(t, "unroutable", false)
+	if !strings.Contains(rep.Verdict, "at its next attempt") {
+		t.Errorf("the event should have been retried until the binding came back: %s", rep.Verdict)
+	}
+}
+
+// With a short total deadline (OUTBOX_DEADLINE) the unroutable event fails
+// at its limit, is kept as 'failed', and goes after an operator's retry.
+func TestExperimentUnroutableKeptAsFailed(t *testing.T) {
+	t.Parallel()
+	rep := run(t, "unroutable", false, sagatest.WithEnv("order", "OUTBOX_DEADLINE", "1s"))
+	if !strings.Contains(rep.Verdict, "an operator retried it") {
+		t.Errorf("the event should have failed at its deadline and been retried by the operator: %s", rep.Verdict)
+	}
+}
+
+func TestExperimentDedupeRecord(t *testing.T) {
+	t.Parallel()
+	run(t, "dedupe-record", false)
+}
+
+func TestExperimentDedupeRecordWrongWay(t *testing.T) {
+	t.Parallel()
+	run(t, "dedupe-record", true)
+}
+
+func TestExperimentDeltaParking(t *testing.T) {
+	t.Parallel()
+	run(t, "delta-parking", false)
+}
+
+// A short PARK_DEADLINE, so the overdue check alerts within seconds.
+func TestExperimentDeltaOverdue(t *testing.T) {
+	t.Parallel()
+	run(t, "delta-overdue", false, sagatest.WithEnv("inventory", "PARK_DEADLINE", "3s"))
+}
+
+func TestExperimentCommitThenPublish(t *testing.T) {
+	t.Parallel()
+	run(t, "commit-then-publish", false)
+}
+
+func TestExperimentCommitThenPublishWrongWay(t *testing.T) {
+	t.Parallel()
+	run(t, "commit-then-publish", true)
+}
+
+func TestExperimentSyncReserve(t *testing.T) {
+	t.Parallel()
+	run(t, "sync-reserve", false)
+}
+
+func TestExperimentSyncReserveWrongWay(t *testing.T) {
+	t.Parallel()
+	run(t, "sync-reserve", true)
 }

@@ -7,6 +7,10 @@
 #   scripts/experiment.sh -wrong-way atomic-commit the same, with the mistake the mechanism prevents
 #   scripts/experiment.sh all                      every experiment
 #
+# delta-overdue waits for the inventory service's PARK_DEADLINE (5m by
+# default): start the stack with PARK_DEADLINE=20s scripts/up.sh -d to see
+# it in half a minute.
+#
 # Start the stack first with scripts/up.sh (or docker compose up). The lab
 # talks to the services over HTTP (ORDER_URL, INVENTORY_URL, PAYMENT_URL;
 # ADMIN_TOKEN, from .env or .env.example like scripts/up.sh) and publishes

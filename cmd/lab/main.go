@@ -7,6 +7,9 @@
 //	go run ./cmd/lab duplicate-window
 //	go run ./cmd/lab -wrong-way atomic-commit
 //	go run ./cmd/lab all
+//
+// An experiment that waits for a setting of the stack waits as long as the
+// setting says, even past -patience: delta-overdue waits for PARK_DEADLINE.
 package main
 
 import (

@@ -42,6 +42,15 @@ type Target interface {
 	AwaitRestart(ctx context.Context, service string) error
 }
 
+// Binder is a Target that can change the broker's bindings (the unroutable
+// experiment needs it; LiveTarget and the tests' target are Binders).
+type Binder interface {
+	// Bind binds (bound) or unbinds a service's queue, named without the
+	// stack's namespace ("inventory.order-events"), to a routing key of the
+	// saga exchange, as an operator's mistake or a deploy in progress would.
+	Bind(ctx context.Context, queue, key string, bound bool) error
+}
+
 // Lab drives one target.
 type Lab struct {
 	T     Target
@@ -132,6 +141,12 @@ func (l *Lab) progressDone() {
 // waitFor polls cond until it holds, showing what it waits for and for how
 // long, up to l.Patience.
 func (l *Lab) waitFor(ctx context.Context, what string, cond func() (bool, error)) error {
+	return l.waitUpTo(ctx, what, l.Patience, cond)
+}
+
+// waitUpTo is waitFor with its own bound, for a wait the stack's settings
+// decide (a deadline of minutes).
+func (l *Lab) waitUpTo(ctx context.Context, what string, patience time.Duration, cond func() (bool, error)) error {
 	start := time.Now()
 	defer l.progressDone()
 	l.step(Step{Kind: StepWaiting, What: what})
@@ -141,11 +156,11 @@ func (l *Lab) waitFor(ctx context.Context, what string, cond func() (bool, error
 			l.step(Step{Kind: StepWaited, What: what, Seconds: time.Since(start).Seconds()})
 			return nil
 		}
-		if time.Since(start) > l.Patience {
+		if time.Since(start) > patience {
 			if err != nil {
 				return fmt.Errorf("waiting for %s: %w", what, err)
 			}
-			return fmt.Errorf("gave up waiting for %s after %s", what, l.Patience)
+			return fmt.Errorf("gave up waiting for %s after %s", what, patience)
 		}
 		l.progress("waiting for %s (%.1fs)", what, time.Since(start).Seconds())
 		select {
@@ -165,6 +180,14 @@ type Order struct {
 	StatusReason string `json:"status_reason"`
 	RefundStatus string `json:"refund_status"`
 	TotalCents   int64  `json:"total_cents"`
+	Items        []Item `json:"items"`
+}
+
+// Item is one order line, at the price the order was accepted at.
+type Item struct {
+	SKU            string `json:"sku"`
+	Quantity       int    `json:"quantity"`
+	UnitPriceCents int64  `json:"unit_price_cents"`
 }
 
 func (l *Lab) createOrder(ctx context.Context, key, customer, sku string, qty int) (Order, int, http.Header, error) {
@@ -245,6 +268,10 @@ func (l *Lab) stock(ctx context.Context, sku string) (Stock, error) {
 type Reservation struct {
 	Status string `json:"status"`
 	Reason string `json:"reason"`
+	Items  []struct {
+		SKU      string `json:"sku"`
+		Quantity int    `json:"quantity"`
+	} `json:"items"`
 }
 
 func (l *Lab) reservation(ctx context.Context, id string) (Reservation, error) {
@@ -285,6 +312,21 @@ func (l *Lab) charges(ctx context.Context, id string) ([]Charge, error) {
 	return c.Charges, l.get(ctx, "payment", "/psp/charges?order_ref="+url.QueryEscape(id), &c)
 }
 
+// Refund is one refund in the PSP's books.
+type Refund struct {
+	RefundID    string `json:"refund_id"`
+	ChargeID    string `json:"charge_id"`
+	Status      string `json:"status"`
+	AmountCents int64  `json:"amount_cents"`
+}
+
+func (l *Lab) refunds(ctx context.Context, chargeID string) ([]Refund, error) {
+	var f struct {
+		Refunds []Refund `json:"refunds"`
+	}
+	return f.Refunds, l.get(ctx, "payment", "/psp/refunds?charge_id="+url.QueryEscape(chargeID), &f)
+}
+
 // --- messaging tables (admin endpoints) ----------------------------------
 
 // OutboxRow is one outbox row.
@@ -295,7 +337,11 @@ type OutboxRow struct {
 	EventType        string          `json:"event_type"`
 	Status           string          `json:"status"`
 	Attempts         int             `json:"attempts"`
+	TotalAttempts    int             `json:"total_attempts"`
+	NextAttemptAt    time.Time       `json:"next_attempt_at"`
+	FirstAttemptAt   *time.Time      `json:"first_attempt_at"`
 	ClaimToken       *string         `json:"claim_token"`
+	LeaseUntil       *time.Time      `json:"lease_until"`
 	CreatedAt        time.Time       `json:"created_at"`
 	SentAt           *time.Time      `json:"sent_at"`
 	Payload          json.RawMessage `json:"payload"`
@@ -431,6 +477,15 @@ func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) e
 		l.step(Step{Kind: StepWrongWay, Service: svc, Switches: switches})
 	}
 	return err
+}
+
+// wrongWayOn turns the run's wrong-way switch on at svc, on a wrong-way run
+// only.
+func (l *Lab) wrongWayOn(ctx context.Context, r *Report, svc string) error {
+	if r.WrongWay == "" {
+		return nil
+	}
+	return l.setWrongWay(ctx, svc, r.WrongWay)
 }
 
 // metric reads one sample from a service's /metrics: the sum over every

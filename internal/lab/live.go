@@ -84,9 +84,9 @@ func (t *LiveTarget) startedAt(ctx context.Context, svc string) (string, error) 
 	return h.StartedAt, err
 }
 
-// Publish implements Target: it sends an event to saga.events through the
-// broker's AMQP port, connecting on first use.
-func (t *LiveTarget) Publish(ctx context.Context, e events.Envelope) error {
+// broker returns the lab's connection to the broker's AMQP port,
+// connecting on first use.
+func (t *LiveTarget) broker(ctx context.Context) (*rabbit.Conn, error) {
 	t.mu.Lock()
 	if t.conn == nil {
 		topo := rabbit.Topology{Exchange: rabbit.Namespace("").Exchange(), DeadLetterExchange: rabbit.Namespace("").DeadLetterExchange()}
@@ -100,11 +100,48 @@ func (t *LiveTarget) Publish(ctx context.Context, e events.Envelope) error {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := conn.WaitConnected(wctx); err != nil {
-		return fmt.Errorf("broker at %s (set LAB_AMQP_URL): %w", process.MaskURL(t.amqpURL), err)
+		return nil, fmt.Errorf("broker at %s (set LAB_AMQP_URL): %w", process.MaskURL(t.amqpURL), err)
+	}
+	return conn, nil
+}
+
+// Publish implements Target: it sends an event to saga.events.
+func (t *LiveTarget) Publish(ctx context.Context, e events.Envelope) error {
+	conn, err := t.broker(ctx)
+	if err != nil {
+		return err
 	}
 	pub := conn.NewPublisher()
 	defer pub.Close()
 	return pub.Publish(ctx, []rabbit.Message{rabbit.FromEnvelope(rabbit.Namespace("").Exchange(), e)}, 5*time.Second)[0]
+}
+
+// Bind implements Target on saga.events.
+func (t *LiveTarget) Bind(ctx context.Context, queue, key string, bound bool) error {
+	conn, err := t.broker(ctx)
+	if err != nil {
+		return err
+	}
+	return Rebind(ctx, conn, rabbit.Namespace(""), queue, key, bound)
+}
+
+// Rebind binds or unbinds queue (without the namespace) to key on the
+// namespace's saga exchange: Target.Bind for a stack on conn's broker.
+func Rebind(ctx context.Context, conn *rabbit.Conn, ns rabbit.Namespace, queue, key string, bound bool) error {
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	if bound {
+		err = ch.QueueBind(ns.Queue(queue), key, ns.Exchange(), false, nil)
+	} else {
+		err = ch.QueueUnbind(ns.Queue(queue), key, ns.Exchange(), nil)
+	}
+	if err != nil {
+		return fmt.Errorf("bind %s to %s (bound=%v): %w", ns.Queue(queue), key, bound, err)
+	}
+	return nil
 }
 
 // Close drops the broker connection Publish opened, if any.

@@ -116,80 +116,78 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nverdict (%s in %s): %s\n", result, r.Took.Round(10*time.Millisecond), r.Verdict)
 }
 
-// snapshot records the rows of one order across the three services.
+// snapshot records the rows of one order across the three services, and
+// the stock of skus.
 func (l *Lab) snapshot(ctx context.Context, title, orderID string, skus ...string) Section {
 	s := Section{Title: title}
 	if orderID != "" {
-		o, code, err := l.order(ctx, orderID)
-		t := Table{Title: "order service: orders", Header: []string{"order_id", "status", "refund_status", "status_reason"}}
-		switch {
-		case err != nil:
-			t.Rows = append(t.Rows, []string{orderID, "error: " + err.Error(), "", ""})
-		case code == 404:
-			t.Rows = append(t.Rows, []string{orderID, "(no such order)", "", ""})
-		default:
-			t.Rows = append(t.Rows, []string{o.OrderID, o.Status, o.RefundStatus, o.StatusReason})
-		}
-		s.Tables = append(s.Tables, t)
-
-		var ids []string
-		for _, svc := range []string{"order", "inventory", "payment"} {
-			rows, err := l.outbox(ctx, svc, orderID)
-			t := Table{Title: svc + " service: " + outbox.Table, Header: []string{"event_id", "event_type", "version", "status", "attempts", "claim_token", "sent_at"}}
-			if err != nil {
-				t.Rows = append(t.Rows, []string{"error: " + err.Error()})
-			}
-			for _, r := range rows {
-				ids = append(ids, r.EventID)
-				token := "-"
-				if r.ClaimToken != nil {
-					token = short(*r.ClaimToken)
-				}
-				sent := "-"
-				if r.SentAt != nil {
-					sent = r.SentAt.Format("15:04:05.000")
-				}
-				t.Rows = append(t.Rows, []string{short(r.EventID), r.EventType, fmt.Sprint(r.AggregateVersion), r.Status, fmt.Sprint(r.Attempts), token, sent})
-			}
-			s.Tables = append(s.Tables, t)
-		}
-		t = Table{Title: inbox.Table + " (all services)", Header: []string{"consumer", "event_id", "processed_at"}}
-		for _, svc := range []string{"order", "inventory", "payment"} {
-			rows, err := l.inbox(ctx, svc, ids)
-			if err != nil {
-				t.Rows = append(t.Rows, []string{svc, "error: " + err.Error(), ""})
-			}
-			for _, r := range rows {
-				t.Rows = append(t.Rows, []string{r.Consumer, short(r.EventID), r.ProcessedAt.Format("15:04:05.000")})
-			}
-		}
-		s.Tables = append(s.Tables, t)
-
-		res, _ := l.reservation(ctx, orderID)
-		pay, _ := l.payment(ctx, orderID)
-		ch, _ := l.charges(ctx, orderID)
-		charged := []string{}
-		for _, c := range ch {
-			charged = append(charged, fmt.Sprintf("%s %d", c.Status, c.AmountCents))
-		}
-		s.Tables = append(s.Tables, Table{Title: "inventory reservation, payment and PSP charges",
-			Header: []string{"reservation", "payment", "amount_cents", "psp_charges"},
-			Rows:   [][]string{{orNone(res.Status), orNone(pay.Status), fmt.Sprint(pay.AmountCents), fmt.Sprintf("%d %v", len(ch), charged)}}})
+		b, err := l.books(ctx, orderID)
+		s.Tables = append(s.Tables, booksTables(b, err)...)
 	}
 	if len(skus) > 0 {
-		t := Table{Title: "inventory: stock", Header: []string{"sku", "on_hand", "reserved", "available"}}
-		for _, sku := range skus {
-			st, err := l.stock(ctx, sku)
-			if err != nil {
-				t.Rows = append(t.Rows, []string{sku, "error: " + err.Error()})
-				continue
-			}
-			t.Rows = append(t.Rows, []string{sku, fmt.Sprint(st.OnHand), fmt.Sprint(st.Reserved), fmt.Sprint(st.Available)})
-		}
-		s.Tables = append(s.Tables, t)
+		s.Tables = append(s.Tables, l.stockTable(ctx, skus...))
 	}
 	l.step(Step{Kind: StepSection, Section: &s})
 	return s
+}
+
+// booksTables shows an order's books: the order, each service's outbox
+// rows, the inbox rows of those events, and the reservation, payment and
+// the PSP's books.
+func booksTables(b Books, err error) []Table {
+	t := Table{Title: "order service: orders", Header: []string{"order_id", "status", "refund_status", "total_cents", "status_reason"}}
+	switch {
+	case err != nil:
+		return []Table{{Title: "books of order " + b.OrderID, Header: []string{"error"}, Rows: [][]string{{err.Error()}}}}
+	case b.OrderCode == 404:
+		t.Rows = append(t.Rows, []string{b.OrderID, "(no such order)", "", "", ""})
+	default:
+		t.Rows = append(t.Rows, []string{b.Order.OrderID, b.Order.Status, b.Order.RefundStatus, fmt.Sprint(b.Order.TotalCents), b.Order.StatusReason})
+	}
+	tables := []Table{t}
+	for _, svc := range Services {
+		t := Table{Title: svc + " service: " + outbox.Table,
+			Header: []string{"event_id", "event_type", "version", "status", "attempts (total)", "next_attempt_at", "claim_token", "lease_until", "sent_at"}}
+		for _, r := range b.Outbox[svc] {
+			token := "-"
+			if r.ClaimToken != nil {
+				token = short(*r.ClaimToken)
+			}
+			t.Rows = append(t.Rows, []string{short(r.EventID), r.EventType, fmt.Sprint(r.AggregateVersion), r.Status,
+				fmt.Sprintf("%d (%d)", r.Attempts, r.TotalAttempts), clock(&r.NextAttemptAt), token, clock(r.LeaseUntil), clock(r.SentAt)})
+		}
+		tables = append(tables, t)
+	}
+	t = Table{Title: inbox.Table + " (all services)", Header: []string{"consumer", "event_id", "processed_at"}}
+	for _, r := range b.Inbox {
+		t.Rows = append(t.Rows, []string{r.Consumer, short(r.EventID), clock(&r.ProcessedAt)})
+	}
+	tables = append(tables, t)
+	return append(tables, Table{Title: "inventory reservation, payment and the PSP's books",
+		Header: []string{"reservation", "payment", "amount_cents", "psp_charges", "psp_refunds"},
+		Rows:   [][]string{{lines(b.Reservation), orNone(b.Payment.Status), fmt.Sprint(b.Payment.AmountCents), charges(b.Charges), refunds(b.Refunds)}}})
+}
+
+// stockTable shows the stock of skus.
+func (l *Lab) stockTable(ctx context.Context, skus ...string) Table {
+	t := Table{Title: "inventory: stock", Header: []string{"sku", "on_hand", "reserved", "available"}}
+	for _, sku := range skus {
+		st, err := l.stock(ctx, sku)
+		if err != nil {
+			t.Rows = append(t.Rows, []string{sku, "error: " + err.Error()})
+			continue
+		}
+		t.Rows = append(t.Rows, []string{sku, fmt.Sprint(st.OnHand), fmt.Sprint(st.Reserved), fmt.Sprint(st.Available)})
+	}
+	return t
+}
+
+// clock shows a time of day, "-" for none.
+func clock(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("15:04:05.000")
 }
 
 func short(id string) string {

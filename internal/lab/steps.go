@@ -2,6 +2,8 @@ package lab
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/events"
@@ -22,7 +24,9 @@ const (
 	StepDisarmed   StepKind = "disarmed"    // failpoint Point disarmed: the fault is over
 	StepCrashReady StepKind = "crash-ready" // Service runs where a crash kills a real process
 	StepRestarted  StepKind = "restarted"   // Service was killed (SIGKILL) in the window and serves again
-	StepPublished  StepKind = "published"   // a copy of EventID (EventType) went straight to the broker
+	StepPublished  StepKind = "published"   // a copy of EventID (EventType) went straight to the broker (What: as whom, if not a duplicate)
+	StepBinding    StepKind = "binding"     // a binding of the broker changed (What says which)
+	StepOperator   StepKind = "operator"    // the lab did what an operator or a client would (What), on Service
 	StepCancel     StepKind = "cancel"      // the experiment asked to cancel OrderID
 	StepWaiting    StepKind = "waiting"     // waiting for What
 	StepWaited     StepKind = "waited"      // What happened, after Seconds
@@ -80,11 +84,29 @@ func (l *Lab) awaitRestart(ctx context.Context, svc string) error {
 	return nil
 }
 
-// publish is Target.Publish, reported.
-func (l *Lab) publish(ctx context.Context, e events.Envelope) error {
+// publish is Target.Publish, reported; as, if set, says who sends it (a
+// duplicate otherwise).
+func (l *Lab) publish(ctx context.Context, e events.Envelope, as ...string) error {
 	if err := l.T.Publish(ctx, e); err != nil {
 		return err
 	}
-	l.step(Step{Kind: StepPublished, EventID: e.EventID, EventType: e.Type})
+	l.step(Step{Kind: StepPublished, EventID: e.EventID, EventType: e.Type, What: strings.Join(as, " ")})
+	return nil
+}
+
+// bind is Binder.Bind, reported.
+func (l *Lab) bind(ctx context.Context, queue, key string, bound bool) error {
+	b, ok := l.T.(Binder)
+	if !ok {
+		return fmt.Errorf("this target cannot change the broker's bindings")
+	}
+	if err := b.Bind(ctx, queue, key, bound); err != nil {
+		return err
+	}
+	what := "unbound " + queue + " from " + key + ": nothing receives " + key
+	if bound {
+		what = "bound " + queue + " to " + key + " again"
+	}
+	l.step(Step{Kind: StepBinding, Service: "rabbit", What: what})
 	return nil
 }

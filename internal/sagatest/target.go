@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
@@ -49,6 +50,11 @@ func (tg *Target) Publish(ctx context.Context, e events.Envelope) error {
 	pub := tg.conn.NewPublisher()
 	defer pub.Close()
 	return pub.Publish(ctx, []rabbit.Message{rabbit.FromEnvelope(tg.s.NS.Exchange(), e)}, 5*time.Second)[0]
+}
+
+// Bind implements lab.Target on the stack's namespace.
+func (tg *Target) Bind(ctx context.Context, queue, key string, bound bool) error {
+	return lab.Rebind(ctx, tg.conn, tg.s.NS, queue, key, bound)
 }
 
 // PrepareCrash implements lab.Target: the in-process service is stopped

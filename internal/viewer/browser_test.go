@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/sagatest"
 )
 
@@ -42,7 +43,7 @@ func TestViewerInTheBrowser(t *testing.T) {
 	t.Run("the page loads with every service up", func(t *testing.T) {
 		b.wait(t, "three services up in the health strip", `document.querySelectorAll("#health .hcard[data-up=true]").length === 3`)
 		b.wait(t, "the SKUs in the create form", `document.querySelectorAll("select.sku option").length >= 6`)
-		b.wait(t, "the experiments listed", `document.querySelectorAll("#experiments li.exp").length === 8`)
+		b.wait(t, "the experiments listed", fmt.Sprintf(`document.querySelectorAll("#experiments li.exp").length === %d`, len(lab.Scenarios)))
 	})
 
 	t.Run("an order reaches confirmed with its outbox and inbox steps drawn", func(t *testing.T) {

@@ -100,6 +100,9 @@ func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Ti
 	if c.cfg.WrongWay.On(wrongway.NoInbox) {
 		return c.processCheckThenInsert(ctx, e, h) // the wrong way: wrongway.go
 	}
+	if c.cfg.WrongWay.On(wrongway.DedupeOwnTx) {
+		return c.processDedupeFirst(ctx, e, h) // the wrong way: wrongway.go
+	}
 	var res ordering.Result
 	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) (err error) {
 		// The event's ordering strategy says when apply runs: now, or for a

@@ -13,7 +13,8 @@ import (
 )
 
 // The wrong ways of this package, for the lab (pkg/wrongway, demo mode
-// only), each reached by one switch in consumer.go.
+// only), each reached by one switch in consumer.go. The right way is
+// process and apply: the inbox row and the effect in one transaction.
 
 // handleAckFirst is the wrong way of Handle (wrongway.AckBeforeCommit): the
 // message is acked, then processed. If processing fails, nothing brings it
@@ -56,6 +57,31 @@ func (c *Consumer) processCheckThenInsert(ctx context.Context, e events.Envelope
 		_, err := tx.ExecContext(ctx, q, c.cfg.Name, e.EventID)
 		return err
 	})
+	if err == nil && c.cfg.AfterCommit != nil {
+		c.cfg.AfterCommit()
+	}
+	return err
+}
+
+// processDedupeFirst is the wrong way of process (wrongway.DedupeOwnTx),
+// the chapter's third ACK pitfall (只写去重记录，再单独处理业务): the inbox
+// row is committed in a transaction of its own, then the effect is applied
+// in another. A crash between the two commits leaves the event recorded as
+// processed with its effect missing; the broker redelivers the unacked
+// message and the inbox, finding the row, drops it as a duplicate.
+func (c *Consumer) processDedupeFirst(ctx context.Context, e events.Envelope, h Handler) error {
+	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
+		return ClaimPayload(ctx, tx, c.cfg.Name, e.EventID, e.Payload)
+	})
+	if err != nil {
+		return err
+	}
+	// The same window as the right way's: the inbox row written, the
+	// effect not yet; only here the row is already committed.
+	if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
+		return err
+	}
+	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error { return h(ctx, tx, e) })
 	if err == nil && c.cfg.AfterCommit != nil {
 		c.cfg.AfterCommit()
 	}

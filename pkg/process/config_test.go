@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 func TestRetentionSettings(t *testing.T) {
@@ -159,5 +161,29 @@ func TestAMQPURLList(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "pw2") {
 		t.Errorf("error %q shows the password", err)
+	}
+}
+
+// Every wrong-way switch is a deliberate mistake: refused unless DEMO_MODE
+// is on, and on only when named.
+func TestWrongWaySwitchesNeedDemoMode(t *testing.T) {
+	t.Parallel()
+	for sw := range wrongway.All {
+		for _, demo := range []string{"", "false", "true"} {
+			env := NewEnv(func(k string) string {
+				return map[string]string{"WRONG_WAY": string(sw), "DEMO_MODE": demo}[k]
+			})
+			c := Load(env, "order", ":8081", "order_service")
+			err := env.Err()
+			if demo == "true" {
+				if err != nil || !c.WrongWay.On(sw) || c.WrongWay.String() != string(sw) {
+					t.Errorf("WRONG_WAY=%s with DEMO_MODE=true: switches %q, error %v; want exactly it on", sw, c.WrongWay, err)
+				}
+				continue
+			}
+			if err == nil || !strings.Contains(err.Error(), "needs DEMO_MODE=true") {
+				t.Errorf("WRONG_WAY=%s with DEMO_MODE=%q: error %v, want a refusal naming DEMO_MODE", sw, demo, err)
+			}
+		}
 	}
 }

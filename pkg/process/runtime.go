@@ -137,10 +137,11 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		Registerer:   r.Metrics,
 	})
 	r.Loop("retention", cleaner.Run)
-	// Delta events parked past their deadline are alerted on once each.
+	// Delta events parked past their deadline are alerted on once each,
+	// within a quarter of the deadline after it passed (every 30 s at most).
 	r.Metrics.MustRegister(ordering.ParkedCollector(db))
 	r.Loop("parked events check", func(ctx context.Context) error {
-		t := time.NewTicker(30 * time.Second)
+		t := time.NewTicker(min(30*time.Second, max(cfg.ParkDeadline/4, 100*time.Millisecond)))
 		defer t.Stop()
 		for {
 			select {

@@ -45,6 +45,21 @@ const (
 	// what an earlier one ended (a create after its cancel reserves stock
 	// for a cancelled order).
 	IgnoreOrder Switch = "ignore-order"
+	// DedupeOwnTx: a consumer commits the inbox row in a transaction of its
+	// own, then applies the effect in another (the chapter's third ACK
+	// pitfall, 只写去重记录，再单独处理业务). A crash between the two leaves
+	// the event recorded as processed with its effect missing, and the
+	// redelivery is dropped as a duplicate.
+	DedupeOwnTx Switch = "dedupe-own-tx"
+	// PublishAfterCommit: the order service commits the order without an
+	// outbox row and publishes OrderCreated itself right after COMMIT. A
+	// crash between the two leaves an order that inventory never hears of.
+	PublishAfterCommit Switch = "publish-after-commit"
+	// SyncReserve: the order service reserves stock by a synchronous HTTP
+	// call to inventory inside its create request, instead of OrderCreated.
+	// When the call times out after inventory reserved, the caller is told
+	// the order failed while its stock is held.
+	SyncReserve Switch = "sync-reserve"
 )
 
 // All lists every switch with its one-line effect, for docs and errors.
@@ -54,6 +69,9 @@ var All = map[Switch]string{
 	NoInbox:              "consumers check-then-insert instead of inserting the inbox row first",
 	MarkSentWithoutToken: "dispatcher marks sent without the claim-token condition",
 	IgnoreOrder:          "consumers apply events regardless of state, version or cancel marker",
+	DedupeOwnTx:          "consumers commit the inbox row in its own transaction, then apply the effect in another",
+	PublishAfterCommit:   "order commits without an outbox row, then publishes OrderCreated itself after COMMIT",
+	SyncReserve:          "order reserves stock by a synchronous HTTP call to inventory inside the create request (1 s timeout)",
 }
 
 // Set is the switches that are on. It can change at run time (the demo

@@ -522,6 +522,7 @@ function followRun(id) {
 const STEP_ICON = {
   started: "▶", "wrong-way": "⚠", armed: "⚡", order: "◆", hit: "⚑", paused: "‖", released: "▷", disarmed: "✓",
   "crash-ready": "⚙", restarted: "☠", published: "✉", cancel: "✗", waiting: "…", waited: "✓", section: "▤", check: "•", verdict: "⚖",
+  binding: "⇄", operator: "☛",
 };
 
 function stepText(s) {
@@ -534,6 +535,7 @@ function stepText(s) {
     case "order": return s.what ? t("step.order.expected", v) : t("step.order", v);
     case "section": return t("step.section", { title: s.section.title });
     case "check": return t("step.check", { what: s.check.what });
+    case "published": return s.what ? t("step.published.as", v) : t("step.published", v);
     default: return t("step." + s.kind, v);
   }
 }

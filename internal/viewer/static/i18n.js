@@ -182,6 +182,9 @@ const I18N = {
     "step.crash-ready": "{service} now runs as a real child process: a crash is a real SIGKILL",
     "step.restarted": "{service} crashed (SIGKILL) in the window and came back after {s}s",
     "step.published": "A second copy of {type} ({event}) published straight to RabbitMQ",
+    "step.published.as": "{what}: {type} ({event}) published to RabbitMQ",
+    "step.binding": "RabbitMQ: {what}",
+    "step.operator": "As an operator or client would, on {service}: {what}",
     "step.cancel": "Cancel requested for order #{id}",
     "step.waiting": "Waiting for {what}…",
     "step.waited": "Recovered: {what} ({s}s)",
@@ -409,6 +412,9 @@ const I18N = {
     "step.crash-ready": "{service} 现在以真实子进程运行：崩溃就是真实的 SIGKILL",
     "step.restarted": "{service} 在窗口内崩溃（SIGKILL），{s} 秒后恢复服务",
     "step.published": "直接向 RabbitMQ 再发布一份 {type}（{event}）",
+    "step.published.as": "{what}：{type}（{event}）已发布到 RabbitMQ",
+    "step.binding": "RabbitMQ：{what}",
+    "step.operator": "像运维或客户端那样，在{service}上：{what}",
     "step.cancel": "已请求取消订单 #{id}",
     "step.waiting": "等待：{what}…",
     "step.waited": "已恢复：{what}（{s} 秒）",
@@ -509,6 +515,41 @@ const ZH_EXPERIMENTS = {
     held: "守住了：收件箱去重解决不了顺序问题；取消留下了标记（空补偿），缺口被记录，迟到的创建看到标记后什么也不做（没有悬挂预留）。",
     wrong: "错误做法（忽略顺序）：迟到的创建在取消之后被应用，为已取消的订单预留了库存（还让后续 Saga 继续运行）。取消标记和状态迁移检查可以防止这一点。",
   },
+  "claim-crash": {
+    title: "认领后、发送前", window: "dispatcher 认领之后、发布之前崩溃", holds: "租约过期，该行带退避重新排队，只发送一次",
+    held: "守住了：认领后的崩溃让该行停在 sending，认领再也不会有人完成；租约恢复（status='sending' AND lease_until < NOW(6)）把它作为一次失败的尝试、带退避交还，下一次认领把它发出：此前什么都没发布，所以只投递一次、只应用一次。",
+  },
+  "confirm-lost": {
+    title: "broker 接收后、confirm 丢失", window: "broker 已收到消息，confirm 丢失", holds: "用同一 event_id 重发；收件箱丢弃副本",
+    held: "守住了：broker 已经收到消息，但 confirm 没有回来，结果未知；dispatcher 没有把它标记为 sent，而是带退避交还，再用同一 event_id 发送。库存收到两次，收件箱主键 (consumer_name, event_id) 丢弃了第二次：库存只预留一次。",
+  },
+  "unroutable": {
+    title: "不可路由", window: "没有队列绑定该事件：broker 退回消息", holds: "绝不标记 sent；保留并重试；绑定恢复后投递",
+    held: "守住了：没有队列绑定 order.created，broker 在 ack 之前退回了消息（mandatory），dispatcher 没有把它标记为 sent：该行带着尝试次数和退避留在 outbox 中，到达上限后变为 failed（保留并告警），从不丢失。绑定恢复后，同一 event_id 在下一次尝试（或运维重试 failed 事件后）被投递，只应用一次。",
+  },
+  "dedupe-record": {
+    title: "去重记录", window: "消费者在 inbox INSERT 之后、业务修改之前崩溃", holds: "两者一起回滚；重投只应用一次",
+    held: "守住了：收件箱行与业务修改在同一事务中；两者之间的崩溃让它们一起回滚，未 ACK 的消息被重投，只应用了一次。",
+    wrong: "错误做法（去重记录单独提交）：收件箱行已经提交，消费者在业务修改之前崩溃，broker 的重投被当作“已处理”丢弃：事件被标记为完成，却没有预留任何库存，订单卡在 pending_inventory。把收件箱行和业务修改放进同一事务提交可以防止这一点。",
+  },
+  "delta-parking": {
+    title: "增量事件暂存", window: "增量事件先于缺口到达", holds: "暂存（ACK，不应用），缺口补上后按顺序应用",
+    held: "守住了：收件箱会把 v2 当作新事件接受；增量策略（pkg/ordering）却把它暂存起来（ACK，记在 parked_events 而不是收件箱，不应用），因为版本 1 还没有应用。v1 到达后，它和暂存的 v2 在同一事务中按版本顺序各应用一次。",
+  },
+  "delta-overdue": {
+    title: "增量事件超期", window: "增量事件的缺口一直没有补上", holds: "超过期限后只告警一次；保留暂存记录",
+    held: "守住了：v2 在 parked_events 中等待一个始终没来的版本；超过期限（PARK_DEADLINE）后，超期检查对它告警一次（alerted_at、consumer_parked_events{state=\"overdue\"}），并把它保留为恢复记录，绝不跳过缺口。缺失的 v1 被重投后，两者按顺序应用。",
+  },
+  "commit-then-publish": {
+    title: "先提交，再发布", window: "订单服务在 COMMIT 之后、事件发出之前崩溃", holds: "outbox 行在等待；重启后库存得知这个订单",
+    held: "守住了：订单和它的 OrderCreated outbox 行一起提交；COMMIT 之后立刻崩溃，该行仍是 pending，重启后 dispatcher 的轮询把它发了出去（提交后、认领前：dispatcher 后续扫描）。",
+    wrong: "错误做法（COMMIT 之后自己发布，没有 outbox）：订单已提交，进程在发布之前死掉；没有任何表记录还欠着一个事件，所以重启、重试和 dispatcher 都不会发送它：订单停在 pending_inventory，库存完全不知道它（只有截止时间或对账才能发现）。与订单一起提交的 outbox 行可以防止这一点。",
+  },
+  "sync-reserve": {
+    title: "同步预留", window: "库存的应答晚于调用方愿意等待的时间", holds: "请求从不等待库存：先受理，再只卖出一次",
+    held: "守住了：创建请求从不等待库存。它立刻应答 202 pending_inventory，无论库存多慢这个应答都是真的；OrderCreated 在 outbox 和队列中等待库存处理，Saga 只完成一次销售。同步调用的超时和部分成功在这里没有窗口（用错误做法运行可以看到它们）。",
+    wrong: "错误做法（同步预留）：创建在请求里等待库存，1 秒后放弃并应答 504，而库存已经预留：调用方以为失败的订单占着库存（换一个新的幂等键重试会再占一次）。补上这个缺口需要库存按订单号的状态查询、客户端的幂等键，以及把这一步做完的恢复流程（这里是库存自己的结果事件；没有它就只能等预留租约到期）。异步路径本来就有这三样，而且从不对一个正在进行的订单说“失败”。",
+  },
 };
 
 const ZH_WRONG_WAYS = {
@@ -517,6 +558,9 @@ const ZH_WRONG_WAYS = {
   "no-inbox": "消费者先查“是否处理过”再插入，而不是先插入收件箱行",
   "mark-sent-without-token": "dispatcher 标记 sent 时不带认领令牌条件",
   "ignore-order": "消费者不管状态、版本或取消标记直接应用事件",
+  "dedupe-own-tx": "消费者先在单独的事务中提交收件箱行，再在另一个事务中应用效果",
+  "publish-after-commit": "订单服务提交时不写 outbox 行，COMMIT 之后自己发布 OrderCreated",
+  "sync-reserve": "订单服务在创建请求里同步 HTTP 调用库存预留（超时 1 秒）",
 };
 
 const ZH_FAILPOINTS = {
@@ -536,6 +580,9 @@ const ZH_FAILPOINTS = {
   "order.deadline.before-cancel": "截止时间清理选中了一个订单，尚未取消",
   "order.reconcile.before-repair": "对账决定了修复，尚未执行",
   "psp.charge.after-charge-before-response": "PSP 已扣款，应答尚未发出",
+  "order.create.after-commit": "订单与 OrderCreated outbox 行已提交，dispatcher 尚未被唤醒",
+  "inventory.sync-reserve.after-commit": "同步预留调用已提交预留，尚未应答调用方",
+  "payment.charge.before-send": "扣款消费者读到 pending 的支付，尚未向 PSP 发送扣款",
 };
 
 let LANG = "en";

@@ -56,7 +56,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		return fmt.Errorf("configuration: %w", err)
 	}
 
-	ctx, rt, err := process.Start(ctx, cfg, "inventory", inventorybindings.Topology, stdout)
+	topology := inventorybindings.Topology
+	if cfg.DemoMode {
+		topology = inventorybindings.DemoTopology // the lab's goods-received queue
+	}
+	ctx, rt, err := process.Start(ctx, cfg, "inventory", topology, stdout)
 	if err != nil {
 		return err
 	}
@@ -72,6 +76,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	consumer := rt.InboxConfig(inventorybindings.ConsumerName)
 	consumer.Handlers = inventorybindings.Handlers(app)
 	rt.Consume(inventorybindings.Queue, inbox.NewConsumer(consumer))
+	if cfg.DemoMode { // the lab's delta consumer (inventorybindings/demo.go)
+		receipts := rt.InboxConfig(inventorybindings.ReceiptsConsumerName)
+		receipts.Handlers = inventorybindings.ReceiptHandlers(app)
+		rt.Consume(inventorybindings.ReceiptsQueue, inbox.NewConsumer(receipts))
+	}
 
 	rt.Loop("lease-sweep", func(ctx context.Context) error {
 		return app.RunLeaseSweep(ctx, own.SweepInterval, own.SweepBatch)
@@ -83,5 +92,8 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 
 	router := rt.Router(inventoryhttp.AdminRoutes(app, rt.Log))
 	inventoryhttp.Routes(router, app, rt.Log)
+	if cfg.DemoMode {
+		inventoryhttp.DemoRoutes(router, app, rt.Log) // sync-reserve's synchronous call (pkg/wrongway)
+	}
 	return rt.Serve(ctx, router)
 }

@@ -125,6 +125,16 @@ func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
 	return &App{db: db, wake: wake, log: log, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 }
 
+// FailpointCreateAfterCommit is the window between the create's COMMIT and
+// the dispatcher's wake-up (or, the wrong way, the publish that follows).
+const FailpointCreateAfterCommit = "order.create.after-commit"
+
+func init() {
+	failpoint.Register(FailpointCreateAfterCommit, "the order and its OrderCreated outbox row are committed, the dispatcher "+
+		"not woken: a crash here leaves the event pending for the dispatcher after the restart "+
+		"(the wrong way publish-after-commit loses it)")
+}
+
 // Create accepts an order: one transaction inserts the order (its
 // idempotency key is unique), its lines and the OrderCreated event. It
 // answers "accepted" (pending_inventory), never "succeeded". A retry with
@@ -162,6 +172,8 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	o = order.Order{CustomerID: req.CustomerID, Status: order.PendingInventory, RefundStatus: order.RefundNone,
 		Items: items, TotalCents: total, Currency: currency, Version: 1}
 
+	wrong := a.createWrongWay() // "" in production: see wrongway.go
+	var event events.OrderCreatedV1
 	// Idempotent by the key: after a COMMIT with an unknown outcome, the
 	// second run either inserts the order or finds it (ErrDuplicateKey
 	// below, a replay).
@@ -171,11 +183,11 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 			return err
 		}
 		o.ID = id
-		created := events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
+		event = events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
 			TotalCents: total, Currency: currency}
-		emit := insertCreated // the event is a row of this transaction
-		if a.wrong.On(wrongway.PublishBeforeCommit) {
-			if emit, err = a.publishBeforeCommit(ctx, created); err != nil { // the wrong way: wrongway.go
+		var emit emitFunc = insertCreated // the event is a row of this transaction
+		if wrong != "" {
+			if emit, err = a.emitWrongWay(ctx, wrong, event); err != nil { // the wrong ways: wrongway.go
 				return err
 			}
 		}
@@ -191,7 +203,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		// timeline shows the order before its event.
 		change := orderdb.Change{OrderID: id, To: string(order.PendingInventory), RefundStatus: string(order.RefundNone),
 			Trigger: TriggerCreated, Actor: ActorAPI}
-		if err := emit(ctx, tx, change, created); err != nil {
+		if err := emit(ctx, tx, change, event); err != nil {
 			return err
 		}
 		// The server-set timestamps, read in the transaction that set
@@ -209,6 +221,17 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	}
 	if err != nil {
 		return order.Order{}, false, fmt.Errorf("create order: %w", err)
+	}
+	// Window: committed, the dispatcher not woken. A crash here leaves the
+	// event pending in the outbox; the dispatcher's poll sends it after the
+	// restart (提交后、认领前: dispatcher 后续扫描).
+	if err := failpoint.Inject(ctx, FailpointCreateAfterCommit); err != nil {
+		return order.Order{}, false, err
+	}
+	if wrong != "" {
+		if err := a.afterCommitWrongWay(ctx, wrong, event); err != nil { // the wrong ways: wrongway.go
+			return order.Order{}, false, err
+		}
 	}
 	a.wake()
 	a.log.InfoContext(ctx, "order accepted", "order_id", o.ID, "total_cents", total)

@@ -1,0 +1,60 @@
+package viewer_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/relmsg/ordersaga/internal/lab"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
+
+	// The services register their own failpoints at init.
+	_ "github.com/relmsg/ordersaga/services/inventory/inventorysvc"
+	_ "github.com/relmsg/ordersaga/services/order/ordersvc"
+	_ "github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
+)
+
+// The lab's page names every experiment, wrong-way switch and failpoint in
+// Chinese too: a new one without its label would show in English only.
+func TestEveryLabNameHasAChineseLabel(t *testing.T) {
+	src, err := os.ReadFile("static/i18n.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := func(name string) string {
+		start := strings.Index(string(src), "const "+name+" = {")
+		if start < 0 {
+			t.Fatalf("i18n.js has no %s", name)
+		}
+		end := strings.Index(string(src[start:]), "\n};")
+		return string(src[start : start+end])
+	}
+	experiments, switches, points := table("ZH_EXPERIMENTS"), table("ZH_WRONG_WAYS"), table("ZH_FAILPOINTS")
+	for _, sc := range lab.Scenarios {
+		i := strings.Index(experiments, `"`+sc.Name+`": {`)
+		if i < 0 {
+			t.Errorf("ZH_EXPERIMENTS has no %q", sc.Name)
+			continue
+		}
+		entry, _, _ := strings.Cut(experiments[i:], "\n  },")
+		for _, field := range []string{"title: ", "window: ", "holds: ", "held: "} {
+			if !strings.Contains(entry, field) {
+				t.Errorf("ZH_EXPERIMENTS[%q] has no %s", sc.Name, strings.TrimSuffix(field, ": "))
+			}
+		}
+		if sc.WrongWay != "" && !strings.Contains(entry, "wrong: ") {
+			t.Errorf("ZH_EXPERIMENTS[%q] has no wrong-way gist", sc.Name)
+		}
+	}
+	for sw := range wrongway.All {
+		if !strings.Contains(switches, `"`+string(sw)+`": `) {
+			t.Errorf("ZH_WRONG_WAYS has no %q", sw)
+		}
+	}
+	for _, p := range failpoint.Points {
+		if !strings.Contains(points, `"`+p.Name+`": `) {
+			t.Errorf("ZH_FAILPOINTS has no %q", p.Name)
+		}
+	}
+}

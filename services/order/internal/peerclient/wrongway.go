@@ -1,0 +1,44 @@
+package peerclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+)
+
+// ReserveNow is the wrong way sync-reserve's call (pkg/wrongway; demo mode
+// only): it asks inventory to reserve an order's stock synchronously
+// (POST /debug/reservations, the OrderCreated payload) and returns the
+// reservation's status, or an error when no answer came within timeout.
+// It is the only call here that changes anything.
+func (c *Client) ReserveNow(ctx context.Context, p events.OrderCreatedV1, timeout time.Duration) (string, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.urls[InventoryService]+"/debug/reservations", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("inventory POST /debug/reservations: %w", err)
+	}
+	defer resp.Body.Close()
+	var r Reservation
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("inventory POST /debug/reservations: HTTP %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return "", fmt.Errorf("inventory POST /debug/reservations: decode: %w", err)
+	}
+	return r.Status, nil
+}
