@@ -153,7 +153,7 @@ func TestComposeMatchesEnvExample(t *testing.T) {
 	for k := range vars {
 		_, inExample := example[k]
 		if _, ok := composeOnly[k]; !ok && !inExample {
-			t.Errorf("docker-compose.yml reads %s, which is not in .env.example: add it there or to composeOnly with a reason (and to the README)", k)
+			t.Errorf("docker-compose.yml reads %s, which is not in .env.example: add it there or to composeOnly with a reason (and to docs/operations.md)", k)
 		}
 	}
 

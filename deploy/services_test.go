@@ -189,7 +189,7 @@ func TestComposePorts(t *testing.T) {
 
 // The observability profile: Prometheus loads the alert rules and scrapes
 // every service; the rules file parses and every alert names a metric the
-// services export (checked against the README's metrics table elsewhere);
+// services export (checked against the metrics table of docs/operations.md elsewhere);
 // Grafana gets the dashboard.
 func TestObservabilityProfile(t *testing.T) {
 	p := loadCompose(t, nil)

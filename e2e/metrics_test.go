@@ -9,7 +9,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
-// The outbox metrics move as the README's metrics table says: a stopped
+// The outbox metrics move as the metrics table of docs/operations.md says: a stopped
 // dispatcher shows in the pending count and the oldest pending age; an
 // unroutable event shows as "returned" and stays pending; once it can be
 // routed it is confirmed, as a re-send.

@@ -230,7 +230,7 @@ func (c *counter) observe(v float64) {
 }
 
 // consumers are the inbox consumer names of each service (the messaging
-// contract in the README): the label values of the consumer metrics.
+// contract, docs/contract.md): the label values of the consumer metrics.
 var consumers = map[string][]string{
 	"order":     {"order"},
 	"inventory": {"inventory"},

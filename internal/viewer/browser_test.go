@@ -56,7 +56,7 @@ func TestViewerInTheBrowser(t *testing.T) {
 		b.wait(t, "order "+id+" confirmed in the timeline header",
 			`document.querySelector("#timeline-head .pill") && document.querySelector("#timeline-head .pill").dataset.status === "confirmed"`)
 		// The saga's whole path: five outbox rows published, six inbox rows
-		// (README), the reservation committed.
+		// (docs/walkthrough.md), the reservation committed.
 		b.wait(t, "the timeline to settle", `document.querySelector("#live.off") !== null`)
 		steps := func(sel string) string { return `document.querySelectorAll('#diagram g.step` + sel + `').length` }
 		b.wait(t, "every step drawn",

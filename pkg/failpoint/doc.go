@@ -14,7 +14,7 @@
 // window really was reached, so a test cannot pass by missing it.
 //
 // Names read <service-or-pkg>.<operation>.<moment>; the known ones are listed
-// in points.go (and in the README).
+// in points.go (and in docs/operations.md).
 //
 // # Three actions
 //

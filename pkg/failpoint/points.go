@@ -15,7 +15,7 @@ type Point struct {
 }
 
 // Points lists every known failpoint, in the order a saga meets them. The
-// README copies this list. Register adds to it; read it only after init.
+// docs/operations.md copies this list. Register adds to it; read it only after init.
 var Points = []Point{
 	{"order.create.after-order-insert", "order row inserted, its outbox row not yet: an error here must roll both back"},
 	{"outbox.dispatch.before-claim", "dispatcher about to claim: pause here to stop dispatching while events pile up as pending"},

@@ -21,7 +21,7 @@ func TestArmFromSpec(t *testing.T) {
 		{"crash*1", mark + "=crash*1", []failpoint.Status{
 			{Name: mark, Action: failpoint.ActionCrash, Remaining: 1},
 		}},
-		{"the README example", mark + "=crash;" + effect + "=error*1", []failpoint.Status{
+		{"the documented example", mark + "=crash;" + effect + "=error*1", []failpoint.Status{
 			{Name: effect, Action: failpoint.ActionError, Remaining: 1},
 			{Name: mark, Action: failpoint.ActionCrash, Remaining: 1},
 		}},
