@@ -197,25 +197,28 @@ func nodeStoppedAndStarted(t *testing.T, nodes []*rabbitnode.Node) {
 		}
 		return len(qs) > 0, nil
 	})
-	if _, err := node.Queues(ctx, "rebalance", "quorum"); err != nil {
-		t.Fatal(err)
-	}
-	qs, err := ownQueues(ctx, node, st.NS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	led := 0
-	for _, q := range qs {
-		if q.Leader == node.Name() {
-			led++
+	// The rebalance moves leaders in the background: ask again until the
+	// restarted node leads some of the queues (or the wait ends).
+	led, total := 0, 0
+	testutil.WaitForErr(t, 60*time.Second, "the rebalance to give "+node.Name()+" some leaders", func() (bool, error) {
+		if _, err := node.Queues(ctx, "rebalance", "quorum"); err != nil {
+			return false, err
 		}
-	}
-	if led == 0 {
-		t.Errorf("after the rebalance %s leads none of the %d queues", node.Name(), len(qs))
-	}
+		qs, err := ownQueues(ctx, node, st.NS)
+		if err != nil {
+			return false, err
+		}
+		led, total = 0, len(qs)
+		for _, q := range qs {
+			if q.Leader == node.Name() {
+				led++
+			}
+		}
+		return led > 0, nil
+	})
 	short.Seed = 16
 	runChaos(t, st, short)
-	t.Logf("%s leads %d of %d queues after the rebalance", node.Name(), led, len(qs))
+	t.Logf("%s leads %d of %d queues after the rebalance", node.Name(), led, total)
 }
 
 // runChaos runs the chaos run and fails the test on any violation.

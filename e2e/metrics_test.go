@@ -51,8 +51,13 @@ func TestOutboxMetrics(t *testing.T) {
 	sagatest.Eventually(t, 10*time.Second, "a returned publish", func() bool {
 		return o.Metric("outbox_publish_total", "result", "returned") > returned0
 	})
+	// The counter moves when the return arrives, before the row is put
+	// back: wait until it is no longer being sent, then it must be pending.
 	var status string
-	o.DB.Get(&status, `SELECT status FROM outbox_events WHERE aggregate_id = ? AND event_type = 'order.created'`, second.OrderID)
+	sagatest.Eventually(t, 10*time.Second, "the returned event's row released", func() bool {
+		o.DB.Get(&status, `SELECT status FROM outbox_events WHERE aggregate_id = ? AND event_type = 'order.created'`, second.OrderID)
+		return status != "sending"
+	})
 	if status != "pending" {
 		t.Fatalf("the returned event is %q, want pending (never marked sent)", status)
 	}

@@ -151,10 +151,12 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 		_ = db.Get(&n, `SELECT COUNT(*) FROM consumer_inbox`)
 		return n == 0
 	})
-	_, metrics := request(t, http.MethodGet, base+"/metrics", "")
+	// The counters move right after the commits the waits above saw: wait
+	// for them too (under load the scrape can come first).
 	for _, want := range []string{`retention_deleted_total{table="consumer_inbox"} 1`, `consumer_dead_letters_redriven_total{consumer="svc"} 1`} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
+		testutil.WaitFor(t, 10*time.Second, "/metrics to show "+want, func() bool {
+			_, metrics := request(t, http.MethodGet, base+"/metrics", "")
+			return strings.Contains(metrics, want)
+		})
 	}
 }
