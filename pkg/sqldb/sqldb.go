@@ -220,6 +220,20 @@ var DefaultTxRetry = TxRetry{Attempts: 3, Backoff: retry.Backoff{Base: 20 * time
 // fn may run more than once: it must compute everything it reports from
 // scratch on each run.
 func WithTxRetry(ctx context.Context, db *sqlx.DB, r TxRetry, fn func(tx *sqlx.Tx) error) error {
+	return r.run(ctx, "transaction", func() error { return WithTx(ctx, db, fn) })
+}
+
+// ReadRetry runs a read (fn: statements outside a transaction that change
+// nothing) again when it failed on a transient error, as WithTxRetry does
+// for a transaction: a pooled connection whose session was killed fails
+// the statement that finds it dead ("invalid connection"), and only the
+// next connection can answer. Without this a killed session turns the read
+// in front of a transaction (a create's catalogue look-up) into a 500.
+func ReadRetry(ctx context.Context, r TxRetry, fn func() error) error {
+	return r.run(ctx, "read", fn)
+}
+
+func (r TxRetry) run(ctx context.Context, what string, fn func() error) error {
 	if r.Attempts <= 0 {
 		r.Attempts = DefaultTxRetry.Attempts
 	}
@@ -227,13 +241,13 @@ func WithTxRetry(ctx context.Context, db *sqlx.DB, r TxRetry, fn func(tx *sqlx.T
 		r.Backoff = DefaultTxRetry.Backoff
 	}
 	for attempt := 1; ; attempt++ {
-		err := WithTx(ctx, db, fn)
+		err := fn()
 		if err == nil || attempt >= r.Attempts || ctx.Err() != nil || !r.retryable(err) {
 			return err
 		}
 		wait := r.Backoff.Delay(attempt)
 		if r.Log != nil {
-			r.Log.WarnContext(ctx, "transaction failed on a transient error; running it again", "attempt", attempt,
+			r.Log.WarnContext(ctx, what+" failed on a transient error; running it again", "attempt", attempt,
 				"of", r.Attempts, "wait", wait, "err", err)
 		}
 		if !retry.Wait(ctx, wait) {

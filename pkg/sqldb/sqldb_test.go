@@ -262,3 +262,83 @@ func TestWithTxRetryIsBoundedAndRetriesOnlyTransientErrors(t *testing.T) {
 		t.Fatalf("permanent: %v after %d attempts, want it after 1", err, attempts)
 	}
 }
+
+// A read outside a transaction whose session is killed while the statement
+// runs fails with a broken connection (the driver cannot send it again: it
+// does not know what the server did); ReadRetry reads again on another
+// connection. Without it, a killed session turned a create's catalogue
+// look-up into a 500 in the chaos run.
+func TestReadRetryReadsAgainAfterAKilledSession(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ctx := context.Background()
+	marker := fmt.Sprintf("readretry-%d", time.Now().UnixNano())
+	killed := make(chan error, 1)
+	go func() { killed <- killStatement(ctx, db, marker) }()
+	var errs []error
+	var skus int
+	err := sqldb.ReadRetry(ctx, sqldb.TxRetry{Backoff: fastRetry}, func() error {
+		if len(errs) == 0 { // the first attempt: a long statement, killed while it runs
+			var slept int
+			err := db.GetContext(ctx, &slept, "SELECT /* "+marker+" */ SLEEP(10)")
+			errs = append(errs, err)
+			if err == nil {
+				return errors.New("the statement was not killed")
+			}
+			return err
+		}
+		errs = append(errs, nil)
+		return db.GetContext(ctx, &skus, "SELECT COUNT(*) FROM stock")
+	})
+	if kerr := <-killed; kerr != nil {
+		t.Fatal(kerr)
+	}
+	if err != nil || len(errs) != 2 {
+		t.Fatalf("ReadRetry = %v after %d attempts (%v), want success on the second", err, len(errs), errs)
+	}
+	if !sqldb.IsTransient(errs[0]) {
+		t.Fatalf("the killed read failed with %v, which is not a transient error", errs[0])
+	}
+	if skus == 0 {
+		t.Fatal("the second attempt read no stock rows")
+	}
+}
+
+// killStatement waits until a statement containing marker runs and kills
+// its session.
+func killStatement(ctx context.Context, db *sqldbtest.DB, marker string) error {
+	const q = `SELECT id FROM information_schema.processlist WHERE info LIKE ? AND info NOT LIKE '%processlist%'`
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		var ids []int64
+		if err := db.SelectContext(ctx, &ids, q, "%"+marker+"%"); err != nil {
+			return err
+		}
+		if len(ids) > 0 {
+			_, err := db.ExecContext(ctx, "KILL CONNECTION ?", ids[0])
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return errors.New("the statement to kill never ran")
+}
+
+// ReadRetry gives up after its attempts and does not retry a business or
+// syntax error.
+func TestReadRetryIsBoundedAndRetriesOnlyTransientErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	calls := 0
+	err := sqldb.ReadRetry(ctx, sqldb.TxRetry{Attempts: 4, Backoff: fastRetry}, func() error {
+		calls++
+		return mysql.ErrInvalidConn
+	})
+	if !errors.Is(err, mysql.ErrInvalidConn) || calls != 4 {
+		t.Fatalf("a read that always breaks: %v after %d calls, want ErrInvalidConn after 4", err, calls)
+	}
+	calls = 0
+	boom := errors.New("no such product")
+	if err := sqldb.ReadRetry(ctx, sqldb.TxRetry{Backoff: fastRetry}, func() error { calls++; return boom }); !errors.Is(err, boom) || calls != 1 {
+		t.Fatalf("a business error: %v after %d calls, want it once", err, calls)
+	}
+}

@@ -93,7 +93,7 @@ func (a *App) Cancel(ctx context.Context, key string, id uint64, reason string) 
 	if result == Cancelled && !replayed {
 		a.wake()
 	}
-	o, err = orderdb.Get(ctx, a.db, id)
+	o, err = a.Get(ctx, id)
 	return o, result, replayed, err
 }
 

@@ -156,7 +156,11 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	for i, l := range req.Lines {
 		skus[i] = l.SKU
 	}
-	catalogue, err := orderdb.Catalogue(ctx, a.db, skus)
+	var catalogue map[string]order.Product
+	err = sqldb.ReadRetry(ctx, a.txRetry(true), func() (err error) {
+		catalogue, err = orderdb.Catalogue(ctx, a.db, skus)
+		return err
+	})
 	if err != nil {
 		return order.Order{}, false, err
 	}
@@ -213,7 +217,12 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	})
 	if errors.Is(err, orderdb.ErrDuplicateKey) {
 		// A concurrent request with the same key won the unique key.
-		existing, h, gerr := orderdb.GetByKey(ctx, a.db, key)
+		var existing order.Order
+		var h string
+		gerr := sqldb.ReadRetry(ctx, a.txRetry(true), func() (err error) {
+			existing, h, err = orderdb.GetByKey(ctx, a.db, key)
+			return err
+		})
 		if gerr != nil {
 			return order.Order{}, false, gerr
 		}
@@ -304,8 +313,12 @@ func eventItems(items []order.Item) []events.Item {
 }
 
 // Get returns one order.
-func (a *App) Get(ctx context.Context, id uint64) (order.Order, error) {
-	return orderdb.Get(ctx, a.db, id)
+func (a *App) Get(ctx context.Context, id uint64) (o order.Order, err error) {
+	err = sqldb.ReadRetry(ctx, a.txRetry(true), func() error {
+		o, err = orderdb.Get(ctx, a.db, id)
+		return err
+	})
+	return o, err
 }
 
 // List returns orders, newest first.
