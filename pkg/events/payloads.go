@@ -69,6 +69,14 @@ func (e OrderConfirmedV1) Validate() error { return validateOrderID(e.OrderID) }
 type OrderCancelledV1 struct {
 	OrderID uint64 `json:"order_id,string"`
 	Reason  string `json:"reason"`
+	// AfterConfirm: the order was confirmed (paid, its sale committed)
+	// before this cancel. Events of one order can arrive in another order
+	// than they were written (two dispatcher workers, many consumer
+	// workers), so inventory may see this cancel before the OrderConfirmed
+	// it follows; the fact travels with the cancel so that inventory
+	// restocks a sale instead of releasing a hold (去重解决不了乱序). Absent
+	// (false) in events written before the field existed.
+	AfterConfirm bool `json:"after_confirm,omitempty"`
 }
 
 func (e OrderCancelledV1) Validate() error { return validateOrderID(e.OrderID) }

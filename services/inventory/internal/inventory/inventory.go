@@ -112,6 +112,11 @@ const (
 	Confirm Trigger = "confirm"
 	// Cancel: OrderCancelled (payment failed, user cancel, deadline).
 	Cancel Trigger = "cancel"
+	// CancelSold: OrderCancelled of an order that was confirmed (its
+	// after_confirm flag): the sale happened, even if its OrderConfirmed
+	// has not arrived here yet, so the reservation ends restocked, never
+	// released, and the late confirm finds it closed.
+	CancelSold Trigger = "cancel-sold"
 	// Expire: the reservation's lease ran out (the sweep, not an event).
 	Expire Trigger = "expire"
 	// ConfirmShort: OrderConfirmed arrived for an expired reservation and
@@ -121,7 +126,7 @@ const (
 )
 
 // Triggers lists every trigger.
-var Triggers = []Trigger{Reserve, Reject, Confirm, Cancel, Expire, ConfirmShort}
+var Triggers = []Trigger{Reserve, Reject, Confirm, Cancel, CancelSold, Expire, ConfirmShort}
 
 // transitions is the saga from the inventory's point of view: for each
 // status, the triggers it accepts and where they lead. Anything not listed
@@ -129,22 +134,27 @@ var Triggers = []Trigger{Reserve, Reject, Confirm, Cancel, Expire, ConfirmShort}
 // caller records it and changes nothing. Terminal statuses accept nothing.
 var transitions = map[Status]map[Trigger]Status{
 	NoReservation: {
-		Reserve: Reserved,
-		Reject:  Rejected,
-		Cancel:  CancelledBeforeReserve,
+		Reserve:    Reserved,
+		Reject:     Rejected,
+		Cancel:     CancelledBeforeReserve,
+		CancelSold: CancelledBeforeReserve,
 	},
 	Reserved: {
 		Confirm: Committed,
 		Cancel:  Released,
-		Expire:  Expired,
+		// The cancel of a sale overtook its confirm: sold and returned.
+		CancelSold: Restocked,
+		Expire:     Expired,
 	},
 	Committed: {
-		Cancel: Restocked,
+		Cancel:     Restocked,
+		CancelSold: Restocked,
 	},
 	Expired: {
 		Confirm:      Committed,
 		ConfirmShort: CommitFailed,
 		Cancel:       Released,
+		CancelSold:   Restocked,
 	},
 }
 
@@ -176,9 +186,11 @@ const (
 // stock.
 var effects = map[Status]map[Status]StockEffect{
 	NoReservation: {Reserved: EffectHold},
-	Reserved:      {Committed: EffectCommit, Released: EffectRelease, Expired: EffectRelease},
-	Committed:     {Restocked: EffectRestock},
-	Expired:       {Committed: EffectTake},
+	// Reserved -> restocked: the sale (on_hand -= q, reserved -= q) and its
+	// return (on_hand += q) together leave reserved -= q.
+	Reserved:  {Committed: EffectCommit, Released: EffectRelease, Expired: EffectRelease, Restocked: EffectRelease},
+	Committed: {Restocked: EffectRestock},
+	Expired:   {Committed: EffectTake},
 }
 
 // Effect returns what the move from -> to does to the stock of each held

@@ -12,15 +12,17 @@ import (
 // nothing else moves a reservation. Terminal statuses accept nothing.
 func TestTransitionTable(t *testing.T) {
 	want := map[Status]map[Trigger]Status{
-		NoReservation: {Reserve: Reserved, Reject: Rejected, Cancel: CancelledBeforeReserve},
-		Reserved:      {Confirm: Committed, Cancel: Released, Expire: Expired},
-		Committed:     {Cancel: Restocked},
+		NoReservation: {Reserve: Reserved, Reject: Rejected, Cancel: CancelledBeforeReserve, CancelSold: CancelledBeforeReserve},
+		// A cancel after the confirm that overtook the confirm: the sale
+		// and its return, so restocked, and the late confirm finds it closed.
+		Reserved:  {Confirm: Committed, Cancel: Released, CancelSold: Restocked, Expire: Expired},
+		Committed: {Cancel: Restocked, CancelSold: Restocked},
 		// The late payment: take the stock again or fail; a cancel finds
 		// nothing to release but closes the reservation, so that a confirm
 		// overtaken by its cancel cannot take stock afterwards.
-		Expired: {Confirm: Committed, ConfirmShort: CommitFailed, Cancel: Released},
+		Expired: {Confirm: Committed, ConfirmShort: CommitFailed, Cancel: Released, CancelSold: Restocked},
 	}
-	if len(Statuses) != 9 || len(Triggers) != 6 {
+	if len(Statuses) != 9 || len(Triggers) != 7 {
 		t.Fatalf("%d statuses and %d triggers: a new one needs its row and column in want", len(Statuses), len(Triggers))
 	}
 	for _, s := range Statuses {
@@ -60,6 +62,7 @@ func TestEffects(t *testing.T) {
 		{Reserved, Committed}:     EffectCommit,
 		{Reserved, Released}:      EffectRelease,
 		{Reserved, Expired}:       EffectRelease,
+		{Reserved, Restocked}:     EffectRelease, // sold and returned: on_hand unchanged
 		{Committed, Restocked}:    EffectRestock,
 		{Expired, Committed}:      EffectTake,
 	}
@@ -76,6 +79,7 @@ func TestEffects(t *testing.T) {
 		{NoReservation, CancelledBeforeReserve}: "null compensation: nothing was held",
 		{Expired, CommitFailed}:                 "the late take failed: nothing taken",
 		{Expired, Released}:                     "the expiry already released it",
+		{Expired, Restocked}:                    "the expiry released it and the late confirm never took it",
 	}
 	for _, s := range Statuses {
 		for _, tr := range Triggers {

@@ -325,7 +325,11 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 	if r.Status == inventory.Expired {
 		reason += " (after the lease expired; its stock was released then)"
 	}
-	return a.move(ctx, tx, log, r, inventory.Cancel, reason)
+	trigger := inventory.Cancel
+	if p.AfterConfirm { // the sale happened, whether or not its confirm has arrived
+		trigger = inventory.CancelSold
+	}
+	return a.move(ctx, tx, log, r, trigger, reason)
 }
 
 // recordGap records, in the inbox transaction of e, that e arrived for an

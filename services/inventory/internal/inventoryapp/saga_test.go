@@ -150,6 +150,33 @@ func TestCancelAfterConfirmRestocks(t *testing.T) {
 	f.wantStock(t, nil)
 }
 
+// The cancel of a confirmed order can overtake its OrderConfirmed (two
+// dispatcher workers, many consumer workers: nothing orders one order's
+// events on the way). The cancel says the order was confirmed, so the
+// reservation ends restocked, not released: the sale and its return. The
+// late confirm finds it closed and takes nothing. Seen in the suite: the
+// end-to-end cancel-after-confirm test found the reservation released.
+func TestCancelOfASaleThatOvertookItsConfirm(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.process(t, created(t, 14, item("SKU-3", 7)))
+	cancel := envelope(t, events.OrderCancelled, 14, events.OrderCancelledV1{OrderID: 14, Reason: "customer", AfterConfirm: true})
+	cancel.AggregateVersion = 4
+	f.process(t, cancel)
+
+	f.wantStock(t, nil) // sold and returned: back to the seed
+	if r := f.reservation(t, 14); r.Status != inventory.Restocked {
+		t.Errorf("status = %s after the cancel of a sale, want restocked", r.Status)
+	}
+	confirm := confirmed(t, 14)
+	confirm.AggregateVersion = 3
+	f.process(t, confirm) // late: changes nothing
+	f.wantStock(t, nil)
+	if r := f.reservation(t, 14); r.Status != inventory.Restocked {
+		t.Errorf("status = %s after the late confirm, want still restocked", r.Status)
+	}
+}
+
 func TestSameEventTwiceReservesOnce(t *testing.T) {
 	t.Parallel()
 	f := setup(t)

@@ -474,8 +474,18 @@ func TestCancelInEveryState(t *testing.T) {
 
 	var cancels []uint64
 	for _, r := range f.outbox(t) {
-		if r.Type == events.OrderCancelled {
-			cancels = append(cancels, r.Agg)
+		if r.Type != events.OrderCancelled {
+			continue
+		}
+		cancels = append(cancels, r.Agg)
+		// Only the cancel of the confirmed order says a sale happened:
+		// inventory restocks it even if this event overtakes the confirm.
+		p, err := events.Decode[events.OrderCancelledV1](r.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := r.Agg == c.ID; p.AfterConfirm != want {
+			t.Errorf("OrderCancelled of order %d: after_confirm %v, want %v", r.Agg, p.AfterConfirm, want)
 		}
 	}
 	if len(cancels) != 3 {

@@ -107,7 +107,11 @@ func emits(t order.Trigger, reason string) func(order.Order) (events.Type, any) 
 		}
 	case order.PaymentFailed, order.CancelRequested, order.InventoryCommitFailed:
 		return func(o order.Order) (events.Type, any) {
-			return events.OrderCancelled, events.OrderCancelledV1{OrderID: o.ID, Reason: reason}
+			// o is the order before the move: a cancel of a confirmed
+			// order says so (inventory restocks the sale even when this
+			// event overtakes the OrderConfirmed).
+			return events.OrderCancelled, events.OrderCancelledV1{OrderID: o.ID, Reason: reason,
+				AfterConfirm: o.Status == order.Confirmed}
 		}
 	}
 	return nil
