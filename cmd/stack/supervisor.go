@@ -75,7 +75,7 @@ func table(cfg config) []*proc {
 	}
 	for k := 1; k <= cfg.instances; k++ {
 		for _, svc := range stack.Services {
-			in := svc.Instance(k)
+			in := svc.InstanceOf(k, cfg.instances)
 			add(in.Name(), svc.Name, k, in.URL(), in.Env(cfg.getenv, cfg.httpHost, cfg.brokers()))
 		}
 	}

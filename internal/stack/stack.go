@@ -59,10 +59,26 @@ func (s Service) URL() string { return s.Instance(1).URL() }
 type Instance struct {
 	Service Service
 	K       int // 1, 2, ...
+	N       int // instances of each service in the stack (0: K)
 }
 
 // Instance returns instance k (from 1) of the service.
 func (s Service) Instance(k int) Instance { return Instance{Service: s, K: k} }
+
+// InstanceOf returns instance k of the service in a stack of n instances
+// of each service: its Env lists the n instances of its peers.
+func (s Service) InstanceOf(k, n int) Instance { return Instance{Service: s, K: k, N: n} }
+
+// URLs are the base URLs of the first n instances, separated by commas
+// (INVENTORY_URL, PAYMENT_URL), rotated to start at instance k (mod n), so
+// that neighbouring callers start on different instances.
+func (s Service) URLs(n, k int) string {
+	var out []string
+	for j := 1; j <= max(n, 1); j++ {
+		out = append(out, s.Instance(j).URL())
+	}
+	return strings.Join(Rotate(out, k-1), ",")
+}
 
 // InstanceSpacing is the distance between the ports of two instances of a
 // service: instance k listens on the service's port + InstanceSpacing*(k-1)
@@ -134,11 +150,12 @@ func (i Instance) Env(getenv func(string) string, httpHost string, brokers []str
 	}
 	switch s.Name {
 	case "order":
-		// The first instances' URLs: the order service's peer client takes
-		// one address for now.
+		// Every instance of its peers: the peer client moves on to the
+		// next on a transport error.
 		inventory, _ := Lookup("inventory")
 		payment, _ := Lookup("payment-fake")
-		env["INVENTORY_URL"], env["PAYMENT_URL"] = inventory.URL(), payment.URL()
+		n := max(i.N, i.K)
+		env["INVENTORY_URL"], env["PAYMENT_URL"] = inventory.URLs(n, i.K), payment.URLs(n, i.K)
 	case "payment-fake":
 		// The fake PSP is mounted on each payment instance's own listener;
 		// its books are tables of payment_service, which every instance

@@ -103,6 +103,11 @@ func TestInstanceEnv(t *testing.T) {
 	if want := []string{"127.0.0.1:5703", "127.0.0.1:5701", "127.0.0.1:5702"}; !slices.Equal(hosts, want) {
 		t.Errorf("AMQP_URL hosts %v, want %v", hosts, want)
 	}
+	// The order service's peers: every instance, its own number first.
+	oenv := order.InstanceOf(2, 2).Env(getenv, "127.0.0.1", brokers)
+	if oenv["INVENTORY_URL"] != "http://127.0.0.1:8182,http://127.0.0.1:8082" || oenv["PAYMENT_URL"] != "http://127.0.0.1:8183,http://127.0.0.1:8083" {
+		t.Errorf("order-2 of 2: INVENTORY_URL %q, PAYMENT_URL %q", oenv["INVENTORY_URL"], oenv["PAYMENT_URL"])
+	}
 	if got := payment.Instance(2).Env(getenv, "127.0.0.1", brokers)["PSP_URL"]; got != "http://127.0.0.1:8183/psp" {
 		t.Errorf("payment instance 2 PSP_URL = %q, want its own listener", got)
 	}

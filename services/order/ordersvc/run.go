@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
@@ -87,9 +87,11 @@ func loadSettings(env *process.Env) (settings, error) {
 		errs = append(errs, fmt.Errorf("RECONCILE_WINDOW=%s: must be longer than RECONCILE_GRACE=%s (finished orders are compared between the two)",
 			s.Reconcile.Window, s.Reconcile.Grace))
 	}
+	// Each may list several instances, separated by commas (the order
+	// service asks the next on a transport error).
 	for key, v := range map[string]string{"INVENTORY_URL": s.InventoryURL, "PAYMENT_URL": s.PaymentURL} {
-		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s=%q: want http://host:port", key, process.MaskURL(v)))
+		if _, err := endpoints.Parse(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", key, process.MaskURL(v), err))
 		}
 	}
 	return s, errors.Join(errs...)
