@@ -80,10 +80,15 @@ func TestComposeAppEnvironment(t *testing.T) {
 	if got := environment(p, "payment-fake")["PSP_URL"]; got != "http://127.0.0.1:8083/psp" {
 		t.Errorf("payment-fake PSP_URL = %q, want http://127.0.0.1:8083/psp", got)
 	}
-	order := environment(p, "order")
-	for k, want := range map[string]string{"INVENTORY_URL": "http://inventory:8082", "PAYMENT_URL": "http://payment-fake:8083"} {
-		if got := order[k]; got != want {
-			t.Errorf("order %s = %q, want %q", k, got, want)
+	// Each order instance lists both instances of each peer, its own
+	// number first.
+	for name, want := range map[string][2]string{
+		"order":   {"http://inventory:8082,http://inventory-2:8082", "http://payment-fake:8083,http://payment-fake-2:8083"},
+		"order-2": {"http://inventory-2:8082,http://inventory:8082", "http://payment-fake-2:8083,http://payment-fake:8083"},
+	} {
+		env := environment(p, name)
+		if env["INVENTORY_URL"] != want[0] || env["PAYMENT_URL"] != want[1] {
+			t.Errorf("%s: INVENTORY_URL %q, PAYMENT_URL %q, want %q, %q", name, env["INVENTORY_URL"], env["PAYMENT_URL"], want[0], want[1])
 		}
 	}
 }

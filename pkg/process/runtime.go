@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"io"
 	"log/slog"
 	"net"
@@ -69,11 +70,20 @@ type loop struct {
 func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(rabbit.Namespace) rabbit.Topology, stdout io.Writer) (context.Context, *Runtime, error) {
 	// JSON logs; a record logged with a context that carries a traceparent
 	// gets its trace_id, so one order can be followed across services.
-	log := slog.New(tracing.LogHandler{Handler: slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})}).With("service", cfg.Name)
+	// Every line names the instance too: with several instances of a
+	// service, a line says which one logged it.
+	log := slog.New(tracing.LogHandler{Handler: slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})}).
+		With("service", cfg.Name, "instance", cfg.InstanceID)
 	log.Info("starting", "config", cfg.Masked())
+	// The rows that record who acted read the instance from the context.
+	ctx = instance.With(ctx, cfg.InstanceID)
 
 	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: prometheus.NewRegistry(), started: time.Now().UTC()}
 	r.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "service_info", Help: "1, labelled with the service and this instance (INSTANCE_ID).",
+		ConstLabels: prometheus.Labels{"service": cfg.Name, "instance": cfg.InstanceID}})
+	info.Set(1)
+	r.Metrics.MustRegister(info)
 
 	// Failpoints: a registry already in ctx (in-process tests) wins;
 	// otherwise a fresh one armed from FAILPOINTS.
@@ -218,7 +228,7 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
 	mux.Route("/admin", func(ar chi.Router) {
 		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
-		(&admin.Handler{DB: r.DB, Log: r.Log, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
+		(&admin.Handler{DB: r.DB, Log: r.Log, Service: r.Cfg.Name, Instance: r.Cfg.InstanceID, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
 			DB: r.DB, Publisher: r.redrive, QueueOf: r.QueueOf, Log: r.Log.With("component", "redrive"), OnRedriven: r.Inbox.Redriven,
 		}}).Routes(ar)
 		for _, routes := range adminRoutes {
