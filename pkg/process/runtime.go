@@ -137,7 +137,9 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 	r.Inbox = inbox.NewMetrics(r.Metrics)
 	r.redrive = r.Broker.NewPublisher()
 
-	// Retention of the messaging tables, in every service.
+	// Retention of the messaging tables, in every service. Concurrent on
+	// every instance: each DELETE restates its conditions, and a rival's
+	// deletions only shrink the next batch.
 	cleaner := retention.New(db, retention.Config{
 		InboxWindow:  cfg.InboxRetention,
 		OutboxWindow: cfg.OutboxRetention,
@@ -149,6 +151,8 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 	r.Loop("retention", cleaner.Run)
 	// Delta events parked past their deadline are alerted on once each,
 	// within a quarter of the deadline after it passed (every 30 s at most).
+	// Concurrent on every instance: the stamp is compare-and-set, so one
+	// instance alerts on each event.
 	r.Metrics.MustRegister(ordering.ParkedCollector(db))
 	r.Loop("parked events check", func(ctx context.Context) error {
 		t := time.NewTicker(min(30*time.Second, max(cfg.ParkDeadline/4, 100*time.Millisecond)))
@@ -291,6 +295,8 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 	}
 	run("http", func(ctx context.Context) error { return web.Serve(ctx, l, handler, r.Cfg.ShutdownTimeout) })
 	if r.Cfg.OutboxDispatch {
+		// Concurrent on every instance: claims are FOR UPDATE SKIP LOCKED
+		// with a claim token, and only the token's holder marks a row sent.
 		run("outbox", r.Outbox.Run)
 	} else {
 		r.Log.Warn("outbox dispatcher disabled (OUTBOX_DISPATCH=off): events stay pending")

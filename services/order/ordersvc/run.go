@@ -154,7 +154,10 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	rt.Consume(orderbindings.Queue, inbox.NewConsumer(consumer))
 
 	// The persistent timer: deadlines live in orders.deadline_at, so a
-	// restart resumes from the table (see orderapp/deadline.go).
+	// restart resumes from the table (see orderapp/deadline.go). It and the
+	// reconciler are singletons across instances (a database lease per
+	// tick or run): a second one at once would ask the same peers about the
+	// same orders, and the reconciler would write its audit rows twice.
 	rt.Loop("deadline-sweep", func(ctx context.Context) error {
 		return app.RunDeadlineSweep(ctx, own.DeadlineSweep, own.DeadlineBatch)
 	})

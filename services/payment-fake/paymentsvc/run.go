@@ -61,7 +61,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	rt.Consume(paymentbindings.RefundQueue, inbox.NewConsumer(refunds))
 
 	// The persistent driver of every open charge and refund: a table scan,
-	// not a timer in memory (see paymentapp/sweep.go).
+	// not a timer in memory (see paymentapp/sweep.go). Concurrent on every
+	// instance: each round claims its rows FOR UPDATE SKIP LOCKED and moves
+	// them past their backoff, so no row is worked by two sweeps.
 	rt.Loop("payment-sweep", func(ctx context.Context) error { return app.RunSweeper(ctx, scfg.SweepInterval) })
 
 	router := rt.Router(paymenthttp.AdminRoutes(app, rt.Log))
