@@ -77,8 +77,23 @@ func TestComposeAppEnvironment(t *testing.T) {
 
 	// Only the payment service talks to the PSP, which lives on its own
 	// listener; the order service finds the others by their compose names.
-	if got := environment(p, "payment-fake")["PSP_URL"]; got != "http://127.0.0.1:8083/psp" {
-		t.Errorf("payment-fake PSP_URL = %q, want http://127.0.0.1:8083/psp", got)
+	for _, name := range []string{"payment-fake", "payment-fake-2"} {
+		if got := environment(p, name)["PSP_URL"]; got != "http://psp:8084/psp" {
+			t.Errorf("%s PSP_URL = %q, want the one PSP process, http://psp:8084/psp", name, got)
+		}
+	}
+	// The PSP: payment's schema and account, its own failpoints, what
+	// scripts/up.sh gives it (stack.PSPEnv).
+	psp := environment(p, "psp")
+	local := stack.PSPEnv(func(k string) string { return example[k] }, "0.0.0.0")
+	for _, k := range slices.Sorted(maps.Keys(local)) {
+		if _, ok := psp[k]; !ok {
+			t.Errorf("scripts/up.sh gives the PSP %s; docker-compose.yml does not", k)
+		}
+	}
+	checkDSN(t, psp["MYSQL_DSN"], example["PAYMENT_DB_USER"], example["PAYMENT_DB_PASSWORD"], "mysql:3306", "payment_service")
+	if psp["HTTP_ADDR"] != ":8084" || psp["INSTANCE_ID"] != "psp" {
+		t.Errorf("psp HTTP_ADDR %q INSTANCE_ID %q", psp["HTTP_ADDR"], psp["INSTANCE_ID"])
 	}
 	// Each order instance lists both instances of each peer, its own
 	// number first.

@@ -26,7 +26,7 @@ import (
 
 func TestComposeServices(t *testing.T) {
 	p := loadCompose(t, nil)
-	want := []string{"inventory", "mysql", "order", "payment-fake", "rabbitmq", "viewer"}
+	want := []string{"inventory", "mysql", "order", "payment-fake", "psp", "rabbitmq", "viewer"}
 	var got []string
 	for name, s := range p.Services {
 		if len(s.Profiles) == 0 { // optional profiles (observability) do not start by default
@@ -165,7 +165,7 @@ func TestComposePorts(t *testing.T) {
 		"rabbitmq 15672->15672", // management UI
 		"rabbitmq 5672->5672",   // AMQP: the failure lab publishes duplicates
 	}
-	for _, svc := range append(slices.Clone(stack.Services), stack.Viewer) {
+	for _, svc := range append(slices.Clone(stack.Services), stack.Viewer, stack.PSP) {
 		want = append(want, fmt.Sprintf("%s %d->%d", svc.Name, svc.Port, svc.Port))
 	}
 	sort.Strings(want)

@@ -28,7 +28,8 @@ import (
 
 // Target is a running stack.
 type Target interface {
-	// URL is the base URL of "order", "inventory" or "payment".
+	// URL is the base URL of "order", "inventory", "payment" or "psp" (the
+	// PSP process: its books and switches under /psp).
 	URL(service string) string
 	// Publish sends an event straight to the saga exchange, as a duplicate
 	// delivery or a reordering network would.
@@ -309,7 +310,7 @@ func (l *Lab) charges(ctx context.Context, id string) ([]Charge, error) {
 	var c struct {
 		Charges []Charge `json:"charges"`
 	}
-	return c.Charges, l.get(ctx, "payment", "/psp/charges?order_ref="+url.QueryEscape(id), &c)
+	return c.Charges, l.get(ctx, "psp", "/psp/charges?order_ref="+url.QueryEscape(id), &c)
 }
 
 // Refund is one refund in the PSP's books.
@@ -324,7 +325,7 @@ func (l *Lab) refunds(ctx context.Context, chargeID string) ([]Refund, error) {
 	var f struct {
 		Refunds []Refund `json:"refunds"`
 	}
-	return f.Refunds, l.get(ctx, "payment", "/psp/refunds?charge_id="+url.QueryEscape(chargeID), &f)
+	return f.Refunds, l.get(ctx, "psp", "/psp/refunds?charge_id="+url.QueryEscape(chargeID), &f)
 }
 
 // --- messaging tables (admin endpoints) ----------------------------------

@@ -32,8 +32,9 @@ type LiveTarget struct {
 	stop    context.CancelFunc
 }
 
-// NewLiveTarget reads ORDER_URL, INVENTORY_URL, PAYMENT_URL and
-// LAB_AMQP_URL, with the addresses of scripts/up.sh as defaults.
+// NewLiveTarget reads ORDER_URL, INVENTORY_URL, PAYMENT_URL, PSP_URL (the
+// PSP process, without its /psp) and LAB_AMQP_URL, with the addresses of
+// scripts/up.sh as defaults.
 func NewLiveTarget(getenv func(string) string) *LiveTarget {
 	env := func(k, def string) string {
 		if v := getenv(k); v != "" {
@@ -46,6 +47,7 @@ func NewLiveTarget(getenv func(string) string) *LiveTarget {
 			"order":     strings.TrimRight(env("ORDER_URL", "http://127.0.0.1:8081"), "/"),
 			"inventory": strings.TrimRight(env("INVENTORY_URL", "http://127.0.0.1:8082"), "/"),
 			"payment":   strings.TrimRight(env("PAYMENT_URL", "http://127.0.0.1:8083"), "/"),
+			"psp":       strings.TrimSuffix(strings.TrimRight(env("PSP_URL", "http://127.0.0.1:8084"), "/"), "/psp"),
 		},
 		amqpURL: env("LAB_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		client:  http.Client{Timeout: 3 * time.Second},
