@@ -14,16 +14,16 @@ import (
 
 // Report is what one experiment found.
 type Report struct {
-	Name     string        `json:"name"`
-	Title    string        `json:"title"`
-	WrongWay string        `json:"wrong_way,omitempty"` // the wrong-way switch the run used, "" for the right way
+	Name     string `json:"name"`
+	Title    string `json:"title"`
+	WrongWay string `json:"wrong_way,omitempty"` // the wrong-way switch the run used, "" for the right way
 	// Acted lists, per service, the instances the run's failpoints and
 	// switches went to (a stack of several instances only).
-	Acted map[string][]string `json:"acted_on,omitempty"`
-	Sections []Section     `json:"sections"`
-	Checks   []Check       `json:"checks"`
-	Verdict  string        `json:"verdict"`
-	Took     time.Duration `json:"-"`
+	Acted    map[string][]string `json:"acted_on,omitempty"`
+	Sections []Section           `json:"sections"`
+	Checks   []Check             `json:"checks"`
+	Verdict  string              `json:"verdict"`
+	Took     time.Duration       `json:"-"`
 
 	step func(Step) // reports each check as it is made
 }
