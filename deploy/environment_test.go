@@ -77,13 +77,33 @@ func TestComposeAppEnvironment(t *testing.T) {
 
 	// Only the payment service talks to the PSP, which lives on its own
 	// listener; the order service finds the others by their compose names.
-	if got := environment(p, "payment-fake")["PSP_URL"]; got != "http://127.0.0.1:8083/psp" {
-		t.Errorf("payment-fake PSP_URL = %q, want http://127.0.0.1:8083/psp", got)
+	for _, name := range []string{"payment-fake", "payment-fake-2"} {
+		if got := environment(p, name)["PSP_URL"]; got != "http://psp:8084/psp" {
+			t.Errorf("%s PSP_URL = %q, want the one PSP process, http://psp:8084/psp", name, got)
+		}
 	}
-	order := environment(p, "order")
-	for k, want := range map[string]string{"INVENTORY_URL": "http://inventory:8082", "PAYMENT_URL": "http://payment-fake:8083"} {
-		if got := order[k]; got != want {
-			t.Errorf("order %s = %q, want %q", k, got, want)
+	// The PSP: payment's schema and account, its own failpoints, what
+	// scripts/up.sh gives it (stack.PSPEnv).
+	psp := environment(p, "psp")
+	local := stack.PSPEnv(func(k string) string { return example[k] }, "0.0.0.0")
+	for _, k := range slices.Sorted(maps.Keys(local)) {
+		if _, ok := psp[k]; !ok {
+			t.Errorf("scripts/up.sh gives the PSP %s; docker-compose.yml does not", k)
+		}
+	}
+	checkDSN(t, psp["MYSQL_DSN"], example["PAYMENT_DB_USER"], example["PAYMENT_DB_PASSWORD"], "mysql:3306", "payment_service")
+	if psp["HTTP_ADDR"] != ":8084" || psp["INSTANCE_ID"] != "psp" {
+		t.Errorf("psp HTTP_ADDR %q INSTANCE_ID %q", psp["HTTP_ADDR"], psp["INSTANCE_ID"])
+	}
+	// Each order instance lists both instances of each peer, its own
+	// number first.
+	for name, want := range map[string][2]string{
+		"order":   {"http://inventory:8082,http://inventory-2:8082", "http://payment-fake:8083,http://payment-fake-2:8083"},
+		"order-2": {"http://inventory-2:8082,http://inventory:8082", "http://payment-fake-2:8083,http://payment-fake:8083"},
+	} {
+		env := environment(p, name)
+		if env["INVENTORY_URL"] != want[0] || env["PAYMENT_URL"] != want[1] {
+			t.Errorf("%s: INVENTORY_URL %q, PAYMENT_URL %q, want %q, %q", name, env["INVENTORY_URL"], env["PAYMENT_URL"], want[0], want[1])
 		}
 	}
 }

@@ -26,7 +26,7 @@ import (
 
 func TestComposeServices(t *testing.T) {
 	p := loadCompose(t, nil)
-	want := []string{"inventory", "mysql", "order", "payment-fake", "rabbitmq", "viewer"}
+	want := []string{"inventory", "mysql", "order", "payment-fake", "psp", "rabbitmq", "viewer"}
 	var got []string
 	for name, s := range p.Services {
 		if len(s.Profiles) == 0 { // optional profiles (observability) do not start by default
@@ -165,7 +165,7 @@ func TestComposePorts(t *testing.T) {
 		"rabbitmq 15672->15672", // management UI
 		"rabbitmq 5672->5672",   // AMQP: the failure lab publishes duplicates
 	}
-	for _, svc := range append(slices.Clone(stack.Services), stack.Viewer) {
+	for _, svc := range append(slices.Clone(stack.Services), stack.Viewer, stack.PSP) {
 		want = append(want, fmt.Sprintf("%s %d->%d", svc.Name, svc.Port, svc.Port))
 	}
 	sort.Strings(want)
@@ -346,10 +346,12 @@ func TestComposeHAProfile(t *testing.T) {
 			t.Errorf("%s ports %+v: want %d on 127.0.0.1 with no fixed host port (docker compose port %s %d)", name, s.Ports, svc.Port, name, svc.Port)
 		}
 		// The same settings as the first instance but its identity and its
-		// order of the nodes: another node first.
+		// order of the nodes (and of its peers' instances, checked in
+		// TestComposeEnvironment): another one first.
 		env, env1 := environment(p, name), environment(p, svc.Name)
+		rotated := map[string]bool{"INSTANCE_ID": true, "AMQP_URL": true, "INVENTORY_URL": true, "PAYMENT_URL": true, "PSP_URL": true}
 		for _, k := range slices.Sorted(maps.Keys(env1)) {
-			if k != "INSTANCE_ID" && k != "AMQP_URL" && env[k] != env1[k] {
+			if !rotated[k] && env[k] != env1[k] {
 				t.Errorf("%s %s = %q, want %s's %q", name, k, env[k], svc.Name, env1[k])
 			}
 		}

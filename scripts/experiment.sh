@@ -6,6 +6,10 @@
 #   scripts/experiment.sh duplicate-window         one experiment
 #   scripts/experiment.sh -wrong-way atomic-commit the same, with the mistake the mechanism prevents
 #   scripts/experiment.sh all                      every experiment
+#   scripts/experiment.sh -instance order-2 claim-crash
+#                                                  on a stack of several instances (up.sh -n 2):
+#                                                  failpoints and switches on that instance only
+#                                                  (default all: every instance of the service)
 #
 # delta-overdue waits for the inventory service's PARK_DEADLINE (5m by
 # default): start the stack with PARK_DEADLINE=20s scripts/up.sh -d to see

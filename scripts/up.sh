@@ -43,6 +43,7 @@
 #      passwords reset to the configured ones;
 #   4. go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer;
 #   5. bin/stack up (cmd/stack): starts the cluster's nodes if asked, then
+#      the fake PSP (bin/psp, one process on :8084 whatever -n), then
 #      every instance of bin/order, bin/inventory and bin/payment-fake, then
 #      in demo mode bin/viewer (the saga viewer on :8080, showing the first
 #      instances), with logs in .run/<name>.log (the previous run's kept as

@@ -199,7 +199,8 @@ func (o *options) topology(st *chaos.Stack) error {
 			}
 		}
 	}
-	for svc, def := range map[string]string{"order": "http://127.0.0.1:8081", "inventory": "http://127.0.0.1:8082", "payment": "http://127.0.0.1:8083"} {
+	for svc, def := range map[string]string{"order": "http://127.0.0.1:8081", "inventory": "http://127.0.0.1:8082", "payment": "http://127.0.0.1:8083",
+		"psp": "http://127.0.0.1:8084"} {
 		if _, set := o.urls[svc]; !set {
 			o.urls[svc] = def
 		}

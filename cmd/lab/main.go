@@ -7,6 +7,12 @@
 //	go run ./cmd/lab duplicate-window
 //	go run ./cmd/lab -wrong-way atomic-commit
 //	go run ./cmd/lab all
+//	go run ./cmd/lab -instance order-2 claim-crash
+//
+// On a stack of several instances (scripts/up.sh -n 2), failpoints and
+// wrong-way switches go to every instance of the service an experiment
+// names, or with -instance to that one instance only (its INSTANCE_ID,
+// as .run/stack.json lists it); each line of the evidence says which.
 //
 // An experiment that waits for a setting of the stack waits as long as the
 // setting says, even past -patience: delta-overdue waits for PARK_DEADLINE.
@@ -39,8 +45,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	fs := flag.NewFlagSet("lab", flag.ContinueOnError)
 	wrong := fs.Bool("wrong-way", false, "run the experiment with its wrong-way switch on, to see the anomaly")
 	patience := fs.Duration("patience", 2*time.Minute, "how long to wait for recovery")
+	instance := fs.String("instance", lab.AllInstances, "where failpoints and wrong-way switches go: all, or one INSTANCE_ID (order-2)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: scripts/experiment.sh [-wrong-way] <experiment>|list|all")
+		fmt.Fprintln(fs.Output(), "usage: scripts/experiment.sh [-wrong-way] [-instance all|<instance id>] <experiment>|list|all")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -79,8 +86,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 		}
 	}
 	defer t.Close()
+	if err := lab.CheckInstance(t, *instance); err != nil {
+		return err
+	}
 	l := lab.New(t, getenv("ADMIN_TOKEN"), out)
 	l.Patience = *patience
+	l.Instance = *instance
+	for _, svc := range lab.Services {
+		if in := t.Instances(svc); len(in) > 1 {
+			fmt.Fprintf(out, "%d instances of %s; failpoints and switches go to %s\n", len(in), svc, *instance)
+		}
+	}
 	failed := 0
 	for _, s := range todo {
 		if *wrong && s.WrongWay == "" {

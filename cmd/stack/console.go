@@ -93,12 +93,9 @@ func (c *console) banner(cfg config) {
 		}
 		fmt.Fprintf(&b, "  %-15s %s   log .run/%s.log\n", p.Name, p.URL, p.Name)
 	}
-	payment, _ := stack.Lookup("payment-fake")
-	fmt.Fprintf(&b, "  %-15s %s/psp", "fake PSP", payment.URL())
 	if cfg.instances > 1 {
-		b.WriteString(" (each payment instance serves it; its books are shared)")
+		fmt.Fprintf(&b, "  %-15s one for every payment instance: its switches apply to every caller\n", "")
 	}
-	b.WriteString("\n")
 	if stack.DemoMode(cfg.getenv) {
 		fmt.Fprintf(&b, "  %-15s %s/   the saga viewer and the failure lab in the browser (docs/viewer.md)\n", "viewer", stack.Viewer.URL())
 	}

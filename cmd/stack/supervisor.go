@@ -47,8 +47,8 @@ type proc struct {
 
 // table is the processes the stack runs: every instance of each service
 // (the first instances, then the second ones, ...), then, in demo mode,
-// the viewer. A standalone process of another kind (a PSP of its own,
-// say) is one more add here, before the services that call it.
+// the viewer. The PSP comes first, one process however many instances:
+// the payment instances call it.
 func table(cfg config) []*proc {
 	var procs []*proc
 	add := func(name, svc string, k int, url string, own map[string]string) {
@@ -73,9 +73,10 @@ func table(cfg config) []*proc {
 			done: make(chan struct{}),
 		})
 	}
+	add(stack.PSP.Name, stack.PSP.Name, 1, stack.PSP.URL(), stack.PSPEnv(cfg.getenv, cfg.httpHost))
 	for k := 1; k <= cfg.instances; k++ {
 		for _, svc := range stack.Services {
-			in := svc.Instance(k)
+			in := svc.InstanceOf(k, cfg.instances)
 			add(in.Name(), svc.Name, k, in.URL(), in.Env(cfg.getenv, cfg.httpHost, cfg.brokers()))
 		}
 	}

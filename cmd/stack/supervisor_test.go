@@ -166,7 +166,8 @@ func TestSupervisorKillsWhatDoesNotStop(t *testing.T) {
 }
 
 // The table with -n 2 and a cluster: every instance under its own name,
-// port, log and pid file, the first instances first, the viewer last.
+// port, log and pid file: the one PSP first, then the first instances,
+// the viewer last.
 func TestTableOfInstances(t *testing.T) {
 	cfg := config{root: "/r", runDir: "/r/.run", httpHost: "127.0.0.1", instances: 2, clusterSize: 3, clusterPort: 5701,
 		getenv: func(k string) string { return map[string]string{"DEMO_MODE": "true"}[k] }}
@@ -179,11 +180,12 @@ func TestTableOfInstances(t *testing.T) {
 		}
 		got = append(got, fmt.Sprintf("%s %s#%d %s %s %s %s %s", p.Name, p.Service, p.Instance, p.URL,
 			filepath.Base(p.Log), filepath.Base(p.PIDFile), env["INSTANCE_ID"], env["HTTP_ADDR"]))
-		if p.Service != "viewer" && strings.Count(env["AMQP_URL"], "amqp://") != 3 {
+		if p.Service != "viewer" && p.Service != "psp" && strings.Count(env["AMQP_URL"], "amqp://") != 3 {
 			t.Errorf("%s AMQP_URL = %q, want the three nodes", p.Name, env["AMQP_URL"])
 		}
 	}
 	want := []string{
+		"psp psp#1 http://127.0.0.1:8084 psp.log psp.pid psp 127.0.0.1:8084",
 		"order order#1 http://127.0.0.1:8081 order.log order.pid order-1 127.0.0.1:8081",
 		"inventory inventory#1 http://127.0.0.1:8082 inventory.log inventory.pid inventory-1 127.0.0.1:8082",
 		"payment-fake payment-fake#1 http://127.0.0.1:8083 payment-fake.log payment-fake.pid payment-fake-1 127.0.0.1:8083",

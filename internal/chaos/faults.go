@@ -319,7 +319,7 @@ func (in *injector) inject(ctx context.Context, f Fault) (string, error) {
 		if f.Target == "slow" {
 			sw["delay_ms"] = 1500
 		}
-		code, _, err := in.obs.lab.Do(ctx, "payment", http.MethodPut, "/psp/switches", nil, sw, nil)
+		code, _, err := in.obs.lab.Do(ctx, "psp", http.MethodPut, "/psp/switches", nil, sw, nil)
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("PUT /psp/switches answered %d (is DEMO_MODE on?)", code)
 		}
@@ -419,7 +419,7 @@ func (in *injector) heal(ctx context.Context) error {
 		errs = append(errs, in.broker.StartApp(ctx, locked))
 	}
 	if psp {
-		code, _, err := in.obs.lab.Do(ctx, "payment", http.MethodPut, "/psp/switches", nil, map[string]any{"mode": "normal"}, nil)
+		code, _, err := in.obs.lab.Do(ctx, "psp", http.MethodPut, "/psp/switches", nil, map[string]any{"mode": "normal"}, nil)
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("PUT /psp/switches normal answered %d", code)
 		}

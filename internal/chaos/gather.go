@@ -73,7 +73,7 @@ func (o *observer) order(ctx context.Context, ord Order) (Order, error) {
 	var charges struct {
 		Charges []Charge `json:"charges"`
 	}
-	if err := o.lab.Get(ctx, "payment", "/psp/charges?order_ref="+url.QueryEscape(id), &charges); err != nil {
+	if err := o.lab.Get(ctx, "psp", "/psp/charges?order_ref="+url.QueryEscape(id), &charges); err != nil {
 		return ord, err
 	}
 	ord.Charges = []Charge{}
@@ -85,7 +85,7 @@ func (o *observer) order(ctx context.Context, ord Order) (Order, error) {
 					Status      string `json:"status"`
 				} `json:"refunds"`
 			}
-			if err := o.lab.Get(ctx, "payment", "/psp/refunds?charge_id="+url.QueryEscape(ch.ChargeID), &refunds); err != nil {
+			if err := o.lab.Get(ctx, "psp", "/psp/refunds?charge_id="+url.QueryEscape(ch.ChargeID), &refunds); err != nil {
 				return ord, err
 			}
 			for _, f := range refunds.Refunds {

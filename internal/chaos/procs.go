@@ -43,6 +43,9 @@ func (d StackFile) URLs() (map[string]string, error) {
 	}
 	urls := map[string]string{}
 	for _, p := range f.Processes {
+		if p.Service == stack.PSP.Name {
+			urls["psp"] = p.URL // the one PSP: its switches and books
+		}
 		for svc, name := range stackNames {
 			if p.Service == name {
 				urls[InstanceName(svc, p.Instance)] = p.URL

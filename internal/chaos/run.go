@@ -36,7 +36,7 @@ type Config struct {
 type Stack struct {
 	// URLs: "order", "inventory", "payment" -> base URL of the first
 	// instance; "order-2", "payment-3" and so on for the others
-	// (StackFile.URLs).
+	// (StackFile.URLs); "psp" -> the one PSP process.
 	URLs       map[string]string
 	AdminToken string
 	Processes  Processes

@@ -28,7 +28,8 @@ import (
 
 // Target is a running stack.
 type Target interface {
-	// URL is the base URL of "order", "inventory" or "payment".
+	// URL is the base URL of "order", "inventory", "payment" or "psp" (the
+	// PSP process: its books and switches under /psp).
 	URL(service string) string
 	// Publish sends an event straight to the saga exchange, as a duplicate
 	// delivery or a reordering network would.
@@ -61,6 +62,10 @@ type Lab struct {
 	Steps func(Step)
 	// Patience bounds every wait for recovery.
 	Patience time.Duration
+	// Instance narrows failpoints and wrong-way switches to one instance
+	// (its INSTANCE_ID, "order-2") on a stack of several; "" or
+	// AllInstances: every instance of the service (see targets).
+	Instance string
 
 	client http.Client
 }
@@ -72,6 +77,11 @@ func New(t Target, token string, out io.Writer) *Lab {
 
 // call sends a JSON request to a service and decodes a JSON answer.
 func (l *Lab) call(ctx context.Context, svc, method, path string, headers map[string]string, body, out any) (int, http.Header, error) {
+	return l.callAt(ctx, svc, l.T.URL(svc), method, path, headers, body, out)
+}
+
+// callAt is call to one instance: svc names it in errors, base is its URL.
+func (l *Lab) callAt(ctx context.Context, svc, base, method, path string, headers map[string]string, body, out any) (int, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -80,7 +90,7 @@ func (l *Lab) call(ctx context.Context, svc, method, path string, headers map[st
 		}
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, l.T.URL(svc)+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -309,7 +319,7 @@ func (l *Lab) charges(ctx context.Context, id string) ([]Charge, error) {
 	var c struct {
 		Charges []Charge `json:"charges"`
 	}
-	return c.Charges, l.get(ctx, "payment", "/psp/charges?order_ref="+url.QueryEscape(id), &c)
+	return c.Charges, l.get(ctx, "psp", "/psp/charges?order_ref="+url.QueryEscape(id), &c)
 }
 
 // Refund is one refund in the PSP's books.
@@ -324,7 +334,7 @@ func (l *Lab) refunds(ctx context.Context, chargeID string) ([]Refund, error) {
 	var f struct {
 		Refunds []Refund `json:"refunds"`
 	}
-	return f.Refunds, l.get(ctx, "payment", "/psp/refunds?charge_id="+url.QueryEscape(chargeID), &f)
+	return f.Refunds, l.get(ctx, "psp", "/psp/refunds?charge_id="+url.QueryEscape(chargeID), &f)
 }
 
 // --- messaging tables (admin endpoints) ----------------------------------
@@ -395,50 +405,80 @@ type FailpointStatus struct {
 	Paused    int    `json:"paused"`
 }
 
+// arm, release, disarm, failpoint and setWrongWay act on the instances
+// of svc that l.targets names (every instance unless Lab.Instance narrows
+// it), and their steps say which.
+
 func (l *Lab) arm(ctx context.Context, svc, point, action string, count int) error {
-	code, _, err := l.call(ctx, svc, http.MethodPut, "/debug/failpoints/"+point, nil,
-		map[string]any{"action": action, "count": count}, nil)
-	if err == nil && code != http.StatusOK {
-		err = fmt.Errorf("arm %s on %s: status %d (is DEMO_MODE on?)", point, svc, code)
+	in := l.targets(svc)
+	for _, i := range in {
+		code, _, err := l.callAt(ctx, i.ID, i.URL, http.MethodPut, "/debug/failpoints/"+point, nil,
+			map[string]any{"action": action, "count": count}, nil)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("arm %s on %s: status %d (is DEMO_MODE on?)", point, i.ID, code)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if err == nil {
-		l.step(Step{Kind: StepArmed, Service: svc, Point: point, Action: action, Count: count})
-	}
-	return err
+	l.step(Step{Kind: StepArmed, Service: svc, Instances: l.acted(svc, in), Point: point, Action: action, Count: count})
+	return nil
 }
 
 func (l *Lab) release(ctx context.Context, svc, point string) error {
-	code, _, err := l.call(ctx, svc, http.MethodPost, "/debug/failpoints/"+point+"/release", nil, nil, nil)
-	if err == nil && code != http.StatusOK {
-		err = fmt.Errorf("release %s on %s: status %d", point, svc, code)
+	in := l.targets(svc)
+	for _, i := range in {
+		code, _, err := l.callAt(ctx, i.ID, i.URL, http.MethodPost, "/debug/failpoints/"+point+"/release", nil, nil, nil)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("release %s on %s: status %d", point, i.ID, code)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if err == nil {
-		l.step(Step{Kind: StepReleased, Service: svc, Point: point})
-	}
-	return err
+	l.step(Step{Kind: StepReleased, Service: svc, Instances: l.acted(svc, in), Point: point})
+	return nil
 }
 
 func (l *Lab) disarm(ctx context.Context, svc, point string) error {
-	_, _, err := l.call(ctx, svc, http.MethodDelete, "/debug/failpoints/"+point, nil, nil, nil)
-	if err == nil {
-		l.step(Step{Kind: StepDisarmed, Service: svc, Point: point})
-	}
-	return err
-}
-
-func (l *Lab) failpoint(ctx context.Context, svc, point string) (FailpointStatus, error) {
-	var list struct {
-		Armed []FailpointStatus `json:"armed"`
-	}
-	if err := l.get(ctx, svc, "/debug/failpoints", &list); err != nil {
-		return FailpointStatus{}, err
-	}
-	for _, st := range list.Armed {
-		if st.Name == point {
-			return st, nil
+	in := l.targets(svc)
+	var first error
+	for _, i := range in {
+		if _, _, err := l.callAt(ctx, i.ID, i.URL, http.MethodDelete, "/debug/failpoints/"+point, nil, nil, nil); err != nil && first == nil {
+			first = err
 		}
 	}
-	return FailpointStatus{Name: point}, nil
+	if first == nil {
+		l.step(Step{Kind: StepDisarmed, Service: svc, Instances: l.acted(svc, in), Point: point})
+	}
+	return first
+}
+
+// failpoint is the point's status summed over the targeted instances: hit
+// or paused on any of them counts.
+func (l *Lab) failpoint(ctx context.Context, svc, point string) (FailpointStatus, error) {
+	sum := FailpointStatus{Name: point}
+	for _, i := range l.targets(svc) {
+		var list struct {
+			Armed []FailpointStatus `json:"armed"`
+		}
+		code, _, err := l.callAt(ctx, i.ID, i.URL, http.MethodGet, "/debug/failpoints", nil, nil, &list)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("%s GET /debug/failpoints: status %d", i.ID, code)
+		}
+		if err != nil {
+			return sum, err
+		}
+		for _, st := range list.Armed {
+			if st.Name == point {
+				sum.Action = st.Action
+				sum.Remaining += st.Remaining
+				sum.Hits += st.Hits
+				sum.Paused += st.Paused
+			}
+		}
+	}
+	return sum, nil
 }
 
 // waitHit waits until the failpoint has been hit at least once.
@@ -469,14 +509,18 @@ func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) e
 	if switches == nil {
 		switches = []string{}
 	}
-	code, _, err := l.call(ctx, svc, http.MethodPut, "/debug/wrong-way", nil, map[string]any{"on": switches}, nil)
-	if err == nil && code != http.StatusOK {
-		err = fmt.Errorf("wrong-way switches on %s: status %d (is DEMO_MODE on?)", svc, code)
+	in := l.targets(svc)
+	for _, i := range in {
+		code, _, err := l.callAt(ctx, i.ID, i.URL, http.MethodPut, "/debug/wrong-way", nil, map[string]any{"on": switches}, nil)
+		if err == nil && code != http.StatusOK {
+			err = fmt.Errorf("wrong-way switches on %s: status %d (is DEMO_MODE on?)", i.ID, code)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if err == nil {
-		l.step(Step{Kind: StepWrongWay, Service: svc, Switches: switches})
-	}
-	return err
+	l.step(Step{Kind: StepWrongWay, Service: svc, Instances: l.acted(svc, in), Switches: switches})
+	return nil
 }
 
 // wrongWayOn turns the run's wrong-way switch on at svc, on a wrong-way run

@@ -7,10 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/stack"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
@@ -24,16 +26,19 @@ var Services = []string{"order", "inventory", "payment"}
 type LiveTarget struct {
 	urls    map[string]string
 	amqpURL string
+	runDir  string // where scripts/up.sh keeps stack.json (the instances)
 	client  http.Client
 
 	mu      sync.Mutex
-	started map[string]string // service -> started_at before a crash
+	started map[string]string // instance URL -> started_at before a crash
 	conn    *rabbit.Conn
 	stop    context.CancelFunc
 }
 
-// NewLiveTarget reads ORDER_URL, INVENTORY_URL, PAYMENT_URL and
-// LAB_AMQP_URL, with the addresses of scripts/up.sh as defaults.
+// NewLiveTarget reads ORDER_URL, INVENTORY_URL, PAYMENT_URL, PSP_URL (the
+// PSP process, without its /psp) and LAB_AMQP_URL, with the addresses of
+// scripts/up.sh as defaults, and STACK_RUN_DIR (.run), where scripts/up.sh
+// lists every instance.
 func NewLiveTarget(getenv func(string) string) *LiveTarget {
 	env := func(k, def string) string {
 		if v := getenv(k); v != "" {
@@ -46,8 +51,10 @@ func NewLiveTarget(getenv func(string) string) *LiveTarget {
 			"order":     strings.TrimRight(env("ORDER_URL", "http://127.0.0.1:8081"), "/"),
 			"inventory": strings.TrimRight(env("INVENTORY_URL", "http://127.0.0.1:8082"), "/"),
 			"payment":   strings.TrimRight(env("PAYMENT_URL", "http://127.0.0.1:8083"), "/"),
+			"psp":       strings.TrimSuffix(strings.TrimRight(env("PSP_URL", "http://127.0.0.1:8084"), "/"), "/psp"),
 		},
 		amqpURL: env("LAB_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		runDir:  env("STACK_RUN_DIR", ".run"),
 		client:  http.Client{Timeout: 3 * time.Second},
 		started: map[string]string{},
 	}
@@ -57,8 +64,10 @@ func NewLiveTarget(getenv func(string) string) *LiveTarget {
 func (t *LiveTarget) URL(svc string) string { return t.urls[svc] }
 
 // Ready reports whether the service answers /readyz with 200.
-func (t *LiveTarget) Ready(ctx context.Context, svc string) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.URL(svc)+"/readyz", nil)
+func (t *LiveTarget) Ready(ctx context.Context, svc string) error { return t.readyURL(ctx, t.URL(svc)) }
+
+func (t *LiveTarget) readyURL(ctx context.Context, base string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return err
@@ -70,8 +79,8 @@ func (t *LiveTarget) Ready(ctx context.Context, svc string) error {
 	return nil
 }
 
-func (t *LiveTarget) startedAt(ctx context.Context, svc string) (string, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, t.URL(svc)+"/healthz", nil)
+func (t *LiveTarget) startedAtURL(ctx context.Context, base string) (string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
 	resp, err := t.client.Do(req)
 	if err != nil {
 		return "", err
@@ -154,30 +163,36 @@ func (t *LiveTarget) Close() {
 	}
 }
 
-// PrepareCrash implements Target: it notes the service's start time, so
-// AwaitRestart knows the process really died and a new one took over.
+// PrepareCrash implements Target: it notes the start time of every
+// instance of the service (a crash failpoint armed on all of them kills
+// whichever reaches it first), so AwaitRestart knows a process really died
+// and a new one took over.
 func (t *LiveTarget) PrepareCrash(ctx context.Context, svc string) error {
-	s, err := t.startedAt(ctx, svc)
-	if err != nil {
-		return err
+	for _, in := range t.crashable(svc) {
+		s, err := t.startedAtURL(ctx, in.URL)
+		if err != nil {
+			return fmt.Errorf("%s: %w", in.ID, err)
+		}
+		t.mu.Lock()
+		t.started[in.URL] = s
+		t.mu.Unlock()
 	}
-	t.mu.Lock()
-	t.started[svc] = s
-	t.mu.Unlock()
 	return nil
 }
 
 // AwaitRestart implements Target: it waits until the supervisor
 // (scripts/up.sh's cmd/stack, or docker compose's restart policy) has
-// brought a new process up.
+// brought a new process up in place of one of the service's instances.
 func (t *LiveTarget) AwaitRestart(ctx context.Context, svc string) error {
-	t.mu.Lock()
-	before := t.started[svc]
-	t.mu.Unlock()
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
-		if s, err := t.startedAt(ctx, svc); err == nil && s != before && t.Ready(ctx, svc) == nil {
-			return nil
+		for _, in := range t.crashable(svc) {
+			t.mu.Lock()
+			before := t.started[in.URL]
+			t.mu.Unlock()
+			if s, err := t.startedAtURL(ctx, in.URL); err == nil && s != before && t.readyURL(ctx, in.URL) == nil {
+				return nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -186,4 +201,40 @@ func (t *LiveTarget) AwaitRestart(ctx context.Context, svc string) error {
 		}
 	}
 	return fmt.Errorf("%s did not come back within 90s after the crash (is it supervised? scripts/up.sh and docker compose restart it)", svc)
+}
+
+// crashable is every instance of svc, or its one URL.
+func (t *LiveTarget) crashable(svc string) []Instance {
+	if in := t.Instances(svc); len(in) > 0 {
+		return in
+	}
+	return []Instance{{ID: svc, URL: t.URL(svc)}}
+}
+
+// Instances implements Instanced from the stack file of scripts/up.sh
+// (every instance of svc with its INSTANCE_ID and URL, in order). Without
+// one, or with a stale one whose first instance is not the one this target
+// talks to (docker compose), it returns nil: the first instance only.
+func (t *LiveTarget) Instances(svc string) []Instance {
+	f, err := stack.Read(t.runDir)
+	if err != nil {
+		return nil
+	}
+	for _, s := range stack.Services {
+		if strings.ToLower(s.Key) != svc {
+			continue
+		}
+		var out []Instance
+		for _, p := range f.Processes {
+			if p.Service == s.Name {
+				out = append(out, Instance{ID: s.Instance(p.Instance).ID(), URL: strings.TrimRight(p.URL, "/")})
+			}
+		}
+		slices.SortFunc(out, func(a, b Instance) int { return strings.Compare(a.ID, b.ID) })
+		if len(out) == 0 || out[0].URL != t.URL(svc) {
+			return nil
+		}
+		return out
+	}
+	return nil
 }

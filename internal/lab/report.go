@@ -14,13 +14,16 @@ import (
 
 // Report is what one experiment found.
 type Report struct {
-	Name     string        `json:"name"`
-	Title    string        `json:"title"`
-	WrongWay string        `json:"wrong_way,omitempty"` // the wrong-way switch the run used, "" for the right way
-	Sections []Section     `json:"sections"`
-	Checks   []Check       `json:"checks"`
-	Verdict  string        `json:"verdict"`
-	Took     time.Duration `json:"-"`
+	Name     string `json:"name"`
+	Title    string `json:"title"`
+	WrongWay string `json:"wrong_way,omitempty"` // the wrong-way switch the run used, "" for the right way
+	// Acted lists, per service, the instances the run's failpoints and
+	// switches went to (a stack of several instances only).
+	Acted    map[string][]string `json:"acted_on,omitempty"`
+	Sections []Section           `json:"sections"`
+	Checks   []Check             `json:"checks"`
+	Verdict  string              `json:"verdict"`
+	Took     time.Duration       `json:"-"`
 
 	step func(Step) // reports each check as it is made
 }
@@ -85,6 +88,11 @@ func (r *Report) Print(w io.Writer) {
 		mode = "  [wrong way: " + r.WrongWay + "]"
 	}
 	fmt.Fprintf(w, "\n=== %s: %s%s\n", r.Name, r.Title, mode)
+	for _, svc := range Services {
+		if in := r.Acted[svc]; len(in) > 0 {
+			fmt.Fprintf(w, "    %s: failpoints and switches on %s\n", svc, strings.Join(in, ", "))
+		}
+	}
 	for _, s := range r.Sections {
 		fmt.Fprintf(w, "\n--- %s\n", s.Title)
 		for _, t := range s.Tables {

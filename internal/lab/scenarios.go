@@ -94,6 +94,16 @@ func Find(name string) (Scenario, bool) {
 // (and off again at the end). Failpoints it armed are disarmed at the end.
 func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
 	r := &Report{Name: s.Name, Title: s.Title + ": " + s.Window + " -> " + s.Holds, step: l.step}
+	if in, ok := l.T.(Instanced); ok {
+		for _, svc := range Services {
+			if len(in.Instances(svc)) > 1 {
+				if r.Acted == nil {
+					r.Acted = map[string][]string{}
+				}
+				r.Acted[svc] = ids(l.targets(svc))
+			}
+		}
+	}
 	if wrong {
 		if s.WrongWay == "" {
 			r.check(false, "wrong way", "%s has no wrong-way switch", s.Name)
@@ -113,7 +123,9 @@ func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
 	// Leave the stack as we found it.
 	cleanup := context.WithoutCancel(ctx)
 	for _, svc := range []string{"order", "inventory", "payment"} {
-		_, _, _ = l.call(cleanup, svc, http.MethodDelete, "/debug/failpoints", nil, nil, nil)
+		for _, i := range l.targets(svc) {
+			_, _, _ = l.callAt(cleanup, i.ID, i.URL, http.MethodDelete, "/debug/failpoints", nil, nil, nil)
+		}
 		if wrong {
 			_ = l.setWrongWay(cleanup, svc)
 		}

@@ -42,6 +42,7 @@ type Step struct {
 	At        time.Time `json:"at"`
 	Kind      StepKind  `json:"kind"`
 	Service   string    `json:"service,omitempty"`
+	Instances []string  `json:"instances,omitempty"` // the instances of Service a failpoint or switch was set on (armed, released, disarmed, wrong-way)
 	Point     string    `json:"point,omitempty"`
 	Action    string    `json:"action,omitempty"`
 	Count     int       `json:"count,omitempty"`

@@ -30,9 +30,10 @@ var packages = map[string]string{
 	"order":     "./services/order",
 	"inventory": "./services/inventory",
 	"payment":   "./services/payment-fake",
+	"psp":       "./services/payment-fake/cmd/psp",
 }
 
-// Binary returns the path of the service's binary, building all three the
+// Binary returns the path of the service's binary, building all of them the
 // first time it is asked.
 func Binary(t testing.TB, name string) string {
 	t.Helper()

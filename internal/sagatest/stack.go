@@ -29,6 +29,7 @@ import (
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 	"github.com/relmsg/ordersaga/services/order/ordersvc"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
+	"github.com/relmsg/ordersaga/services/payment-fake/pspsvc"
 )
 
 // RunFunc is a service's Run.
@@ -51,18 +52,22 @@ type Service struct {
 	done   chan error
 }
 
-// Stack is the three services.
+// Stack is the three services and the fake PSP, the process every payment
+// instance calls (its books are tables of the payment schema: it shares
+// the payment service's test database).
 type Stack struct {
 	NS        rabbit.Namespace
 	Order     *Service
 	Inventory *Service
 	Payment   *Service
+	PSP       *Service
 }
 
 // Option changes a service's environment before it starts.
 type Option func(name string, env map[string]string)
 
-// WithEnv sets a variable for one service ("order", "inventory", "payment").
+// WithEnv sets a variable for one service ("order", "inventory", "payment",
+// "psp").
 func WithEnv(service, key, value string) Option {
 	return func(name string, env map[string]string) {
 		if name == service {
@@ -71,7 +76,8 @@ func WithEnv(service, key, value string) Option {
 	}
 }
 
-// Start runs order, inventory and payment-fake and waits until each is ready.
+// Start runs the PSP, inventory, payment-fake and order and waits until
+// each is ready.
 func Start(t testing.TB, opts ...Option) *Stack {
 	t.Helper()
 	ns := rabbittest.Namespace(t)
@@ -83,6 +89,10 @@ func Start(t testing.TB, opts ...Option) *Stack {
 	s.Order = newService(t, ns, "order", ordersvc.Run, opts)
 	s.Inventory = newService(t, ns, "inventory", inventorysvc.Run, opts)
 	s.Payment = newService(t, ns, "payment", paymentsvc.Run, opts)
+	s.PSP = newServiceOn(t, ns, "psp", pspsvc.Run, opts, s.Payment.DB)
+	if _, set := s.Payment.Env["PSP_URL"]; !set {
+		s.Payment.Env["PSP_URL"] = s.PSP.URL + "/psp"
+	}
 	// The order service asks the others for their records (reconciler,
 	// timeline): point it at this stack's ports unless an option did.
 	for k, v := range map[string]string{"INVENTORY_URL": s.Inventory.URL, "PAYMENT_URL": s.Payment.URL} {
@@ -90,14 +100,18 @@ func Start(t testing.TB, opts ...Option) *Stack {
 			s.Order.Env[k] = v
 		}
 	}
-	for _, svc := range []*Service{s.Inventory, s.Payment, s.Order} {
+	for _, svc := range []*Service{s.PSP, s.Inventory, s.Payment, s.Order} {
 		svc.Start()
 	}
 	return s
 }
 
 func newService(t testing.TB, ns rabbit.Namespace, name string, run RunFunc, opts []Option) *Service {
-	db := sqldbtest.New(t, name)
+	return newServiceOn(t, ns, name, run, opts, sqldbtest.New(t, name))
+}
+
+// newServiceOn is newService on an existing database.
+func newServiceOn(t testing.TB, ns rabbit.Namespace, name string, run RunFunc, opts []Option, db *sqldbtest.DB) *Service {
 	port := FreePort(t)
 	env := map[string]string{
 		"HTTP_ADDR":             fmt.Sprintf("127.0.0.1:%d", port),

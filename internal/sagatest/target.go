@@ -37,6 +37,8 @@ func (tg *Target) service(name string) *Service {
 		return tg.s.Inventory
 	case "payment":
 		return tg.s.Payment
+	case "psp":
+		return tg.s.PSP
 	}
 	tg.t.Fatalf("no service %q", name)
 	return nil

@@ -59,10 +59,26 @@ func (s Service) URL() string { return s.Instance(1).URL() }
 type Instance struct {
 	Service Service
 	K       int // 1, 2, ...
+	N       int // instances of each service in the stack (0: K)
 }
 
 // Instance returns instance k (from 1) of the service.
 func (s Service) Instance(k int) Instance { return Instance{Service: s, K: k} }
+
+// InstanceOf returns instance k of the service in a stack of n instances
+// of each service: its Env lists the n instances of its peers.
+func (s Service) InstanceOf(k, n int) Instance { return Instance{Service: s, K: k, N: n} }
+
+// URLs are the base URLs of the first n instances, separated by commas
+// (INVENTORY_URL, PAYMENT_URL), rotated to start at instance k (mod n), so
+// that neighbouring callers start on different instances.
+func (s Service) URLs(n, k int) string {
+	var out []string
+	for j := 1; j <= max(n, 1); j++ {
+		out = append(out, s.Instance(j).URL())
+	}
+	return strings.Join(Rotate(out, k-1), ",")
+}
 
 // InstanceSpacing is the distance between the ports of two instances of a
 // service: instance k listens on the service's port + InstanceSpacing*(k-1)
@@ -134,16 +150,16 @@ func (i Instance) Env(getenv func(string) string, httpHost string, brokers []str
 	}
 	switch s.Name {
 	case "order":
-		// The first instances' URLs: the order service's peer client takes
-		// one address for now.
+		// Every instance of its peers: the peer client moves on to the
+		// next on a transport error.
 		inventory, _ := Lookup("inventory")
 		payment, _ := Lookup("payment-fake")
-		env["INVENTORY_URL"], env["PAYMENT_URL"] = inventory.URL(), payment.URL()
+		n := max(i.N, i.K)
+		env["INVENTORY_URL"], env["PAYMENT_URL"] = inventory.URLs(n, i.K), payment.URLs(n, i.K)
 	case "payment-fake":
-		// The fake PSP is mounted on each payment instance's own listener;
-		// its books are tables of payment_service, which every instance
-		// shares.
-		env["PSP_URL"] = i.URL() + "/psp"
+		// The one PSP process every instance calls (its switches apply to
+		// every caller).
+		env["PSP_URL"] = PSP.URL() + "/psp"
 	}
 	return env
 }
@@ -188,6 +204,35 @@ const ClusterPort = 5701
 // NodeName is the name of node k of the local cluster (before the "@").
 func NodeName(k int) string { return fmt.Sprintf("ordersaga-%d", k) }
 
+// PSP is the fake payment provider (services/payment-fake/cmd/psp): one
+// process however many payment instances run, on 8084. Its books are
+// tables of payment_service, reached with the payment service's database
+// account; its failpoints come from PSP_FAILPOINTS.
+var PSP = Service{Name: "psp", Key: "PSP", DB: "payment_service", Port: 8084}
+
+// PSPEnv is what the PSP process gets on top of the inherited environment.
+func PSPEnv(getenv func(string) string, httpHost string) map[string]string {
+	get := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	dsn := mysql.NewConfig()
+	dsn.User, dsn.Passwd = getenv("PAYMENT_DB_USER"), getenv("PAYMENT_DB_PASSWORD")
+	dsn.Net, dsn.DBName = "tcp", PSP.DB
+	dsn.Addr = net.JoinHostPort(get("MYSQL_HOST", "127.0.0.1"), get("MYSQL_PORT", "3306"))
+	return map[string]string{
+		"HTTP_ADDR":             net.JoinHostPort(httpHost, strconv.Itoa(PSP.Port)),
+		"INSTANCE_ID":           PSP.Name,
+		"MYSQL_DSN":             dsn.FormatDSN(),
+		"MYSQL_CREATE_DATABASE": "false",
+		"FAILPOINTS":            getenv("PSP_FAILPOINTS"),
+		"DEMO_MODE":             get("DEMO_MODE", "true"),
+		"LOG_LEVEL":             get("LOG_LEVEL", "info"),
+	}
+}
+
 // Viewer is the saga viewer (cmd/viewer): the page that draws each order's
 // journey and runs the failure lab. It drives the services over HTTP and
 // the broker, like scripts/experiment.sh, and runs on demo stacks only.
@@ -203,6 +248,7 @@ func ViewerEnv(getenv func(string) string, httpHost string, brokers []string) ma
 	for _, s := range Services {
 		env[s.Key+"_URL"] = s.URL() // ORDER_URL, INVENTORY_URL, PAYMENT_URL
 	}
+	env["PSP_URL"] = PSP.URL() // the lab's and the viewer's PSP switches and books
 	switch v := getenv("LAB_AMQP_URL"); {
 	case v != "":
 		env["LAB_AMQP_URL"] = v

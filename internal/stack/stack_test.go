@@ -46,7 +46,7 @@ func TestEnv(t *testing.T) {
 		"DEMO_MODE":             "true",
 		"LOG_LEVEL":             "info",
 		"OUTBOX_LEASE":          "5s",
-		"PSP_URL":               "http://127.0.0.1:8083/psp",
+		"PSP_URL":               "http://127.0.0.1:8084/psp", // the PSP process
 	} {
 		if env[k] != want {
 			t.Errorf("%s = %q, want %q", k, env[k], want)
@@ -103,8 +103,20 @@ func TestInstanceEnv(t *testing.T) {
 	if want := []string{"127.0.0.1:5703", "127.0.0.1:5701", "127.0.0.1:5702"}; !slices.Equal(hosts, want) {
 		t.Errorf("AMQP_URL hosts %v, want %v", hosts, want)
 	}
-	if got := payment.Instance(2).Env(getenv, "127.0.0.1", brokers)["PSP_URL"]; got != "http://127.0.0.1:8183/psp" {
-		t.Errorf("payment instance 2 PSP_URL = %q, want its own listener", got)
+	// The order service's peers: every instance, its own number first.
+	oenv := order.InstanceOf(2, 2).Env(getenv, "127.0.0.1", brokers)
+	if oenv["INVENTORY_URL"] != "http://127.0.0.1:8182,http://127.0.0.1:8082" || oenv["PAYMENT_URL"] != "http://127.0.0.1:8183,http://127.0.0.1:8083" {
+		t.Errorf("order-2 of 2: INVENTORY_URL %q, PAYMENT_URL %q", oenv["INVENTORY_URL"], oenv["PAYMENT_URL"])
+	}
+	if got := payment.Instance(2).Env(getenv, "127.0.0.1", brokers)["PSP_URL"]; got != "http://127.0.0.1:8084/psp" {
+		t.Errorf("payment instance 2 PSP_URL = %q, want the one PSP process's", got)
+	}
+	// The PSP: one process, payment's schema and account, its own failpoints.
+	settings["PAYMENT_DB_USER"], settings["PAYMENT_DB_PASSWORD"], settings["PSP_FAILPOINTS"] = "payment_svc", "dbpw", "psp.charge.after-charge-before-response=crash"
+	penv := PSPEnv(getenv, "127.0.0.1")
+	if penv["HTTP_ADDR"] != "127.0.0.1:8084" || penv["INSTANCE_ID"] != "psp" || penv["FAILPOINTS"] != settings["PSP_FAILPOINTS"] ||
+		!strings.HasPrefix(penv["MYSQL_DSN"], "payment_svc:dbpw@tcp(127.0.0.1:3306)/payment_service") {
+		t.Errorf("PSP env %v", penv)
 	}
 
 	// Six instances on three nodes: each node is first for two of them.

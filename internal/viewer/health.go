@@ -161,7 +161,7 @@ func (s *Server) switches(w http.ResponseWriter, r *http.Request) {
 		mu.Unlock()
 	}
 	wg.Add(1)
-	go keep("payment", "/psp/switches", func(b json.RawMessage) { sb.PSP = b })
+	go keep("psp", "/psp/switches", func(b json.RawMessage) { sb.PSP = b })
 	for _, svc := range []string{"order", "inventory", "payment"} {
 		wg.Add(2)
 		go keep(svc, "/debug/wrong-way", func(b json.RawMessage) { sb.WrongWay[svc] = b })

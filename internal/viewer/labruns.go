@@ -22,6 +22,7 @@ type labRun struct {
 	ID         int
 	Experiment string
 	WrongWay   string
+	Instance   string // where failpoints and switches go
 	StartedAt  time.Time
 
 	mu     sync.Mutex
@@ -45,7 +46,8 @@ type runJSON struct {
 	ID         int         `json:"id"`
 	Experiment string      `json:"experiment"`
 	WrongWay   string      `json:"wrong_way"`
-	State      string      `json:"state"` // running, passed, failed
+	Instance   string      `json:"instance"` // where failpoints and switches go: all, or one INSTANCE_ID
+	State      string      `json:"state"`    // running, passed, failed
 	StartedAt  time.Time   `json:"started_at"`
 	Seconds    float64     `json:"seconds"`
 	OrderID    string      `json:"order_id,omitempty"` // the order to open in the timeline
@@ -58,7 +60,7 @@ type runJSON struct {
 func (r *labRun) view(after int) runJSON {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := runJSON{ID: r.ID, Experiment: r.Experiment, WrongWay: r.WrongWay, State: "running",
+	v := runJSON{ID: r.ID, Experiment: r.Experiment, WrongWay: r.WrongWay, Instance: r.Instance, State: "running",
 		StartedAt: r.StartedAt, OrderID: r.order, Steps: []lab.Step{}, Next: len(r.steps)}
 	if after < len(r.steps) {
 		v.Steps = append(v.Steps, r.steps[after:]...)
@@ -101,6 +103,9 @@ func (s *Server) experiments(w http.ResponseWriter, r *http.Request) {
 type startRequest struct {
 	Experiment string `json:"experiment"`
 	WrongWay   bool   `json:"wrong_way"`
+	// Instance narrows failpoints and switches to one instance on a stack
+	// of several ("order-2"); "" or "all": every instance (lab.Lab.Instance).
+	Instance string `json:"instance"`
 }
 
 // startRun starts one experiment in the background: 202 with the run. One
@@ -120,6 +125,13 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, nil, web.Errorf(http.StatusUnprocessableEntity, "%s has no wrong-way switch", sc.Name))
 		return
 	}
+	if req.Instance == "" {
+		req.Instance = lab.AllInstances
+	}
+	if err := lab.CheckInstance(s.cfg.Target, req.Instance); err != nil {
+		web.WriteError(w, r, nil, web.Errorf(http.StatusUnprocessableEntity, "%v", err))
+		return
+	}
 	s.runsMu.Lock()
 	for _, old := range s.runs {
 		if old.running() {
@@ -135,7 +147,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.nextRunID++
-	run := &labRun{ID: s.nextRunID, Experiment: sc.Name, StartedAt: time.Now()}
+	run := &labRun{ID: s.nextRunID, Experiment: sc.Name, Instance: req.Instance, StartedAt: time.Now()}
 	if req.WrongWay {
 		run.WrongWay = string(sc.WrongWay)
 	}
@@ -151,6 +163,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		l.Patience = s.cfg.Patience
 	}
 	l.Steps = run.add
+	l.Instance = req.Instance
 	go func() {
 		defer s.runsDone.Done()
 		rep := l.Run(s.runCtx, sc, req.WrongWay)

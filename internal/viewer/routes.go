@@ -33,7 +33,7 @@ func (s *Server) Handler() http.Handler {
 		api.Get("/stock", s.pass("inventory", "/stock"))                                               // SKUs for the create form
 		api.Get("/health", s.health)                                                                   // every service at a glance
 		api.Get("/switches", s.switches)                                                               // PSP mode, wrong ways, failpoints
-		api.Put("/psp/switches", s.pass("payment", "/psp/switches"))                                   // {"mode":"decline","count":1}
+		api.Put("/psp/switches", s.pass("psp", "/psp/switches"))                                       // {"mode":"decline","count":1}
 		api.Put("/wrong-way/{service}", s.passTo("/debug/wrong-way"))                                  // {"on":["no-inbox"]}
 		api.Put("/failpoints/{service}/{name}", s.passTo("/debug/failpoints/{name}"))                  // {"action":"pause","count":1}
 		api.Post("/failpoints/{service}/{name}/release", s.passTo("/debug/failpoints/{name}/release")) //

@@ -172,7 +172,7 @@ func (s *Server) gather(ctx context.Context, id string) (*story, answer) {
 		var out struct {
 			Charges []json.RawMessage `json:"charges"`
 		}
-		if err := s.getInto(ctx, "payment", "/psp/charges?order_ref="+url.QueryEscape(id), &out); err != nil {
+		if err := s.getInto(ctx, "psp", "/psp/charges?order_ref="+url.QueryEscape(id), &out); err != nil {
 			warn(err.Error())
 			return
 		}
@@ -188,7 +188,7 @@ func (s *Server) gather(ctx context.Context, id string) (*story, answer) {
 			var refunds struct {
 				Refunds []json.RawMessage `json:"refunds"`
 			}
-			if err := s.getInto(ctx, "payment", "/psp/refunds?charge_id="+url.QueryEscape(ch.ChargeID), &refunds); err != nil {
+			if err := s.getInto(ctx, "psp", "/psp/refunds?charge_id="+url.QueryEscape(ch.ChargeID), &refunds); err != nil {
 				warn(err.Error())
 				continue
 			}

@@ -93,7 +93,7 @@ func TestViewerAPI(t *testing.T) {
 				got := call(t, tc.method, base+tc.path, tc.headers, tc.body)
 				svc := s.Order.URL
 				if strings.HasPrefix(tc.svcPath, "/psp") {
-					svc = s.Payment.URL
+					svc = s.PSP.URL // the PSP process
 				}
 				want := call(t, tc.method, svc+tc.svcPath, tc.headers, tc.body)
 				if want.status < 400 {

@@ -30,6 +30,10 @@ import (
 type Handler struct {
 	DB  *sqlx.DB
 	Log *slog.Logger
+	// Service and Instance (INSTANCE_ID) name who answers: the summary
+	// says which instance it came from (the tables are the service's,
+	// shared by every instance).
+	Service, Instance string
 	// Wake is called after failed events were put back to pending.
 	Wake func()
 	// Redriver republishes dead letters; nil: redrive answers 503.
@@ -76,7 +80,11 @@ func (h *Handler) outboxSummary(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, sum)
+	web.WriteJSON(w, http.StatusOK, struct {
+		Service  string `json:"service,omitempty"`
+		Instance string `json:"instance,omitempty"`
+		outbox.Summary
+	}{h.Service, h.Instance, sum})
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"io"
 	"time"
 
@@ -82,12 +83,12 @@ func ClaimPayload(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, pa
 }
 
 func claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, payload []byte) error {
-	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256) VALUES (?, ?, ?)`
+	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256, instance) VALUES (?, ?, ?, NULLIF(?, ''))`
 	var hash any
 	if payload != nil {
 		hash = PayloadHash(payload)
 	}
-	_, err := tx.ExecContext(ctx, q, consumer, eventID, hash)
+	_, err := tx.ExecContext(ctx, q, consumer, eventID, hash, instance.ID(ctx))
 	switch {
 	case err == nil:
 		return nil
@@ -143,6 +144,7 @@ type Row struct {
 	Consumer    string    `db:"consumer_name" json:"consumer"`
 	EventID     string    `db:"event_id" json:"event_id"`
 	ProcessedAt time.Time `db:"processed_at" json:"processed_at"`
+	Instance    *string   `db:"instance" json:"instance"` // INSTANCE_ID of the consumer that applied it
 }
 
 // Rows returns every consumer's inbox rows of these events, in processing
@@ -152,7 +154,7 @@ func Rows(ctx context.Context, db sqlx.QueryerContext, eventIDs []string) ([]Row
 	if len(eventIDs) == 0 {
 		return rows, nil
 	}
-	q, args, err := sqlx.In(`SELECT consumer_name, event_id, processed_at FROM consumer_inbox
+	q, args, err := sqlx.In(`SELECT consumer_name, event_id, processed_at, instance FROM consumer_inbox
 WHERE event_id IN (?) ORDER BY processed_at`, eventIDs)
 	if err != nil {
 		return nil, err

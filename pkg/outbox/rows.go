@@ -45,6 +45,9 @@ type Row struct {
 	LeaseUntil    *time.Time `db:"lease_until" json:"lease_until"`
 	CreatedAt     time.Time  `db:"created_at" json:"created_at"`
 	SentAt        *time.Time `db:"sent_at" json:"sent_at"`
+	// ClaimedBy is the INSTANCE_ID of the dispatcher that claimed the row
+	// last: once sent, the one that sent it.
+	ClaimedBy *string `db:"claimed_by" json:"claimed_by"`
 	// FirstAttemptAt starts the deadline of the current round of attempts.
 	FirstAttemptAt *time.Time `db:"first_attempt_at" json:"first_attempt_at"`
 	// Payload is left out by OfAggregate (empty here).
@@ -52,7 +55,7 @@ type Row struct {
 }
 
 const rowColumns = `event_id, aggregate_id, aggregate_version, event_type, status, attempts, next_attempt_at,
-  claim_token, lease_until, created_at, sent_at, first_attempt_at, total_attempts, requeues`
+  claim_token, lease_until, created_at, sent_at, first_attempt_at, total_attempts, requeues, claimed_by`
 
 // Filter selects outbox rows for List: every field set must match.
 type Filter struct {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"strings"
 	"time"
 
@@ -47,7 +48,7 @@ FOR UPDATE SKIP LOCKED`
 	// The IN list is built for exactly the selected ids; "status = 'pending'"
 	// restates what must still be true.
 	const qUpdate = `UPDATE outbox_events
-SET status = 'sending', claim_token = ?,
+SET status = 'sending', claim_token = ?, claimed_by = NULLIF(?, ''),
     lease_until = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
     attempts = attempts + 1, total_attempts = total_attempts + 1,
     first_attempt_at = COALESCE(first_attempt_at, NOW(6))
@@ -63,7 +64,7 @@ WHERE event_id IN (%s) AND status = 'pending'`
 			return nil
 		}
 		ids := make([]any, 0, len(rows)+2)
-		ids = append(ids, token, lease.Microseconds())
+		ids = append(ids, token, instance.ID(ctx), lease.Microseconds())
 		for _, r := range rows {
 			ids = append(ids, r.EventID)
 		}

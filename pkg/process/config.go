@@ -9,6 +9,7 @@ package process
 import (
 	"errors"
 	"fmt"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -89,6 +90,7 @@ func (e *Env) Duration(key string, def time.Duration) time.Duration {
 // Config is what every service reads from the environment.
 type Config struct {
 	Name           string // service name in logs and metrics
+	InstanceID     string // INSTANCE_ID: this instance among its service's (default host-pid), in logs, metrics and records
 	HTTPAddr       string // HTTP_ADDR
 	MySQLDSN       string // MYSQL_DSN
 	MySQLMaxConns  int    // MYSQL_MAX_CONNS: the pool's size
@@ -136,6 +138,7 @@ type Config struct {
 func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 	c := Config{
 		Name:              name,
+		InstanceID:        env.String("INSTANCE_ID", instance.Default()),
 		HTTPAddr:          env.String("HTTP_ADDR", defaultAddr),
 		MySQLDSN:          env.String("MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"+defaultDB),
 		MySQLMaxConns:     env.Int("MYSQL_MAX_CONNS", 16, 1, 512),

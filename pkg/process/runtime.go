@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"io"
 	"log/slog"
 	"net"
@@ -69,11 +70,20 @@ type loop struct {
 func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(rabbit.Namespace) rabbit.Topology, stdout io.Writer) (context.Context, *Runtime, error) {
 	// JSON logs; a record logged with a context that carries a traceparent
 	// gets its trace_id, so one order can be followed across services.
-	log := slog.New(tracing.LogHandler{Handler: slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})}).With("service", cfg.Name)
+	// Every line names the instance too: with several instances of a
+	// service, a line says which one logged it.
+	log := slog.New(tracing.LogHandler{Handler: slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})}).
+		With("service", cfg.Name, "instance", cfg.InstanceID)
 	log.Info("starting", "config", cfg.Masked())
+	// The rows that record who acted read the instance from the context.
+	ctx = instance.With(ctx, cfg.InstanceID)
 
 	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: prometheus.NewRegistry(), started: time.Now().UTC()}
 	r.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "service_info", Help: "1, labelled with the service and this instance (INSTANCE_ID).",
+		ConstLabels: prometheus.Labels{"service": cfg.Name, "instance": cfg.InstanceID}})
+	info.Set(1)
+	r.Metrics.MustRegister(info)
 
 	// Failpoints: a registry already in ctx (in-process tests) wins;
 	// otherwise a fresh one armed from FAILPOINTS.
@@ -127,7 +137,9 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 	r.Inbox = inbox.NewMetrics(r.Metrics)
 	r.redrive = r.Broker.NewPublisher()
 
-	// Retention of the messaging tables, in every service.
+	// Retention of the messaging tables, in every service. Concurrent on
+	// every instance: each DELETE restates its conditions, and a rival's
+	// deletions only shrink the next batch.
 	cleaner := retention.New(db, retention.Config{
 		InboxWindow:  cfg.InboxRetention,
 		OutboxWindow: cfg.OutboxRetention,
@@ -139,6 +151,8 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 	r.Loop("retention", cleaner.Run)
 	// Delta events parked past their deadline are alerted on once each,
 	// within a quarter of the deadline after it passed (every 30 s at most).
+	// Concurrent on every instance: the stamp is compare-and-set, so one
+	// instance alerts on each event.
 	r.Metrics.MustRegister(ordering.ParkedCollector(db))
 	r.Loop("parked events check", func(ctx context.Context) error {
 		t := time.NewTicker(min(30*time.Second, max(cfg.ParkDeadline/4, 100*time.Millisecond)))
@@ -218,7 +232,7 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
 	mux.Route("/admin", func(ar chi.Router) {
 		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
-		(&admin.Handler{DB: r.DB, Log: r.Log, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
+		(&admin.Handler{DB: r.DB, Log: r.Log, Service: r.Cfg.Name, Instance: r.Cfg.InstanceID, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
 			DB: r.DB, Publisher: r.redrive, QueueOf: r.QueueOf, Log: r.Log.With("component", "redrive"), OnRedriven: r.Inbox.Redriven,
 		}}).Routes(ar)
 		for _, routes := range adminRoutes {
@@ -281,6 +295,8 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 	}
 	run("http", func(ctx context.Context) error { return web.Serve(ctx, l, handler, r.Cfg.ShutdownTimeout) })
 	if r.Cfg.OutboxDispatch {
+		// Concurrent on every instance: claims are FOR UPDATE SKIP LOCKED
+		// with a claim token, and only the token's holder marks a row sent.
 		run("outbox", r.Outbox.Run)
 	} else {
 		r.Log.Warn("outbox dispatcher disabled (OUTBOX_DISPATCH=off): events stay pending")

@@ -67,7 +67,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 	env := map[string]string{
 		"HTTP_ADDR": addr, "MYSQL_DSN": db.DSN, "MYSQL_CREATE_DATABASE": "false", "AMQP_URL": rabbittest.URL(),
 		"AMQP_NAMESPACE": string(ns), "ADMIN_TOKEN": "secret", "SHUTDOWN_TIMEOUT": "10s",
-		"INBOX_RETENTION": "1h", "RETENTION_INTERVAL": "100ms",
+		"INBOX_RETENTION": "1h", "RETENTION_INTERVAL": "100ms", "INSTANCE_ID": "svc-7",
 	}
 	cfg := process.Load(process.NewEnv(func(k string) string { return env[k] }), "svc", ":0", "unused")
 	logs := &testutil.SyncBuffer{}
@@ -143,6 +143,25 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 		_ = db.Get(&n, `SELECT COUNT(*) FROM effects WHERE event_id = ?`, fixable.EventID)
 		return n == 1
 	})
+
+	// The instance is named in the inbox row of what it applied, in its
+	// log lines, in service_info and in the admin summary.
+	var by string
+	if err := db.Get(&by, `SELECT COALESCE(instance, '') FROM consumer_inbox WHERE event_id = ?`, fixable.EventID); err != nil || by != "svc-7" {
+		t.Errorf("inbox row's instance = %q (%v), want svc-7", by, err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !strings.Contains(line, `"instance":"svc-7"`) {
+			t.Errorf("a log line without the instance: %s", line)
+			break
+		}
+	}
+	if _, metrics := request(t, http.MethodGet, base+"/metrics", ""); !strings.Contains(metrics, `service_info{instance="svc-7",service="svc"} 1`) {
+		t.Errorf("/metrics has no service_info for svc-7")
+	}
+	if _, body := request(t, http.MethodGet, base+"/admin/outbox/summary", ""); !strings.Contains(body, `"instance": "svc-7"`) {
+		t.Errorf("admin summary %s: no instance", body)
+	}
 
 	// The retention job: an inbox row older than INBOX_RETENTION goes.
 	db.MustExec(`UPDATE consumer_inbox SET processed_at = NOW(6) - INTERVAL 2 HOUR WHERE event_id = ?`, fixable.EventID)

@@ -111,6 +111,7 @@ func Start(t *testing.T, o Options) *Stack {
 		sessions[svc.Name] = chaos.Session{Schema: svc.DB.Name}
 		st.Databases[svc.Name] = svc.DB.Name
 	}
+	urls["psp"] = ss.PSP.URL // the one PSP, left running in-process
 	st.Stack = chaos.Stack{URLs: urls, Processes: st.procs,
 		// The read lock covers this stack's schemas only: a server-wide one
 		// would stall every other test running beside this one.

@@ -526,7 +526,9 @@ const STEP_ICON = {
 };
 
 function stepText(s) {
-  const v = { service: s.service ? t("lane." + s.service) : "", point: s.point, what: s.what, id: s.order_id,
+  // On a stack of several instances, the lab says which ones it set.
+  const on = s.instances && s.instances.length ? " [" + s.instances.join(", ") + "]" : "";
+  const v = { service: s.service ? t("lane." + s.service) + on : "", point: s.point, what: s.what, id: s.order_id,
     type: s.event_type, event: shortID(s.event_id), s: (s.seconds || 0).toFixed(2) };
   switch (s.kind) {
     case "started": return t("step.started", { what: state.run ? expTitle(state.run.experiment) : s.what });

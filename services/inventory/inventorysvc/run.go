@@ -82,6 +82,10 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		rt.Consume(inventorybindings.ReceiptsQueue, inbox.NewConsumer(receipts))
 	}
 
+	// Both run concurrently on every instance: the lease sweep releases
+	// each reservation by compare-and-set (one sweeper wins, the others
+	// change nothing), and the gap check stamps alerted_at once per gap
+	// (WHERE alerted_at IS NULL). A second sweeper costs one cheap query.
 	rt.Loop("lease-sweep", func(ctx context.Context) error {
 		return app.RunLeaseSweep(ctx, own.SweepInterval, own.SweepBatch)
 	})

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
@@ -87,9 +87,11 @@ func loadSettings(env *process.Env) (settings, error) {
 		errs = append(errs, fmt.Errorf("RECONCILE_WINDOW=%s: must be longer than RECONCILE_GRACE=%s (finished orders are compared between the two)",
 			s.Reconcile.Window, s.Reconcile.Grace))
 	}
+	// Each may list several instances, separated by commas (the order
+	// service asks the next on a transport error).
 	for key, v := range map[string]string{"INVENTORY_URL": s.InventoryURL, "PAYMENT_URL": s.PaymentURL} {
-		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("%s=%q: want http://host:port", key, process.MaskURL(v)))
+		if _, err := endpoints.Parse(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", key, process.MaskURL(v), err))
 		}
 	}
 	return s, errors.Join(errs...)
@@ -152,7 +154,10 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	rt.Consume(orderbindings.Queue, inbox.NewConsumer(consumer))
 
 	// The persistent timer: deadlines live in orders.deadline_at, so a
-	// restart resumes from the table (see orderapp/deadline.go).
+	// restart resumes from the table (see orderapp/deadline.go). It and the
+	// reconciler are singletons across instances (a database lease per
+	// tick or run): a second one at once would ask the same peers about the
+	// same orders, and the reconciler would write its audit rows twice.
 	rt.Loop("deadline-sweep", func(ctx context.Context) error {
 		return app.RunDeadlineSweep(ctx, own.DeadlineSweep, own.DeadlineBatch)
 	})

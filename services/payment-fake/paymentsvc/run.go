@@ -7,11 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
@@ -20,12 +19,12 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
-// Run runs the payment service, with the fake PSP mounted at /psp on the
-// same listener, until ctx ends.
+// Run runs the payment service until ctx ends. The fake PSP is a process
+// of its own (pspsvc, cmd/psp), reached through PSP_URL.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	env := process.NewEnv(getenv)
 	cfg := process.Load(env, "payment-fake", ":8083", "payment_service")
-	pcfg, perr := loadPSPConfig(env, cfg.HTTPAddr)
+	pcfg, perr := loadPSPConfig(env)
 	scfg, serr := loadSagaConfig(env, pcfg.Timeout)
 	if err := errors.Join(env.Err(), perr, serr); err != nil {
 		return fmt.Errorf("configuration: %w", err)
@@ -41,9 +40,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		"sweep_grace", scfg.App.Grace, "sweep_batch", scfg.App.SweepBatch, "cancel_settle", scfg.App.CancelSettle,
 		"retry_base", scfg.App.Backoff.Base, "retry_cap", scfg.App.Backoff.Cap)
 
-	// The fake PSP keeps its books in its own tables of this schema and is
-	// served under /psp; the app reaches it only through the HTTP client.
-	pspServer := psp.NewServer(rt.DB, rt.Log)
+	// The one PSP every instance shares, reached only over HTTP.
 	pspClient := psp.NewClient(pcfg.URL, &http.Client{Timeout: pcfg.Timeout})
 	scfg.App.Wake = rt.Outbox.Wake
 	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics, scfg.App)
@@ -61,11 +58,13 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	rt.Consume(paymentbindings.RefundQueue, inbox.NewConsumer(refunds))
 
 	// The persistent driver of every open charge and refund: a table scan,
-	// not a timer in memory (see paymentapp/sweep.go).
+	// not a timer in memory (see paymentapp/sweep.go). Concurrent on every
+	// instance: each round claims its rows FOR UPDATE SKIP LOCKED and moves
+	// them past their backoff, so no row is worked by two sweeps.
 	rt.Loop("payment-sweep", func(ctx context.Context) error { return app.RunSweeper(ctx, scfg.SweepInterval) })
 
 	router := rt.Router(paymenthttp.AdminRoutes(app, rt.Log))
-	paymenthttp.Routes(router, app, pspServer.Handler(), cfg.DemoMode, rt.Log)
+	paymenthttp.Routes(router, app, endpoints.Must(pcfg.URL), rt.Log)
 	return rt.Serve(ctx, router)
 }
 
@@ -104,55 +103,29 @@ func loadSagaConfig(env *process.Env, pspTimeout time.Duration) (sagaConfig, err
 
 // pspConfig is how the payment app reaches the PSP.
 type pspConfig struct {
-	URL     string        // PSP_URL; default http://127.0.0.1:<HTTP_ADDR port>/psp
+	URL     string        // PSP_URL: one base URL or several separated by commas
 	Timeout time.Duration // PSP_TIMEOUT, per HTTP call
 }
+
+// DefaultPSPURL is where the PSP process (cmd/psp) listens by default.
+const DefaultPSPURL = "http://127.0.0.1:8084/psp"
 
 // maxPSPTimeout keeps a charge and its status query (two calls, each up to
 // PSP_TIMEOUT) inside the consumer's 30 s handler timeout (pkg/rabbit), so
 // an unknown outcome is always followed by its status query.
 const maxPSPTimeout = 12 * time.Second
 
-func loadPSPConfig(env *process.Env, httpAddr string) (pspConfig, error) {
+func loadPSPConfig(env *process.Env) (pspConfig, error) {
 	c := pspConfig{
-		URL:     env.String("PSP_URL", ""),
+		URL:     env.String("PSP_URL", DefaultPSPURL),
 		Timeout: env.Duration("PSP_TIMEOUT", 5*time.Second),
 	}
 	var errs []error
 	if c.Timeout > maxPSPTimeout {
 		errs = append(errs, fmt.Errorf("PSP_TIMEOUT=%s: at most %s (a charge and its status query must fit in the 30 s handler timeout)", c.Timeout, maxPSPTimeout))
 	}
-	if c.URL == "" {
-		u, err := localPSPURL(httpAddr)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		c.URL = u
-	} else if u, err := url.Parse(c.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		errs = append(errs, fmt.Errorf("PSP_URL=%q: want http://host:port/path", process.MaskURL(c.URL)))
+	if _, err := endpoints.Parse(c.URL); err != nil {
+		errs = append(errs, fmt.Errorf("PSP_URL=%q: want http://host:port/path, or several separated by commas: %w", process.MaskURL(c.URL), err))
 	}
 	return c, errors.Join(errs...)
-}
-
-// localPSPURL is the default PSP_URL: the PSP mounted on this service's own
-// listener. It is derived from HTTP_ADDR before listening (pkg/process
-// listens inside Serve): an unspecified host (":8083", "0.0.0.0:8083",
-// "[::]:8083") means loopback; a named port ("http") is resolved. Port 0
-// (any free port) is only known after listening, so it needs PSP_URL.
-func localPSPURL(httpAddr string) (string, error) {
-	host, port, err := net.SplitHostPort(httpAddr)
-	if err != nil {
-		return "", fmt.Errorf("HTTP_ADDR=%q: %v", httpAddr, err)
-	}
-	n, err := net.LookupPort("tcp", port)
-	if err != nil {
-		return "", fmt.Errorf("HTTP_ADDR=%q: port: %v", httpAddr, err)
-	}
-	if n == 0 {
-		return "", fmt.Errorf("HTTP_ADDR=%q: with port 0 the PSP's address is not known in advance; set PSP_URL", httpAddr)
-	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "127.0.0.1"
-	}
-	return "http://" + net.JoinHostPort(host, fmt.Sprint(n)) + "/psp", nil
 }

@@ -22,12 +22,13 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
+	"github.com/relmsg/ordersaga/services/payment-fake/pspsvc"
 )
 
 // The whole service in-process against the real database and broker:
 // inventory.reserved in, through the outbox to the service's own PSP
-// consumer, over HTTP to the PSP mounted on the same listener (PSP_URL is
-// left to its default), and payment.succeeded / payment.failed out.
+// consumer, over HTTP to the PSP process (pspsvc, in-process here, on the
+// same schema), and payment.succeeded / payment.failed out.
 func TestRunChargesReservedOrders(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "payment")
@@ -38,9 +39,11 @@ func TestRunChargesReservedOrders(t *testing.T) {
 		Keys: []string{events.PaymentSucceeded, events.PaymentFailed}})
 	broker := rabbittest.Conn(t, probe) // declares the exchange and the probe queue
 
-	addr := freeAddr(t)
+	addr, pspAddr := freeAddr(t), freeAddr(t)
 	base := "http://" + addr
+	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": db.DSN, "LOG_LEVEL": "warn", "INSTANCE_ID": "psp"})
 	env := map[string]string{
+		"PSP_URL":              "http://" + pspAddr + "/psp",
 		"HTTP_ADDR":            addr,
 		"MYSQL_DSN":            db.DSN,
 		"AMQP_URL":             rabbittest.URL(),
@@ -147,9 +150,11 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 		Keys: []string{events.PaymentSucceeded, events.PaymentRefunded}})
 	broker := rabbittest.Conn(t, probe)
 
-	addr := freeAddr(t)
+	addr, pspAddr := freeAddr(t), freeAddr(t)
 	base := "http://" + addr
+	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": db.DSN, "LOG_LEVEL": "warn"})
 	env := map[string]string{
+		"PSP_URL":                "http://" + pspAddr + "/psp",
 		"HTTP_ADDR":              addr,
 		"MYSQL_DSN":              db.DSN,
 		"AMQP_URL":               rabbittest.URL(),
@@ -266,12 +271,17 @@ func getWithToken(url, token string) (int, string) {
 
 // startService runs paymentsvc.Run until the test ends and checks that it
 // then stops cleanly. Its logs are shown if the test fails.
-func startService(t *testing.T, env map[string]string) {
+func startService(t *testing.T, env map[string]string) { start(t, paymentsvc.Run, env) }
+
+// startPSP runs the PSP process in-process.
+func startPSP(t *testing.T, env map[string]string) { start(t, pspsvc.Run, env) }
+
+func start(t *testing.T, run func(context.Context, func(string) string, io.Writer) error, env map[string]string) {
 	t.Helper()
 	logs := &testutil.SyncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- paymentsvc.Run(ctx, func(k string) string { return env[k] }, logs) }()
+	go func() { done <- run(ctx, func(k string) string { return env[k] }, logs) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -188,30 +188,52 @@ func (a *App) askPayment(ctx context.Context, log *slog.Logger, d orderdb.Due) o
 // drains the backlog in rounds of batch; a round with an error ends the
 // tick (the failing order is tried again next tick, not in a hot loop).
 // Errors are logged, never returned: one bad row must not stop the service.
+//
+// Singleton across instances: a tick runs under the database lease
+// DeadlineSweepLease and is skipped by the instances that do not get it.
+// The sweep is correct concurrently (the cancel is compare-and-set under
+// SKIP LOCKED), but every sweeper would ask payment, and through it the
+// PSP, about the same awaiting_payment orders: the lease saves that.
 func (a *App) RunDeadlineSweep(ctx context.Context, interval time.Duration, batch int) error {
 	log := a.log.With("job", "deadline-sweep")
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		for ctx.Err() == nil {
-			round, err := a.ExpireDeadlines(ctx, batch)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.ErrorContext(ctx, "deadline sweep round failed; retrying next tick", "err", err,
-						"found", round.Found, "cancelled", round.Cancelled)
-				}
-				break
-			}
-			// A full batch may have more behind it; but if nothing could be
-			// cancelled (every row held by someone else), wait for the tick.
-			if round.Found < batch || round.Cancelled == 0 {
-				break
-			}
-		}
+		a.deadlineTick(ctx, log, batch)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+	}
+}
+
+// DeadlineSweepLease is the deadline sweep's database lease.
+const DeadlineSweepLease = "deadline-sweep"
+
+// deadlineTick drains the backlog in rounds while holding the lease.
+func (a *App) deadlineTick(ctx context.Context, log *slog.Logger, batch int) {
+	lease, err := sqldb.TryLease(ctx, a.db, DeadlineSweepLease, 0)
+	if err != nil {
+		if !errors.Is(err, sqldb.ErrLeaseHeld) && ctx.Err() == nil {
+			log.WarnContext(ctx, "deadline sweep: lease not taken; retrying next tick", "err", err)
+		}
+		return
+	}
+	defer lease.Release()
+	for ctx.Err() == nil {
+		round, err := a.ExpireDeadlines(ctx, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.ErrorContext(ctx, "deadline sweep round failed; retrying next tick", "err", err,
+					"found", round.Found, "cancelled", round.Cancelled)
+			}
+			break
+		}
+		// A full batch may have more behind it; but if nothing could be
+		// cancelled (every row held by someone else), wait for the tick.
+		if round.Found < batch || round.Cancelled == 0 {
+			break
 		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,10 +38,6 @@ type App struct {
 	log     *slog.Logger
 	cfg     Config
 	metrics *metrics
-
-	// reconciling serialises reconciliation runs in this process (the
-	// periodic one and those asked for by an operator).
-	reconciling sync.Mutex
 
 	// publishNow and wrong serve the wrong-way switch publish-before-commit.
 	publishNow func(ctx context.Context, e events.Envelope) error

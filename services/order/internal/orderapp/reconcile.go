@@ -123,11 +123,38 @@ type Evidence struct {
 	Why             string               `json:"why"`
 }
 
+// ReconcilerLease is the reconciler's database lease (sqldb.TryLease):
+// one run at a time across every instance of the order service. A second
+// run at once would find the same orders, ask the same peers and write a
+// second audit row per finding; the repairs themselves are compare-and-set
+// and stay correct without it.
+const ReconcilerLease = "reconciler"
+
+// ErrReconcilerBusy: another run (in this instance or another) holds the
+// reconciler's lease.
+var ErrReconcilerBusy = errors.New("a reconciliation run is in progress (in this instance or another)")
+
+// adminLeaseWait is how long an operator's run waits for a run in
+// progress to end before answering ErrReconcilerBusy.
+const adminLeaseWait = 20 * time.Second
+
 // Reconcile runs one reconciliation pass; trigger says who asked
-// ("schedule" or "admin"). Runs in one process take turns.
+// ("schedule" or "admin"). Runs take turns across every instance through
+// the database lease: a scheduled run skips when another holds it (that
+// run does the work), an operator's run waits for it a little.
 func (a *App) Reconcile(ctx context.Context, trigger string) (RunSummary, error) {
-	a.reconciling.Lock()
-	defer a.reconciling.Unlock()
+	wait := time.Duration(0)
+	if trigger != "schedule" {
+		wait = adminLeaseWait
+	}
+	lease, err := sqldb.TryLease(ctx, a.db, ReconcilerLease, wait)
+	if errors.Is(err, sqldb.ErrLeaseHeld) {
+		return RunSummary{Trigger: trigger}, ErrReconcilerBusy
+	}
+	if err != nil {
+		return RunSummary{Trigger: trigger}, fmt.Errorf("reconcile: %w", err)
+	}
+	defer lease.Release()
 	sum := RunSummary{RunID: uuid.NewString(), Trigger: trigger, StartedAt: time.Now().UTC(),
 		Found: map[string]int{}, Repairs: []RepairSummary{}, Errors: []string{}}
 	a.metrics.runs.WithLabelValues(trigger).Inc()
@@ -169,7 +196,8 @@ func (a *App) Reconcile(ctx context.Context, trigger string) (RunSummary, error)
 }
 
 // RunReconciler runs a pass every interval until ctx ends. A failed pass
-// is logged; the next one tries again.
+// is logged; the next one tries again. Singleton across instances: each
+// instance ticks, the one that takes the lease runs (see Reconcile).
 func (a *App) RunReconciler(ctx context.Context, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -179,7 +207,10 @@ func (a *App) RunReconciler(ctx context.Context, interval time.Duration) error {
 			return nil
 		case <-t.C:
 		}
-		if _, err := a.Reconcile(ctx, "schedule"); err != nil && ctx.Err() == nil {
+		switch _, err := a.Reconcile(ctx, "schedule"); {
+		case errors.Is(err, ErrReconcilerBusy):
+			a.log.DebugContext(ctx, "reconciliation run skipped: another instance holds the lease", "job", "reconciler")
+		case err != nil && ctx.Err() == nil:
 			a.log.WarnContext(ctx, "reconciliation run failed", "job", "reconciler", "err", err)
 		}
 	}

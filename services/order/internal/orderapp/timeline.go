@@ -17,7 +17,10 @@ import (
 // the order's own changes (order_history), every outbox row of every service
 // for the order (written, and sent, as separate entries), every inbox row of
 // every service for those events, inventory's reservation, payment's payment
-// and refund, and the reconciler's audit rows.
+// and refund, and the reconciler's audit rows. Where a row records which
+// instance acted (INSTANCE_ID: the order's changes, the inbox rows, the
+// dispatcher that sent an event, the reconciler's findings), the entry's
+// detail names it as "instance".
 //
 // outbox.sent is when the dispatcher recorded the broker's confirm (the
 // chapter's "sent": the sending phase is over). A fast consumer may process
@@ -225,8 +228,9 @@ func (rec records) inboxEntries() []TimelineEntry {
 	for _, svc := range timelineServices {
 		for _, r := range rec.inboxes[svc] {
 			e := events[r.EventID]
-			out = append(out, entry(r.ProcessedAt, svc, KindInboxProcessed, map[string]any{"consumer": r.Consumer,
-				"event_id": r.EventID, "event_type": e.typ, "from": e.service}))
+			d := map[string]any{"consumer": r.Consumer, "event_id": r.EventID, "event_type": e.typ, "from": e.service}
+			setIf(d, "instance", r.Instance)
+			out = append(out, entry(r.ProcessedAt, svc, KindInboxProcessed, d))
 		}
 	}
 	return out
@@ -244,6 +248,7 @@ func historyEntries(history []orderdb.Change) []TimelineEntry {
 		setIf(d, "event_id", h.EventID)
 		setIf(d, "emitted_event_id", h.EmittedEventID)
 		setIf(d, "repair_id", h.RepairID)
+		setIf(d, "instance", h.Instance)
 		kind := KindOrderTransition
 		if h.From == "" {
 			kind = KindOrderCreated
@@ -316,8 +321,9 @@ func outboxEntries(outboxes map[string][]peerclient.OutboxEvent) []TimelineEntry
 				"event_type": e.EventType, "aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts,
 				"total_attempts": e.TotalAttempts, "requeues": e.Requeues}))
 			if e.SentAt != nil {
-				sent = append(sent, entry(*e.SentAt, svc, KindOutboxSent, map[string]any{"event_id": e.EventID,
-					"event_type": e.EventType}))
+				d := map[string]any{"event_id": e.EventID, "event_type": e.EventType}
+				setIf(d, "instance", e.ClaimedBy) // the dispatcher that sent it
+				sent = append(sent, entry(*e.SentAt, svc, KindOutboxSent, d))
 			}
 		}
 	}
@@ -328,9 +334,10 @@ func outboxEntries(outboxes map[string][]peerclient.OutboxEvent) []TimelineEntry
 func repairEntries(audits []orderdb.Audit) []TimelineEntry {
 	out := make([]TimelineEntry, 0, len(audits))
 	for _, r := range audits {
-		out = append(out, entry(r.CreatedAt, orderService, KindRepair, map[string]any{"repair_id": r.RepairID,
-			"run_id": r.RunID, "classification": r.Classification, "action": r.Action, "outcome": r.Outcome,
-			"detail": r.Detail}))
+		d := map[string]any{"repair_id": r.RepairID, "run_id": r.RunID, "classification": r.Classification,
+			"action": r.Action, "outcome": r.Outcome, "detail": r.Detail}
+		setIf(d, "instance", r.Instance)
+		out = append(out, entry(r.CreatedAt, orderService, KindRepair, d))
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package orderdb
 import (
 	"context"
 	"fmt"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -24,6 +25,7 @@ type Change struct {
 	EventID        *string   `db:"event_id"`
 	EmittedEventID *string   `db:"emitted_event_id"`
 	RepairID       *string   `db:"repair_id"`
+	Instance       *string   `db:"instance"` // INSTANCE_ID of the instance that made it (set from ctx)
 	ChangedAt      time.Time `db:"changed_at"`
 }
 
@@ -31,10 +33,10 @@ type Change struct {
 // it. Empty ids are stored as NULL.
 func InsertChange(ctx context.Context, tx *sqlx.Tx, c Change) error {
 	const q = `INSERT INTO order_history
-  (order_id, from_status, to_status, refund_status, trigger_name, actor, reason, event_id, emitted_event_id, repair_id)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+  (order_id, from_status, to_status, refund_status, trigger_name, actor, reason, event_id, emitted_event_id, repair_id, instance)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))`
 	_, err := tx.ExecContext(ctx, q, c.OrderID, c.From, c.To, c.RefundStatus, c.Trigger, c.Actor, clip(c.Reason, 255),
-		c.EventID, c.EmittedEventID, c.RepairID)
+		c.EventID, c.EmittedEventID, c.RepairID, instance.ID(ctx))
 	if err != nil {
 		return fmt.Errorf("order %d history: %w", c.OrderID, err)
 	}
@@ -44,7 +46,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 // History returns an order's changes, oldest first.
 func History(ctx context.Context, db sqlx.QueryerContext, orderID uint64) ([]Change, error) {
 	const q = `SELECT id, order_id, from_status, to_status, refund_status, trigger_name, actor, reason,
-  event_id, emitted_event_id, repair_id, changed_at
+  event_id, emitted_event_id, repair_id, instance, changed_at
 FROM order_history WHERE order_id = ? ORDER BY id`
 	rows := []Change{}
 	if err := sqlx.SelectContext(ctx, db, &rows, q, orderID); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -138,16 +139,17 @@ type Audit struct {
 	Outcome        string          `db:"outcome" json:"outcome"`
 	Detail         string          `db:"detail" json:"detail"`
 	Evidence       json.RawMessage `db:"evidence" json:"evidence"`
+	Instance       *string         `db:"instance" json:"instance"` // INSTANCE_ID of the reconciler's instance (set from ctx)
 	CreatedAt      time.Time       `db:"created_at" json:"created_at"`
 }
 
 // InsertAudit writes an audit row; with a transaction, in the repair's own.
 func InsertAudit(ctx context.Context, db sqlx.ExecerContext, a Audit) error {
 	const q = `INSERT INTO reconciliation_audit
-  (repair_id, run_id, order_id, classification, action, outcome, detail, evidence)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
+  (repair_id, run_id, order_id, classification, action, outcome, detail, evidence, instance)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))`
 	_, err := db.ExecContext(ctx, q, a.RepairID, a.RunID, a.OrderID, a.Classification, a.Action, a.Outcome,
-		clip(a.Detail, 1000), []byte(a.Evidence))
+		clip(a.Detail, 1000), []byte(a.Evidence), instance.ID(ctx))
 	if err != nil {
 		return fmt.Errorf("audit row for order %d: %w", a.OrderID, err)
 	}
@@ -173,7 +175,7 @@ ORDER BY created_at LIMIT 1`
 
 // Audits returns audit rows, newest first; orderID 0 means every order.
 func Audits(ctx context.Context, db sqlx.QueryerContext, orderID uint64, limit int) ([]Audit, error) {
-	q := `SELECT repair_id, run_id, order_id, classification, action, outcome, detail, evidence, created_at
+	q := `SELECT repair_id, run_id, order_id, classification, action, outcome, detail, evidence, instance, created_at
 FROM reconciliation_audit`
 	var args []any
 	if orderID != 0 {

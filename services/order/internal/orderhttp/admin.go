@@ -1,9 +1,11 @@
 package orderhttp
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
 
 // reconciliationReport lists the reconciler's audit rows, newest first:
@@ -31,6 +33,9 @@ func (h *handlers) reconciliationReport(w http.ResponseWriter, r *http.Request) 
 // reconciliationRun runs one pass now and answers its summary.
 func (h *handlers) reconciliationRun(w http.ResponseWriter, r *http.Request) error {
 	sum, err := h.app.Reconcile(r.Context(), "admin")
+	if errors.Is(err, orderapp.ErrReconcilerBusy) {
+		return web.Errorf(http.StatusConflict, "%s: ask again when it ends", err)
+	}
 	if err != nil {
 		return err
 	}

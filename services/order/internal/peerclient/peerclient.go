@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 )
@@ -38,16 +39,23 @@ const (
 
 // Client asks inventory and payment over HTTP.
 type Client struct {
-	urls  map[string]string // service -> base URL
-	token string            // ADMIN_TOKEN, sent to the /admin endpoints
+	urls  map[string]*endpoints.List // service -> its instances' base URLs
+	token string                     // ADMIN_TOKEN, sent to the /admin endpoints
 	http  *http.Client
 }
 
-// New returns a client. timeout bounds each request.
+// New returns a client. inventoryURL and paymentURL are each one base URL
+// or a comma-separated list of a service's instances (checked with
+// endpoints.Parse; bad entries are left out): a request that gets no HTTP
+// answer goes on to the next instance, starting from the last one that
+// answered. Every call here is a read, or a retry keyed by the event's own
+// id, so sending it again to another instance is safe. timeout bounds each
+// request.
 func New(inventoryURL, paymentURL, adminToken string, timeout time.Duration) *Client {
+	inv, _ := endpoints.Parse(inventoryURL)
+	pay, _ := endpoints.Parse(paymentURL)
 	return &Client{
-		urls: map[string]string{InventoryService: strings.TrimRight(inventoryURL, "/"),
-			PaymentService: strings.TrimRight(paymentURL, "/")},
+		urls:  map[string]*endpoints.List{InventoryService: inv, PaymentService: pay},
 		token: adminToken,
 		http:  &http.Client{Timeout: timeout},
 	}
@@ -235,22 +243,23 @@ func (c *Client) get(ctx context.Context, service, path string, admin bool, out 
 
 func (c *Client) do(ctx context.Context, method, service, path string, admin bool, out any) (Answer, error) {
 	a := Answer{Asked: method + " " + path}
-	base, ok := c.urls[service]
-	if !ok || base == "" {
+	peers, ok := c.urls[service]
+	if !ok || len(peers.URLs()) == 0 {
 		err := fmt.Errorf("no URL for service %q", service)
 		a.Error = err.Error()
 		return a, err
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
-	if err != nil {
-		a.Error = err.Error()
-		return a, err
-	}
-	req.Header.Set("Accept", "application/json")
-	if admin && c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.http.Do(req)
+	resp, err := peers.Do(ctx, c.http, endpoints.Always, func(base string) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Accept", "application/json")
+		if admin && c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		return req, nil
+	})
 	a.AnsweredAt = time.Now().UTC()
 	if err != nil {
 		a.Error = err.Error()

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/events"
 )
 
@@ -23,12 +24,15 @@ func (c *Client) ReserveNow(ctx context.Context, p events.OrderCreatedV1, timeou
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.urls[InventoryService]+"/debug/reservations", bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
+	// The reservation is keyed by the order id, so a second instance asked
+	// after a lost answer reserves nothing twice.
+	resp, err := c.urls[InventoryService].Do(ctx, c.http, endpoints.Always, func(base string) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/debug/reservations", bytes.NewReader(body))
+		if err == nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		return req, err
+	})
 	if err != nil {
 		return "", fmt.Errorf("inventory POST /debug/reservations: %w", err)
 	}

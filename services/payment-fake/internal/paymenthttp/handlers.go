@@ -4,11 +4,14 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
@@ -119,20 +122,22 @@ func httpError(err error) error {
 	return err
 }
 
-// guardSwitches refuses changes to the PSP's fault switch outside demo
-// mode; reading it (GET /switches) and everything else pass through.
-// Paths here are the PSP's own: /psp is stripped already.
-func guardSwitches(pspAPI http.Handler, demoMode bool, log *slog.Logger) http.Handler {
-	if demoMode {
-		return pspAPI
+// passToPSP forwards /psp/... (prefix stripped) to the PSP process at the
+// address of psp that answered last, so the walkthrough's and the lab's
+// old URLs on the payment service reach the one PSP every instance shares.
+// The PSP itself refuses switch changes outside its demo mode.
+func passToPSP(psp *endpoints.List, log *slog.Logger) http.Handler {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			if u, err := url.Parse(psp.Current()); err == nil {
+				pr.SetURL(u)
+			}
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			log.WarnContext(r.Context(), "psp pass-through failed", "path", r.URL.Path, "err", err)
+			web.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": "the PSP did not answer"})
+		},
 	}
-	return web.Handle(log, func(w http.ResponseWriter, r *http.Request) error {
-		if r.URL.Path == "/switches" && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			return web.Errorf(http.StatusForbidden, "the PSP's fault switches can be changed only with DEMO_MODE=true")
-		}
-		pspAPI.ServeHTTP(w, r)
-		return nil
-	})
 }
 
 // paymentJSON is an order's payment as GET /payments/{order_id} shows it.

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
@@ -30,7 +31,13 @@ func server(t *testing.T, demoMode bool) (*httptest.Server, *sqldbtest.DB) {
 	db := sqldbtest.New(t, "payment")
 	r := chi.NewRouter()
 	app := paymentapp.New(db.DB, psp.NewClient("http://127.0.0.1:1/psp", nil), quiet, nil, paymentapp.Config{})
-	paymenthttp.Routes(r, app, psp.NewServer(db.DB, quiet).Handler(), demoMode, quiet)
+	// The PSP as its process serves it: under /psp, switches guarded by
+	// its own demo mode.
+	pspMux := http.NewServeMux()
+	pspMux.Handle("/psp/", http.StripPrefix("/psp", psp.GuardSwitches(psp.NewServer(db.DB, quiet).Handler(), demoMode, quiet)))
+	pspTS := httptest.NewServer(pspMux)
+	t.Cleanup(pspTS.Close)
+	paymenthttp.Routes(r, app, endpoints.Must(pspTS.URL+"/psp"), quiet)
 	ts := httptest.NewServer(r)
 	t.Cleanup(ts.Close)
 	return ts, db
@@ -124,7 +131,8 @@ func TestGetPaymentNotFound(t *testing.T) {
 	}
 }
 
-// The PSP is mounted under /psp; its fault switch changes only in demo mode.
+// /psp on the payment service passes through to the PSP process; the
+// PSP's fault switch changes only in its demo mode.
 func TestPSPMount(t *testing.T) {
 	t.Parallel()
 	const sw = `{"mode":"error-5xx","delay_ms":0,"count":1}`

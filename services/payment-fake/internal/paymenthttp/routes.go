@@ -1,5 +1,5 @@
 // Package paymenthttp is the payment service's HTTP API (docs/contract.md):
-// the payment of an order, the fake PSP's own API mounted under /psp, and
+// the payment of an order, a pass-through to the fake PSP's API under /psp, and
 // the operator's view of what is parked (under /admin, behind the admin
 // token).
 package paymenthttp
@@ -10,22 +10,22 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 )
 
-// Routes lists every public route of the payment service. pspAPI is the
-// fake PSP's handler (psp.Server.Handler); its own routes are in
-// psp/routes.go. Its fault switch can be changed (PUT /psp/switches) only
-// in demo mode.
-func Routes(r chi.Router, app *paymentapp.App, pspAPI http.Handler, demoMode bool, log *slog.Logger) {
+// Routes lists every public route of the payment service. psp is the PSP
+// process's addresses (PSP_URL); its own routes are in psp/routes.go.
+func Routes(r chi.Router, app *paymentapp.App, psp *endpoints.List, log *slog.Logger) {
 	h, e := &handlers{app: app}, edge(log)
 	r.Get("/payments/{order_id}", e.Handle(h.get))
 	r.Get("/payments/{order_id}/outcome", e.Handle(h.outcome)) // asked by the order's deadline sweep; may query the PSP by key
 
-	// The PSP shares the listener, not the code path: the payment app calls
-	// it over HTTP through psp.Client, as it would call a real provider.
-	r.Mount("/psp", http.StripPrefix("/psp", guardSwitches(pspAPI, demoMode, log)))
+	// The PSP is a process of its own (pspsvc); /psp here passes through to
+	// it, so an operator or the lab may ask any payment instance. The
+	// payment app calls it through psp.Client, as it would a real provider.
+	r.Mount("/psp", http.StripPrefix("/psp", passToPSP(psp, log)))
 }
 
 // AdminRoutes lists the payment service's own admin routes, relative to

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/endpoints"
 )
 
 // ErrOutcomeUnknown marks a call whose outcome the caller cannot know: a
@@ -42,19 +44,27 @@ func (e *APIError) Error() string { return fmt.Sprintf("psp answered %d: %s", e.
 // POST as replayable and may silently resend it on a broken keep-alive
 // connection, hiding from the caller exactly the lost answer this PSP lets
 // the course demonstrate.
+//
+// With several addresses (PSP_URL with commas: the PSP behind more than one
+// address) a call moves on to the next only when the connection could not
+// be made (endpoints.NotSent): a call that reached an address and lost its
+// answer stays ErrOutcomeUnknown, to be resolved by a status query, never
+// silently sent again elsewhere.
 type Client struct {
-	baseURL string
-	hc      *http.Client
+	addrs *endpoints.List
+	hc    *http.Client
 }
 
 // NewClient returns a client for the PSP at baseURL (e.g.
-// http://127.0.0.1:8083/psp). httpClient sets the timeout; nil means a client
-// with a 10 s timeout.
+// http://127.0.0.1:8084/psp), or at each address of a comma-separated list
+// (endpoints.Parse; bad entries are left out). httpClient sets the
+// timeout; nil means a client with a 10 s timeout.
 func NewClient(baseURL string, httpClient *http.Client) *Client {
 	if httpClient == nil {
 		httpClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	return &Client{baseURL: strings.TrimRight(baseURL, "/"), hc: httpClient}
+	addrs, _ := endpoints.Parse(baseURL)
+	return &Client{addrs: addrs, hc: httpClient}
 }
 
 // Charge asks the PSP to charge, once per req.IdempotencyKey. A declined
@@ -141,24 +151,28 @@ func (c *Client) GetSwitch(ctx context.Context) (Switch, error) {
 // nil (2xx, decoded into out), *APIError (4xx: refused, nothing done) or
 // ErrOutcomeUnknown (no complete answer, or 5xx: anything may have happened).
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var b []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(in); err != nil {
 			return fmt.Errorf("encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, body)
-	if err != nil {
-		return fmt.Errorf("build request: %w", err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-
-	resp, err := c.hc.Do(req)
+	resp, err := c.addrs.Do(ctx, c.hc, endpoints.NotSent, func(base string) (*http.Request, error) {
+		var body io.Reader
+		if in != nil {
+			body = bytes.NewReader(b)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, base+path, body)
+		if err != nil {
+			return nil, err
+		}
+		if in != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Accept", "application/json")
+		return req, nil
+	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	}

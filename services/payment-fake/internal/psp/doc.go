@@ -1,9 +1,10 @@
 // Package psp is a fake payment service provider (PSP): the external company
-// the payment-fake service charges and refunds through. It runs in the same
-// process as the payment service, mounted under /psp, but the payment service
-// treats it as a stranger: it talks to it only over HTTP, through Client, and
-// never reads its tables (psp_charges, psp_refunds), which only this package
-// touches, in its own transactions.
+// the payment-fake service charges and refunds through. It runs as a process
+// of its own (pspsvc, cmd/psp; :8084, mounted under /psp), one for every
+// payment instance, and the payment service treats it as a stranger: it
+// talks to it only over HTTP, through Client (PSP_URL), and never reads its
+// tables (psp_charges, psp_refunds, in the payment schema), which only this
+// package touches, in its own transactions.
 //
 // # What it teaches
 //
@@ -41,6 +42,7 @@
 // # Fault switches
 //
 // Each Server has one switch (PUT /switches, or Server.SetSwitch), in memory,
+// shared by every caller of the PSP process,
 // that affects the next Count charge and refund calls (0: every call until it
 // is set back to normal). A call that fails validation is answered 4xx and
 // does not use up the switch. Status queries (every GET) are never affected.

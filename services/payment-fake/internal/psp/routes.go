@@ -1,13 +1,14 @@
 package psp
 
 import (
+	"log/slog"
 	"net/http"
 
 	"github.com/relmsg/ordersaga/pkg/web"
 )
 
 // routes lists every endpoint of the PSP, relative to where it is mounted
-// (the payment-fake service mounts it under /psp).
+// (the PSP process, pspsvc, mounts it under /psp).
 func (s *Server) routes() http.Handler {
 	e := web.Edge{Log: s.log, Map: httpError}
 	mux := http.NewServeMux()
@@ -21,4 +22,20 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("PUT /switches", e.Handle(s.handlePutSwitch))      // {"mode":"lose-response","delay_ms":0,"count":1}
 	mux.HandleFunc("/", e.Handle(s.handleNotFound))                   // JSON 404 for everything else
 	return mux
+}
+
+// GuardSwitches refuses changes to the fault switch outside demo mode;
+// reading it (GET /switches) and everything else pass through. Paths here
+// are the PSP's own: the mount prefix is stripped already.
+func GuardSwitches(api http.Handler, demoMode bool, log *slog.Logger) http.Handler {
+	if demoMode {
+		return api
+	}
+	return web.Handle(log, func(w http.ResponseWriter, r *http.Request) error {
+		if r.URL.Path == "/switches" && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			return web.Errorf(http.StatusForbidden, "the PSP's fault switches can be changed only with DEMO_MODE=true")
+		}
+		api.ServeHTTP(w, r)
+		return nil
+	})
 }
