@@ -197,24 +197,35 @@ func nodeStoppedAndStarted(t *testing.T, nodes []*rabbitnode.Node) {
 		}
 		return len(qs) > 0, nil
 	})
-	// The rebalance moves leaders in the background: ask again until the
-	// restarted node leads some of the queues (or the wait ends).
+	// The rebalance moves leaders in the background, and a replica that
+	// is still catching up on its log is skipped: ask for a rebalance,
+	// look for up to ten seconds, ask again. Each ask is a CLI run (an
+	// Erlang VM), so not in a tight loop.
 	led, total := 0, 0
-	testutil.WaitForErr(t, 60*time.Second, "the rebalance to give "+node.Name()+" some leaders", func() (bool, error) {
-		if _, err := node.Queues(ctx, "rebalance", "quorum"); err != nil {
-			return false, err
+	var lastAsk time.Time
+	testutil.WaitForErr(t, 2*time.Minute, "the rebalance to give "+node.Name()+" some leaders", func() (bool, error) {
+		if time.Since(lastAsk) > 10*time.Second {
+			lastAsk = time.Now()
+			if _, err := node.Queues(ctx, "rebalance", "quorum"); err != nil {
+				return false, err
+			}
 		}
 		qs, err := ownQueues(ctx, node, st.NS)
 		if err != nil {
 			return false, err
 		}
 		led, total = 0, len(qs)
+		leaders := map[string]int{}
 		for _, q := range qs {
+			leaders[q.Leader]++
 			if q.Leader == node.Name() {
 				led++
 			}
 		}
-		return led > 0, nil
+		if led == 0 {
+			return false, fmt.Errorf("leaders by node: %v", leaders)
+		}
+		return true, nil
 	})
 	short.Seed = 16
 	runChaos(t, st, short)
