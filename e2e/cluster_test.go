@@ -164,8 +164,8 @@ func leaderAndInstanceKills(t *testing.T, nodes []*rabbitnode.Node) {
 
 // nodeStoppedAndStarted: one node stops cleanly (its VM ends) while the
 // others carry the load; started again, it rejoins the cluster, every
-// quorum queue has its replica there online again, leaders are rebalanced
-// onto it, and the saga keeps every check.
+// quorum queue has its replica there online again, and when another node
+// then dies, the saga keeps every check through it.
 func nodeStoppedAndStarted(t *testing.T, nodes []*rabbitnode.Node) {
 	st := chaostest.Start(t, chaostest.Options{Instances: 2, Nodes: nodes})
 	node, others := nodes[1], []*rabbitnode.Node{nodes[0], nodes[2]}
@@ -197,39 +197,37 @@ func nodeStoppedAndStarted(t *testing.T, nodes []*rabbitnode.Node) {
 		}
 		return len(qs) > 0, nil
 	})
-	// The rebalance moves leaders in the background, and a replica that
-	// is still catching up on its log is skipped: ask for a rebalance,
-	// look for up to ten seconds, ask again. Each ask is a CLI run (an
-	// Erlang VM), so not in a tight loop.
-	led, total := 0, 0
-	var lastAsk time.Time
-	testutil.WaitForErr(t, 2*time.Minute, "the rebalance to give "+node.Name()+" some leaders", func() (bool, error) {
-		if time.Since(lastAsk) > 10*time.Second {
-			lastAsk = time.Now()
-			if _, err := node.Queues(ctx, "rebalance", "quorum"); err != nil {
-				return false, err
-			}
-		}
-		qs, err := ownQueues(ctx, node, st.NS)
-		if err != nil {
-			return false, err
-		}
-		led, total = 0, len(qs)
-		leaders := map[string]int{}
-		for _, q := range qs {
-			leaders[q.Leader]++
-			if q.Leader == node.Name() {
-				led++
-			}
-		}
-		if led == 0 {
-			return false, fmt.Errorf("leaders by node: %v", leaders)
-		}
-		return true, nil
-	})
+	// Leaders do not come back by themselves: ask for a rebalance. It is
+	// best effort (a replica still catching up on its log is skipped and
+	// not retried), so what it did is reported, not asserted.
+	if _, err := node.Queues(ctx, "rebalance", "quorum"); err != nil {
+		t.Errorf("rebalance: %v", err)
+	}
+	qs, err := ownQueues(ctx, node, st.NS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaders := map[string]int{}
+	for _, q := range qs {
+		leaders[q.Leader]++
+	}
+	t.Logf("leaders after the rebalance: %v (%s leads %d of %d)", leaders, node.Name(), leaders[node.Name()], len(qs))
+	// What proves the node is back in service: another node, the one
+	// leading the most queues, dies while the saga runs. A quorum queue
+	// needs two of its three members, so from then on every queue commits
+	// through the restarted node, and every check of the chaos run must
+	// still hold.
+	victim := others[0].Name()
+	if leaders[others[1].Name()] > leaders[victim] {
+		victim = others[1].Name()
+	}
 	short.Seed = 16
-	runChaos(t, st, short)
-	t.Logf("%s leads %d of %d queues after the rebalance", node.Name(), led, total)
+	victim, _, _ = strings.Cut(victim, "@") // the chaos run names nodes without the host
+	short.Faults = chaos.FaultSchedule{Script: []chaos.Fault{{At: 3 * time.Second, Kind: chaos.FaultNodeKill, Target: victim}}}
+	rep := runChaos(t, st, short)
+	if rep.FaultsByKind[chaos.FaultNodeKill] != 1 {
+		t.Errorf("the kill of %s after the restart was not injected: %+v", victim, rep.Faults)
+	}
 }
 
 // runChaos runs the chaos run and fails the test on any violation.
