@@ -132,9 +132,15 @@ func (c *Consumer) processBatch(ctx context.Context, batch []batchItem) error {
 		if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
 			return err
 		}
+		sh := &shared{}
 		for _, it := range batch {
-			if err := it.h(it.ctx, tx, it.e); err != nil {
+			if err := it.h(context.WithValue(it.ctx, sharedKey{}, sh), tx, it.e); err != nil {
 				return fmt.Errorf("event %s (%s): %w", it.e.EventID, it.e.Type, err)
+			}
+		}
+		for _, f := range sh.finishers {
+			if err := f.Finish(ctx, tx); err != nil {
+				return err
 			}
 		}
 		return failpoint.Inject(ctx, "inbox.after-effect-before-commit")
@@ -178,4 +184,41 @@ func claimAll(ctx context.Context, tx *sqlx.Tx, consumer string, es []events.Env
 		return fmt.Errorf("inbox claim of %d events for %s: %w", len(es), consumer, err)
 	}
 	return nil
+}
+
+// A Finisher is work that the handlers of one batch share and that runs
+// once, after the last handler, before COMMIT: a service that changes the
+// same rows for many events (inventory's stock rows) collects the changes
+// and makes them once per row, in a fixed order.
+type Finisher interface {
+	Finish(ctx context.Context, tx *sqlx.Tx) error
+}
+
+// Shared returns the current batch's Finisher under key, made by mk on
+// first use. ok is false when the handler runs alone (no batch, or the
+// one-at-a-time path after a batch failed): it then does the work itself.
+// An error of Finish rolls the whole batch back, like a handler's.
+func Shared(ctx context.Context, key any, mk func() Finisher) (f Finisher, ok bool) {
+	sh, _ := ctx.Value(sharedKey{}).(*shared)
+	if sh == nil {
+		return nil, false
+	}
+	if f, ok := sh.byKey[key]; ok {
+		return f, true
+	}
+	f = mk()
+	if sh.byKey == nil {
+		sh.byKey = map[any]Finisher{}
+	}
+	sh.byKey[key] = f
+	sh.finishers = append(sh.finishers, f)
+	return f, true
+}
+
+type sharedKey struct{}
+
+// shared is what one batch's handlers share (Shared).
+type shared struct {
+	byKey     map[any]Finisher
+	finishers []Finisher // in order of first use
 }
