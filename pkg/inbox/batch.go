@@ -11,6 +11,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/tracing"
@@ -26,6 +27,8 @@ import (
 //	BEGIN
 //	  INSERT consumer_inbox, one row per event (one statement)
 //	  each event's handler, in delivery order (business change + outbox.Add)
+//	  the handlers' shared work (Shared), e.g. inventory's stock rows
+//	  INSERT outbox_events, every result event (one statement, outbox.Collect)
 //	COMMIT
 //	ACK each delivery                        (only after COMMIT)
 //
@@ -133,8 +136,12 @@ func (c *Consumer) processBatch(ctx context.Context, batch []batchItem) error {
 			return err
 		}
 		sh := &shared{}
+		// The handlers' result events are kept and written together, in
+		// one INSERT before the COMMIT.
+		collected := outbox.Collect(tx)
 		for _, it := range batch {
-			if err := it.h(context.WithValue(it.ctx, sharedKey{}, sh), tx, it.e); err != nil {
+			hctx := collected.Context(context.WithValue(it.ctx, sharedKey{}, sh))
+			if err := it.h(hctx, tx, it.e); err != nil {
 				return fmt.Errorf("event %s (%s): %w", it.e.EventID, it.e.Type, err)
 			}
 		}
@@ -142,6 +149,9 @@ func (c *Consumer) processBatch(ctx context.Context, batch []batchItem) error {
 			if err := f.Finish(ctx, tx); err != nil {
 				return err
 			}
+		}
+		if err := collected.Flush(ctx); err != nil {
+			return err
 		}
 		return failpoint.Inject(ctx, "inbox.after-effect-before-commit")
 	})

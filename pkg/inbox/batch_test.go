@@ -15,6 +15,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
@@ -257,5 +258,39 @@ func TestCrashAfterBatchCommitThroughTheBroker(t *testing.T) {
 	}
 	for _, name := range []string{"consumer_processed_total", "consumer_batched_events_total"} {
 		t.Logf("%s = %v", name, inboxtest.Counter(t, reg, name, "inventory"))
+	}
+}
+
+// The handlers' result events are written together, once, with the batch;
+// a batch that rolls back leaves none of its own, only those of the
+// events applied one at a time afterwards.
+func TestBatchWritesEveryResultEventOnce(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(6)
+	for i := range es {
+		es[i].AggregateID = uint64(100 + i)
+	}
+	poison := es[5]
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			if _, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: e.AggregateID, AggregateVersion: 1,
+				Type: events.InventoryReserved, Payload: map[string]string{"order_id": fmt.Sprint(e.AggregateID)}}); err != nil {
+				return err
+			}
+			if e.EventID == poison.EventID {
+				return inbox.Permanent(errors.New("simulated: cannot ever apply"))
+			}
+			return inboxtest.Increment(ctx, tx, e)
+		}}})
+	ctx := context.Background()
+	wantAcks(t, c.HandleBatch(ctx, deliveries(es[:3]...)), 3)
+	wantAcks(t, c.HandleBatch(ctx, deliveries(es[3:]...)), 3)
+	var got []uint64
+	if err := db.Select(&got, `SELECT aggregate_id FROM outbox_events ORDER BY aggregate_id`); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{100, 101, 102, 103, 104}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("result events of orders %v, want %v (once each, none for the poison)", got, want)
 	}
 }
