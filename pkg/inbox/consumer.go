@@ -23,11 +23,21 @@ import (
 // Handle is the rabbit.Handler of this consumer: validate, process, and turn
 // the outcome into ack, delayed retry or dead letter. ACK only after COMMIT.
 func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
-	m := c.cfg.Metrics
-	m.deliveries.WithLabelValues(c.cfg.Name).Inc()
+	c.count(d)
+	return c.handle(ctx, d)
+}
+
+// count counts a delivery as it arrives.
+func (c *Consumer) count(d rabbit.Delivery) {
+	c.cfg.Metrics.deliveries.WithLabelValues(c.cfg.Name).Inc()
 	if d.Redelivered {
-		m.redeliveries.WithLabelValues(c.cfg.Name).Inc()
+		c.cfg.Metrics.redeliveries.WithLabelValues(c.cfg.Name).Inc()
 	}
+}
+
+// handle is the chapter's path for one delivery: its own transaction.
+func (c *Consumer) handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
+	m := c.cfg.Metrics
 	if c.cfg.WrongWay.On(wrongway.AckBeforeCommit) {
 		return c.handleAckFirst(ctx, d) // the wrong way: wrongway.go
 	}

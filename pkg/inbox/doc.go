@@ -16,6 +16,20 @@
 //	COMMIT
 //	ACK                                      (only after COMMIT)
 //
+// # Batches (CONSUMER_BATCH), a departure from the chapter
+//
+// Under load a worker takes the deliveries already waiting (never waiting
+// for more) and HandleBatch (batch.go) runs the same sequence for all of
+// them in one transaction: one multi-row inbox INSERT, each handler in turn,
+// one COMMIT, then the ACKs. Each event's inbox row still commits with its
+// effect and results, ACK still follows COMMIT, and only an inbox
+// primary-key duplicate still means "processed": if anything in the batch
+// fails, it rolls back and each delivery runs alone by the sequence above.
+// Deliveries that need more than the plain path (invalid, too old, an
+// ExternalHandler, a delta or snapshot event, a second copy of an event in
+// the batch) always run alone. CONSUMER_BATCH=1 is the chapter's flow.
+// docs/design.md ("Departures from the chapter") has the measurement.
+//
 // The inbox dedupes; it does not order. Each event's ordering strategy
 // (pkg/ordering) decides inside the transaction when the INSERT and the
 // business change run: at once for a state transition, in version order for

@@ -99,31 +99,36 @@ func TestExternalHandlerIsNotCalledForAMismatch(t *testing.T) {
 // its inbox row are untouched.
 func TestPayloadMismatchIsADeadLetterAndAnAlert(t *testing.T) {
 	t.Parallel()
-	db := inboxtest.DB(t)
-	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
-	f := inboxtest.Consume(t, c.Handle, 0)
-	e := inboxtest.Event(events.OrderCreated)
-	f.Publish(t, inboxtest.Message(e))
-	inboxtest.WaitFor(t, "the first copy to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
-	other := e
-	other.Payload = []byte(`{"order_id":"1","note":"tampered"}`)
-	f.Publish(t, inboxtest.Message(other))
-	dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
-	if !strings.Contains(dl.Reason, "same event_id, different payload") || string(dl.Payload) != string(other.Payload) {
-		t.Fatalf("dead letter reason %q payload %s, want the mismatch reason and the second payload", dl.Reason, dl.Payload)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_payload_mismatch_total", "inventory"); got != 1 {
-		t.Fatalf("consumer_payload_mismatch_total = %v, want 1", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 0 {
-		t.Fatalf("the mismatch counted as a duplicate (%v)", got)
-	}
-	var stored string
-	if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
-		t.Fatalf("inbox hash %q (%v), want the first payload's", stored, err)
-	}
-	if got := inboxtest.Effects(t, db.DB); got != 1 {
-		t.Fatalf("effects = %d, want 1", got)
+	for _, batch := range inboxtest.Batches {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			db := inboxtest.DB(t)
+			c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
+			e := inboxtest.Event(events.OrderCreated)
+			f.Publish(t, inboxtest.Message(e))
+			inboxtest.WaitFor(t, "the first copy to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
+			other := e
+			other.Payload = []byte(`{"order_id":"1","note":"tampered"}`)
+			f.Publish(t, inboxtest.Message(other))
+			dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
+			if !strings.Contains(dl.Reason, "same event_id, different payload") || string(dl.Payload) != string(other.Payload) {
+				t.Fatalf("dead letter reason %q payload %s, want the mismatch reason and the second payload", dl.Reason, dl.Payload)
+			}
+			if got := inboxtest.Counter(t, reg, "consumer_payload_mismatch_total", "inventory"); got != 1 {
+				t.Fatalf("consumer_payload_mismatch_total = %v, want 1", got)
+			}
+			if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 0 {
+				t.Fatalf("the mismatch counted as a duplicate (%v)", got)
+			}
+			var stored string
+			if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
+				t.Fatalf("inbox hash %q (%v), want the first payload's", stored, err)
+			}
+			if got := inboxtest.Effects(t, db.DB); got != 1 {
+				t.Fatalf("effects = %d, want 1", got)
+			}
+		})
 	}
 }
 
@@ -131,24 +136,29 @@ func TestPayloadMismatchIsADeadLetterAndAnAlert(t *testing.T) {
 // letter with the reason, and no inbox row or effect is written.
 func TestTooOldMessageIsADeadLetter(t *testing.T) {
 	t.Parallel()
-	db := inboxtest.DB(t)
-	c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment) // default replay window: 168h
-	f := inboxtest.Consume(t, c.Handle, 0)
-	e := inboxtest.Event(events.OrderCreated)
-	e.OccurredAt = time.Now().Add(-200 * time.Hour)
-	f.Publish(t, inboxtest.Message(e))
-	fresh := inboxtest.Event(events.OrderCreated)
-	fresh.OccurredAt = time.Now()
-	f.Publish(t, inboxtest.Message(fresh))
-	dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
-	for _, want := range []string{"older than the inbox replay window (168h0m0s)", "its inbox row may have been deleted; apply by hand after checking"} {
-		if !strings.Contains(dl.Reason, want) {
-			t.Errorf("reason %q, want it to contain %q", dl.Reason, want)
-		}
-	}
-	inboxtest.WaitFor(t, "the fresh message to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
-	if n := inboxtest.InboxRows(t, db.DB, e.EventID); n != 0 {
-		t.Fatalf("inbox rows of the old event = %d, want 0", n)
+	for _, batch := range inboxtest.Batches {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			db := inboxtest.DB(t)
+			c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment) // default replay window: 168h
+			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
+			e := inboxtest.Event(events.OrderCreated)
+			e.OccurredAt = time.Now().Add(-200 * time.Hour)
+			f.Publish(t, inboxtest.Message(e))
+			fresh := inboxtest.Event(events.OrderCreated)
+			fresh.OccurredAt = time.Now()
+			f.Publish(t, inboxtest.Message(fresh))
+			dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
+			for _, want := range []string{"older than the inbox replay window (168h0m0s)", "its inbox row may have been deleted; apply by hand after checking"} {
+				if !strings.Contains(dl.Reason, want) {
+					t.Errorf("reason %q, want it to contain %q", dl.Reason, want)
+				}
+			}
+			inboxtest.WaitFor(t, "the fresh message to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
+			if n := inboxtest.InboxRows(t, db.DB, e.EventID); n != 0 {
+				t.Fatalf("inbox rows of the old event = %d, want 0", n)
+			}
+		})
 	}
 }
 
@@ -232,44 +242,49 @@ func TestRetriesAreCappedByAttemptsAndTime(t *testing.T) {
 // before the twenty.
 func TestPoisonMessageDoesNotBlockTheOthers(t *testing.T) {
 	t.Parallel()
-	db := inboxtest.DB(t)
-	poison := inboxtest.Event(events.OrderCreated)
-	var mu sync.Mutex
-	var doneAtAttempt []int // good messages processed when each poison attempt ran
-	good := 0
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
-		Backoff: retry.Backoff{Base: time.Second, Cap: 2 * time.Second},
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	for _, batch := range inboxtest.Batches {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			db := inboxtest.DB(t)
+			poison := inboxtest.Event(events.OrderCreated)
+			var mu sync.Mutex
+			var doneAtAttempt []int // good messages processed when each poison attempt ran
+			good := 0
+			c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
+				Backoff: retry.Backoff{Base: time.Second, Cap: 2 * time.Second},
+				Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+					mu.Lock()
+					defer mu.Unlock()
+					if e.EventID == poison.EventID {
+						doneAtAttempt = append(doneAtAttempt, good)
+						return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
+					}
+					if err := inboxtest.Increment(ctx, tx, e); err != nil {
+						return err
+					}
+					good++ // counted before commit; the commit of the last one is waited for below
+					return nil
+				}}})
+			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 1, batch)
+			f.Publish(t, inboxtest.Message(poison))
+			for i := 0; i < 20; i++ {
+				f.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
+			}
+			dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", poison.EventID)
+			if dl.Attempts != 3 || !strings.Contains(dl.Reason, "gave up after 3 attempts") {
+				t.Fatalf("dead letter attempts %d reason %q, want 3 and the cap", dl.Attempts, dl.Reason)
+			}
+			inboxtest.WaitFor(t, "the twenty good messages", func() bool { return inboxtest.Effects(t, db.DB) == 20 })
 			mu.Lock()
 			defer mu.Unlock()
-			if e.EventID == poison.EventID {
-				doneAtAttempt = append(doneAtAttempt, good)
-				return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
+			t.Logf("good messages done at each poison attempt: %v", doneAtAttempt)
+			if len(doneAtAttempt) != 3 {
+				t.Fatalf("poison attempts = %d, want 3", len(doneAtAttempt))
 			}
-			if err := inboxtest.Increment(ctx, tx, e); err != nil {
-				return err
+			if doneAtAttempt[1] != 20 {
+				t.Fatalf("at the poison's second attempt %d of 20 good messages were done, want all 20 (no head-of-line blocking)", doneAtAttempt[1])
 			}
-			good++ // counted before commit; the commit of the last one is waited for below
-			return nil
-		}}})
-	f := inboxtest.Consume(t, c.Handle, 1)
-	f.Publish(t, inboxtest.Message(poison))
-	for i := 0; i < 20; i++ {
-		f.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
-	}
-	dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", poison.EventID)
-	if dl.Attempts != 3 || !strings.Contains(dl.Reason, "gave up after 3 attempts") {
-		t.Fatalf("dead letter attempts %d reason %q, want 3 and the cap", dl.Attempts, dl.Reason)
-	}
-	inboxtest.WaitFor(t, "the twenty good messages", func() bool { return inboxtest.Effects(t, db.DB) == 20 })
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("good messages done at each poison attempt: %v", doneAtAttempt)
-	if len(doneAtAttempt) != 3 {
-		t.Fatalf("poison attempts = %d, want 3", len(doneAtAttempt))
-	}
-	if doneAtAttempt[1] != 20 {
-		t.Fatalf("at the poison's second attempt %d of 20 good messages were done, want all 20 (no head-of-line blocking)", doneAtAttempt[1])
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -25,28 +26,33 @@ import (
 // once or is a recorded dead letter: none was dropped on the way.
 func TestDatabaseOutageLosesNoMessage(t *testing.T) {
 	t.Parallel()
-	db := inboxtest.DB(t)
-	account := inboxtest.NewAccount(t, db)
-	const n, maxAttempts = 10, 3
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: account.DB, Log: quiet, MaxAttempts: maxAttempts,
-		Backoff:  retry.Backoff{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: inboxtest.Increment}})
-	calls := &handled{n: map[string]int{}}
-	account.Lock(t)
-	b := inboxtest.Consume(t, calls.count(c.Handle), 0)
-	b.ConsumeDead(t, calls.count(c.HandleBrokerDeadLetter))
-	ids := make([]string, n)
-	for i := range ids {
-		e := inboxtest.Event(events.OrderCreated)
-		ids[i] = e.EventID
-		b.Publish(t, inboxtest.Message(e))
-	}
-	calls.outlast(t, ids, maxAttempts+2)
-	account.Unlock(t)
+	for _, batch := range inboxtest.Batches {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			db := inboxtest.DB(t)
+			account := inboxtest.NewAccount(t, db)
+			const n, maxAttempts = 10, 3
+			c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: account.DB, Log: quiet, MaxAttempts: maxAttempts,
+				Backoff:  retry.Backoff{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
+				Handlers: map[events.Type]inbox.Handler{events.OrderCreated: inboxtest.Increment}})
+			calls := &handled{n: map[string]int{}}
+			account.Lock(t)
+			b := inboxtest.ConsumeBatch(t, calls.countBatch(c.HandleBatch), 0, batch)
+			b.ConsumeDead(t, calls.count(c.HandleBrokerDeadLetter))
+			ids := make([]string, n)
+			for i := range ids {
+				e := inboxtest.Event(events.OrderCreated)
+				ids[i] = e.EventID
+				b.Publish(t, inboxtest.Message(e))
+			}
+			calls.outlast(t, ids, maxAttempts+2)
+			account.Unlock(t)
 
-	settled(t, db, "inventory", ids)
-	if got := inboxtest.Effects(t, db.DB); got != countApplied(t, db, ids) {
-		t.Fatalf("effects = %d, want one per applied event (%d)", got, countApplied(t, db, ids))
+			settled(t, db, "inventory", ids)
+			if got := inboxtest.Effects(t, db.DB); got != countApplied(t, db, ids) {
+				t.Fatalf("effects = %d, want one per applied event (%d)", got, countApplied(t, db, ids))
+			}
+		})
 	}
 }
 
@@ -112,6 +118,17 @@ func (h *handled) count(next rabbit.Handler) rabbit.Handler {
 		h.n[d.MessageId]++
 		h.mu.Unlock()
 		return next(ctx, d)
+	}
+}
+
+func (h *handled) countBatch(next rabbit.BatchHandler) rabbit.BatchHandler {
+	return func(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision {
+		h.mu.Lock()
+		for _, d := range ds {
+			h.n[d.MessageId]++
+		}
+		h.mu.Unlock()
+		return next(ctx, ds)
 	}
 }
 

@@ -31,18 +31,13 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 	if len(evs) == 0 {
 		return nil, nil
 	}
-	const q = `INSERT INTO outbox_events
-  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent)
-VALUES `
 	// The trace of the request or message being handled travels with the
 	// events it causes (pkg/tracing).
 	var trace any
 	if tp := tracing.From(ctx); tracing.Valid(tp) {
 		trace = tp
 	}
-	var sb strings.Builder
-	sb.WriteString(q)
-	args := make([]any, 0, 7*len(evs))
+	rows := make([][]any, len(evs))
 	ids := make([]string, len(evs))
 	for i, e := range evs {
 		if e.EventID == "" {
@@ -64,17 +59,69 @@ VALUES `
 		if err != nil {
 			return nil, fmt.Errorf("outbox: payload of %s: %w", e.Type, err)
 		}
+		rows[i] = []any{e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, trace}
+		ids[i] = e.EventID
+	}
+	if c, ok := ctx.Value(collectKey{}).(*Collected); ok && c.tx == tx {
+		c.rows = append(c.rows, rows...)
+		return ids, nil
+	}
+	if err := insert(ctx, tx, rows); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// insert writes rows (Add's columns) in one statement.
+func insert(ctx context.Context, tx *sqlx.Tx, rows [][]any) error {
+	const q = `INSERT INTO outbox_events
+  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent)
+VALUES `
+	var sb strings.Builder
+	sb.WriteString(q)
+	args := make([]any, 0, 7*len(rows))
+	for i, r := range rows {
 		if i > 0 {
 			sb.WriteString(", ")
 		}
 		sb.WriteString("(?, ?, ?, ?, ?, ?, ?)")
-		args = append(args, e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, trace)
-		ids[i] = e.EventID
+		args = append(args, r...)
 	}
 	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
-		return nil, fmt.Errorf("outbox: insert %d events: %w", len(evs), err)
+		return fmt.Errorf("outbox: insert %d events: %w", len(rows), err)
 	}
-	return ids, nil
+	return nil
+}
+
+// Collected holds the events that Add kept in memory under Collect.
+type Collected struct {
+	tx   *sqlx.Tx
+	rows [][]any
+}
+
+type collectKey struct{}
+
+// Collect returns a collector for tx: under a context from its Context,
+// Add on tx keeps the events instead of inserting them, and Flush writes
+// them all in one INSERT before the COMMIT. A consumer batch (pkg/inbox)
+// uses it, so its events' results cost one statement together. Only for a
+// transaction that never rolls back to a savepoint taken before an Add:
+// the kept rows would not be undone with it.
+func Collect(tx *sqlx.Tx) *Collected { return &Collected{tx: tx} }
+
+// Context returns ctx with c in it.
+func (c *Collected) Context(ctx context.Context) context.Context {
+	return context.WithValue(ctx, collectKey{}, c)
+}
+
+// Flush writes the kept events, if any, in one INSERT on their transaction.
+func (c *Collected) Flush(ctx context.Context) error {
+	if len(c.rows) == 0 {
+		return nil
+	}
+	err := insert(ctx, c.tx, c.rows)
+	c.rows = nil
+	return err
 }
 
 func marshal(p any) ([]byte, error) {

@@ -112,9 +112,13 @@ type Config struct {
 	// confirms (OUTBOX_CONFIRM_TIMEOUT): at most a third of the lease
 	// [min(5s, OUTBOX_LEASE/3)].
 	OutboxConfirmTimeout time.Duration
-	ConsumerWorkers      int           // CONSUMER_WORKERS
-	Prefetch             int           // CONSUMER_PREFETCH
-	ShutdownTimeout      time.Duration // SHUTDOWN_TIMEOUT
+	ConsumerWorkers      int // CONSUMER_WORKERS
+	Prefetch             int // CONSUMER_PREFETCH
+	// ConsumerBatch is the most deliveries a consumer worker commits in one
+	// transaction (CONSUMER_BATCH; 1: one transaction per message, the
+	// chapter's flow). See pkg/inbox, HandleBatch.
+	ConsumerBatch   int
+	ShutdownTimeout time.Duration // SHUTDOWN_TIMEOUT
 	// OutboxDispatch=false runs an instance without its dispatcher
 	// (OUTBOX_DISPATCH=off): the "dispatcher stopped" experiment.
 	OutboxDispatch bool
@@ -155,6 +159,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		OutboxDeadline:    env.Duration("OUTBOX_DEADLINE", 15*time.Minute),
 		ConsumerWorkers:   env.Int("CONSUMER_WORKERS", 16, 1, 256),
 		Prefetch:          env.Int("CONSUMER_PREFETCH", 64, 1, 10000),
+		ConsumerBatch:     env.Int("CONSUMER_BATCH", 16, 1, 1000),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		OutboxDispatch:    env.String("OUTBOX_DISPATCH", "on") != "off",
 		InboxRetention:    env.Duration("INBOX_RETENTION", 168*time.Hour),

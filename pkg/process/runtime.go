@@ -303,8 +303,8 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 	}
 	for _, c := range r.consumers {
 		cfg := rabbit.ConsumeConfig{Queue: c.queue, Prefetch: r.Cfg.Prefetch, Workers: r.Cfg.ConsumerWorkers,
-			Log: r.Log.With("consumer", c.c.Name())}
-		run("consume "+c.queue, func(ctx context.Context) error { return r.Broker.Consume(ctx, cfg, c.c.Handle) })
+			Batch: r.Cfg.ConsumerBatch, Log: r.Log.With("consumer", c.c.Name())}
+		run("consume "+c.queue, func(ctx context.Context) error { return r.Broker.ConsumeBatch(ctx, cfg, c.c.HandleBatch) })
 		dead := rabbit.ConsumeConfig{Queue: rabbit.Queue{Name: c.queue}.DeadQueue(), Prefetch: 8, Workers: 1,
 			Log: r.Log.With("consumer", c.c.Name())}
 		run("drain "+dead.Queue, func(ctx context.Context) error {

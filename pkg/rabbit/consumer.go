@@ -89,18 +89,35 @@ type ConsumeConfig struct {
 	Prefetch       int           // unacked messages the broker may push at once (default 32)
 	Workers        int           // messages handled in parallel (default 8)
 	HandlerTimeout time.Duration // bound on one handler call (default 30 s)
-	Log            *slog.Logger
+	// Batch is the most deliveries a worker hands to a BatchHandler at once
+	// (default 1; at most Prefetch). It never waits for a batch to fill:
+	// it takes one delivery, then only those the client already holds.
+	Batch int
+	Log   *slog.Logger
 }
 
 // Handler processes one delivery. Its ctx is not cancelled by shutdown: a
 // message being handled finishes its transaction and is acked.
 type Handler func(ctx context.Context, d Delivery) Decision
 
+// BatchHandler processes deliveries together and returns one decision per
+// delivery, in their order. Its ctx is not cancelled by shutdown.
+type BatchHandler func(ctx context.Context, ds []Delivery) []Decision
+
 // Consume runs the consume loop until ctx ends, coming back after lost
 // channels and broker restarts. On shutdown it stops taking deliveries,
 // lets in-flight handlers finish and ack, then closes its channel, which
 // returns any prefetched but unhandled message to the queue.
 func (c *Conn) Consume(ctx context.Context, cfg ConsumeConfig, handle Handler) error {
+	cfg.Batch = 1
+	return c.ConsumeBatch(ctx, cfg, func(ctx context.Context, ds []Delivery) []Decision {
+		return []Decision{handle(ctx, ds[0])}
+	})
+}
+
+// ConsumeBatch is Consume with a handler that takes up to cfg.Batch
+// deliveries at once: under load, the ones already waiting.
+func (c *Conn) ConsumeBatch(ctx context.Context, cfg ConsumeConfig, handle BatchHandler) error {
 	if cfg.Prefetch <= 0 {
 		cfg.Prefetch = 32
 	}
@@ -110,6 +127,7 @@ func (c *Conn) Consume(ctx context.Context, cfg ConsumeConfig, handle Handler) e
 	if cfg.HandlerTimeout <= 0 {
 		cfg.HandlerTimeout = 30 * time.Second
 	}
+	cfg.Batch = max(1, min(cfg.Batch, cfg.Prefetch))
 	if cfg.Log == nil {
 		cfg.Log = c.log
 	}
@@ -132,7 +150,7 @@ func (c *Conn) Consume(ctx context.Context, cfg ConsumeConfig, handle Handler) e
 	}
 }
 
-func (c *Conn) consumeOnce(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, handle Handler) error {
+func (c *Conn) consumeOnce(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, handle BatchHandler) error {
 	ch, err := c.Channel(ctx)
 	if err != nil {
 		return err
@@ -146,7 +164,19 @@ func (c *Conn) consumeOnce(ctx context.Context, cfg ConsumeConfig, log *slog.Log
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cfg.Queue, err)
 	}
-	log.Info("consuming", "prefetch", cfg.Prefetch, "workers", cfg.Workers)
+	log.Info("consuming", "prefetch", cfg.Prefetch, "workers", cfg.Workers, "batch", cfg.Batch)
+
+	// The client hands deliveries over through an unbuffered channel, one
+	// at a time as its goroutine gets to run. For batches a pump moves them
+	// into a buffered channel, where a worker sees the ones already waiting.
+	// It never blocks: the broker sends at most Prefetch unacked messages.
+	stop := make(chan struct{})
+	defer close(stop)
+	if cfg.Batch > 1 {
+		buffered := make(chan amqp.Delivery, cfg.Prefetch)
+		go pump(deliveries, buffered, stop)
+		deliveries = buffered
+	}
 
 	abandon := make(chan struct{})
 	var abandonOnce sync.Once
@@ -165,7 +195,7 @@ func (c *Conn) consumeOnce(ctx context.Context, cfg ConsumeConfig, log *slog.Log
 					if !ok {
 						return
 					}
-					if c.process(ctx, cfg, log, pub, handle, d) {
+					if c.process(ctx, cfg, log, pub, handle, waiting(deliveries, d, cfg.Batch)) {
 						abandonOnce.Do(func() { close(abandon) })
 						return
 					}
@@ -187,31 +217,72 @@ func (c *Conn) consumeOnce(ctx context.Context, cfg ConsumeConfig, log *slog.Log
 	}
 }
 
-// process handles one delivery and carries out the decision. It reports
-// whether the channel must be abandoned.
-func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, handle Handler, d amqp.Delivery) bool {
-	del := Delivery{Delivery: d, Queue: cfg.Queue, Attempt: 1}
-	if n, ok := intHeader(d.Headers, HeaderRetryAttempt); ok && n > 0 {
-		del.Attempt = int(n) + 1
+// pump copies deliveries from in to out until in closes or stop does.
+func pump(in <-chan amqp.Delivery, out chan<- amqp.Delivery, stop <-chan struct{}) {
+	defer close(out)
+	for d := range in {
+		select {
+		case out <- d:
+		case <-stop:
+			return
+		}
 	}
-	if ms, ok := intHeader(d.Headers, HeaderFirstFailedAt); ok && ms > 0 {
-		del.FirstFailedAt = time.UnixMilli(ms).UTC()
+}
+
+// waiting returns first and up to max-1 more deliveries that the client
+// already holds, without waiting for any: a lone message is never delayed
+// to fill a batch.
+func waiting(deliveries <-chan amqp.Delivery, first amqp.Delivery, max int) []amqp.Delivery {
+	batch := []amqp.Delivery{first}
+	for len(batch) < max {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, d)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// process handles a batch of deliveries and carries out the decisions, in
+// order. It reports whether the channel must be abandoned; then the
+// deliveries not yet settled go back to the queue with the channel.
+func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, handle BatchHandler, batch []amqp.Delivery) bool {
+	dels := make([]Delivery, len(batch))
+	for i, d := range batch {
+		dels[i] = Delivery{Delivery: d, Queue: cfg.Queue, Attempt: 1}
+		if n, ok := intHeader(d.Headers, HeaderRetryAttempt); ok && n > 0 {
+			dels[i].Attempt = int(n) + 1
+		}
+		if ms, ok := intHeader(d.Headers, HeaderFirstFailedAt); ok && ms > 0 {
+			dels[i].FirstFailedAt = time.UnixMilli(ms).UTC()
+		}
 	}
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandlerTimeout)
 	defer cancel()
-	dec := handle(hctx, del)
+	decisions := handle(hctx, dels)
+	if len(decisions) != len(dels) {
+		panic(fmt.Sprintf("rabbit: batch handler returned %d decisions for %d deliveries", len(decisions), len(dels)))
+	}
 
-	switch dec.kind {
-	case decideAck:
-		if err := d.Ack(false); err != nil {
-			log.Warn("ack failed; the broker will redeliver and the inbox will suppress it", "message_id", d.MessageId, "err", err)
+	for i, dec := range decisions {
+		d := dels[i]
+		switch dec.kind {
+		case decideAck:
+			if err := d.Ack(false); err != nil {
+				log.Warn("ack failed; the broker will redeliver and the inbox will suppress it", "message_id", d.MessageId, "err", err)
+			}
+		case decideNothing:
+		case decideAbandon:
+			log.Warn("abandoning channel without ack", "message_id", d.MessageId, "reason", dec.Reason)
+			return true
+		case decideRetry:
+			c.retryLater(ctx, cfg, log, pub, d, dec.delay)
 		}
-	case decideNothing:
-	case decideAbandon:
-		log.Warn("abandoning channel without ack", "message_id", d.MessageId, "reason", dec.Reason)
-		return true
-	case decideRetry:
-		c.retryLater(ctx, cfg, log, pub, del, dec.delay)
 	}
 	return false
 }

@@ -108,6 +108,19 @@ type Broker struct {
 // default) until the test ends.
 func Consume(t testing.TB, h rabbit.Handler, workers int) *Broker {
 	t.Helper()
+	return ConsumeBatch(t, func(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision {
+		return []rabbit.Decision{h(ctx, ds[0])}
+	}, workers, 1)
+}
+
+// Batches are the CONSUMER_BATCH values the consumer tests run at: 1, the
+// chapter's one transaction per message, and 16, the default.
+var Batches = []int{1, 16}
+
+// ConsumeBatch is Consume with a batch handler (the consumer's HandleBatch)
+// taking up to batch deliveries at once.
+func ConsumeBatch(t testing.TB, h rabbit.BatchHandler, workers, batch int) *Broker {
+	t.Helper()
 	b := &Broker{NS: rabbittest.Namespace(t)}
 	topo := rabbittest.Topology(t, b.NS, rabbit.Queue{Name: "inventory.order-events", Keys: []string{events.OrderCreated}})
 	b.Conn = rabbittest.Conn(t, topo)
@@ -116,7 +129,7 @@ func Consume(t testing.TB, h rabbit.Handler, workers int) *Broker {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = b.Conn.Consume(ctx, rabbit.ConsumeConfig{Queue: b.Queue, Workers: workers, Log: quiet}, h)
+		_ = b.Conn.ConsumeBatch(ctx, rabbit.ConsumeConfig{Queue: b.Queue, Workers: workers, Batch: batch, Log: quiet}, h)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return b

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
@@ -31,6 +32,7 @@ type fixture struct {
 	db  *sqldbtest.DB
 	app *inventoryapp.App
 	c   *inbox.Consumer // the service's real consumer: its name and handlers
+	reg *prometheus.Registry
 }
 
 func setup(t *testing.T) *fixture {
@@ -46,9 +48,10 @@ func setupWrongWay(t *testing.T, ww *wrongway.Set) *fixture {
 	// The default lease (15m) and gap deadline (5m): no test waits for
 	// either; a test that needs one over moves it into the past.
 	app := inventoryapp.New(db.DB, quiet, inventoryapp.Config{Consumer: inventorybindings.ConsumerName, WrongWay: ww})
+	reg := prometheus.NewRegistry()
 	c := inbox.NewConsumer(inbox.Config{Name: inventorybindings.ConsumerName, DB: db.DB,
-		Handlers: inventorybindings.Handlers(app), Log: quiet})
-	return &fixture{db: db, app: app, c: c}
+		Handlers: inventorybindings.Handlers(app), Log: quiet, Metrics: inbox.NewMetrics(reg)})
+	return &fixture{db: db, app: app, c: c, reg: reg}
 }
 
 // process delivers e through the inbox and fails the test on an error.

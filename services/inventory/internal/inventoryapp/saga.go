@@ -78,8 +78,15 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 	if err := failpoint.Inject(ctx, FailpointBeforeInsert); err != nil {
 		return err
 	}
-	if err := inventorydb.Savepoint(ctx, tx, holdSavepoint); err != nil {
-		return err
+	// In a consumer batch the holds are summed per SKU and made right
+	// before the batch's COMMIT (batch.go); a shortage there sends every
+	// event of the batch back to run alone, through the holds below, so
+	// no savepoint is needed.
+	batch, batched := batchOf(ctx)
+	if !batched {
+		if err := inventorydb.Savepoint(ctx, tx, holdSavepoint); err != nil {
+			return err
+		}
 	}
 	// The reservation row claims the order id. If another event for this
 	// order has its row (a cancel, or a second create; one not committed
@@ -104,6 +111,14 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 			AmountCents: p.TotalCents, Currency: p.Currency}}
 	if _, err := outbox.Add(ctx, tx, reserved); err != nil {
 		return err
+	}
+
+	if batched {
+		if err := batch.add(inventory.EffectHold, plan); err != nil {
+			return err
+		}
+		log.InfoContext(ctx, "stock reserved", "items", len(plan), "batched", true)
+		return nil
 	}
 
 	// All or none, and last: hold each line with a conditional UPDATE in
@@ -401,6 +416,9 @@ func applyEffect(ctx context.Context, tx *sqlx.Tx, r inventory.Reservation, to i
 		apply = inventorydb.Restock
 	default:
 		return fmt.Errorf("reservation %d %s -> %s: unexpected stock effect %q", r.OrderID, r.Status, to, effect)
+	}
+	if b, ok := batchOf(ctx); ok {
+		return b.add(effect, r.Items) // made before the batch's COMMIT (batch.go)
 	}
 	for _, l := range r.Items {
 		ok, err := apply(ctx, tx, l.SKU, l.Quantity)

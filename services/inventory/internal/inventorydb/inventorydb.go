@@ -117,6 +117,34 @@ WHERE sku = ? AND on_hand - reserved >= ?`
 	return sqldb.Changed(res, err, "take %d of %s", quantity, sku)
 }
 
+// StockChange is the sum of several stock changes of one SKU, split into
+// what adds and what takes away (the columns are unsigned).
+type StockChange struct {
+	OnHandIn, OnHandOut     int // restocks; sales (commits)
+	ReservedIn, ReservedOut int // holds; commits and releases
+}
+
+// Change applies c to sku in one statement: Hold, Commit, Release and
+// Restock summed over the events of one consumer batch (inventoryapp's
+// stockBatch). Its WHERE is theirs, summed: the holds fit in what was
+// available before the batch (a release in the same batch does not count
+// for them), and the row stays valid (on hand and reserved not below zero,
+// reserved not above on hand). False means the changes cannot all apply,
+// changing nothing; one at a time, the events find out which.
+func Change(ctx context.Context, tx *sqlx.Tx, sku string, c StockChange) (bool, error) {
+	const q = `UPDATE stock SET on_hand = on_hand + ? - ?, reserved = reserved + ? - ?, updated_at = NOW(6)
+WHERE sku = ?
+  AND on_hand >= reserved + ?
+  AND on_hand + ? >= ? AND reserved + ? >= ?
+  AND on_hand + ? + ? >= reserved + ? + ?`
+	res, err := tx.ExecContext(ctx, q, c.OnHandIn, c.OnHandOut, c.ReservedIn, c.ReservedOut,
+		sku,
+		c.ReservedIn,
+		c.OnHandIn, c.OnHandOut, c.ReservedIn, c.ReservedOut,
+		c.OnHandIn, c.ReservedOut, c.ReservedIn, c.OnHandOut)
+	return sqldb.Changed(res, err, "change stock of %s by %+v", sku, c)
+}
+
 // Restock puts quantity of sold sku back on hand (a cancel after the sale).
 // False means the SKU is gone.
 func Restock(ctx context.Context, tx *sqlx.Tx, sku string, quantity int) (bool, error) {

@@ -1,0 +1,234 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/tracing"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
+)
+
+// HandleBatch is the rabbit.BatchHandler of this consumer (CONSUMER_BATCH >
+// 1): the deliveries that were already waiting, processed in one
+// transaction when they can be, one at a time (Handle) when not.
+//
+// The batch transaction is the chapter's transaction for several events:
+//
+//	BEGIN
+//	  INSERT consumer_inbox, one row per event (one statement)
+//	  each event's handler, in delivery order (business change + outbox.Add)
+//	  the handlers' shared work (Shared), e.g. inventory's stock rows
+//	  INSERT outbox_events, every result event (one statement, outbox.Collect)
+//	COMMIT
+//	ACK each delivery                        (only after COMMIT)
+//
+// Each event's inbox row still commits with its effect and result events,
+// and only an inbox primary-key duplicate still means "already processed":
+// if anything fails in the batch (a duplicate key, a handler error, a
+// deadlock, a failpoint), the whole batch rolls back and every delivery of
+// it is processed again on its own, by Handle, which gives each its own
+// outcome. Deliveries that need more than the plain path (an invalid or too
+// old message, an ExternalHandler, a delta or snapshot event, a second copy
+// of an event already in the batch, any wrong-way switch) go to Handle
+// directly, after the batch.
+func (c *Consumer) HandleBatch(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision {
+	decisions := make([]rabbit.Decision, len(ds))
+	var batch []batchItem
+	var alone []int // indices handled one at a time, after the batch
+	seen := make(map[string]bool, len(ds))
+	for i, d := range ds {
+		c.count(d)
+		it, ok := c.batchable(ctx, d)
+		if !ok || seen[it.e.EventID] || len(ds) == 1 {
+			alone = append(alone, i)
+			continue
+		}
+		seen[it.e.EventID] = true
+		it.index = i
+		batch = append(batch, it)
+	}
+	switch len(batch) {
+	case 0:
+	case 1:
+		alone = append([]int{batch[0].index}, alone...)
+	default:
+		if err := c.processBatch(ctx, batch); err != nil {
+			c.cfg.Metrics.batchFallbacks.WithLabelValues(c.cfg.Name).Inc()
+			c.cfg.Log.Info("batch rolled back; processing its deliveries one at a time",
+				"consumer", c.cfg.Name, "events", len(batch), "err", err)
+			for _, it := range batch {
+				alone = append(alone, it.index)
+			}
+			break
+		}
+		// Window: committed, not acked. A crash here redelivers every
+		// message of the batch; their inbox rows turn them into duplicates.
+		dec := rabbit.Ack()
+		if err := failpoint.Inject(ctx, "inbox.after-commit-before-ack"); err != nil {
+			dec = rabbit.Abandon(err.Error())
+		}
+		for _, it := range batch {
+			decisions[it.index] = dec
+		}
+	}
+	for _, i := range alone {
+		decisions[i] = c.handle(ctx, ds[i])
+	}
+	return decisions
+}
+
+// batchItem is one delivery taken into a batch.
+type batchItem struct {
+	index int
+	e     events.Envelope
+	h     Handler
+	ctx   context.Context // carries the event's trace
+	log   *slog.Logger
+}
+
+// batchable says whether d can share a transaction: a valid, current
+// state-transition event with a plain Handler, inside the replay window.
+// Everything else takes the one-at-a-time path, which knows every outcome.
+func (c *Consumer) batchable(ctx context.Context, d rabbit.Delivery) (batchItem, bool) {
+	w := c.cfg.WrongWay
+	if w.On(wrongway.AckBeforeCommit) || w.On(wrongway.NoInbox) || w.On(wrongway.DedupeOwnTx) {
+		return batchItem{}, false
+	}
+	e, err := d.Envelope()
+	if err != nil || events.CheckVersion(e.Type, e.SchemaVersion) != nil || events.StrategyOf(e.Type) != events.StateTransition {
+		return batchItem{}, false
+	}
+	if since := d.KnownSince(); !since.IsZero() && time.Since(since) > c.cfg.ReplayWindow {
+		return batchItem{}, false
+	}
+	h, ok := c.cfg.Handlers[e.Type]
+	if !ok {
+		return batchItem{}, false
+	}
+	tp := tracing.Child(e.Traceparent)
+	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
+		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(tp))
+	return batchItem{e: e, h: h, ctx: tracing.With(ctx, tp), log: log}, true
+}
+
+// processBatch commits the batch's events in one transaction, or rolls all
+// of them back and returns the first error.
+func (c *Consumer) processBatch(ctx context.Context, batch []batchItem) error {
+	envs := make([]events.Envelope, len(batch))
+	for i, it := range batch {
+		envs[i] = it.e
+	}
+	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) error {
+		if err := claimAll(ctx, tx, c.cfg.Name, envs); err != nil {
+			return err
+		}
+		if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
+			return err
+		}
+		sh := &shared{}
+		// The handlers' result events are kept and written together, in
+		// one INSERT before the COMMIT.
+		collected := outbox.Collect(tx)
+		for _, it := range batch {
+			hctx := collected.Context(context.WithValue(it.ctx, sharedKey{}, sh))
+			if err := it.h(hctx, tx, it.e); err != nil {
+				return fmt.Errorf("event %s (%s): %w", it.e.EventID, it.e.Type, err)
+			}
+		}
+		for _, f := range sh.finishers {
+			if err := f.Finish(ctx, tx); err != nil {
+				return err
+			}
+		}
+		if err := collected.Flush(ctx); err != nil {
+			return err
+		}
+		return failpoint.Inject(ctx, "inbox.after-effect-before-commit")
+	})
+	if err != nil {
+		return err
+	}
+	m := c.cfg.Metrics
+	m.batches.WithLabelValues(c.cfg.Name).Inc()
+	m.batchedEvents.WithLabelValues(c.cfg.Name).Add(float64(len(batch)))
+	m.processed.WithLabelValues(c.cfg.Name).Add(float64(len(batch)))
+	for _, it := range batch {
+		it.log.Debug("event processed", "batch", len(batch))
+	}
+	if c.cfg.AfterCommit != nil {
+		c.cfg.AfterCommit()
+	}
+	return nil
+}
+
+// claimAll inserts the inbox rows of several events in one statement. Any
+// error, a duplicate key included, fails the whole batch: which event was
+// already processed is for the one-at-a-time path to find out (claim).
+func claimAll(ctx context.Context, tx *sqlx.Tx, consumer string, es []events.Envelope) error {
+	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256) VALUES `
+	var sb strings.Builder
+	sb.WriteString(q)
+	args := make([]any, 0, 3*len(es))
+	for i, e := range es {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?)")
+		payload := e.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		args = append(args, consumer, e.EventID, PayloadHash(payload))
+	}
+	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+		return fmt.Errorf("inbox claim of %d events for %s: %w", len(es), consumer, err)
+	}
+	return nil
+}
+
+// A Finisher is work that the handlers of one batch share and that runs
+// once, after the last handler, before COMMIT: a service that changes the
+// same rows for many events (inventory's stock rows) collects the changes
+// and makes them once per row, in a fixed order.
+type Finisher interface {
+	Finish(ctx context.Context, tx *sqlx.Tx) error
+}
+
+// Shared returns the current batch's Finisher under key, made by mk on
+// first use. ok is false when the handler runs alone (no batch, or the
+// one-at-a-time path after a batch failed): it then does the work itself.
+// An error of Finish rolls the whole batch back, like a handler's.
+func Shared(ctx context.Context, key any, mk func() Finisher) (f Finisher, ok bool) {
+	sh, _ := ctx.Value(sharedKey{}).(*shared)
+	if sh == nil {
+		return nil, false
+	}
+	if f, ok := sh.byKey[key]; ok {
+		return f, true
+	}
+	f = mk()
+	if sh.byKey == nil {
+		sh.byKey = map[any]Finisher{}
+	}
+	sh.byKey[key] = f
+	sh.finishers = append(sh.finishers, f)
+	return f, true
+}
+
+type sharedKey struct{}
+
+// shared is what one batch's handlers share (Shared).
+type shared struct {
+	byKey     map[any]Finisher
+	finishers []Finisher // in order of first use
+}

@@ -1,0 +1,296 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+)
+
+// The tests below hand HandleBatch the deliveries a worker would take at
+// once, so the batch each test needs is certain; the consume-loop tests
+// (batch=16 subtests) show the same paths with batches as they form.
+
+func deliveries(es ...events.Envelope) []rabbit.Delivery {
+	ds := make([]rabbit.Delivery, len(es))
+	for i, e := range es {
+		ds[i] = delivery(e, 1, time.Time{})
+	}
+	return ds
+}
+
+func newEvents(n int) []events.Envelope {
+	es := make([]events.Envelope, n)
+	for i := range es {
+		es[i] = inboxtest.Event(events.OrderCreated)
+	}
+	return es
+}
+
+// wantDecisions checks that every decision is a plain ack.
+func wantAcks(t *testing.T, decisions []rabbit.Decision, n int) {
+	t.Helper()
+	if len(decisions) != n {
+		t.Fatalf("%d decisions, want %d", len(decisions), n)
+	}
+	for i, d := range decisions {
+		if d != rabbit.Ack() {
+			t.Errorf("decision %d = %+v, want ack", i, d)
+		}
+	}
+}
+
+func TestBatchCommitsEachEventWithItsInboxRow(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+	es := newEvents(16)
+	wantAcks(t, c.HandleBatch(context.Background(), deliveries(es...)), 16)
+	if got := inboxtest.Effects(t, db.DB); got != 16 {
+		t.Fatalf("effects = %d, want 16", got)
+	}
+	for _, e := range es {
+		if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
+			t.Fatalf("inbox rows of %s = %d, want 1", e.EventID, got)
+		}
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batches_total", "inventory"); got != 1 {
+		t.Fatalf("batches = %v, want 1 (one transaction)", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_processed_total", "inventory"); got != 16 {
+		t.Fatalf("processed = %v, want 16", got)
+	}
+}
+
+// An event processed earlier comes back inside a batch: the multi-row
+// inbox INSERT fails on its key, the batch rolls back, and one at a time
+// the old event is a duplicate while the others are applied once.
+func TestDuplicateInsideABatch(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+	ctx := context.Background()
+	es := newEvents(5)
+	if err := c.Process(ctx, es[2]); err != nil {
+		t.Fatal(err)
+	}
+	wantAcks(t, c.HandleBatch(ctx, deliveries(es...)), 5)
+	if got := inboxtest.Effects(t, db.DB); got != 5 {
+		t.Fatalf("effects = %d, want 5 (the earlier one + the four new)", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 1 {
+		t.Fatalf("duplicates = %v, want 1", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", "inventory"); got != 1 {
+		t.Fatalf("fallbacks = %v, want 1", got)
+	}
+	for _, e := range es {
+		if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
+			t.Fatalf("inbox rows of %s = %d, want 1", e.EventID, got)
+		}
+	}
+}
+
+// Two deliveries of one event in one batch (a redelivery that met its
+// original in the prefetch): the event takes effect once, both are acked.
+func TestTwoDeliveriesOfOneEventInOneBatch(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+	es := newEvents(3)
+	wantAcks(t, c.HandleBatch(context.Background(), deliveries(es[0], es[1], es[0], es[2])), 4)
+	if got := inboxtest.Effects(t, db.DB); got != 3 {
+		t.Fatalf("effects = %d, want 3", got)
+	}
+	if got := inboxtest.InboxRows(t, db.DB, es[0].EventID); got != 1 {
+		t.Fatalf("inbox rows = %d, want 1", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 1 {
+		t.Fatalf("duplicates = %v, want 1", got)
+	}
+}
+
+// Poison inside a batch: a message that is not an event at all never
+// enters the transaction; a valid event whose handler fails permanently
+// rolls the batch back. Either way the poison becomes a dead letter and
+// its neighbours are applied once.
+func TestPoisonInsideABatch(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(4)
+	poison := es[1]
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			if e.EventID == poison.EventID {
+				return inbox.Permanent(errors.New("simulated: cannot ever apply"))
+			}
+			return inboxtest.Increment(ctx, tx, e)
+		}}})
+	ds := deliveries(es...)
+	noID := delivery(inboxtest.Event(events.OrderCreated), 1, time.Time{})
+	noID.MessageId = "not-a-uuid"
+	ds = append(ds, noID)
+	wantAcks(t, c.HandleBatch(context.Background(), ds), 5)
+	if got := inboxtest.Effects(t, db.DB); got != 3 {
+		t.Fatalf("effects = %d, want 3 (the good neighbours)", got)
+	}
+	for id, reason := range map[string]string{poison.EventID: "cannot ever apply", noID.MessageId: "invalid"} {
+		dl, ok := inboxtest.DeadLetter(t, db.DB, "inventory", id)
+		if !ok || !strings.Contains(dl.Reason, reason) {
+			t.Errorf("dead letter of %s: %+v (found %v), want reason containing %q", id, dl, ok, reason)
+		}
+		if got := inboxtest.InboxRows(t, db.DB, id); got != 0 {
+			t.Errorf("poison %s left %d inbox rows, want 0", id, got)
+		}
+	}
+}
+
+// A transient failure of one event (a lock wait) rolls the batch back; the
+// others commit one at a time and that one is retried later, alone.
+func TestTransientFailureInsideABatch(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(4)
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			if e.EventID == es[3].EventID {
+				return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
+			}
+			return inboxtest.Increment(ctx, tx, e)
+		}}})
+	decisions := c.HandleBatch(context.Background(), deliveries(es...))
+	wantAcks(t, decisions[:3], 3)
+	if decisions[3] == rabbit.Ack() || !strings.Contains(decisions[3].Reason, "Lock wait") {
+		t.Fatalf("decision of the failing event = %+v, want a delayed retry", decisions[3])
+	}
+	if got := inboxtest.Effects(t, db.DB); got != 3 {
+		t.Fatalf("effects = %d, want 3", got)
+	}
+	if got := inboxtest.InboxRows(t, db.DB, es[3].EventID); got != 0 {
+		t.Fatalf("the failed event left %d inbox rows, want 0", got)
+	}
+}
+
+// A crash after the batch's COMMIT, before its ACKs: every message comes
+// back (redelivered), each is dropped as a duplicate, and each event took
+// effect once.
+func TestCrashAfterBatchCommitBeforeAcks(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+	fp := failpoint.NewRegistry()
+	fp.Error("inbox.after-commit-before-ack", 1)
+	ctx := failpoint.WithRegistry(context.Background(), fp)
+	es := newEvents(8)
+	ds := deliveries(es...)
+	for i, d := range c.HandleBatch(ctx, ds) {
+		if d.Reason == "" || d == rabbit.Ack() {
+			t.Fatalf("decision %d = %+v, want the channel abandoned without ack", i, d)
+		}
+	}
+	for i := range ds {
+		ds[i].Redelivered = true
+	}
+	wantAcks(t, c.HandleBatch(ctx, ds), 8)
+	if got := inboxtest.Effects(t, db.DB); got != 8 {
+		t.Fatalf("effects = %d, want 8 (once each)", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 8 {
+		t.Fatalf("duplicates = %v, want 8", got)
+	}
+}
+
+// The same crash through the consume loop and the broker: the abandoned
+// channel returns the batch's messages, the redeliveries are duplicates.
+func TestCrashAfterBatchCommitThroughTheBroker(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+	fp := failpoint.NewRegistry()
+	published := make(chan struct{})
+	var mu sync.Mutex
+	calls, crashed := 0, 0
+	handle := func(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision {
+		mu.Lock()
+		calls++
+		call := calls
+		mu.Unlock()
+		switch call {
+		case 1:
+			// Hold the one worker until every message is queued: the
+			// broker pushes them meanwhile (prefetch), and the worker's next
+			// take is the batch of those already waiting.
+			<-published
+		case 2:
+			fp.Error("inbox.after-commit-before-ack", 1)
+			crashed = len(ds)
+		}
+		return c.HandleBatch(failpoint.WithRegistry(ctx, fp), ds)
+	}
+	b := inboxtest.ConsumeBatch(t, handle, 1, 16)
+	const n = 10
+	for i := 0; i < n; i++ {
+		b.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
+	}
+	close(published)
+	inboxtest.WaitFor(t, "every event applied", func() bool { return inboxtest.Effects(t, db.DB) == n })
+	mu.Lock()
+	inCrash := crashed
+	mu.Unlock()
+	t.Logf("deliveries in the batch that crashed after its commit: %d", inCrash)
+	inboxtest.WaitFor(t, "the crashed batch's redeliveries dropped as duplicates", func() bool {
+		return inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory") >= float64(inCrash)
+	})
+	if got := inboxtest.Effects(t, db.DB); got != n {
+		t.Fatalf("effects = %d, want %d (once each)", got, n)
+	}
+	for _, name := range []string{"consumer_processed_total", "consumer_batched_events_total"} {
+		t.Logf("%s = %v", name, inboxtest.Counter(t, reg, name, "inventory"))
+	}
+}
+
+// The handlers' result events are written together, once, with the batch;
+// a batch that rolls back leaves none of its own, only those of the
+// events applied one at a time afterwards.
+func TestBatchWritesEveryResultEventOnce(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(6)
+	for i := range es {
+		es[i].AggregateID = uint64(100 + i)
+	}
+	poison := es[5]
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			if _, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: e.AggregateID, AggregateVersion: 1,
+				Type: events.InventoryReserved, Payload: map[string]string{"order_id": fmt.Sprint(e.AggregateID)}}); err != nil {
+				return err
+			}
+			if e.EventID == poison.EventID {
+				return inbox.Permanent(errors.New("simulated: cannot ever apply"))
+			}
+			return inboxtest.Increment(ctx, tx, e)
+		}}})
+	ctx := context.Background()
+	wantAcks(t, c.HandleBatch(ctx, deliveries(es[:3]...)), 3)
+	wantAcks(t, c.HandleBatch(ctx, deliveries(es[3:]...)), 3)
+	var got []uint64
+	if err := db.Select(&got, `SELECT aggregate_id FROM outbox_events ORDER BY aggregate_id`); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{100, 101, 102, 103, 104}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("result events of orders %v, want %v (once each, none for the poison)", got, want)
+	}
+}
