@@ -101,7 +101,7 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	}
 	stack := sagatest.Start(t)
 	args := []string{
-		"-order-url", stack.Order.URL, "-inventory-url", stack.Inventory.URL, "-payment-url", stack.Payment.URL,
+		"-order-url", stack.Order.URL, "-inventory-url", stack.Inventory.URL, "-payment-url", stack.Payment.URL, "-psp-url", stack.PSP.URL,
 		"-seed", "5", "-duration", "6s", "-rate", "5", "-wave-size", "3", "-wave-supply", "1",
 		"-faults", "broker-close,db-kill,psp", "-fault-every", "1500ms", "-quiet", "2s", "-rest-timeout", "60s",
 		"-exchange", stack.NS.Exchange(), "-mysql-root-dsn", sqldbtest.ServerDSN(),
