@@ -2,7 +2,8 @@
 #
 # One image recipe for the three services and the saga viewer. The build
 # argument PACKAGE names the Go package to build (./services/order,
-# ./services/inventory, ./services/payment-fake or ./cmd/viewer);
+# ./services/inventory, ./services/payment-fake, ./services/payment-fake/cmd/psp
+# or ./cmd/viewer);
 # docker-compose.yml builds it once for each:
 #
 #   docker build --build-arg PACKAGE=./services/order -t ordersaga-order .
@@ -26,7 +27,7 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG PACKAGE
 RUN case "${PACKAGE}" in ./services/*|./cmd/*) ;; *) false ;; esac && [ -f "${PACKAGE}/main.go" ] || { \
-		echo "build argument PACKAGE=${PACKAGE:-<unset>}: want ./services/order, ./services/inventory, ./services/payment-fake or ./cmd/viewer" >&2; \
+		echo "build argument PACKAGE=${PACKAGE:-<unset>}: want ./services/order, ./services/inventory, ./services/payment-fake, ./services/payment-fake/cmd/psp or ./cmd/viewer" >&2; \
 		exit 1; \
 	}
 RUN --mount=type=cache,target=/go/pkg/mod \

@@ -121,7 +121,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	orderURL := fs.String("order-url", getenv("ORDER_URL"), "order service (env ORDER_URL; default: stack.json, else http://127.0.0.1:8081)")
 	invURL := fs.String("inventory-url", getenv("INVENTORY_URL"), "inventory service (env INVENTORY_URL; default: stack.json, else http://127.0.0.1:8082)")
 	payURL := fs.String("payment-url", getenv("PAYMENT_URL"), "payment service (env PAYMENT_URL; default: stack.json, else http://127.0.0.1:8083)")
-	pspURL := fs.String("psp-url", "", "the fake PSP process (default: stack.json, else http://127.0.0.1:8084)")
+	pspURL := fs.String("psp-url", getenv("PSP_URL"), "the fake PSP process, without /psp (env PSP_URL; default: stack.json, else http://127.0.0.1:8084)")
 	fs.StringVar(&o.token, "admin-token", getenv("ADMIN_TOKEN"), "bearer token of /admin (env ADMIN_TOKEN)")
 	seed := fs.Uint64("seed", 0, "seed of the load and the faults (0: random; the report prints it)")
 	fs.DurationVar(&o.cfg.Load.Duration, "duration", 60*time.Second, "how long the load and the faults run")
@@ -150,7 +150,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for svc, u := range map[string]string{"order": *orderURL, "inventory": *invURL, "payment": *payURL, "psp": *pspURL} {
+	for svc, u := range map[string]string{"order": *orderURL, "inventory": *invURL, "payment": *payURL, "psp": strings.TrimSuffix(strings.TrimRight(*pspURL, "/"), "/psp")} {
 		if u != "" {
 			o.urls[svc] = strings.TrimRight(u, "/")
 		}

@@ -7,7 +7,8 @@
 //	DEMO_MODE=true go run ./cmd/viewer          # http://127.0.0.1:8080/
 //
 // Environment: VIEWER_ADDR (127.0.0.1:8080), ORDER_URL, INVENTORY_URL,
-// PAYMENT_URL (the ports of scripts/up.sh), LAB_AMQP_URL (the lab publishes
+// PAYMENT_URL (the ports of scripts/up.sh), PSP_URL (the PSP process, 8084),
+// STACK_RUN_DIR (.run: the instances of scripts/up.sh -n N), LAB_AMQP_URL (the lab publishes
 // duplicates through the broker), ADMIN_TOKEN (sent to the services and
 // required from the page when set), DEMO_MODE (must be true), LOG_LEVEL.
 package main

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
@@ -102,5 +103,45 @@ func TestTimelineMergesTheThreeServicesInTimeOrder(t *testing.T) {
 		if strings.HasPrefix(e.Kind, "reservation.") {
 			t.Fatalf("entry %v from a reservation inventory did not give", e)
 		}
+	}
+}
+
+// The timeline names the instance that acted where a row records it: the
+// order's changes (order_history.instance), an inbox row
+// (consumer_inbox.instance) and the dispatcher that sent an event
+// (outbox_events.claimed_by), as the peers' admin APIs answer them.
+func TestTimelineNamesTheInstanceThatActed(t *testing.T) {
+	t.Parallel()
+	r := newRecon(t)
+	o, _, err := r.app.Create(instance.With(context.Background(), "order-2"), "instance-named", twoKeyboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now().UTC().Add(time.Hour).Truncate(time.Microsecond)
+	r.inventory.setOutbox(o.ID, map[string]any{"event_id": "inv-1", "aggregate_version": 1, "event_type": events.InventoryReserved,
+		"status": "sent", "attempts": 1, "created_at": base, "sent_at": base.Add(time.Second), "claimed_by": "inventory-2"})
+	own := r.outbox(t) // order.created, which inventory consumed
+	r.inventory.inbox = []map[string]any{{"consumer": "inventory", "event_id": own[0].EventID, "processed_at": base, "instance": "inventory-1"}}
+
+	tl, err := r.app.Timeline(context.Background(), o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"order " + orderapp.KindOrderCreated:       "order-2",
+		"inventory " + orderapp.KindOutboxSent:     "inventory-2",
+		"inventory " + orderapp.KindInboxProcessed: "inventory-1",
+	}
+	for _, e := range tl.Entries {
+		k := e.Service + " " + e.Kind
+		if w, ok := want[k]; ok {
+			if e.Detail["instance"] != w {
+				t.Errorf("%s: instance %v, want %s", k, e.Detail["instance"], w)
+			}
+			delete(want, k)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("entries missing: %v\n%v", want, tl.Entries)
 	}
 }

@@ -1,0 +1,71 @@
+package pspsvc_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/relmsg/ordersaga/internal/testutil"
+	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/pspsvc"
+)
+
+// One PSP process, two callers (two payment instances): a decline switch
+// set through one applies to the other's charges too, and both see the
+// same books.
+func TestOneSwitchForEveryCaller(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "payment")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	env := map[string]string{"HTTP_ADDR": addr, "MYSQL_DSN": db.DSN, "MYSQL_CREATE_DATABASE": "false", "DEMO_MODE": "true",
+		"LOG_LEVEL": "warn", "INSTANCE_ID": "psp"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	logs := &testutil.SyncBuffer{}
+	go func() { done <- pspsvc.Run(ctx, func(k string) string { return env[k] }, logs) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	})
+	base := "http://" + addr
+	testutil.WaitFor(t, 30*time.Second, "the PSP to be ready", func() bool {
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+
+	one := psp.NewClient(base+"/psp", nil)
+	two := psp.NewClient("http://127.0.0.1:1/psp,"+base+"/psp", nil) // its first address is down
+	if err := one.SetSwitch(ctx, psp.Switch{Mode: psp.ModeDecline, Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []*psp.Client{one, two} {
+		key := []string{"charge-1", "charge-2"}[i]
+		ch, err := c.Charge(ctx, psp.ChargeRequest{IdempotencyKey: key, OrderRef: key[7:], CustomerID: "c-1", AmountCents: 100, Currency: "EUR"})
+		if err != nil || ch.Status != psp.StatusDeclined {
+			t.Errorf("caller %d: charge %+v, %v; want declined by the one switch", i+1, ch, err)
+		}
+	}
+	if sw, err := two.GetSwitch(ctx); err != nil || sw.Mode != psp.ModeNormal {
+		t.Errorf("switch after its two calls: %+v, %v; want back to normal", sw, err)
+	}
+	if got, err := one.GetCharge(ctx, "charge-2"); err != nil || got.Status != psp.StatusDeclined {
+		t.Errorf("the first caller sees the second's charge: %+v, %v", got, err)
+	}
+}
