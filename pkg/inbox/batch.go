@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -28,7 +27,7 @@ import (
 //	  INSERT consumer_inbox, one row per event (one statement)
 //	  each event's handler, in delivery order (business change + outbox.Add)
 //	  the handlers' shared work (Shared), e.g. inventory's stock rows
-//	  INSERT outbox_events, every result event (one statement, outbox.Collect)
+//	  the outbox INSERT of every result event (one statement, outbox.Collect)
 //	COMMIT
 //	ACK each delivery                        (only after COMMIT)
 //
@@ -175,22 +174,14 @@ func (c *Consumer) processBatch(ctx context.Context, batch []batchItem) error {
 // error, a duplicate key included, fails the whole batch: which event was
 // already processed is for the one-at-a-time path to find out (claim).
 func claimAll(ctx context.Context, tx *sqlx.Tx, consumer string, es []events.Envelope) error {
-	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256) VALUES `
-	var sb strings.Builder
-	sb.WriteString(q)
-	args := make([]any, 0, 3*len(es))
+	rows := make([]claimRow, len(es))
 	for i, e := range es {
-		if i > 0 {
-			sb.WriteString(", ")
+		rows[i] = claimRow{e.EventID, e.Payload}
+		if rows[i].payload == nil {
+			rows[i].payload = []byte{} // as ClaimPayload: an empty body has a hash too
 		}
-		sb.WriteString("(?, ?, ?)")
-		payload := e.Payload
-		if payload == nil {
-			payload = []byte{}
-		}
-		args = append(args, consumer, e.EventID, PayloadHash(payload))
 	}
-	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+	if err := insertClaims(ctx, tx, consumer, rows); err != nil {
 		return fmt.Errorf("inbox claim of %d events for %s: %w", len(es), consumer, err)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
@@ -57,7 +58,8 @@ func TestBatchCommitsEachEventWithItsInboxRow(t *testing.T) {
 	db := inboxtest.DB(t)
 	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
 	es := newEvents(16)
-	wantAcks(t, c.HandleBatch(context.Background(), deliveries(es...)), 16)
+	ctx := instance.With(context.Background(), "inventory-2")
+	wantAcks(t, c.HandleBatch(ctx, deliveries(es...)), 16)
 	if got := inboxtest.Effects(t, db.DB); got != 16 {
 		t.Fatalf("effects = %d, want 16", got)
 	}
@@ -65,6 +67,15 @@ func TestBatchCommitsEachEventWithItsInboxRow(t *testing.T) {
 		if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
 			t.Fatalf("inbox rows of %s = %d, want 1", e.EventID, got)
 		}
+	}
+	// Each row names the instance that applied it, as on the one-at-a-time
+	// path (the timeline shows it).
+	var unnamed int
+	if err := db.Get(&unnamed, "SELECT COUNT(*) FROM consumer_inbox WHERE instance IS NULL OR instance <> 'inventory-2'"); err != nil {
+		t.Fatal(err)
+	}
+	if unnamed != 0 {
+		t.Fatalf("%d inbox rows of the batch do not name instance inventory-2", unnamed)
 	}
 	if got := inboxtest.Counter(t, reg, "consumer_batches_total", "inventory"); got != 1 {
 		t.Fatalf("batches = %v, want 1 (one transaction)", got)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"github.com/relmsg/ordersaga/pkg/instance"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -83,12 +84,7 @@ func ClaimPayload(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, pa
 }
 
 func claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, payload []byte) error {
-	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256, instance) VALUES (?, ?, ?, NULLIF(?, ''))`
-	var hash any
-	if payload != nil {
-		hash = PayloadHash(payload)
-	}
-	_, err := tx.ExecContext(ctx, q, consumer, eventID, hash, instance.ID(ctx))
+	err := insertClaims(ctx, tx, consumer, []claimRow{{eventID, payload}})
 	switch {
 	case err == nil:
 		return nil
@@ -104,6 +100,37 @@ func claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, payload [
 		return err
 	}
 	return compare(stored, payload)
+}
+
+// claimRow is one inbox row to insert: the event and its payload (nil:
+// no hash stored).
+type claimRow struct {
+	eventID string
+	payload []byte
+}
+
+// insertClaims inserts the inbox rows of consumer in one statement, each
+// naming the instance that applies it: one row for the one-at-a-time path
+// (claim), several for a batch (claimAll).
+func insertClaims(ctx context.Context, tx *sqlx.Tx, consumer string, rows []claimRow) error {
+	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256, instance) VALUES `
+	var sb strings.Builder
+	sb.WriteString(q)
+	args := make([]any, 0, 4*len(rows))
+	inst := instance.ID(ctx)
+	for i, r := range rows {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, NULLIF(?, ''))")
+		var hash any
+		if r.payload != nil {
+			hash = PayloadHash(r.payload)
+		}
+		args = append(args, consumer, r.eventID, hash, inst)
+	}
+	_, err := tx.ExecContext(ctx, sb.String(), args...)
+	return err
 }
 
 // compare turns a stored hash into the answer for a duplicate.
