@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"github.com/relmsg/ordersaga/pkg/instance"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -114,22 +113,16 @@ type claimRow struct {
 // (claim), several for a batch (claimAll).
 func insertClaims(ctx context.Context, tx *sqlx.Tx, consumer string, rows []claimRow) error {
 	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256, instance) VALUES `
-	var sb strings.Builder
-	sb.WriteString(q)
 	args := make([]any, 0, 4*len(rows))
 	inst := instance.ID(ctx)
-	for i, r := range rows {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		sb.WriteString("(?, ?, ?, NULLIF(?, ''))")
+	for _, r := range rows {
 		var hash any
 		if r.payload != nil {
 			hash = PayloadHash(r.payload)
 		}
 		args = append(args, consumer, r.eventID, hash, inst)
 	}
-	_, err := tx.ExecContext(ctx, sb.String(), args...)
+	_, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, NULLIF(?, ''))", len(rows)), args...)
 	return err
 }
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
@@ -77,17 +77,11 @@ func insert(ctx context.Context, tx *sqlx.Tx, rows [][]any) error {
 	const q = `INSERT INTO outbox_events
   (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent)
 VALUES `
-	var sb strings.Builder
-	sb.WriteString(q)
 	args := make([]any, 0, 7*len(rows))
-	for i, r := range rows {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		sb.WriteString("(?, ?, ?, ?, ?, ?, ?)")
+	for _, r := range rows {
 		args = append(args, r...)
 	}
-	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, ?, ?, ?, ?)", len(rows)), args...); err != nil {
 		return fmt.Errorf("outbox: insert %d events: %w", len(rows), err)
 	}
 	return nil

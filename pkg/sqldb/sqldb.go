@@ -136,6 +136,12 @@ func createDatabase(ctx context.Context, mc mysql.Config) error {
 	return nil
 }
 
+// Values repeats row, a placeholder tuple such as "(?, ?, ?)", n times,
+// separated by commas: the VALUES list of a multi-row INSERT.
+func Values(row string, n int) string {
+	return strings.TrimSuffix(strings.Repeat(row+", ", n), ", ")
+}
+
 // QuoteIdent quotes a schema or table name for the few statements that cannot
 // take it as a parameter.
 func QuoteIdent(name string) string {

@@ -11,7 +11,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -227,17 +226,12 @@ VALUES (?, ?, ?, ?, DATE_ADD(NOW(6), INTERVAL ? MICROSECOND))`
 
 // InsertItems inserts what a reservation holds.
 func InsertItems(ctx context.Context, tx *sqlx.Tx, orderID uint64, lines []inventory.Line) error {
-	var sb strings.Builder
-	sb.WriteString(`INSERT INTO reservation_items (order_id, sku, quantity) VALUES `)
+	const q = `INSERT INTO reservation_items (order_id, sku, quantity) VALUES `
 	args := make([]any, 0, 3*len(lines))
-	for i, l := range lines {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		sb.WriteString("(?, ?, ?)")
+	for _, l := range lines {
 		args = append(args, orderID, l.SKU, l.Quantity)
 	}
-	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?)", len(lines)), args...); err != nil {
 		return fmt.Errorf("insert reservation items %d: %w", orderID, err)
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -108,17 +107,12 @@ VALUES (?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
 
 // InsertItems inserts the order's lines.
 func InsertItems(ctx context.Context, tx *sqlx.Tx, orderID uint64, items []order.Item) error {
-	var sb strings.Builder
-	sb.WriteString(`INSERT INTO order_items (order_id, sku, quantity, unit_price_cents) VALUES `)
+	const q = `INSERT INTO order_items (order_id, sku, quantity, unit_price_cents) VALUES `
 	args := make([]any, 0, 4*len(items))
-	for i, it := range items {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		sb.WriteString("(?, ?, ?, ?)")
+	for _, it := range items {
 		args = append(args, orderID, it.SKU, it.Quantity, it.UnitPriceCents)
 	}
-	if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, ?)", len(items)), args...); err != nil {
 		return fmt.Errorf("insert order items: %w", err)
 	}
 	return nil
