@@ -2,8 +2,10 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -37,9 +39,15 @@ import (
 // deadlock, a failpoint), the whole batch rolls back and every delivery of
 // it is processed again on its own, by Handle, which gives each its own
 // outcome. Deliveries that need more than the plain path (an invalid or too
-// old message, an ExternalHandler, a delta or snapshot event, a second copy
-// of an event already in the batch, any wrong-way switch) go to Handle
-// directly, after the batch.
+// old message, a delta or snapshot event, a second copy of an event already
+// in the batch, any wrong-way switch) go to Handle directly, after the
+// batch.
+//
+// Events with an ExternalHandler (a PSP call) join the batch after their
+// call, made as Handle makes it, before any transaction (callExternals):
+// only the records of the outcomes share the transaction. If the batch
+// then rolls back, the one-at-a-time path calls again with the same key,
+// which the external system answers the same way (ExternalHandler).
 func (c *Consumer) HandleBatch(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision {
 	decisions := make([]rabbit.Decision, len(ds))
 	var batch []batchItem
@@ -56,11 +64,16 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []rabbit.Delivery) []rabb
 		it.index = i
 		batch = append(batch, it)
 	}
-	switch len(batch) {
-	case 0:
-	case 1:
+	if len(batch) > 1 {
+		var known []int
+		batch, known = c.callExternals(ctx, batch, ds, decisions)
+		alone = append(known, alone...)
+	}
+	switch {
+	case len(batch) == 0:
+	case len(batch) == 1 && batch[0].ext == nil:
 		alone = append([]int{batch[0].index}, alone...)
-	default:
+	default: // also one event whose external call is made: recorded, not called again
 		if err := c.processBatch(ctx, batch); err != nil {
 			c.cfg.Metrics.batchFallbacks.WithLabelValues(c.cfg.Name).Inc()
 			c.cfg.Log.Info("batch rolled back; processing its deliveries one at a time",
@@ -90,14 +103,16 @@ func (c *Consumer) HandleBatch(ctx context.Context, ds []rabbit.Delivery) []rabb
 type batchItem struct {
 	index int
 	e     events.Envelope
-	h     Handler
+	h     Handler         // nil until callExternals has called ext
+	ext   ExternalHandler // the event's external call, if it has one
 	ctx   context.Context // carries the event's trace
 	log   *slog.Logger
 }
 
 // batchable says whether d can share a transaction: a valid, current
-// state-transition event with a plain Handler, inside the replay window.
-// Everything else takes the one-at-a-time path, which knows every outcome.
+// state-transition event with a Handler or an ExternalHandler, inside the
+// replay window. Everything else takes the one-at-a-time path, which knows
+// every outcome.
 func (c *Consumer) batchable(ctx context.Context, d rabbit.Delivery) (batchItem, bool) {
 	w := c.cfg.WrongWay
 	if w.On(wrongway.AckBeforeCommit) || w.On(wrongway.NoInbox) || w.On(wrongway.DedupeOwnTx) {
@@ -110,14 +125,97 @@ func (c *Consumer) batchable(ctx context.Context, d rabbit.Delivery) (batchItem,
 	if since := d.KnownSince(); !since.IsZero() && time.Since(since) > c.cfg.ReplayWindow {
 		return batchItem{}, false
 	}
-	h, ok := c.cfg.Handlers[e.Type]
-	if !ok {
+	h, plain := c.cfg.Handlers[e.Type]
+	ext, external := c.cfg.External[e.Type]
+	if !plain && !external {
 		return batchItem{}, false
 	}
 	tp := tracing.Child(e.Traceparent)
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
 		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(tp))
-	return batchItem{e: e, h: h, ctx: tracing.With(ctx, tp), log: log}, true
+	it := batchItem{e: e, h: h, ctx: tracing.With(ctx, tp), log: log}
+	if external { // as in handler: the external call wins
+		it.h, it.ext = nil, ext
+	}
+	return it, true
+}
+
+// callExternals makes the external calls of a batch's events, as handler
+// does for one event, and returns the items that go on into the batch
+// transaction, each with the Handler that records its outcome, and the
+// indices of the deliveries that go to the one-at-a-time path; a delivery
+// in neither is decided (in decisions):
+//
+//   - an event this consumer has already committed (one read for all, as
+//     Seen for one) is not called: Handle finds the duplicate or the
+//     mismatch;
+//   - the calls run concurrently, since each waits on the network and the
+//     external system is idempotent by key; no transaction is open;
+//   - a call that fails is decided at once (retry later, dead letter), as
+//     Handle would decide it, and does not hold its neighbours back.
+func (c *Consumer) callExternals(ctx context.Context, batch []batchItem, ds []rabbit.Delivery,
+	decisions []rabbit.Decision) (kept []batchItem, alone []int) {
+	var ids []string
+	for _, it := range batch {
+		if it.ext != nil {
+			ids = append(ids, it.e.EventID)
+		}
+	}
+	if len(ids) == 0 {
+		return batch, nil
+	}
+	known, err := committed(ctx, c.cfg.DB, c.cfg.Name, ids)
+	errs := make([]error, len(batch))
+	var wg sync.WaitGroup
+	for i := range batch {
+		it := &batch[i]
+		switch {
+		case it.ext == nil:
+			continue
+		case err != nil || known[it.e.EventID]:
+			errs[i] = errAlone
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			it.h, errs[i] = it.ext(it.ctx, it.e)
+		}()
+	}
+	wg.Wait()
+	for i, it := range batch {
+		switch {
+		case errs[i] == nil:
+			kept = append(kept, it)
+		case errors.Is(errs[i], errAlone):
+			alone = append(alone, it.index)
+		default:
+			decisions[it.index] = c.decision(it.ctx, it.log, ds[it.index], it.e, errs[i])
+		}
+	}
+	return kept, alone
+}
+
+// errAlone sends a delivery of a batch to the one-at-a-time path.
+var errAlone = errors.New("processed on its own")
+
+// committed reports which of the events consumer has an inbox row for: one
+// read for a batch, where Seen is one per event.
+func committed(ctx context.Context, db sqlx.QueryerContext, consumer string, eventIDs []string) (map[string]bool, error) {
+	q, args, err := sqlx.In(`SELECT event_id FROM consumer_inbox WHERE consumer_name = ? AND event_id IN (?)`,
+		consumer, eventIDs)
+	if err != nil {
+		return nil, fmt.Errorf("inbox lookup of %d events: %w", len(eventIDs), err)
+	}
+	var found []string
+	if err := sqlx.SelectContext(ctx, db, &found, q, args...); err != nil {
+		return nil, fmt.Errorf("inbox lookup of %d events: %w", len(eventIDs), err)
+	}
+	out := make(map[string]bool, len(found))
+	for _, id := range found {
+		out[id] = true
+	}
+	return out, nil
 }
 
 // processBatch commits the batch's events in one transaction, or rolls all

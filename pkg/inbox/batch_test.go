@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
@@ -303,5 +304,122 @@ func TestBatchWritesEveryResultEventOnce(t *testing.T) {
 	}
 	if want := []uint64{100, 101, 102, 103, 104}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("result events of orders %v, want %v (once each, none for the poison)", got, want)
+	}
+}
+
+// externalCalls counts an ExternalHandler's calls per event.
+type externalCalls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *externalCalls) of(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[id]
+}
+
+// external is an ExternalHandler that counts its calls and fails as fail
+// says; its record step is record.
+func (c *externalCalls) external(fail map[string]error, record inbox.Handler) inbox.ExternalHandler {
+	return func(ctx context.Context, e events.Envelope) (inbox.Handler, error) {
+		c.mu.Lock()
+		if c.n == nil {
+			c.n = map[string]int{}
+		}
+		c.n[e.EventID]++
+		c.mu.Unlock()
+		if err := fail[e.EventID]; err != nil {
+			return nil, err
+		}
+		return record, nil
+	}
+}
+
+// Events with an external call (the PSP's charges) in one batch: each new
+// event is called once, before the transaction, and the records of all
+// outcomes commit in one transaction; an event the inbox already has is
+// not called again; a call that fails is decided on its own (retry later,
+// dead letter) and its neighbours commit.
+func TestExternalCallsOfABatchShareOneTransaction(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(8)
+	calls := &externalCalls{}
+	fail := map[string]error{
+		es[1].EventID: fmt.Errorf("simulated PSP timeout: %w", inboxtest.ErrLockWait),
+		es[2].EventID: inbox.Permanent(errors.New("simulated: PSP refused the charge")),
+	}
+	reg := prometheus.NewRegistry()
+	c := inbox.NewConsumer(inbox.Config{Name: "payment-psp", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
+		External: map[events.Type]inbox.ExternalHandler{events.OrderCreated: calls.external(fail, inboxtest.Increment)}})
+	ctx := context.Background()
+	if err := c.Process(ctx, es[0]); err != nil { // committed before the batch
+		t.Fatal(err)
+	}
+	decisions := c.HandleBatch(ctx, deliveries(es...))
+
+	if d := decisions[1]; d == rabbit.Ack() || !strings.Contains(d.Reason, "PSP timeout") {
+		t.Errorf("decision of the failed call = %+v, want a delayed retry", d)
+	}
+	if dl, ok := inboxtest.DeadLetter(t, db.DB, "payment-psp", es[2].EventID); !ok || !strings.Contains(dl.Reason, "refused") {
+		t.Errorf("dead letter of the refused call: %+v (found %v)", dl, ok)
+	}
+	wantAcks(t, append([]rabbit.Decision{decisions[0], decisions[2]}, decisions[3:]...), 7)
+	if got := inboxtest.Effects(t, db.DB); got != 6 {
+		t.Fatalf("effects = %d, want 6 (the earlier one and the five new)", got)
+	}
+	for i, e := range es {
+		if got := calls.of(e.EventID); got != 1 {
+			t.Errorf("event %d called the external system %d times, want 1", i, got)
+		}
+		want := 1
+		if i == 1 || i == 2 {
+			want = 0
+		}
+		if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != want {
+			t.Errorf("event %d has %d inbox rows, want %d", i, got, want)
+		}
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batches_total", "payment-psp"); got != 1 {
+		t.Errorf("batches = %v, want 1 (the five outcomes in one transaction)", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batched_events_total", "payment-psp"); got != 5 {
+		t.Errorf("batched events = %v, want 5", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "payment-psp"); got != 1 {
+		t.Errorf("duplicates = %v, want 1", got)
+	}
+}
+
+// A batch of recorded outcomes that rolls back (here: one record step
+// fails) falls back to one event at a time, which calls the external
+// system again with the same event: the reason the external system must
+// answer a repeated key the same way. Every outcome is still recorded
+// once.
+func TestExternalBatchRollbackCallsAgain(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(4)
+	calls := &externalCalls{}
+	record := func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		if e.EventID == es[3].EventID {
+			return inbox.Permanent(errors.New("simulated: the outcome cannot be recorded"))
+		}
+		return inboxtest.Increment(ctx, tx, e)
+	}
+	c := inbox.NewConsumer(inbox.Config{Name: "payment-psp", DB: db.DB, Log: quiet,
+		External: map[events.Type]inbox.ExternalHandler{events.OrderCreated: calls.external(nil, record)}})
+	wantAcks(t, c.HandleBatch(context.Background(), deliveries(es...)), 4)
+	if got := inboxtest.Effects(t, db.DB); got != 3 {
+		t.Fatalf("effects = %d, want 3", got)
+	}
+	for i, e := range es {
+		if got := calls.of(e.EventID); got != 2 {
+			t.Errorf("event %d: %d external calls, want 2 (the batch's and its own)", i, got)
+		}
+	}
+	if _, ok := inboxtest.DeadLetter(t, db.DB, "payment-psp", es[3].EventID); !ok {
+		t.Error("the event whose outcome cannot be recorded is not a dead letter")
 	}
 }

@@ -37,7 +37,6 @@ func (c *Consumer) count(d rabbit.Delivery) {
 
 // handle is the chapter's path for one delivery: its own transaction.
 func (c *Consumer) handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
-	m := c.cfg.Metrics
 	if c.cfg.WrongWay.On(wrongway.AckBeforeCommit) {
 		return c.handleAckFirst(ctx, d) // the wrong way: wrongway.go
 	}
@@ -51,6 +50,13 @@ func (c *Consumer) handle(ctx context.Context, d rabbit.Delivery) rabbit.Decisio
 	if err == nil {
 		err = c.process(ctx, e, d.KnownSince())
 	}
+	return c.decision(ctx, log, d, e, err)
+}
+
+// decision turns the outcome of processing d (err, nil for committed) into
+// ack, delayed retry or dead letter.
+func (c *Consumer) decision(ctx context.Context, log *slog.Logger, d rabbit.Delivery, e events.Envelope, err error) rabbit.Decision {
+	m := c.cfg.Metrics
 	switch {
 	case err == nil:
 		m.processed.WithLabelValues(c.cfg.Name).Inc()

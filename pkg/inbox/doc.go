@@ -25,9 +25,12 @@
 // effect and results, ACK still follows COMMIT, and only an inbox
 // primary-key duplicate still means "processed": if anything in the batch
 // fails, it rolls back and each delivery runs alone by the sequence above.
-// Deliveries that need more than the plain path (invalid, too old, an
-// ExternalHandler, a delta or snapshot event, a second copy of an event in
-// the batch) always run alone. CONSUMER_BATCH=1 is the chapter's flow.
+// Deliveries that need more than the plain path (invalid, too old, a delta
+// or snapshot event, a second copy of an event in the batch) always run
+// alone. An ExternalHandler's calls are made first, concurrently, with no
+// transaction open, and only their recorded outcomes share the batch (a
+// batch that rolls back calls again, one event at a time, with the same
+// key). CONSUMER_BATCH=1 is the chapter's flow.
 // docs/design.md ("Departures from the chapter") has the measurement.
 //
 // The inbox dedupes; it does not order. Each event's ordering strategy
