@@ -232,7 +232,7 @@ func (c *Consumer) processBatch(ctx context.Context, batch []batchItem) error {
 		if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
 			return err
 		}
-		sh := &shared{}
+		sh := &shared{events: envs}
 		// The handlers' result events are kept and written together, in
 		// one INSERT before the COMMIT.
 		collected := outbox.Collect(tx)
@@ -314,10 +314,23 @@ func Shared(ctx context.Context, key any, mk func() Finisher) (f Finisher, ok bo
 	return f, true
 }
 
+// Events returns the events of the batch a handler runs in, in delivery
+// order; ok is false when the handler runs alone. A handler that reads one
+// row per event can read the rows of the whole batch at once, in its lock
+// order (the order service's orders: orderapp, lockOrder).
+func Events(ctx context.Context) (es []events.Envelope, ok bool) {
+	sh, _ := ctx.Value(sharedKey{}).(*shared)
+	if sh == nil {
+		return nil, false
+	}
+	return sh.events, true
+}
+
 type sharedKey struct{}
 
-// shared is what one batch's handlers share (Shared).
+// shared is what one batch's handlers share (Shared, Events).
 type shared struct {
+	events    []events.Envelope
 	byKey     map[any]Finisher
 	finishers []Finisher // in order of first use
 }

@@ -138,7 +138,7 @@ type cause struct {
 // apply locks the order and runs the trigger on it.
 func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID uint64, t order.Trigger, reason string) error {
 	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type)
-	o, err := orderdb.Lock(ctx, tx, orderID)
+	o, err := lockOrder(ctx, tx, orderID)
 	if errors.Is(err, order.ErrNotFound) {
 		return inbox.Permanent(fmt.Errorf("%s for unknown order %d", e.Type, orderID))
 	}

@@ -174,6 +174,25 @@ func Lock(ctx context.Context, tx *sqlx.Tx, id uint64) (order.Order, error) {
 	return r.domain(), nil
 }
 
+// LockAll reads and locks the orders with these ids in one statement, in id
+// order (the primary key's), until the transaction ends: the orders of a
+// consumer batch. Missing ids are absent from the result.
+func LockAll(ctx context.Context, tx *sqlx.Tx, ids []uint64) (map[uint64]order.Order, error) {
+	q, args, err := sqlx.In(`SELECT `+orderColumns+` FROM orders WHERE id IN (?) ORDER BY id FOR UPDATE`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("lock %d orders: %w", len(ids), err)
+	}
+	var rows []orderRow
+	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("lock %d orders: %w", len(ids), err)
+	}
+	out := make(map[uint64]order.Order, len(rows))
+	for _, r := range rows {
+		out[r.ID] = r.domain()
+	}
+	return out, nil
+}
+
 // Items returns an order's lines.
 func Items(ctx context.Context, db sqlx.QueryerContext, id uint64) ([]order.Item, error) {
 	const q = `SELECT sku, quantity, unit_price_cents FROM order_items WHERE order_id = ? ORDER BY sku`

@@ -1,0 +1,63 @@
+package orderapp_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
+)
+
+// One batch holds both results of each of three orders (reserved, then
+// paid). The orders of the batch are locked in one read; the second event
+// of an order must decide on the order as the first left it, not on that
+// read: every order ends confirmed through awaiting_payment, in one
+// transaction, with no batch rolled back for a stale order.
+func TestBatchLocksItsOrdersOnceAndDecidesOnTheirLatestState(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	reg := prometheus.NewRegistry()
+	f.cons = inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: f.db, Log: quiet,
+		Handlers: orderbindings.Handlers(f.app), Metrics: inbox.NewMetrics(reg)})
+	ctx := context.Background()
+	var es []events.Envelope
+	var os []order.Order
+	for i := 0; i < 3; i++ {
+		o, _, err := f.app.Create(ctx, fmt.Sprintf("lock-%d", i), twoKeyboards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os = append(os, o)
+		es = append(es, reserved(t, o))
+	}
+	for _, o := range os {
+		es = append(es, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID,
+			AmountCents: o.TotalCents, Currency: "EUR", ChargeID: fmt.Sprint("ch_", o.ID)}))
+	}
+	f.handleInBatches(t, 16, es)
+
+	for _, o := range os {
+		if s := f.status(t, o.ID).Status; s != order.Confirmed {
+			t.Errorf("order %d: %s, want confirmed", o.ID, s)
+		}
+		var path []string
+		for _, h := range f.history(t, o.ID) {
+			path = append(path, h.From+">"+h.To)
+		}
+		if got, want := fmt.Sprint(path), "[>pending_inventory pending_inventory>awaiting_payment awaiting_payment>confirmed]"; got != want {
+			t.Errorf("order %d history %s, want %s", o.ID, got, want)
+		}
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != 1 {
+		t.Errorf("batches = %v, want 1", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != 0 {
+		t.Errorf("batch fallbacks = %v, want 0 (a stale order would roll the batch back)", got)
+	}
+}
