@@ -314,21 +314,54 @@ func Shared(ctx context.Context, key any, mk func() Finisher) (f Finisher, ok bo
 	return f, true
 }
 
-// Events returns the events of the batch a handler runs in, in delivery
-// order; ok is false when the handler runs alone. A handler that reads one
-// row per event can read the rows of the whole batch at once, in its lock
-// order (the order service's orders: orderapp, lockOrder).
-func Events(ctx context.Context) (es []events.Envelope, ok bool) {
-	sh, _ := ctx.Value(sharedKey{}).(*shared)
-	if sh == nil {
-		return nil, false
+// LockOnce is how a handler reads the one row its event changes, locked,
+// when batches are common: alone (no batch) it is one(id); in a batch the
+// first call reads the rows of every event of the batch with all, given
+// their aggregate ids (one locking read, in key order, so that two batches
+// never lock the same rows in opposite orders), and each call then takes
+// its row from that read, once. A second event of the batch for the same
+// row, or a row the read did not find, reads with one(id), after the
+// changes made before it. key names the kind of row, as for Shared.
+func LockOnce[T any](ctx context.Context, key any, id uint64,
+	all func(ids []uint64) (map[uint64]T, error), one func(id uint64) (T, error)) (T, error) {
+	f, ok := Shared(ctx, key, func() Finisher { return &lockedRows[T]{} })
+	if !ok {
+		return one(id)
 	}
-	return sh.events, true
+	l := f.(*lockedRows[T])
+	if !l.read {
+		sh := ctx.Value(sharedKey{}).(*shared)
+		ids := make([]uint64, len(sh.events))
+		for i, e := range sh.events {
+			ids[i] = e.AggregateID
+		}
+		rows, err := all(ids)
+		if err != nil {
+			var zero T
+			return zero, err
+		}
+		l.rows, l.read = rows, true
+	}
+	row, ok := l.rows[id]
+	if !ok {
+		return one(id)
+	}
+	delete(l.rows, id) // taken: the handler's change makes this copy stale
+	return row, nil
 }
+
+// lockedRows holds a batch's rows from their one read until each is taken.
+type lockedRows[T any] struct {
+	rows map[uint64]T
+	read bool
+}
+
+// Finish: the locks end with the batch's transaction; nothing to write.
+func (*lockedRows[T]) Finish(context.Context, *sqlx.Tx) error { return nil }
 
 type sharedKey struct{}
 
-// shared is what one batch's handlers share (Shared, Events).
+// shared is what one batch's handlers share (Shared, LockOnce).
 type shared struct {
 	events    []events.Envelope
 	byKey     map[any]Finisher

@@ -250,8 +250,10 @@ func TestPoisonMessageDoesNotBlockTheOthers(t *testing.T) {
 			var mu sync.Mutex
 			var doneAtAttempt []int // good messages processed when each poison attempt ran
 			good := 0
+			// The retry waits at least 1.5 s: time for the twenty on a busy
+			// machine, which is what the assertion below needs.
 			c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
-				Backoff: retry.Backoff{Base: time.Second, Cap: 2 * time.Second},
+				Backoff: retry.Backoff{Base: 3 * time.Second, Cap: 3 * time.Second},
 				Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 					mu.Lock()
 					defer mu.Unlock()

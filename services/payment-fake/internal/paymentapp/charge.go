@@ -187,7 +187,7 @@ func trigger(c psp.Charge) (payment.Trigger, bool) {
 // "charged" and "refund requested".
 func (a *App) recordCharge(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, orderID uint64, c psp.Charge) error {
 	log = log.With("charge_id", c.ChargeID)
-	p, err := paymentdb.Lock(ctx, tx, orderID)
+	p, err := lockPayment(ctx, tx, orderID)
 	if errors.Is(err, payment.ErrNotFound) {
 		return inbox.Permanent(fmt.Errorf("charge outcome for order %d, which has no payment", orderID))
 	}

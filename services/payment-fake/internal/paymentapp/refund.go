@@ -160,7 +160,7 @@ func checkRefund(r psp.Refund, req psp.RefundRequest) (psp.Refund, error) {
 // nothing.
 func (a *App) recordRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, orderID uint64, r psp.Refund) error {
 	log = log.With("refund_id", r.RefundID)
-	p, err := paymentdb.Lock(ctx, tx, orderID)
+	p, err := lockPayment(ctx, tx, orderID)
 	if err != nil {
 		return err
 	}

@@ -123,6 +123,26 @@ func Lock(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Payment, er
 	return r.domain(), nil
 }
 
+// LockAll is Lock for the payments of several orders in one statement, in
+// order id order (the primary key's): the payments of a consumer batch.
+// Missing ones are absent from the result.
+func LockAll(ctx context.Context, tx *sqlx.Tx, orderIDs []uint64) (map[uint64]payment.Payment, error) {
+	q, args, err := sqlx.In(`SELECT `+paymentColumns+` FROM payments WHERE order_id IN (?) ORDER BY order_id FOR UPDATE`, orderIDs)
+	if err != nil {
+		return nil, fmt.Errorf("lock %d payments: %w", len(orderIDs), err)
+	}
+	var rows []paymentRow
+	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("lock %d payments: %w", len(orderIDs), err)
+	}
+	out := make(map[uint64]payment.Payment, len(rows))
+	for _, r := range rows {
+		p := r.domain()
+		out[p.OrderID] = p
+	}
+	return out, nil
+}
+
 // Decision is what a PSP outcome writes onto a payment.
 type Decision struct {
 	From, To      payment.Status

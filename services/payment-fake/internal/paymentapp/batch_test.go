@@ -1,0 +1,64 @@
+package paymentapp_test
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
+)
+
+// Four charge requests reach the PSP consumer at once, one of them for a
+// customer the PSP declines. Each is charged once at the PSP, before the
+// transaction; the four outcomes are recorded in one transaction, each
+// payment read (locked) once for the batch: three payments succeeded and
+// one failed, each with its result event, and no batch rolled back.
+func TestChargesInOneBatch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 0)
+	reg := prometheus.NewRegistry()
+	charges := inbox.NewConsumer(inbox.Config{Name: paymentbindings.PSPConsumer, DB: f.db.DB, Log: quiet,
+		External: paymentbindings.PSPHandlers(f.app), Metrics: inbox.NewMetrics(reg)})
+	customers := []string{"c-1", "c-2", "decline-3", "c-4"}
+	ds := make([]rabbit.Delivery, len(customers))
+	for i, c := range customers {
+		e := f.reserve(t, uint64(100+i), c, 2500)
+		m := rabbit.FromEnvelope("saga.events", e)
+		ds[i] = rabbit.Delivery{Queue: "payment.charges", Attempt: 1}
+		ds[i].MessageId, ds[i].Type, ds[i].ContentType = m.Publishing.MessageId, m.Publishing.Type, m.Publishing.ContentType
+		ds[i].Headers, ds[i].Body, ds[i].RoutingKey = m.Publishing.Headers, m.Publishing.Body, m.RoutingKey
+	}
+	for i, d := range charges.HandleBatch(f.ctx, ds) {
+		if d != rabbit.Ack() {
+			t.Fatalf("charge %d: decision %+v, want ack", i, d)
+		}
+	}
+
+	if n := f.chargeCalls.Load(); n != 4 {
+		t.Errorf("PSP received %d charges, want 4 (one per order)", n)
+	}
+	for i, c := range customers {
+		id := uint64(100 + i)
+		want, event := payment.Succeeded, events.PaymentSucceeded
+		if c == "decline-3" {
+			want, event = payment.Failed, events.PaymentFailed
+		}
+		if p := f.payment(t, id); p.Status != want {
+			t.Errorf("payment %d: %s, want %s", id, p.Status, want)
+		}
+		if got := len(f.outboxEvents(t, id, event)); got != 1 {
+			t.Errorf("order %d: %d %s events, want 1", id, got, event)
+		}
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batches_total", paymentbindings.PSPConsumer); got != 1 {
+		t.Errorf("batches = %v, want 1", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", paymentbindings.PSPConsumer); got != 0 {
+		t.Errorf("batch fallbacks = %v, want 0", got)
+	}
+}
