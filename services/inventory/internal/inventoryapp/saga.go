@@ -213,7 +213,7 @@ func (a *App) OnOrderConfirmed(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 		return err
 	}
 	log := a.log.With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
-	r, err := inventorydb.LockReservation(ctx, tx, p.OrderID)
+	r, err := lockReservation(ctx, tx, p.OrderID)
 	if errors.Is(err, inventory.ErrNoReservation) {
 		// The order is confirmed only after payment, which starts only from
 		// the InventoryReserved that this service commits together with the
@@ -315,7 +315,7 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 	if p.Reason != "" {
 		reason += ": " + p.Reason
 	}
-	r, err := inventorydb.LockReservation(ctx, tx, p.OrderID)
+	r, err := lockReservation(ctx, tx, p.OrderID)
 	if errors.Is(err, inventory.ErrNoReservation) {
 		to, _ := inventory.Next(inventory.NoReservation, inventory.Cancel)
 		marker := inventory.Reservation{OrderID: p.OrderID, Status: to, Version: 0,

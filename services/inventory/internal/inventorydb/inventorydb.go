@@ -268,6 +268,49 @@ func LockReservation(ctx context.Context, tx *sqlx.Tx, orderID uint64) (inventor
 	return res, err
 }
 
+// LockReservations is LockReservation for the reservations of several
+// orders in two statements, rows locked in order id order: the
+// reservations of a consumer batch. Orders without one are absent.
+func LockReservations(ctx context.Context, tx *sqlx.Tx, orderIDs []uint64) (map[uint64]inventory.Reservation, error) {
+	q, args, err := sqlx.In(`SELECT `+reservationColumns+` FROM reservations WHERE order_id IN (?) ORDER BY order_id FOR UPDATE`, orderIDs)
+	if err != nil {
+		return nil, fmt.Errorf("lock %d reservations: %w", len(orderIDs), err)
+	}
+	var rows []reservationRow
+	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
+		return nil, fmt.Errorf("lock %d reservations: %w", len(orderIDs), err)
+	}
+	out := make(map[uint64]inventory.Reservation, len(rows))
+	if len(rows) == 0 {
+		return out, nil
+	}
+	found := make([]uint64, len(rows))
+	for i, r := range rows {
+		res := r.domain()
+		res.Items = []inventory.Line{}
+		out[res.OrderID] = res
+		found[i] = res.OrderID
+	}
+	q, args, err = sqlx.In(`SELECT order_id, sku, quantity FROM reservation_items WHERE order_id IN (?) ORDER BY order_id, sku`, found)
+	if err != nil {
+		return nil, fmt.Errorf("items of %d reservations: %w", len(found), err)
+	}
+	var items []struct {
+		OrderID  uint64 `db:"order_id"`
+		SKU      string `db:"sku"`
+		Quantity int    `db:"quantity"`
+	}
+	if err := tx.SelectContext(ctx, &items, q, args...); err != nil {
+		return nil, fmt.Errorf("items of %d reservations: %w", len(found), err)
+	}
+	for _, it := range items {
+		res := out[it.OrderID]
+		res.Items = append(res.Items, inventory.Line{SKU: it.SKU, Quantity: it.Quantity})
+		out[it.OrderID] = res
+	}
+	return out, nil
+}
+
 // Items returns what a reservation holds, sorted by SKU (the lock order).
 func Items(ctx context.Context, db sqlx.QueryerContext, orderID uint64) ([]inventory.Line, error) {
 	const q = `SELECT sku, quantity FROM reservation_items WHERE order_id = ? ORDER BY sku`
