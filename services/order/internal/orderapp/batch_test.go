@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 )
 
 // The participants' results for several orders, handed to the consumer as
@@ -69,18 +75,144 @@ func (f *fixture) handleInBatches(t *testing.T, batch int, es []events.Envelope)
 	t.Helper()
 	for len(es) > 0 {
 		n := min(batch, len(es))
-		ds := make([]rabbit.Delivery, n)
-		for i, e := range es[:n] {
-			m := rabbit.FromEnvelope("saga.events", e)
-			ds[i] = rabbit.Delivery{Queue: "order.saga-results", Attempt: 1}
-			ds[i].MessageId, ds[i].Type, ds[i].ContentType = m.Publishing.MessageId, m.Publishing.Type, m.Publishing.ContentType
-			ds[i].Headers, ds[i].Body, ds[i].RoutingKey = m.Publishing.Headers, m.Publishing.Body, m.RoutingKey
-		}
-		for i, d := range f.cons.HandleBatch(context.Background(), ds) {
+		for i, d := range f.cons.HandleBatch(context.Background(), deliveriesOf(es[:n])) {
 			if d != rabbit.Ack() {
 				t.Fatalf("%s of order %d: decision %+v, want ack", es[i].Type, es[i].AggregateID, d)
 			}
 		}
 		es = es[n:]
 	}
+}
+
+// deliveriesOf is es as the order service's queue delivers them.
+func deliveriesOf(es []events.Envelope) []rabbit.Delivery {
+	ds := make([]rabbit.Delivery, len(es))
+	for i, e := range es {
+		m := rabbit.FromEnvelope("saga.events", e)
+		ds[i] = rabbit.Delivery{Queue: "order.saga-results", Attempt: 1}
+		ds[i].MessageId, ds[i].Type, ds[i].ContentType = m.Publishing.MessageId, m.Publishing.Type, m.Publishing.ContentType
+		ds[i].Headers, ds[i].Body, ds[i].RoutingKey = m.Publishing.Headers, m.Publishing.Body, m.RoutingKey
+	}
+	return ds
+}
+
+// A batch of results, two of them for one order, writes each move's
+// order_history row as one message at a time would (from, to, trigger, the
+// consumed event, the emitted event), in delivery order and in one
+// statement, before the events the moves emitted. A batch that rolls back
+// leaves no history row; its redelivery writes each row once.
+func TestHistoryOfABatch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	cons := inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: f.db, Handlers: orderbindings.Handlers(f.app),
+		Log: quiet, Metrics: inbox.NewMetrics(reg)})
+	var os []order.Order
+	for i := 0; i < 3; i++ {
+		o, _, err := f.app.Create(ctx, fmt.Sprintf("k%d", i), twoKeyboards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os = append(os, o)
+	}
+	a, b, c := os[0], os[1], os[2]
+	es := []events.Envelope{reserved(t, a), reserved(t, b),
+		envelope(t, events.InventoryRejected, c.ID, events.InventoryRejectedV1{OrderID: c.ID, Reason: "insufficient stock"}),
+		envelope(t, events.PaymentSucceeded, a.ID, events.PaymentSucceededV1{OrderID: a.ID, AmountCents: a.TotalCents,
+			Currency: "EUR", ChargeID: "ch_1"})}
+	consumerRows := func() []historyRow {
+		t.Helper()
+		var rows []historyRow
+		if err := f.db.Select(&rows, `SELECT order_id, from_status, to_status, trigger_name, actor, reason, event_id,
+  emitted_event_id, changed_at FROM order_history WHERE actor = ? ORDER BY id`, orderapp.ActorConsumer); err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+
+	// The batch fails right before its COMMIT, and so does each event on
+	// its own after it: nothing of theirs stays.
+	fp := failpoint.NewRegistry()
+	fp.Error("inbox.after-effect-before-commit", 1+len(es))
+	for i, d := range cons.HandleBatch(failpoint.WithRegistry(ctx, fp), deliveriesOf(es)) {
+		if d == rabbit.Ack() {
+			t.Fatalf("event %d acked, want it back for another try", i)
+		}
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != 1 {
+		t.Fatalf("batches rolled back = %v, want 1", got)
+	}
+	if rows := consumerRows(); len(rows) != 0 {
+		t.Fatalf("history after the rollback: %+v, want none", rows)
+	}
+	for _, o := range os {
+		if s := f.status(t, o.ID).Status; s != order.PendingInventory {
+			t.Fatalf("order %d: %s after the rollback, want pending_inventory", o.ID, s)
+		}
+	}
+
+	// Redelivered, the batch commits.
+	for i, d := range cons.HandleBatch(ctx, deliveriesOf(es)) {
+		if d != rabbit.Ack() {
+			t.Fatalf("%s of order %d: decision %+v, want ack", es[i].Type, es[i].AggregateID, d)
+		}
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != 1 {
+		t.Fatalf("batches committed = %v, want 1", got)
+	}
+	confirmed := outboxOf(f, t, a.ID, events.OrderConfirmed)
+	if len(confirmed) != 1 {
+		t.Fatalf("order.confirmed rows of order %d: %d, want 1", a.ID, len(confirmed))
+	}
+	want := []historyRow{
+		{OrderID: a.ID, From: "pending_inventory", To: "awaiting_payment", Trigger: "inventory_reserved", EventID: &es[0].EventID},
+		{OrderID: b.ID, From: "pending_inventory", To: "awaiting_payment", Trigger: "inventory_reserved", EventID: &es[1].EventID},
+		{OrderID: c.ID, From: "pending_inventory", To: "rejected", Trigger: "inventory_rejected", Reason: "insufficient stock",
+			EventID: &es[2].EventID},
+		{OrderID: a.ID, From: "awaiting_payment", To: "confirmed", Trigger: "payment_succeeded", EventID: &es[3].EventID,
+			Emitted: &confirmed[0].EventID},
+	}
+	rows := consumerRows()
+	if len(rows) != len(want) {
+		t.Fatalf("history rows %+v, want %d", rows, len(want))
+	}
+	for i, w := range want {
+		r := rows[i]
+		if r.OrderID != w.OrderID || r.From != w.From || r.To != w.To || r.Trigger != w.Trigger || r.Actor != orderapp.ActorConsumer ||
+			r.Reason != w.Reason || deref(r.EventID) != deref(w.EventID) || deref(r.Emitted) != deref(w.Emitted) {
+			t.Errorf("history row %d: order %d %s -> %s by %s (%s) reason %q event %s emitted %s\n"+
+				"want order %d %s -> %s by %s (consumer) reason %q event %s emitted %s", i,
+				r.OrderID, r.From, r.To, r.Trigger, r.Actor, r.Reason, deref(r.EventID), deref(r.Emitted),
+				w.OrderID, w.From, w.To, w.Trigger, w.Reason, deref(w.EventID), deref(w.Emitted))
+		}
+		// One statement wrote them: one changed_at.
+		if !r.ChangedAt.Equal(rows[0].ChangedAt) {
+			t.Errorf("history row %d changed at %v, row 0 at %v: want one INSERT for the batch", i, r.ChangedAt, rows[0].ChangedAt)
+		}
+	}
+
+	// The timeline shows the confirm before the event it emitted.
+	tl, err := f.app.Timeline(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range tl.Entries {
+		if e.Kind == orderapp.KindOrderTransition || e.Kind == orderapp.KindOutboxWritten {
+			kinds = append(kinds, fmt.Sprint(e.Kind, " ", e.Detail["to"], e.Detail["event_type"]))
+		}
+	}
+	wantKinds := []string{"outbox.written <nil>order.created", "order.transition awaiting_payment<nil>",
+		"order.transition confirmed<nil>", "outbox.written <nil>order.confirmed"}
+	if fmt.Sprint(kinds) != fmt.Sprint(wantKinds) {
+		t.Errorf("timeline of order %d: %q, want %q", a.ID, kinds, wantKinds)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }

@@ -137,11 +137,12 @@ func init() {
 // nothing (created=false); the same key with another request is
 // order.ErrIdempotencyConflict.
 //
-// The common case, a new key, costs eight round trips: the catalogue read
-// and a seven-statement transaction. Retries are rare, so the key is not
-// looked up first: the unique key rejects the INSERT, and only then is the
-// existing order read (the look-up first and a read-back of the order and
-// its lines after COMMIT made it ten).
+// The common case, a new key, costs seven round trips: the catalogue read
+// (with the database clock, the order's creation time) and a six-statement
+// transaction. Retries are rare, so the key is not looked up first: the
+// unique key rejects the INSERT, and only then is the existing order read
+// (the look-up first, a read-back of the order and its lines after COMMIT
+// and a read-back of its server-set times made it ten).
 func (a *App) Create(ctx context.Context, key string, req order.Request) (o order.Order, created bool, err error) {
 	if err := req.Validate(); err != nil {
 		return order.Order{}, false, err
@@ -152,8 +153,9 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		skus[i] = l.SKU
 	}
 	var catalogue map[string]order.Product
+	var now time.Time
 	err = sqldb.ReadRetry(ctx, a.txRetry(true), func() (err error) {
-		catalogue, err = orderdb.Catalogue(ctx, a.db, skus)
+		catalogue, now, err = orderdb.Catalogue(ctx, a.db, skus)
 		return err
 	})
 	if err != nil {
@@ -168,8 +170,14 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		}
 		return order.Order{}, false, err
 	}
+	// The order's times come from the database clock read with the
+	// catalogue: the deadline sweep compares them with NOW(6), and the
+	// answer knows them without reading the row back.
 	o = order.Order{CustomerID: req.CustomerID, Status: order.PendingInventory, RefundStatus: order.RefundNone,
-		Items: items, TotalCents: total, Currency: currency, Version: 1}
+		Items: items, TotalCents: total, Currency: currency, Version: 1, CreatedAt: now, UpdatedAt: now}
+	if d := a.cfg.Deadlines.For(order.PendingInventory); d > 0 {
+		o.DeadlineAt = now.Add(d)
+	}
 
 	wrong := a.createWrongWay() // "" in production: see wrongway.go
 	var event events.OrderCreatedV1
@@ -177,7 +185,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	// second run either inserts the order or finds it (ErrDuplicateKey
 	// below, a replay).
 	err = sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
-		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o, a.cfg.Deadlines.For(order.PendingInventory))
+		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o)
 		if err != nil {
 			return err
 		}
@@ -202,13 +210,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		// timeline shows the order before its event.
 		change := orderdb.Change{OrderID: id, To: string(order.PendingInventory), RefundStatus: string(order.RefundNone),
 			Trigger: TriggerCreated, Actor: ActorAPI}
-		if err := emit(ctx, tx, change, event); err != nil {
-			return err
-		}
-		// The server-set timestamps, read in the transaction that set
-		// them: the answer shows the order as created, in database time.
-		o.CreatedAt, o.UpdatedAt, o.DeadlineAt, err = orderdb.Timestamps(ctx, tx, id)
-		return err
+		return emit(ctx, tx, change, event)
 	})
 	if errors.Is(err, orderdb.ErrDuplicateKey) {
 		// A concurrent request with the same key won the unique key.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
@@ -102,6 +103,57 @@ func TestCreateWritesOrderAndOrderCreatedInOneTransaction(t *testing.T) {
 	if !o.CreatedAt.Equal(stored.CreatedAt) || !o.UpdatedAt.Equal(stored.UpdatedAt) || !o.DeadlineAt.Equal(stored.DeadlineAt) ||
 		o.CreatedAt.IsZero() || o.Version != stored.Version || len(stored.Items) != 2 || stored.Items[0] != o.Items[0] {
 		t.Fatalf("answer %+v, stored %+v: want the same order and times", o, stored)
+	}
+}
+
+// The create answers its times without reading them back, yet in database
+// time, the clock the deadline sweep compares with NOW(6): created within
+// the call as the database saw it, updated when created, the deadline
+// exactly the participant deadline later, and stored as answered.
+func TestCreateTimesAreDatabaseTime(t *testing.T) {
+	t.Parallel()
+	f := newDeadlineFixture(t)
+	ctx := context.Background()
+	dbNow := func() time.Time {
+		t.Helper()
+		var now time.Time
+		if err := f.db.Get(&now, `SELECT NOW(6)`); err != nil {
+			t.Fatal(err)
+		}
+		return now
+	}
+	before := dbNow()
+	o, _, err := f.app.Create(ctx, "k", twoKeyboards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := dbNow()
+	if o.CreatedAt.Before(before) || o.CreatedAt.After(after) {
+		t.Errorf("created_at %v, want database time between %v and %v", o.CreatedAt, before, after)
+	}
+	if !o.UpdatedAt.Equal(o.CreatedAt) {
+		t.Errorf("updated_at %v, want created_at %v", o.UpdatedAt, o.CreatedAt)
+	}
+	if want := o.CreatedAt.Add(testDeadlines.Participant); !o.DeadlineAt.Equal(want) {
+		t.Errorf("deadline_at %v, want created_at + %v = %v", o.DeadlineAt, testDeadlines.Participant, want)
+	}
+	var stored struct {
+		Created  time.Time `db:"created_at"`
+		Updated  time.Time `db:"updated_at"`
+		Deadline time.Time `db:"deadline_at"`
+		Changed  time.Time `db:"changed_at"`
+	}
+	if err := f.db.Get(&stored, `SELECT o.created_at, o.updated_at, o.deadline_at, h.changed_at
+FROM orders o JOIN order_history h ON h.order_id = o.id WHERE o.id = ?`, o.ID); err != nil {
+		t.Fatal(err)
+	}
+	if !stored.Created.Equal(o.CreatedAt) || !stored.Updated.Equal(o.UpdatedAt) || !stored.Deadline.Equal(o.DeadlineAt) {
+		t.Errorf("stored %+v, answered created %v updated %v deadline %v", stored, o.CreatedAt, o.UpdatedAt, o.DeadlineAt)
+	}
+	// The timeline shows the order's creation at its first history row:
+	// not before the order's own creation time.
+	if stored.Changed.Before(stored.Created) {
+		t.Errorf("first history row at %v, before the order's created_at %v", stored.Changed, stored.Created)
 	}
 }
 

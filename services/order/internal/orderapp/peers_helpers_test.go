@@ -282,14 +282,16 @@ FROM reconciliation_audit WHERE order_id = ? ORDER BY created_at`, orderID); err
 }
 
 type historyRow struct {
-	From     string  `db:"from_status"`
-	To       string  `db:"to_status"`
-	Trigger  string  `db:"trigger_name"`
-	Actor    string  `db:"actor"`
-	Reason   string  `db:"reason"`
-	EventID  *string `db:"event_id"`
-	Emitted  *string `db:"emitted_event_id"`
-	RepairID *string `db:"repair_id"`
+	OrderID   uint64    `db:"order_id"`
+	ChangedAt time.Time `db:"changed_at"`
+	From      string    `db:"from_status"`
+	To        string    `db:"to_status"`
+	Trigger   string    `db:"trigger_name"`
+	Actor     string    `db:"actor"`
+	Reason    string    `db:"reason"`
+	EventID   *string   `db:"event_id"`
+	Emitted   *string   `db:"emitted_event_id"`
+	RepairID  *string   `db:"repair_id"`
 }
 
 func (f *fixture) history(t *testing.T, orderID uint64) []historyRow {

@@ -189,13 +189,15 @@ func (a *App) decide(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o order
 		// Impossible while we hold the row lock; treat as a retryable fault.
 		return false, fmt.Errorf("order %d changed under its row lock", o.ID)
 	}
-	// order_history, then the outbox row: the order of the timeline.
+	// order_history, then the outbox row: the order of the timeline. In a
+	// consumer batch both wait for the batch's end, in that order
+	// (historyBatch).
 	change := orderdb.Change{OrderID: o.ID, From: string(o.Status), To: string(to), RefundStatus: string(refund),
 		Trigger: string(t), Actor: c.actor, Reason: reason, EventID: nullable(c.eventID), RepairID: nullable(c.repairID)}
 	if out != nil {
 		change.EmittedEventID = &out.EventID
 	}
-	if err := orderdb.InsertChange(ctx, tx, change); err != nil {
+	if err := recordChange(ctx, tx, change); err != nil {
 		return false, err
 	}
 	if out != nil {

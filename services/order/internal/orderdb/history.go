@@ -3,11 +3,11 @@ package orderdb
 import (
 	"context"
 	"fmt"
-	"github.com/relmsg/ordersaga/pkg/instance"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 )
@@ -32,13 +32,32 @@ type Change struct {
 // InsertChange records a change of an order, in the transaction that makes
 // it. Empty ids are stored as NULL.
 func InsertChange(ctx context.Context, tx *sqlx.Tx, c Change) error {
+	return InsertChanges(ctx, tx, []Change{c})
+}
+
+// InsertChanges records several changes in one statement (a consumer
+// batch's, pkg/inbox), in the transaction that makes them. Their ids, and
+// so History's order, follow cs. Like InsertChange, the instance is the
+// one ctx names.
+func InsertChanges(ctx context.Context, tx *sqlx.Tx, cs []Change) error {
+	if len(cs) == 0 {
+		return nil
+	}
 	const q = `INSERT INTO order_history
   (order_id, from_status, to_status, refund_status, trigger_name, actor, reason, event_id, emitted_event_id, repair_id, instance)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))`
-	_, err := tx.ExecContext(ctx, q, c.OrderID, c.From, c.To, c.RefundStatus, c.Trigger, c.Actor, clip(c.Reason, 255),
-		c.EventID, c.EmittedEventID, c.RepairID, instance.ID(ctx))
-	if err != nil {
-		return fmt.Errorf("order %d history: %w", c.OrderID, err)
+VALUES `
+	const row = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))`
+	inst := instance.ID(ctx)
+	args := make([]any, 0, 11*len(cs))
+	for _, c := range cs {
+		args = append(args, c.OrderID, c.From, c.To, c.RefundStatus, c.Trigger, c.Actor, clip(c.Reason, 255),
+			c.EventID, c.EmittedEventID, c.RepairID, inst)
+	}
+	if _, err := tx.ExecContext(ctx, q+sqldb.Values(row, len(cs)), args...); err != nil {
+		if len(cs) == 1 {
+			return fmt.Errorf("order %d history: %w", cs[0].OrderID, err)
+		}
+		return fmt.Errorf("history of %d changes: %w", len(cs), err)
 	}
 	return nil
 }

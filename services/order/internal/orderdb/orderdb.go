@@ -59,39 +59,53 @@ func deadlineArg(d time.Duration) any {
 	return d.Microseconds()
 }
 
-// Catalogue returns the products with these SKUs (missing ones are absent).
-func Catalogue(ctx context.Context, db sqlx.QueryerContext, skus []string) (map[string]order.Product, error) {
-	const q = `SELECT sku, price_cents, currency FROM products WHERE sku IN (?)`
+// Catalogue returns the products with these SKUs (missing ones are absent)
+// and the database clock as it read them: the new order's creation time,
+// so that the create needs no read-back of its server-set times (now is
+// zero when no SKU matched; such a request does not price).
+func Catalogue(ctx context.Context, db sqlx.QueryerContext, skus []string) (products map[string]order.Product, now time.Time, err error) {
+	const q = `SELECT sku, price_cents, currency, NOW(6) AS now FROM products WHERE sku IN (?)`
 	query, args, err := sqlx.In(q, skus)
 	if err != nil {
-		return nil, fmt.Errorf("catalogue: %w", err)
+		return nil, time.Time{}, fmt.Errorf("catalogue: %w", err)
 	}
 	var rows []struct {
-		SKU        string `db:"sku"`
-		PriceCents int64  `db:"price_cents"`
-		Currency   string `db:"currency"`
+		SKU        string    `db:"sku"`
+		PriceCents int64     `db:"price_cents"`
+		Currency   string    `db:"currency"`
+		Now        time.Time `db:"now"`
 	}
 	if err := sqlx.SelectContext(ctx, db, &rows, query, args...); err != nil {
-		return nil, fmt.Errorf("catalogue: %w", err)
+		return nil, time.Time{}, fmt.Errorf("catalogue: %w", err)
 	}
-	out := make(map[string]order.Product, len(rows))
+	products = make(map[string]order.Product, len(rows))
 	for _, r := range rows {
-		out[r.SKU] = order.Product{SKU: r.SKU, PriceCents: r.PriceCents, Currency: r.Currency}
+		products[r.SKU] = order.Product{SKU: r.SKU, PriceCents: r.PriceCents, Currency: r.Currency}
+		now = r.Now
 	}
-	return out, nil
+	return products, now, nil
 }
 
-// InsertOrder inserts a new order with its first event version and the
-// deadline of its first state (deadline from now; 0 for none). A duplicate
-// idempotency key returns ErrDuplicateKey: the unique key, not a prior
-// SELECT, decides who created the order, so concurrent retries of one
-// request create one order.
-func InsertOrder(ctx context.Context, tx *sqlx.Tx, key, hash string, o order.Order, deadline time.Duration) (uint64, error) {
+// InsertOrder inserts a new order with its first event version and its
+// times as given: o.CreatedAt, o.UpdatedAt and o.DeadlineAt (zero for
+// none), in database time (Catalogue's now), so that the caller knows
+// the stored times without reading them back. A duplicate idempotency key
+// returns ErrDuplicateKey: the unique key, not a prior SELECT, decides who
+// created the order, so concurrent retries of one request create one order.
+func InsertOrder(ctx context.Context, tx *sqlx.Tx, key, hash string, o order.Order) (uint64, error) {
 	const q = `INSERT INTO orders
-  (idempotency_key, request_hash, customer_id, status, total_cents, currency, aggregate_version, deadline_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
+  (idempotency_key, request_hash, customer_id, status, total_cents, currency, aggregate_version,
+   created_at, updated_at, deadline_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	if o.CreatedAt.IsZero() || o.UpdatedAt.IsZero() {
+		return 0, errors.New("insert order: no creation time")
+	}
+	var deadline *time.Time
+	if !o.DeadlineAt.IsZero() {
+		deadline = &o.DeadlineAt
+	}
 	res, err := tx.ExecContext(ctx, q, key, hash, o.CustomerID, o.Status, o.TotalCents, o.Currency, o.Version,
-		deadlineArg(deadline))
+		o.CreatedAt, o.UpdatedAt, deadline)
 	if sqldb.IsDuplicateKey(err) {
 		return 0, ErrDuplicateKey
 	}
@@ -130,24 +144,6 @@ func GetByKey(ctx context.Context, db sqlx.QueryerContext, key string) (order.Or
 	items, err := Items(ctx, db, o.ID)
 	o.Items = items
 	return o, r.RequestHash, err
-}
-
-// Timestamps returns the server-set times of an order: created, updated
-// and its deadline (zero for none).
-func Timestamps(ctx context.Context, db sqlx.QueryerContext, id uint64) (created, updated, deadline time.Time, err error) {
-	const q = `SELECT created_at, updated_at, deadline_at FROM orders WHERE id = ?`
-	var r struct {
-		CreatedAt  time.Time  `db:"created_at"`
-		UpdatedAt  time.Time  `db:"updated_at"`
-		DeadlineAt *time.Time `db:"deadline_at"`
-	}
-	if err := sqlx.GetContext(ctx, db, &r, q, id); err != nil {
-		return time.Time{}, time.Time{}, time.Time{}, fmt.Errorf("order %d timestamps: %w", id, err)
-	}
-	if r.DeadlineAt != nil {
-		deadline = *r.DeadlineAt
-	}
-	return r.CreatedAt, r.UpdatedAt, deadline, nil
 }
 
 // Get returns one order with its lines.

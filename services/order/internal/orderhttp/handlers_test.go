@@ -70,6 +70,16 @@ func TestCreateAndGet(t *testing.T) {
 	if code != http.StatusOK || got["order_id"] != id || got["status"] != "pending_inventory" {
 		t.Fatalf("get: %d %v", code, got)
 	}
+	// The POST answers the times the order is stored with, to the
+	// microsecond: the create, its replay and the GET agree.
+	for _, field := range []string{"created_at", "updated_at", "deadline_at"} {
+		if body[field] == nil || body[field] != got[field] || again[field] != got[field] {
+			t.Errorf("%s: create %v, replay %v, get %v: want one stored time", field, body[field], again[field], got[field])
+		}
+	}
+	if body["created_at"] != body["updated_at"] {
+		t.Errorf("created_at %v, updated_at %v: a new order was never updated", body["created_at"], body["updated_at"])
+	}
 	code, list, _ := do(t, "GET", srv.URL+"/orders?status=pending_inventory", "", "", "")
 	if code != http.StatusOK || len(list["orders"].([]any)) != 1 {
 		t.Fatalf("list: %d %v", code, list)

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -17,7 +18,8 @@ import (
 //
 // One plain INSERT decides: 1062 on the idempotency key means "already
 // done". There is no read before the write, so twenty concurrent calls with
-// one key make one charge and all twenty answer with it.
+// one key make one charge and all twenty answer with it. Only a duplicate
+// reads: the new charge is answered from the row as written.
 func (s *Server) charge(ctx context.Context, r ChargeRequest, declineAll bool) (c Charge, created bool, err error) {
 	status, declineCode := decide(r, declineAll)
 	row := chargeRow{
@@ -29,13 +31,13 @@ func (s *Server) charge(ctx context.Context, r ChargeRequest, declineAll bool) (
 		Currency:       r.Currency,
 		Status:         status,
 		DeclineCode:    declineCode,
+		CreatedAt:      stamp(),
 	}
 	err = retryDeadlock(func() error { return insertCharge(ctx, s.db, row) })
-	switch {
-	case err == nil:
-		created = true
-	case sqldb.IsDuplicateKey(err):
-	default:
+	if err == nil {
+		return row.charge(), true, nil
+	}
+	if !sqldb.IsDuplicateKey(err) {
 		return Charge{}, false, err
 	}
 	c, err = chargeByKey(ctx, s.db, r.IdempotencyKey)
@@ -49,7 +51,7 @@ func (s *Server) charge(ctx context.Context, r ChargeRequest, declineAll bool) (
 	if !sameCharge(c, r) {
 		return Charge{}, false, errKeyReused
 	}
-	return c, created, nil
+	return c, false, nil
 }
 
 // refund records a refund of a succeeded charge, at most once per
@@ -62,6 +64,8 @@ func (s *Server) charge(ctx context.Context, r ChargeRequest, declineAll bool) (
 //     replay of the refund that used up the charge still gets its answer);
 //  3. check the rules (known, succeeded charge; refunds not above the charged
 //     amount) with the new row counted; breaking one rolls the INSERT back.
+//
+// A new refund is answered from the row as written, not read back.
 func (s *Server) refund(ctx context.Context, r RefundRequest) (f Refund, created bool, err error) {
 	row := refundRow{
 		RefundID:       "re_" + rand.Text(),
@@ -69,6 +73,7 @@ func (s *Server) refund(ctx context.Context, r RefundRequest) (f Refund, created
 		ChargeID:       r.ChargeID,
 		AmountCents:    r.AmountCents,
 		Status:         StatusSucceeded,
+		CreatedAt:      stamp(),
 	}
 	err = retryDeadlock(func() error {
 		return sqldb.WithTx(ctx, s.db, func(tx *sqlx.Tx) error {
@@ -109,9 +114,8 @@ func (s *Server) refund(ctx context.Context, r RefundRequest) (f Refund, created
 				return fmt.Errorf("%w: %d cents asked, %d charged, %d already refunded",
 					errRefundTooLarge, r.AmountCents, c.AmountCents, sum-r.AmountCents)
 			}
-			f, err = refundByKey(ctx, tx, r.IdempotencyKey)
-			created = true
-			return err
+			f, created = row.refund(), true
+			return nil
 		})
 	})
 	if err != nil {
@@ -119,6 +123,12 @@ func (s *Server) refund(ctx context.Context, r RefundRequest) (f Refund, created
 	}
 	return f, created, nil
 }
+
+// stamp is the created_at of a new charge or refund: the PSP's own clock,
+// as another company's records would carry (nothing of ours decides on
+// it), to the microsecond like the DATETIME(6) column, so that the answer
+// and the stored row are the same record without a read-back.
+func stamp() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 // retryDeadlock runs fn again when the server chose it as a deadlock victim
 // (1213): the whole transaction was rolled back, so running it again is safe.

@@ -60,15 +60,16 @@ func (r refundRow) refund() Refund {
 	}
 }
 
-// insertCharge writes a new charge. It fails with a duplicate key error
-// (1062) when the idempotency key was charged before: the unique key, not a
-// read before the write, decides which of two concurrent calls charges.
+// insertCharge writes a new charge, r as given (its created_at included). It
+// fails with a duplicate key error (1062) when the idempotency key was
+// charged before: the unique key, not a read before the write, decides
+// which of two concurrent calls charges.
 func insertCharge(ctx context.Context, db sqlx.ExecerContext, r chargeRow) error {
 	const q = `INSERT INTO psp_charges
   (charge_id, idempotency_key, order_ref, customer_id, amount_cents, currency, status, decline_code, created_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, NOW(6))`
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	_, err := db.ExecContext(ctx, q, r.ChargeID, r.IdempotencyKey, r.OrderRef, r.CustomerID,
-		r.AmountCents, r.Currency, r.Status, r.DeclineCode)
+		r.AmountCents, r.Currency, r.Status, r.DeclineCode, r.CreatedAt)
 	if err != nil {
 		return fmt.Errorf("insert charge: %w", err)
 	}
@@ -114,12 +115,12 @@ FROM psp_charges WHERE charge_id = ? FOR UPDATE`
 	return r.charge(), nil
 }
 
-// insertRefund writes a new refund; like insertCharge it fails with 1062 when
-// the idempotency key was used before.
+// insertRefund writes a new refund, r as given; like insertCharge it fails
+// with 1062 when the idempotency key was used before.
 func insertRefund(ctx context.Context, tx *sqlx.Tx, r refundRow) error {
 	const q = `INSERT INTO psp_refunds (refund_id, idempotency_key, charge_id, amount_cents, status, created_at)
-VALUES (?, ?, ?, ?, ?, NOW(6))`
-	if _, err := tx.ExecContext(ctx, q, r.RefundID, r.IdempotencyKey, r.ChargeID, r.AmountCents, r.Status); err != nil {
+VALUES (?, ?, ?, ?, ?, ?)`
+	if _, err := tx.ExecContext(ctx, q, r.RefundID, r.IdempotencyKey, r.ChargeID, r.AmountCents, r.Status, r.CreatedAt); err != nil {
 		return fmt.Errorf("insert refund: %w", err)
 	}
 	return nil
