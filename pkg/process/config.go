@@ -112,8 +112,12 @@ type Config struct {
 	// confirms (OUTBOX_CONFIRM_TIMEOUT): at most a third of the lease
 	// [min(5s, OUTBOX_LEASE/3)].
 	OutboxConfirmTimeout time.Duration
-	ConsumerWorkers      int // CONSUMER_WORKERS
-	Prefetch             int // CONSUMER_PREFETCH
+	// ConsumerWorkers is how many transactions a consumer runs at once
+	// (CONSUMER_WORKERS). Few workers with batches do more than many
+	// without: the deliveries waiting are split among fewer workers, so
+	// each commits more of them at once (docs/performance.md, "Round two").
+	ConsumerWorkers int
+	Prefetch        int // CONSUMER_PREFETCH
 	// ConsumerBatch is the most deliveries a consumer worker commits in one
 	// transaction (CONSUMER_BATCH; 1: one transaction per message, the
 	// chapter's flow). See pkg/inbox, HandleBatch.
@@ -157,7 +161,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		OutboxPoll:        env.Duration("OUTBOX_POLL_INTERVAL", time.Second),
 		OutboxLease:       env.Duration("OUTBOX_LEASE", 30*time.Second),
 		OutboxDeadline:    env.Duration("OUTBOX_DEADLINE", 15*time.Minute),
-		ConsumerWorkers:   env.Int("CONSUMER_WORKERS", 16, 1, 256),
+		ConsumerWorkers:   env.Int("CONSUMER_WORKERS", 4, 1, 256),
 		Prefetch:          env.Int("CONSUMER_PREFETCH", 64, 1, 10000),
 		ConsumerBatch:     env.Int("CONSUMER_BATCH", 16, 1, 1000),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
