@@ -17,7 +17,8 @@
 #   -shapes   also log every statement (general_log) and count the
 #             services' statements per order by verb and table
 #
-# Every run, so that runs compare: stops what scripts/up.sh started, deletes
+# Every run, so that runs compare: stops what scripts/up.sh started (in this
+# tree, in TREE and in the tree of the previous run), deletes
 # the broker's queues (a queue outlives its consumers and would hand the next
 # run the last one's leftovers) except the tests' t-*, drops the three
 # schemas, starts TREE's stack, then sends. The load generator is built from
@@ -52,8 +53,14 @@ ensure_go
 log "building the load generator from $here"
 go build -o "$out/loadgen" ./cmd/loadgen
 
-log "resetting: stack down, queues deleted, schemas dropped"
-(cd "$tree" && scripts/up.sh down >/dev/null 2>&1) || true
+log "resetting: stacks down, queues deleted, schemas dropped"
+# The previous run may have started the other build: stop that one too.
+last=${TMPDIR:-/tmp}/loadrun.last-tree
+for t in "$here" "$(cat "$last" 2>/dev/null || true)" "$tree"; do
+	[[ -n $t && -d $t ]] || continue
+	(cd "$t" && scripts/up.sh down >/dev/null 2>&1) || true
+done
+echo "$tree" >"$last"
 rabbitmqctl list_queues name -q 2>/dev/null | grep -v -e '^name$' -e '^t-' |
 	xargs -r -n1 rabbitmqctl delete_queue -q >/dev/null 2>&1 || true
 mysql_root -e 'DROP DATABASE IF EXISTS order_service; DROP DATABASE IF EXISTS inventory_service; DROP DATABASE IF EXISTS payment_service'
@@ -72,7 +79,7 @@ fi
 commits0=$(status Com_commit)
 
 log "load: $rate/s for $duration"
-"$out/loadgen" -rate "$rate" -duration "$duration" -drain 60s -json >"$out/summary.json"
+"$out/loadgen" -rate "$rate" -duration "$duration" -drain 60s -run-dir "$tree/.run" -json >"$out/summary.json"
 
 commits1=$(status Com_commit)
 [[ $shapes == true ]] && mysql_root -e 'SET GLOBAL general_log = 0'

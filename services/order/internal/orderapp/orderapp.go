@@ -319,6 +319,10 @@ func (a *App) Get(ctx context.Context, id uint64) (o order.Order, err error) {
 }
 
 // List returns orders, newest first.
-func (a *App) List(ctx context.Context, status order.Status, beforeID uint64, limit int) ([]order.Order, error) {
-	return orderdb.List(ctx, a.db, status, beforeID, limit)
+func (a *App) List(ctx context.Context, status order.Status, beforeID uint64, limit int) (orders []order.Order, err error) {
+	err = sqldb.ReadRetry(ctx, a.txRetry(true), func() error {
+		orders, err = orderdb.List(ctx, a.db, status, beforeID, limit)
+		return err
+	})
+	return orders, err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
@@ -116,17 +117,18 @@ func (a *App) gather(ctx context.Context, id uint64) (records, error) {
 }
 
 // gatherOwn reads the order service's history, outbox and audit rows of
-// the order.
+// the order, again after a transient error (a killed session).
 func (a *App) gatherOwn(ctx context.Context, id uint64, rec *records) error {
-	var err error
-	if rec.history, err = orderdb.History(ctx, a.db, id); err != nil {
+	return sqldb.ReadRetry(ctx, a.txRetry(true), func() (err error) {
+		if rec.history, err = orderdb.History(ctx, a.db, id); err != nil {
+			return err
+		}
+		if rec.outboxes[orderService], err = outbox.OfAggregate(ctx, a.db, id); err != nil {
+			return err
+		}
+		rec.audits, err = orderdb.Audits(ctx, a.db, id, 1000)
 		return err
-	}
-	if rec.outboxes[orderService], err = outbox.OfAggregate(ctx, a.db, id); err != nil {
-		return err
-	}
-	rec.audits, err = orderdb.Audits(ctx, a.db, id, 1000)
-	return err
+	})
 }
 
 // gatherPeers asks inventory and payment for their outbox rows and their
