@@ -139,9 +139,13 @@ func newServiceOn(t testing.TB, ns rabbit.Namespace, name string, run RunFunc, o
 	return svc
 }
 
-// Start runs the service (again) and waits until /readyz answers 200.
+// Start runs the service (again) and waits until it has logged that it
+// listens and /readyz answers 200. Both: the port was only free when
+// FreePort probed it, and a service of another test that took it since
+// would answer /readyz in this one's place.
 func (s *Service) Start() {
 	s.t.Helper()
+	from := len(s.logs.String())
 	s.mu.Lock()
 	ctx, cancel := context.WithCancel(failpoint.WithRegistry(context.Background(), s.Failpoints))
 	s.cancel = cancel
@@ -154,7 +158,7 @@ func (s *Service) Start() {
 		resp, err := http.Get(s.URL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && strings.Contains(s.logs.String()[from:], `"msg":"listening"`) {
 				return
 			}
 		}
