@@ -9,7 +9,6 @@ package process
 import (
 	"errors"
 	"fmt"
-	"github.com/relmsg/ordersaga/pkg/instance"
 	"log/slog"
 	"net/url"
 	"regexp"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/wrongway"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/relmsg/ordersaga/pkg/instance"
 	"io"
 	"log/slog"
 	"net"
@@ -14,24 +13,19 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/relmsg/ordersaga/migrations"
 	"github.com/relmsg/ordersaga/pkg/admin"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/pkg/ordering"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retention"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/tracing"
 	"github.com/relmsg/ordersaga/pkg/web"
 )
 
@@ -68,53 +62,22 @@ type loop struct {
 // failpoint registry. The returned context carries that registry.
 // migrationsDir is the service's folder under migrations/.
 func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(rabbit.Namespace) rabbit.Topology, stdout io.Writer) (context.Context, *Runtime, error) {
-	// JSON logs; a record logged with a context that carries a traceparent
-	// gets its trace_id, so one order can be followed across services.
-	// Every line names the instance too: with several instances of a
-	// service, a line says which one logged it.
-	log := slog.New(tracing.LogHandler{Handler: slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})}).
-		With("service", cfg.Name, "instance", cfg.InstanceID)
+	log := NewLogger(cfg, stdout)
 	log.Info("starting", "config", cfg.Masked())
 	// The rows that record who acted read the instance from the context.
 	ctx = instance.With(ctx, cfg.InstanceID)
 
-	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: prometheus.NewRegistry(), started: time.Now().UTC()}
-	r.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "service_info", Help: "1, labelled with the service and this instance (INSTANCE_ID).",
-		ConstLabels: prometheus.Labels{"service": cfg.Name, "instance": cfg.InstanceID}})
-	info.Set(1)
-	r.Metrics.MustRegister(info)
-
-	// Failpoints: a registry already in ctx (in-process tests) wins;
-	// otherwise a fresh one armed from FAILPOINTS.
-	if reg, ok := failpoint.FromContext(ctx); ok {
-		r.Failpoints = reg
-	} else {
-		r.Failpoints = failpoint.NewRegistry()
-		ctx = failpoint.WithRegistry(ctx, r.Failpoints)
+	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: NewMetrics(cfg), started: time.Now().UTC()}
+	ctx, fps, err := WithFailpoints(ctx, cfg, log)
+	if err != nil {
+		return ctx, nil, err
 	}
-	if cfg.Failpoints != "" {
-		if err := r.Failpoints.ArmFromSpec(cfg.Failpoints); err != nil {
-			return ctx, nil, fmt.Errorf("FAILPOINTS: %w", err)
-		}
-		log.Warn("failpoints armed", "spec", cfg.Failpoints)
-	}
-
-	dctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	db, err := sqldb.Open(dctx, sqldb.Config{DSN: cfg.MySQLDSN, CreateDatabase: cfg.CreateDatabase, MaxOpenConns: cfg.MySQLMaxConns})
+	r.Failpoints = fps
+	db, err := OpenDB(ctx, cfg, migrationsDir, log)
 	if err != nil {
 		return ctx, nil, err
 	}
 	r.DB = db
-	fsys, err := migrations.For(migrationsDir)
-	if err != nil {
-		return ctx, nil, err
-	}
-	if err := sqldb.Migrate(dctx, db, fsys, log); err != nil {
-		db.Close()
-		return ctx, nil, err
-	}
 
 	r.Broker = rabbit.New(cfg.AMQPURL, topology(r.NS), log)
 	r.Outbox = outbox.New(db, outbox.Config{
@@ -226,10 +189,7 @@ func (r *Runtime) Ready(ctx context.Context) error {
 // admin routes, behind ADMIN_TOKEN) and, in demo mode only,
 // /debug/failpoints.
 func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
-	mux := chi.NewRouter()
-	mux.Use(middleware.Recoverer, tracing.Middleware)
-	web.Health(mux, r.started, r.Ready)
-	mux.Handle("/metrics", promhttp.HandlerFor(r.Metrics, promhttp.HandlerOpts{Registry: r.Metrics}))
+	mux := BaseRouter(r.Cfg, r.started, r.Ready, r.Metrics, r.Failpoints)
 	mux.Route("/admin", func(ar chi.Router) {
 		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
 		(&admin.Handler{DB: r.DB, Log: r.Log, Service: r.Cfg.Name, Instance: r.Cfg.InstanceID, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
@@ -240,9 +200,6 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 		}
 	})
 	if r.Cfg.DemoMode {
-		h := http.StripPrefix("/debug/failpoints", r.Failpoints.Handler())
-		mux.Handle("/debug/failpoints", h)
-		mux.Handle("/debug/failpoints/*", h)
 		mux.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
 		// Profiles for docs/performance.md (demo mode only).
 		mux.HandleFunc("/debug/pprof/*", pprof.Index)
@@ -251,12 +208,6 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	mux.NotFound(func(w http.ResponseWriter, req *http.Request) {
-		web.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})
-	})
-	mux.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
-		web.WriteJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
-	})
 	return mux
 }
 
