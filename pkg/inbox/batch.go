@@ -199,25 +199,6 @@ func (c *Consumer) callExternals(ctx context.Context, batch []batchItem, ds []ra
 // errAlone sends a delivery of a batch to the one-at-a-time path.
 var errAlone = errors.New("processed on its own")
 
-// committed reports which of the events consumer has an inbox row for: one
-// read for a batch, where Seen is one per event.
-func committed(ctx context.Context, db sqlx.QueryerContext, consumer string, eventIDs []string) (map[string]bool, error) {
-	q, args, err := sqlx.In(`SELECT event_id FROM consumer_inbox WHERE consumer_name = ? AND event_id IN (?)`,
-		consumer, eventIDs)
-	if err != nil {
-		return nil, fmt.Errorf("inbox lookup of %d events: %w", len(eventIDs), err)
-	}
-	var found []string
-	if err := sqlx.SelectContext(ctx, db, &found, q, args...); err != nil {
-		return nil, fmt.Errorf("inbox lookup of %d events: %w", len(eventIDs), err)
-	}
-	out := make(map[string]bool, len(found))
-	for _, id := range found {
-		out[id] = true
-	}
-	return out, nil
-}
-
 // processBatch commits the batch's events in one transaction, or rolls all
 // of them back and returns the first error.
 func (c *Consumer) processBatch(ctx context.Context, batch []batchItem) error {

@@ -9,12 +9,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/relmsg/ordersaga/pkg/instance"
 	"io"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
 
@@ -157,6 +157,25 @@ func lookup(ctx context.Context, db sqlx.QueryerContext, consumer, eventID strin
 		return false, hash, fmt.Errorf("inbox lookup: %w", err)
 	}
 	return true, hash, nil
+}
+
+// committed reports which of the events consumer has an inbox row for: one
+// read for a batch (HandleBatch), where Seen and lookup are one per event.
+func committed(ctx context.Context, db sqlx.QueryerContext, consumer string, eventIDs []string) (map[string]bool, error) {
+	q, args, err := sqlx.In(`SELECT event_id FROM consumer_inbox WHERE consumer_name = ? AND event_id IN (?)`,
+		consumer, eventIDs)
+	if err != nil {
+		return nil, fmt.Errorf("inbox lookup of %d events: %w", len(eventIDs), err)
+	}
+	var found []string
+	if err := sqlx.SelectContext(ctx, db, &found, q, args...); err != nil {
+		return nil, fmt.Errorf("inbox lookup of %d events: %w", len(eventIDs), err)
+	}
+	out := make(map[string]bool, len(found))
+	for _, id := range found {
+		out[id] = true
+	}
+	return out, nil
 }
 
 // Row is one processed event: the chapter's three columns.
