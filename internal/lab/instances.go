@@ -28,13 +28,7 @@ const AllInstances = "all"
 // every instance of svc. An experiment's other services keep every
 // instance, so "-instance order-2" narrows only the order service's faults.
 func (l *Lab) targets(svc string) []Instance {
-	var all []Instance
-	if in, ok := l.T.(Instanced); ok {
-		all = in.Instances(svc)
-	}
-	if len(all) == 0 {
-		return []Instance{{ID: svc, URL: l.T.URL(svc)}}
-	}
+	all := instancesOf(l.T, svc)
 	if l.Instance != "" && l.Instance != AllInstances {
 		for _, i := range all {
 			if i.ID == l.Instance {
@@ -43,6 +37,16 @@ func (l *Lab) targets(svc string) []Instance {
 		}
 	}
 	return all
+}
+
+// instancesOf is every instance of svc that t knows, or its one URL.
+func instancesOf(t Target, svc string) []Instance {
+	if in, ok := t.(Instanced); ok {
+		if all := in.Instances(svc); len(all) > 0 {
+			return all
+		}
+	}
+	return []Instance{{ID: svc, URL: t.URL(svc)}}
 }
 
 // CheckInstance reports whether name is "all" or an instance the target
@@ -71,7 +75,7 @@ func CheckInstance(t Target, name string) error {
 // acted lists the instances a step acted on, for a service that has more
 // than one (on a stack of one instance each, the service says it all).
 func (l *Lab) acted(svc string, in []Instance) []string {
-	if inst, ok := l.T.(Instanced); !ok || len(inst.Instances(svc)) < 2 {
+	if len(instancesOf(l.T, svc)) < 2 {
 		return nil
 	}
 	return ids(in)

@@ -410,34 +410,37 @@ type FailpointStatus struct {
 // it), and their steps say which.
 
 func (l *Lab) arm(ctx context.Context, svc, point, action string, count int) error {
-	in := l.targets(svc)
-	for _, i := range in {
-		code, _, err := l.callAt(ctx, i.ID, i.URL, http.MethodPut, "/debug/failpoints/"+point, nil,
-			map[string]any{"action": action, "count": count}, nil)
-		if err == nil && code != http.StatusOK {
-			err = fmt.Errorf("arm %s on %s: status %d (is DEMO_MODE on?)", point, i.ID, code)
-		}
-		if err != nil {
-			return err
-		}
+	in, err := l.onTargets(ctx, svc, http.MethodPut, "/debug/failpoints/"+point,
+		map[string]any{"action": action, "count": count}, "arm "+point, " (is DEMO_MODE on?)")
+	if err == nil {
+		l.step(Step{Kind: StepArmed, Service: svc, Instances: l.acted(svc, in), Point: point, Action: action, Count: count})
 	}
-	l.step(Step{Kind: StepArmed, Service: svc, Instances: l.acted(svc, in), Point: point, Action: action, Count: count})
-	return nil
+	return err
 }
 
 func (l *Lab) release(ctx context.Context, svc, point string) error {
+	in, err := l.onTargets(ctx, svc, http.MethodPost, "/debug/failpoints/"+point+"/release", nil, "release "+point, "")
+	if err == nil {
+		l.step(Step{Kind: StepReleased, Service: svc, Instances: l.acted(svc, in), Point: point})
+	}
+	return err
+}
+
+// onTargets sends one request to each instance l.targets(svc) names and
+// wants 200 from each; the first failure ends it, as "<what> on <instance>:
+// status <code><hint>".
+func (l *Lab) onTargets(ctx context.Context, svc, method, path string, body any, what, hint string) ([]Instance, error) {
 	in := l.targets(svc)
 	for _, i := range in {
-		code, _, err := l.callAt(ctx, i.ID, i.URL, http.MethodPost, "/debug/failpoints/"+point+"/release", nil, nil, nil)
+		code, _, err := l.callAt(ctx, i.ID, i.URL, method, path, nil, body, nil)
 		if err == nil && code != http.StatusOK {
-			err = fmt.Errorf("release %s on %s: status %d", point, i.ID, code)
+			err = fmt.Errorf("%s on %s: status %d%s", what, i.ID, code, hint)
 		}
 		if err != nil {
-			return err
+			return in, err
 		}
 	}
-	l.step(Step{Kind: StepReleased, Service: svc, Instances: l.acted(svc, in), Point: point})
-	return nil
+	return in, nil
 }
 
 func (l *Lab) disarm(ctx context.Context, svc, point string) error {
@@ -509,18 +512,12 @@ func (l *Lab) setWrongWay(ctx context.Context, svc string, switches ...string) e
 	if switches == nil {
 		switches = []string{}
 	}
-	in := l.targets(svc)
-	for _, i := range in {
-		code, _, err := l.callAt(ctx, i.ID, i.URL, http.MethodPut, "/debug/wrong-way", nil, map[string]any{"on": switches}, nil)
-		if err == nil && code != http.StatusOK {
-			err = fmt.Errorf("wrong-way switches on %s: status %d (is DEMO_MODE on?)", i.ID, code)
-		}
-		if err != nil {
-			return err
-		}
+	in, err := l.onTargets(ctx, svc, http.MethodPut, "/debug/wrong-way", map[string]any{"on": switches},
+		"wrong-way switches", " (is DEMO_MODE on?)")
+	if err == nil {
+		l.step(Step{Kind: StepWrongWay, Service: svc, Instances: l.acted(svc, in), Switches: switches})
 	}
-	l.step(Step{Kind: StepWrongWay, Service: svc, Instances: l.acted(svc, in), Switches: switches})
-	return nil
+	return err
 }
 
 // wrongWayOn turns the run's wrong-way switch on at svc, on a wrong-way run

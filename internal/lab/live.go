@@ -168,7 +168,7 @@ func (t *LiveTarget) Close() {
 // whichever reaches it first), so AwaitRestart knows a process really died
 // and a new one took over.
 func (t *LiveTarget) PrepareCrash(ctx context.Context, svc string) error {
-	for _, in := range t.crashable(svc) {
+	for _, in := range instancesOf(t, svc) {
 		s, err := t.startedAtURL(ctx, in.URL)
 		if err != nil {
 			return fmt.Errorf("%s: %w", in.ID, err)
@@ -186,7 +186,7 @@ func (t *LiveTarget) PrepareCrash(ctx context.Context, svc string) error {
 func (t *LiveTarget) AwaitRestart(ctx context.Context, svc string) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, in := range t.crashable(svc) {
+		for _, in := range instancesOf(t, svc) {
 			t.mu.Lock()
 			before := t.started[in.URL]
 			t.mu.Unlock()
@@ -201,14 +201,6 @@ func (t *LiveTarget) AwaitRestart(ctx context.Context, svc string) error {
 		}
 	}
 	return fmt.Errorf("%s did not come back within 90s after the crash (is it supervised? scripts/up.sh and docker compose restart it)", svc)
-}
-
-// crashable is every instance of svc, or its one URL.
-func (t *LiveTarget) crashable(svc string) []Instance {
-	if in := t.Instances(svc); len(in) > 0 {
-		return in
-	}
-	return []Instance{{ID: svc, URL: t.URL(svc)}}
 }
 
 // Instances implements Instanced from the stack file of scripts/up.sh

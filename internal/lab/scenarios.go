@@ -94,14 +94,12 @@ func Find(name string) (Scenario, bool) {
 // (and off again at the end). Failpoints it armed are disarmed at the end.
 func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
 	r := &Report{Name: s.Name, Title: s.Title + ": " + s.Window + " -> " + s.Holds, step: l.step}
-	if in, ok := l.T.(Instanced); ok {
-		for _, svc := range Services {
-			if len(in.Instances(svc)) > 1 {
-				if r.Acted == nil {
-					r.Acted = map[string][]string{}
-				}
-				r.Acted[svc] = ids(l.targets(svc))
+	for _, svc := range Services {
+		if in := l.acted(svc, l.targets(svc)); in != nil {
+			if r.Acted == nil {
+				r.Acted = map[string][]string{}
 			}
+			r.Acted[svc] = in
 		}
 	}
 	if wrong {
@@ -122,7 +120,7 @@ func (l *Lab) Run(ctx context.Context, s Scenario, wrong bool) *Report {
 	r.Took = time.Since(start)
 	// Leave the stack as we found it.
 	cleanup := context.WithoutCancel(ctx)
-	for _, svc := range []string{"order", "inventory", "payment"} {
+	for _, svc := range Services {
 		for _, i := range l.targets(svc) {
 			_, _, _ = l.callAt(cleanup, i.ID, i.URL, http.MethodDelete, "/debug/failpoints", nil, nil, nil)
 		}
