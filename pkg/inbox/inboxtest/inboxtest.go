@@ -82,6 +82,17 @@ func Message(e events.Envelope) amqp.Publishing {
 	return rabbit.FromEnvelope("", e).Publishing
 }
 
+// Delivery is e as the consume loop hands it to a handler reading queue,
+// on its first delivery: for tests that call Handle or HandleBatch
+// directly.
+func Delivery(queue string, e events.Envelope) rabbit.Delivery {
+	m := rabbit.FromEnvelope("saga.events", e)
+	return rabbit.Delivery{Queue: queue, Attempt: 1, Delivery: amqp.Delivery{
+		MessageId: m.Publishing.MessageId, Type: m.Publishing.Type, ContentType: m.Publishing.ContentType,
+		Headers: m.Publishing.Headers, Body: m.Publishing.Body, RoutingKey: m.RoutingKey,
+	}}
+}
+
 // Consumer is a consumer named name that handles order.created with h.
 func Consumer(db *sqlx.DB, name string, h inbox.Handler) *inbox.Consumer {
 	c, _ := Metered(db, name, h)

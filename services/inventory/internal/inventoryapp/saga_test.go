@@ -8,11 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
@@ -324,11 +323,7 @@ func TestConfirmWithoutReservationIsDeadLettered(t *testing.T) {
 
 // delivery is what the broker hands the consumer for e.
 func delivery(e events.Envelope) rabbit.Delivery {
-	m := rabbit.FromEnvelope("saga.events", e)
-	return rabbit.Delivery{Queue: "inventory.order-events", Attempt: 1, Delivery: amqp.Delivery{
-		MessageId: m.Publishing.MessageId, Type: m.Publishing.Type, ContentType: m.Publishing.ContentType,
-		Headers: m.Publishing.Headers, Body: m.Publishing.Body, RoutingKey: m.RoutingKey,
-	}}
+	return inboxtest.Delivery("inventory.order-events", e)
 }
 
 // An error after the business SQL, before commit, rolls back the holds, the

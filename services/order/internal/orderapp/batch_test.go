@@ -88,10 +88,7 @@ func (f *fixture) handleInBatches(t *testing.T, batch int, es []events.Envelope)
 func deliveriesOf(es []events.Envelope) []rabbit.Delivery {
 	ds := make([]rabbit.Delivery, len(es))
 	for i, e := range es {
-		m := rabbit.FromEnvelope("saga.events", e)
-		ds[i] = rabbit.Delivery{Queue: "order.saga-results", Attempt: 1}
-		ds[i].MessageId, ds[i].Type, ds[i].ContentType = m.Publishing.MessageId, m.Publishing.Type, m.Publishing.ContentType
-		ds[i].Headers, ds[i].Body, ds[i].RoutingKey = m.Publishing.Headers, m.Publishing.Body, m.RoutingKey
+		ds[i] = inboxtest.Delivery("order.saga-results", e)
 	}
 	return ds
 }

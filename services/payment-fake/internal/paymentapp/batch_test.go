@@ -27,11 +27,7 @@ func TestChargesInOneBatch(t *testing.T) {
 	customers := []string{"c-1", "c-2", "decline-3", "c-4"}
 	ds := make([]rabbit.Delivery, len(customers))
 	for i, c := range customers {
-		e := f.reserve(t, uint64(100+i), c, 2500)
-		m := rabbit.FromEnvelope("saga.events", e)
-		ds[i] = rabbit.Delivery{Queue: "payment.charges", Attempt: 1}
-		ds[i].MessageId, ds[i].Type, ds[i].ContentType = m.Publishing.MessageId, m.Publishing.Type, m.Publishing.ContentType
-		ds[i].Headers, ds[i].Body, ds[i].RoutingKey = m.Publishing.Headers, m.Publishing.Body, m.RoutingKey
+		ds[i] = inboxtest.Delivery(paymentbindings.PSPQueue, f.reserve(t, uint64(100+i), c, 2500))
 	}
 	for i, d := range charges.HandleBatch(f.ctx, ds) {
 		if d != rabbit.Ack() {

@@ -16,11 +16,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
@@ -200,12 +200,7 @@ func (f *fixture) count(t *testing.T, q string, args ...any) int {
 // handle runs the envelope through the consumer's broker entry point, as a
 // first delivery, and returns the decision the consume loop would act on.
 func handle(c *inbox.Consumer, e events.Envelope) rabbit.Decision {
-	m := rabbit.FromEnvelope("saga.events", e)
-	d := rabbit.Delivery{Delivery: amqp.Delivery{
-		MessageId: m.Publishing.MessageId, Type: m.Publishing.Type, ContentType: m.Publishing.ContentType,
-		Headers: m.Publishing.Headers, Body: m.Publishing.Body, RoutingKey: m.RoutingKey,
-	}, Queue: paymentbindings.PSPQueue, Attempt: 1}
-	return c.Handle(context.Background(), d)
+	return c.Handle(context.Background(), inboxtest.Delivery(paymentbindings.PSPQueue, e))
 }
 
 func decode[T any](t *testing.T, raw []byte) T {
