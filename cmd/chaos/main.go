@@ -32,6 +32,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/relmsg/ordersaga/internal/chaos"
+	"github.com/relmsg/ordersaga/internal/stack"
 )
 
 func main() {
@@ -150,7 +151,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for svc, u := range map[string]string{"order": *orderURL, "inventory": *invURL, "payment": *payURL, "psp": strings.TrimSuffix(strings.TrimRight(*pspURL, "/"), "/psp")} {
+	for svc, u := range map[string]string{"order": *orderURL, "inventory": *invURL, "payment": *payURL, "psp": stack.PSPBase(*pspURL)} {
 		if u != "" {
 			o.urls[svc] = strings.TrimRight(u, "/")
 		}

@@ -51,7 +51,7 @@ func NewLiveTarget(getenv func(string) string) *LiveTarget {
 			"order":     strings.TrimRight(env("ORDER_URL", "http://127.0.0.1:8081"), "/"),
 			"inventory": strings.TrimRight(env("INVENTORY_URL", "http://127.0.0.1:8082"), "/"),
 			"payment":   strings.TrimRight(env("PAYMENT_URL", "http://127.0.0.1:8083"), "/"),
-			"psp":       strings.TrimSuffix(strings.TrimRight(env("PSP_URL", "http://127.0.0.1:8084"), "/"), "/psp"),
+			"psp":       stack.PSPBase(env("PSP_URL", "http://127.0.0.1:8084")),
 		},
 		amqpURL: env("LAB_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
 		runDir:  env("STACK_RUN_DIR", ".run"),

@@ -210,6 +210,11 @@ func NodeName(k int) string { return fmt.Sprintf("ordersaga-%d", k) }
 // account; its failpoints come from PSP_FAILPOINTS.
 var PSP = Service{Name: "psp", Key: "PSP", DB: "payment_service", Port: 8084}
 
+// PSPBase is a PSP address without its /psp mount (PSP_URL carries it, as
+// the payment service uses it): the base that the lab, the viewer and the
+// chaos run add /psp/... to.
+func PSPBase(u string) string { return strings.TrimSuffix(strings.TrimRight(u, "/"), "/psp") }
+
 // PSPEnv is what the PSP process gets on top of the inherited environment.
 func PSPEnv(getenv func(string) string, httpHost string) map[string]string {
 	get := func(key, def string) string {
