@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
@@ -31,33 +30,17 @@ func TestReconcilerLeaseOneInstanceRuns(t *testing.T) {
 		Peers:     peerclient.New(r.inventory.srv.URL, r.payment.srv.URL, adminToken, 2*time.Second),
 	})
 
-	fp := failpoint.NewRegistry()
-	gate := fp.Pause(orderapp.FailpointReconcileBeforeRepair, 1)
-	ctx1 := instance.With(failpoint.WithRegistry(context.Background(), fp), "order-1")
+	gate, first := r.runPaused(t, instance.With(context.Background(), "order-1"), "schedule")
 	ctx2 := instance.With(context.Background(), "order-2")
-	type result struct {
-		sum orderapp.RunSummary
-		err error
-	}
-	first := make(chan result, 1)
-	go func() {
-		sum, err := r.app.Reconcile(ctx1, "schedule")
-		first <- result{sum, err}
-	}()
-	select {
-	case <-gate.Reached():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first instance never reached its repair")
-	}
 	// The first holds the lease: the second's scheduled run skips.
 	if sum, err := second.Reconcile(ctx2, "schedule"); !errors.Is(err, orderapp.ErrReconcilerBusy) || sum.Checked != 0 {
 		t.Fatalf("second instance's scheduled run: checked %d, err %v; want skipped with ErrReconcilerBusy", sum.Checked, err)
 	}
 	// An operator's run on the second waits for the lease.
-	op := make(chan result, 1)
+	op := make(chan runResult, 1)
 	go func() {
 		sum, err := second.Reconcile(ctx2, "admin")
-		op <- result{sum, err}
+		op <- runResult{sum, err}
 	}()
 	gate.Release()
 	res := <-first

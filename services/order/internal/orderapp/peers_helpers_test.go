@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
@@ -216,6 +217,32 @@ func (r *recon) age(t *testing.T, id uint64, ago time.Duration) {
 		ago.Microseconds(), id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runResult is what a reconciliation run returned.
+type runResult struct {
+	sum orderapp.RunSummary
+	err error
+}
+
+// runPaused starts a reconciliation run that stops before its first
+// repair, and returns when it has: the run goes on when the gate is
+// released, and its result comes on the channel.
+func (r *recon) runPaused(t *testing.T, ctx context.Context, trigger string) (*failpoint.Gate, <-chan runResult) {
+	t.Helper()
+	fp := failpoint.NewRegistry()
+	gate := fp.Pause(orderapp.FailpointReconcileBeforeRepair, 1)
+	done := make(chan runResult, 1)
+	go func() {
+		sum, err := r.app.Reconcile(failpoint.WithRegistry(ctx, fp), trigger)
+		done <- runResult{sum, err}
+	}()
+	select {
+	case <-gate.Reached():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reconciliation run never reached its repair")
+	}
+	return gate, done
 }
 
 func (r *recon) run(t *testing.T) orderapp.RunSummary {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
@@ -291,23 +290,7 @@ func TestReconcilerRespectsAChangeDuringTheScan(t *testing.T) {
 	r.inventory.set(o.ID, reservation(order.ResReserved))
 	r.payment.set(o.ID, payment(order.PaySucceeded))
 
-	fp := failpoint.NewRegistry()
-	gate := fp.Pause(orderapp.FailpointReconcileBeforeRepair, 1)
-	ctx := failpoint.WithRegistry(context.Background(), fp)
-	type result struct {
-		sum orderapp.RunSummary
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		sum, err := r.app.Reconcile(ctx, "admin")
-		done <- result{sum, err}
-	}()
-	select {
-	case <-gate.Reached():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the reconciler never reached its repair")
-	}
+	gate, done := r.runPaused(t, context.Background(), "admin")
 	// The lost event arrives now.
 	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents, Currency: "EUR", ChargeID: "ch_TEST"}))
 	gate.Release()
