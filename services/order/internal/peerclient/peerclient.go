@@ -244,7 +244,7 @@ func (c *Client) get(ctx context.Context, service, path string, admin bool, out 
 func (c *Client) do(ctx context.Context, method, service, path string, admin bool, out any) (Answer, error) {
 	a := Answer{Asked: method + " " + path}
 	peers, ok := c.urls[service]
-	if !ok || len(peers.URLs()) == 0 {
+	if !ok || peers.Current() == "" {
 		err := fmt.Errorf("no URL for service %q", service)
 		a.Error = err.Error()
 		return a, err
