@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -23,33 +24,59 @@ import (
 // Handle is the rabbit.Handler of this consumer: validate, process, and turn
 // the outcome into ack, delayed retry or dead letter. ACK only after COMMIT.
 func (c *Consumer) Handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
-	c.count(d)
-	return c.handle(ctx, d)
+	c.Arrived(d)
+	return c.HandleArrived(ctx, d)
 }
 
-// count counts a delivery as it arrives.
-func (c *Consumer) count(d rabbit.Delivery) {
+// Arrived counts a delivery as it arrives. Handle does it; a layer that
+// takes deliveries in before it knows how it will process them (the batch
+// layer, pkg/inbox/batch) calls it once per delivery, then HandleArrived
+// for those it sends down the chapter's path.
+func (c *Consumer) Arrived(d rabbit.Delivery) {
 	c.cfg.Metrics.deliveries.WithLabelValues(c.cfg.Name).Inc()
 	if d.Redelivered {
 		c.cfg.Metrics.redeliveries.WithLabelValues(c.cfg.Name).Inc()
 	}
 }
 
-// handle is the chapter's path for one delivery: its own transaction.
-func (c *Consumer) handle(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
+// HandleArrived is the chapter's path for one delivery already counted: its
+// own transaction, and its decision. A panic in the handler (or below it)
+// rolls the transaction back (sqldb.WithTx) and becomes a failed attempt
+// like any other: retried with backoff, a dead letter past the budget,
+// never a process exit.
+func (c *Consumer) HandleArrived(ctx context.Context, d rabbit.Delivery) (dec rabbit.Decision) {
 	if c.cfg.WrongWay.On(wrongway.AckBeforeCommit) {
 		return c.handleAckFirst(ctx, d) // the wrong way: wrongway.go
 	}
 	e, err := d.Envelope() // validate the structure
-	// Continue the producer's trace: this handler's logs and the events it
-	// writes carry the same trace_id (pkg/tracing).
-	tp := tracing.Child(e.Traceparent)
-	ctx = tracing.With(ctx, tp)
-	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
-		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(tp))
+	defer func() {
+		if p := recover(); p != nil {
+			c.cfg.Log.Error("handler panicked; the attempt is rolled back and decided like a failure",
+				"consumer", c.cfg.Name, "event_id", d.MessageId, "panic", p, "stack", string(debug.Stack()))
+			dec = c.Decide(ctx, d, fmt.Errorf("%w: %v", ErrPanic, p))
+		}
+	}()
 	if err == nil {
+		// Continue the producer's trace: this handler's logs and the
+		// events it writes carry the same trace_id (pkg/tracing).
+		ctx = tracing.With(ctx, tracing.Child(e.Traceparent))
 		err = c.process(ctx, e, d.KnownSince())
 	}
+	return c.Decide(ctx, d, err)
+}
+
+// ErrPanic wraps what a handler panicked with: a failed attempt, retried
+// and in the end dead-lettered, not a crash of the consumer.
+var ErrPanic = errors.New("handler panicked")
+
+// Decide turns the outcome of processing d (err; nil: committed) into ack,
+// delayed retry or dead letter, with its log line and counters. The batch
+// layer decides its committed events and its failed external calls here
+// too, so every delivery is decided by the same rules.
+func (c *Consumer) Decide(ctx context.Context, d rabbit.Delivery, err error) rabbit.Decision {
+	e, _ := d.Envelope()
+	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
+		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(tracing.From(ctx)))
 	return c.decision(ctx, log, d, e, err)
 }
 
@@ -314,6 +341,9 @@ func NewConsumer(cfg Config) *Consumer {
 
 // Name is the consumer name (the inbox key prefix).
 func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Config is the consumer's configuration, defaults filled in.
+func (c *Consumer) Config() Config { return c.cfg }
 
 func orDefault[T int | time.Duration](v *T, d T) {
 	if *v <= 0 {

@@ -16,22 +16,10 @@
 //	COMMIT
 //	ACK                                      (only after COMMIT)
 //
-// # Batches (CONSUMER_BATCH), a departure from the chapter
-//
-// Under load a worker takes the deliveries already waiting (never waiting
-// for more) and HandleBatch (batch.go) runs the same sequence for all of
-// them in one transaction: one multi-row inbox INSERT, each handler in turn,
-// one COMMIT, then the ACKs. Each event's inbox row still commits with its
-// effect and results, ACK still follows COMMIT, and only an inbox
-// primary-key duplicate still means "processed": if anything in the batch
-// fails, it rolls back and each delivery runs alone by the sequence above.
-// Deliveries that need more than the plain path (invalid, too old, a delta
-// or snapshot event, a second copy of an event in the batch) always run
-// alone. An ExternalHandler's calls are made first, concurrently, with no
-// transaction open, and only their recorded outcomes share the batch (a
-// batch that rolls back calls again, one event at a time, with the same
-// key). CONSUMER_BATCH=1 is the chapter's flow.
-// docs/design.md ("Departures from the chapter") has the measurement.
+// This package is the chapter's path and only that: one delivery, one
+// transaction. Batches (CONSUMER_BATCH > 1) are a layer over it, in
+// pkg/inbox/batch: several deliveries in one transaction when they can,
+// this path when they cannot, with a test that proves both decide alike.
 //
 // The inbox dedupes; it does not order. Each event's ordering strategy
 // (pkg/ordering) decides inside the transaction when the INSERT and the
@@ -54,7 +42,7 @@
 //     first effect and its inbox row are untouched. For an ExternalHandler
 //     the comparison runs before the external call (Seen).
 //   - Transient failure (deadlock 1213, lock wait timeout 1205, lost
-//     connection): rolled back explicitly (a lock wait timeout ends only the
+//     connection, a panic in the handler): rolled back explicitly (a lock wait timeout ends only the
 //     statement, not the transaction), then redelivered after
 //     min(cap, base*2^attempt), jitter inside it, through a retry queue: the
 //     copy waits in a holding queue of its delay tier while the messages

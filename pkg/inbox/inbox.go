@@ -14,6 +14,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
@@ -108,9 +109,26 @@ type claimRow struct {
 	payload []byte
 }
 
+// ClaimAll is ClaimPayload for several events in one statement: a consumer
+// batch's inbox rows (pkg/inbox/batch). Any error, a duplicate key
+// included, is returned as it is: which event was processed already is
+// for ClaimPayload, one event at a time, to find out.
+func ClaimAll(ctx context.Context, tx *sqlx.Tx, consumer string, es []events.Envelope) error {
+	rows := make([]claimRow, len(es))
+	for i, e := range es {
+		rows[i] = claimRow{e.EventID, e.Payload}
+		if rows[i].payload == nil {
+			rows[i].payload = []byte{} // as ClaimPayload: an empty body has a hash too
+		}
+	}
+	if err := insertClaims(ctx, tx, consumer, rows); err != nil {
+		return fmt.Errorf("inbox claim of %d events for %s: %w", len(es), consumer, err)
+	}
+	return nil
+}
+
 // insertClaims inserts the inbox rows of consumer in one statement, each
-// naming the instance that applies it: one row for the one-at-a-time path
-// (claim), several for a batch (claimAll).
+// naming the instance that applies it.
 func insertClaims(ctx context.Context, tx *sqlx.Tx, consumer string, rows []claimRow) error {
 	const q = `INSERT INTO consumer_inbox (consumer_name, event_id, payload_sha256, instance) VALUES `
 	args := make([]any, 0, 4*len(rows))
@@ -159,9 +177,9 @@ func lookup(ctx context.Context, db sqlx.QueryerContext, consumer, eventID strin
 	return true, hash, nil
 }
 
-// committed reports which of the events consumer has an inbox row for: one
-// read for a batch (HandleBatch), where Seen and lookup are one per event.
-func committed(ctx context.Context, db sqlx.QueryerContext, consumer string, eventIDs []string) (map[string]bool, error) {
+// Committed reports which of the events consumer has an inbox row for: one
+// read for several events (a consumer batch), where Seen is one per event.
+func Committed(ctx context.Context, db sqlx.QueryerContext, consumer string, eventIDs []string) (map[string]bool, error) {
 	q, args, err := sqlx.In(`SELECT event_id FROM consumer_inbox WHERE consumer_name = ? AND event_id IN (?)`,
 		consumer, eventIDs)
 	if err != nil {

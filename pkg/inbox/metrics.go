@@ -6,7 +6,6 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	deliveries, redeliveries, processed, duplicates, retries, deadLetters *prometheus.CounterVec
 	payloadMismatch, redriven, parked, unparked, stale                    *prometheus.CounterVec
-	batches, batchedEvents, batchFallbacks                                *prometheus.CounterVec
 }
 
 // NewMetrics creates the consumer metrics and registers them on reg (nil:
@@ -29,10 +28,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		unparked: counter("consumer_unparked_total", "Parked delta events applied once their gap filled."),
 		stale: counter("consumer_stale_events_total",
 			"Snapshot or delta events not newer than the version applied: recorded in the inbox and acked, not applied."),
-		batches:       counter("consumer_batches_total", "Transactions that committed several events together (CONSUMER_BATCH)."),
-		batchedEvents: counter("consumer_batched_events_total", "Events committed in those transactions."),
-		batchFallbacks: counter("consumer_batch_fallbacks_total",
-			"Batches rolled back because one event failed, their deliveries then processed one at a time."),
 	}
 	if reg != nil {
 		for _, c := range m.counters() {
@@ -53,8 +48,7 @@ func (m *Metrics) start(consumer string) {
 
 func (m *Metrics) counters() []*prometheus.CounterVec {
 	return []*prometheus.CounterVec{m.deliveries, m.redeliveries, m.processed, m.duplicates, m.retries,
-		m.deadLetters, m.payloadMismatch, m.redriven, m.parked, m.unparked, m.stale,
-		m.batches, m.batchedEvents, m.batchFallbacks}
+		m.deadLetters, m.payloadMismatch, m.redriven, m.parked, m.unparked, m.stale}
 }
 
 // Redriven counts one dead letter of consumer republished by an operator:

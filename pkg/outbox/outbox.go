@@ -21,21 +21,21 @@ type Event struct {
 	Type             events.Type
 	SchemaVersion    int // 0 means events.CurrentSchemaVersion
 	Payload          any // marshalled to JSON; json.RawMessage passes through
+	// Traceparent is the trace the event continues; empty: the one of the
+	// ctx given to Add. Set when one Add writes the events of several
+	// messages (a consumer batch), each caused by its own.
+	Traceparent string
 }
 
 // Add writes events into outbox_events on the caller's transaction, so the
 // events exist if and only if the business change commits (the chapter's
 // "same connection, same transaction"). It returns the event ids. After the
-// commit, call Dispatcher.Wake so the events leave within milliseconds.
+// commit, call Dispatcher.Wake so the events leave within milliseconds. All
+// of evs go in one INSERT: a consumer batch (pkg/inbox/batch) hands over the
+// result events of its whole transaction at once.
 func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 	if len(evs) == 0 {
 		return nil, nil
-	}
-	// The trace of the request or message being handled travels with the
-	// events it causes (pkg/tracing).
-	var trace any
-	if tp := tracing.From(ctx); tracing.Valid(tp) {
-		trace = tp
 	}
 	rows := make([][]any, len(evs))
 	ids := make([]string, len(evs))
@@ -59,21 +59,18 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("outbox: payload of %s: %w", e.Type, err)
 		}
+		if e.Traceparent == "" {
+			// The trace of the request or message being handled travels
+			// with the events it causes (pkg/tracing).
+			e.Traceparent = tracing.From(ctx)
+		}
+		var trace any
+		if tracing.Valid(e.Traceparent) {
+			trace = e.Traceparent
+		}
 		rows[i] = []any{e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, trace}
 		ids[i] = e.EventID
 	}
-	if c, ok := ctx.Value(collectKey{}).(*Collected); ok && c.tx == tx {
-		c.rows = append(c.rows, rows...)
-		return ids, nil
-	}
-	if err := insert(ctx, tx, rows); err != nil {
-		return nil, err
-	}
-	return ids, nil
-}
-
-// insert writes rows (Add's columns) in one statement.
-func insert(ctx context.Context, tx *sqlx.Tx, rows [][]any) error {
 	const q = `INSERT INTO outbox_events
   (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent)
 VALUES `
@@ -82,40 +79,9 @@ VALUES `
 		args = append(args, r...)
 	}
 	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, ?, ?, ?, ?)", len(rows)), args...); err != nil {
-		return fmt.Errorf("outbox: insert %d events: %w", len(rows), err)
+		return nil, fmt.Errorf("outbox: insert %d events: %w", len(rows), err)
 	}
-	return nil
-}
-
-// Collected holds the events that Add kept in memory under Collect.
-type Collected struct {
-	tx   *sqlx.Tx
-	rows [][]any
-}
-
-type collectKey struct{}
-
-// Collect returns a collector for tx: under a context from its Context,
-// Add on tx keeps the events instead of inserting them, and Flush writes
-// them all in one INSERT before the COMMIT. A consumer batch (pkg/inbox)
-// uses it, so its events' results cost one statement together. Only for a
-// transaction that never rolls back to a savepoint taken before an Add:
-// the kept rows would not be undone with it.
-func Collect(tx *sqlx.Tx) *Collected { return &Collected{tx: tx} }
-
-// Context returns ctx with c in it.
-func (c *Collected) Context(ctx context.Context) context.Context {
-	return context.WithValue(ctx, collectKey{}, c)
-}
-
-// Flush writes the kept events, if any, in one INSERT on their transaction.
-func (c *Collected) Flush(ctx context.Context) error {
-	if len(c.rows) == 0 {
-		return nil
-	}
-	err := insert(ctx, c.tx, c.rows)
-	c.rows = nil
-	return err
+	return ids, nil
 }
 
 func marshal(p any) ([]byte, error) {

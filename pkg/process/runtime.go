@@ -21,6 +21,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/pkg/ordering"
 	"github.com/relmsg/ordersaga/pkg/outbox"
@@ -39,6 +40,7 @@ type Runtime struct {
 	Outbox     *outbox.Dispatcher
 	Metrics    *prometheus.Registry
 	Inbox      *inbox.Metrics
+	Batch      *batch.Metrics
 	Failpoints *failpoint.Registry
 
 	consumers []consumer
@@ -50,6 +52,7 @@ type Runtime struct {
 type consumer struct {
 	queue string
 	c     *inbox.Consumer
+	batch rabbit.BatchHandler // nil: one delivery at a time only
 }
 
 type loop struct {
@@ -98,6 +101,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		log.Warn("WRONG-WAY SWITCHES ON: this instance makes deliberate mistakes", "wrong_way", cfg.WrongWay.String())
 	}
 	r.Inbox = inbox.NewMetrics(r.Metrics)
+	r.Batch = batch.NewMetrics(r.Metrics)
 	r.redrive = r.Broker.NewPublisher()
 
 	// Retention of the messaging tables, in every service. Concurrent on
@@ -153,10 +157,37 @@ func (r *Runtime) PublishNow(ctx context.Context, e events.Envelope) error {
 // Consume registers a consume loop on queue (its namespaced name is made
 // here) and the drain of its broker-side dead-letter queue. It is also the
 // registry the dead-letter redrive uses to find a consumer's queue, so call
-// it before Serve.
-func (r *Runtime) Consume(queue string, c *inbox.Consumer) {
-	r.consumers = append(r.consumers, consumer{queue: r.NS.Queue(queue), c: c})
+// it before Serve. bh is c's batch layer (pkg/inbox/batch), used when
+// CONSUMER_BATCH > 1; nil: c alone, one delivery at a time.
+func (r *Runtime) Consume(queue string, c *inbox.Consumer, bh rabbit.BatchHandler) {
+	r.consumers = append(r.consumers, consumer{queue: r.NS.Queue(queue), c: c, batch: bh})
 }
+
+// Handlers are a consumer's handlers, written once against a service's
+// store S, and the two ways to open S: over the chapter's one-event
+// transaction (Direct) and over a batch's (Batched).
+type Handlers[S any] struct {
+	Direct   func(tx *sqlx.Tx) S
+	Batched  func(b *batch.Tx) S
+	Plain    map[events.Type]batch.Handler[S]
+	External map[events.Type]batch.ExternalHandler[S]
+}
+
+// ConsumeWith registers consumer name on queue (Consume): the chapter's
+// consumer with hs over Direct, and the batch layer over it.
+func ConsumeWith[S any](r *Runtime, queue, name string, hs Handlers[S]) {
+	cfg := r.InboxConfig(name)
+	cfg.Handlers = batch.Direct(hs.Direct, hs.Plain)
+	cfg.External = batch.DirectExternal(hs.Direct, hs.External)
+	c := inbox.NewConsumer(cfg)
+	b := batch.New(batch.Config[S]{Inbox: c, Open: hs.Batched, Handlers: hs.Plain, External: hs.External,
+		Timeout: handlerTimeout, Metrics: r.Batch})
+	r.Consume(queue, c, b.HandleBatch)
+}
+
+// handlerTimeout bounds the work of one delivery (rabbit.ConsumeConfig's
+// HandlerTimeout; each delivery of a batch on its own).
+const handlerTimeout = 30 * time.Second
 
 // QueueOf returns the (namespaced) queue the consumer of that name reads.
 func (r *Runtime) QueueOf(consumerName string) (string, bool) {
@@ -254,8 +285,13 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 	}
 	for _, c := range r.consumers {
 		cfg := rabbit.ConsumeConfig{Queue: c.queue, Prefetch: r.Cfg.Prefetch, Workers: r.Cfg.ConsumerWorkers,
-			Batch: r.Cfg.ConsumerBatch, Log: r.Log.With("consumer", c.c.Name())}
-		run("consume "+c.queue, func(ctx context.Context) error { return r.Broker.ConsumeBatch(ctx, cfg, c.c.HandleBatch) })
+			Batch: r.Cfg.ConsumerBatch, HandlerTimeout: handlerTimeout, Log: r.Log.With("consumer", c.c.Name())}
+		run("consume "+c.queue, func(ctx context.Context) error {
+			if cfg.Batch > 1 && c.batch != nil {
+				return r.Broker.ConsumeBatch(ctx, cfg, c.batch)
+			}
+			return r.Broker.Consume(ctx, cfg, c.c.Handle)
+		})
 		dead := rabbit.ConsumeConfig{Queue: rabbit.Queue{Name: c.queue}.DeadQueue(), Prefetch: 8, Workers: 1,
 			Log: r.Log.With("consumer", c.c.Name())}
 		run("drain "+dead.Queue, func(ctx context.Context) error {

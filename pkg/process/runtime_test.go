@@ -87,7 +87,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects VALUES (?)`, e.EventID)
 		return err
 	}}
-	rt.Consume("svc.order-events", inbox.NewConsumer(ic))
+	rt.Consume("svc.order-events", inbox.NewConsumer(ic), nil)
 	done := make(chan error, 1)
 	go func() { done <- rt.Serve(ctx, rt.Router()) }()
 	t.Cleanup(func() {

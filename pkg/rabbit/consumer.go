@@ -88,7 +88,7 @@ type ConsumeConfig struct {
 	Queue          string
 	Prefetch       int           // unacked messages the broker may push at once (default 32)
 	Workers        int           // messages handled in parallel (default 8)
-	HandlerTimeout time.Duration // bound on one handler call (default 30 s)
+	HandlerTimeout time.Duration // bound on the handling of one delivery (default 30 s)
 	// Batch is the most deliveries a worker hands to a BatchHandler at once
 	// (default 1; at most Prefetch). It never waits for a batch to fill:
 	// it takes one delivery, then only those the client already holds.
@@ -101,7 +101,9 @@ type ConsumeConfig struct {
 type Handler func(ctx context.Context, d Delivery) Decision
 
 // BatchHandler processes deliveries together and returns one decision per
-// delivery, in their order. Its ctx is not cancelled by shutdown.
+// delivery, in their order. Its ctx is not cancelled by shutdown; its
+// deadline is HandlerTimeout for each delivery, and the handler bounds
+// each delivery's work within it.
 type BatchHandler func(ctx context.Context, ds []Delivery) []Decision
 
 // Consume runs the consume loop until ctx ends, coming back after lost
@@ -262,7 +264,9 @@ func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger,
 			dels[i].FirstFailedAt = time.UnixMilli(ms).UTC()
 		}
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandlerTimeout)
+	// HandlerTimeout is per delivery: a BatchHandler bounds each delivery of
+	// its take itself, and the take as a whole gets the sum.
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandlerTimeout*time.Duration(len(dels)))
 	defer cancel()
 	decisions := handle(hctx, dels)
 	if len(decisions) != len(dels) {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -151,11 +152,17 @@ func QuoteIdent(name string) string {
 // WithTx runs fn in one transaction. It rolls back when fn fails (joining a
 // rollback error to fn's error) and returns the COMMIT error otherwise: a
 // failed commit is a failed use case, never a silent success.
+//
+// Work registered with AfterCommit runs after the COMMIT succeeded, never
+// after a rollback.
 func WithTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) (err error) {
 	tx, err := db.BeginTxx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
+	hooks := &commitHooks{}
+	afterCommit.Store(tx, hooks)
+	defer afterCommit.Delete(tx)
 	defer func() {
 		if p := recover(); p != nil {
 			_ = tx.Rollback()
@@ -176,8 +183,30 @@ func WithTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) (err e
 		}
 		return fmt.Errorf("commit: %w", err)
 	}
+	for _, f := range hooks.fs {
+		f()
+	}
 	return nil
 }
+
+// AfterCommit runs f once tx has committed, and never if it rolls back: a
+// counter or a log line of what a transaction did then reports only work
+// that happened (a transaction replayed after a rollback would otherwise
+// count it twice). tx must be a transaction of WithTx.
+func AfterCommit(tx *sqlx.Tx, f func()) {
+	h, ok := afterCommit.Load(tx)
+	if !ok {
+		panic("sqldb.AfterCommit: the transaction was not begun by WithTx")
+	}
+	h.(*commitHooks).fs = append(h.(*commitHooks).fs, f)
+}
+
+// afterCommit maps each open transaction of WithTx to its commit hooks.
+var afterCommit sync.Map // *sqlx.Tx -> *commitHooks
+
+// commitHooks are one transaction's AfterCommit functions: a transaction
+// is used by one goroutine at a time, so no lock.
+type commitHooks struct{ fs []func() }
 
 // ErrCommitUnknown is wrapped by WithTx's error when the COMMIT was sent and
 // no answer came back (the connection broke): the transaction may have

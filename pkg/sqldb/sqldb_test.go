@@ -342,3 +342,35 @@ func TestReadRetryIsBoundedAndRetriesOnlyTransientErrors(t *testing.T) {
 		t.Fatalf("a business error: %v after %d calls, want it once", err, calls)
 	}
 }
+
+// Work registered with AfterCommit runs once the transaction committed, and
+// not at all when it rolled back or its COMMIT failed.
+func TestAfterCommitRunsOnlyAfterACommit(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ctx := context.Background()
+	var ran []string
+	note := func(tx *sqlx.Tx, what string) { sqldb.AfterCommit(tx, func() { ran = append(ran, what) }) }
+	if err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error { note(tx, "committed"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	if err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error { note(tx, "rolled back"); return boom }); !errors.Is(err, boom) {
+		t.Fatalf("WithTx error = %v, want %v", err, boom)
+	}
+	err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
+		note(tx, "commit failed")
+		var id int64
+		if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
+			return err
+		}
+		_, err := db.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
+		return err
+	})
+	if err == nil {
+		t.Fatal("the COMMIT on a killed session succeeded")
+	}
+	if fmt.Sprint(ran) != "[committed]" {
+		t.Fatalf("after-commit work that ran: %v, want only the committed transaction's", ran)
+	}
+}

@@ -73,13 +73,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		WrongWay:    cfg.WrongWay,
 	})
 
-	consumer := rt.InboxConfig(inventorybindings.ConsumerName)
-	consumer.Handlers = inventorybindings.Handlers(app)
-	rt.Consume(inventorybindings.Queue, inbox.NewConsumer(consumer))
-	if cfg.DemoMode { // the lab's delta consumer (inventorybindings/demo.go)
+	process.ConsumeWith(rt, inventorybindings.Queue, inventorybindings.ConsumerName, inventorybindings.Handlers(app))
+	if cfg.DemoMode { // the lab's delta consumer (inventorybindings/demo.go): deltas are never batched
 		receipts := rt.InboxConfig(inventorybindings.ReceiptsConsumerName)
 		receipts.Handlers = inventorybindings.ReceiptHandlers(app)
-		rt.Consume(inventorybindings.ReceiptsQueue, inbox.NewConsumer(receipts))
+		rt.Consume(inventorybindings.ReceiptsQueue, inbox.NewConsumer(receipts), nil)
 	}
 
 	// Both run concurrently on every instance: the lease sweep releases

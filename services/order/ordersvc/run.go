@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/endpoints"
-	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
@@ -149,9 +148,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 
 	app.WrongWay(cfg.WrongWay, rt.PublishNow)
 
-	consumer := rt.InboxConfig(orderbindings.ConsumerName)
-	consumer.Handlers = orderbindings.Handlers(app)
-	rt.Consume(orderbindings.Queue, inbox.NewConsumer(consumer))
+	process.ConsumeWith(rt, orderbindings.Queue, orderbindings.ConsumerName, orderbindings.Handlers(app))
 
 	// The persistent timer: deadlines live in orders.deadline_at, so a
 	// restart resumes from the table (see orderapp/deadline.go). It and the

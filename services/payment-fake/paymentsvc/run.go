@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/endpoints"
-	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
@@ -45,17 +44,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	scfg.App.Wake = rt.Outbox.Wake
 	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics, scfg.App)
 
-	saga := rt.InboxConfig(paymentbindings.SagaConsumer)
-	saga.Handlers = paymentbindings.SagaHandlers(app)
-	rt.Consume(paymentbindings.SagaQueue, inbox.NewConsumer(saga))
-
-	charges := rt.InboxConfig(paymentbindings.PSPConsumer)
-	charges.External = paymentbindings.PSPHandlers(app)
-	rt.Consume(paymentbindings.PSPQueue, inbox.NewConsumer(charges))
-
-	refunds := rt.InboxConfig(paymentbindings.RefundConsumer)
-	refunds.External = paymentbindings.RefundHandlers(app)
-	rt.Consume(paymentbindings.RefundQueue, inbox.NewConsumer(refunds))
+	process.ConsumeWith(rt, paymentbindings.SagaQueue, paymentbindings.SagaConsumer, paymentbindings.SagaHandlers(app))
+	process.ConsumeWith(rt, paymentbindings.PSPQueue, paymentbindings.PSPConsumer, paymentbindings.PSPHandlers(app))
+	process.ConsumeWith(rt, paymentbindings.RefundQueue, paymentbindings.RefundConsumer, paymentbindings.RefundHandlers(app))
 
 	// The persistent driver of every open charge and refund: a table scan,
 	// not a timer in memory (see paymentapp/sweep.go). Concurrent on every

@@ -123,9 +123,8 @@ func (a *App) expire(ctx context.Context, orderID uint64) (bool, error) {
 		if err != nil {
 			return err
 		}
-		if err := applyEffect(ctx, tx, inventory.Reservation{OrderID: orderID, Status: inventory.Reserved, Items: r.Items},
-			to, inventory.Effect(inventory.Reserved, to)); err != nil {
-			return err
+		if err := Direct(tx).Move(ctx, inventory.Effect(inventory.Reserved, to), r.Items); err != nil {
+			return fmt.Errorf("reservation %d expired: %w", orderID, err)
 		}
 		ids, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: orderID, AggregateVersion: r.Version,
 			Type:    events.InventoryReservationExpired,

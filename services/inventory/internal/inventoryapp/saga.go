@@ -17,8 +17,8 @@ import (
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
 )
 
-// The handlers below run inside the inbox transaction (pkg/inbox): the
-// inbox row, the stock and reservation changes and the events they emit
+// The handlers below run inside the inbox transaction (pkg/inbox), through
+// its Store (store.go): the inbox row, the stock and reservation changes and the events they emit
 // commit together. Idempotency keys: the inbox key (consumer "inventory",
 // event_id) stops a redelivered event; the reservation's primary key (the
 // order id) stops a second event for the same step, so the reserve step and
@@ -49,12 +49,13 @@ const holdSavepoint = "hold_items"
 // acked like a success. An order that already has a reservation row (a
 // second OrderCreated for it, or the marker of a cancel that overtook the
 // create) changes nothing.
-func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnOrderCreated(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.OrderCreatedV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	log := a.log.With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	tx := s.Tx()
+	log := s.Log(a.log).With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
 	lines := make([]inventory.Line, len(p.Items))
 	for i, it := range p.Items {
 		lines[i] = inventory.Line{SKU: it.SKU, Quantity: it.Quantity}
@@ -78,15 +79,8 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 	if err := failpoint.Inject(ctx, FailpointBeforeInsert); err != nil {
 		return err
 	}
-	// In a consumer batch the holds are summed per SKU and made right
-	// before the batch's COMMIT (batch.go); a shortage there sends every
-	// event of the batch back to run alone, through the holds below, so
-	// no savepoint is needed.
-	batch, batched := batchOf(ctx)
-	if !batched {
-		if err := inventorydb.Savepoint(ctx, tx, holdSavepoint); err != nil {
-			return err
-		}
+	if err := s.Savepoint(ctx, holdSavepoint); err != nil {
+		return err
 	}
 	// The reservation row claims the order id. If another event for this
 	// order has its row (a cancel, or a second create; one not committed
@@ -109,16 +103,8 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 	reserved := outbox.Event{AggregateID: p.OrderID, AggregateVersion: 1, Type: events.InventoryReserved,
 		Payload: events.InventoryReservedV1{OrderID: p.OrderID, CustomerID: p.CustomerID, Items: p.Items,
 			AmountCents: p.TotalCents, Currency: p.Currency}}
-	if _, err := outbox.Add(ctx, tx, reserved); err != nil {
+	if err := s.Emit(ctx, reserved); err != nil {
 		return err
-	}
-
-	if batched {
-		if err := batch.add(inventory.EffectHold, plan); err != nil {
-			return err
-		}
-		log.InfoContext(ctx, "stock reserved", "items", len(plan), "batched", true)
-		return nil
 	}
 
 	// All or none, and last: hold each line with a conditional UPDATE in
@@ -127,7 +113,7 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 	// SKU waits on them). If one line cannot be held, roll back to the
 	// savepoint (reservation, items, event and the holds before it) and
 	// record the rejection instead.
-	short, err := hold(ctx, tx, plan)
+	short, err := s.Hold(ctx, plan)
 	if err != nil {
 		return err
 	}
@@ -135,7 +121,7 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 		log.InfoContext(ctx, "stock reserved", "items", len(plan))
 		return nil
 	}
-	if err := inventorydb.RollbackTo(ctx, tx, holdSavepoint); err != nil {
+	if err := s.RollbackTo(ctx, holdSavepoint); err != nil {
 		return err
 	}
 	// Read only to word the reason; Hold made the decision.
@@ -153,26 +139,11 @@ func (a *App) OnOrderCreated(ctx context.Context, tx *sqlx.Tx, e events.Envelope
 	}
 	rejected := outbox.Event{AggregateID: p.OrderID, AggregateVersion: 1, Type: events.InventoryRejected,
 		Payload: events.InventoryRejectedV1{OrderID: p.OrderID, Reason: inventory.ClipReason(reason)}}
-	if _, err := outbox.Add(ctx, tx, rejected); err != nil {
+	if err := s.Emit(ctx, rejected); err != nil {
 		return err
 	}
 	log.InfoContext(ctx, "reservation rejected", "reason", reason)
 	return nil
-}
-
-// hold holds each line in plan order and stops at the first that cannot be
-// held (short or unknown), returning it. The caller undoes the others.
-func hold(ctx context.Context, tx *sqlx.Tx, plan []inventory.Line) (*inventory.Shortage, error) {
-	for _, l := range plan {
-		ok, err := inventorydb.Hold(ctx, tx, l.SKU, l.Quantity)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return &inventory.Shortage{SKU: l.SKU, Requested: l.Quantity}, nil
-		}
-	}
-	return nil, nil
 }
 
 // lateCreate marks the reason of a marker row that a late create was seen.
@@ -207,13 +178,13 @@ func (a *App) createNotApplied(ctx context.Context, tx *sqlx.Tx, log *slog.Logge
 // OnOrderConfirmed turns the reservation into a sale: reserved -> committed,
 // the held items leave on_hand and reserved. It emits no event. A
 // reservation whose lease ran out is taken again or fails (confirmExpired).
-func (a *App) OnOrderConfirmed(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnOrderConfirmed(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.OrderConfirmedV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	log := a.log.With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
-	r, err := lockReservation(ctx, tx, p.OrderID)
+	log := s.Log(a.log).With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	r, err := s.LockReservation(ctx, p.OrderID)
 	if errors.Is(err, inventory.ErrNoReservation) {
 		// The order is confirmed only after payment, which starts only from
 		// the InventoryReserved that this service commits together with the
@@ -229,13 +200,10 @@ func (a *App) OnOrderConfirmed(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 		return err
 	}
 	if r.Status == inventory.Expired {
-		return a.confirmExpired(ctx, tx, log, r)
+		return a.confirmExpired(ctx, s, log, r)
 	}
-	return a.move(ctx, tx, log, r, inventory.Confirm, "")
+	return a.move(ctx, s, log, r, inventory.Confirm, "")
 }
-
-// takeSavepoint is where a late commit that finds an item gone returns to.
-const takeSavepoint = "take_items"
 
 // confirmExpired is the late payment after the lease ran out (see the
 // package comment of inventory): take every item again, all or none, with
@@ -246,27 +214,14 @@ const takeSavepoint = "take_items"
 // order to cancel and refund. Either way it is one decision under the
 // reservation's row lock, so a redelivered or duplicate confirm finds a
 // terminal or committed status and changes nothing.
-func (a *App) confirmExpired(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, r inventory.Reservation) error {
-	if err := inventorydb.Savepoint(ctx, tx, takeSavepoint); err != nil {
+func (a *App) confirmExpired(ctx context.Context, s Store, log *slog.Logger, r inventory.Reservation) error {
+	tx := s.Tx()
+	short, err := s.Take(ctx, r.Items)
+	if err != nil {
 		return err
-	}
-	var short *inventory.Shortage
-	for _, l := range r.Items {
-		ok, err := inventorydb.Take(ctx, tx, l.SKU, l.Quantity)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			short = &inventory.Shortage{SKU: l.SKU, Requested: l.Quantity}
-			break
-		}
 	}
 	trigger, reason, version := inventory.Confirm, "order confirmed after the lease expired: stock taken again", r.Version
 	if short != nil {
-		if err := inventorydb.RollbackTo(ctx, tx, takeSavepoint); err != nil {
-			return err
-		}
-		var err error
 		if short.Available, short.Known, err = inventorydb.Available(ctx, tx, short.SKU); err != nil {
 			return err
 		}
@@ -284,7 +239,7 @@ func (a *App) confirmExpired(ctx context.Context, tx *sqlx.Tx, log *slog.Logger,
 		return fmt.Errorf("reservation %d changed under its row lock", r.OrderID)
 	}
 	if to == inventory.CommitFailed {
-		_, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: r.OrderID, AggregateVersion: version,
+		err := s.Emit(ctx, outbox.Event{AggregateID: r.OrderID, AggregateVersion: version,
 			Type: events.InventoryCommitFailed, Payload: events.InventoryCommitFailedV1{OrderID: r.OrderID, Reason: inventory.ClipReason(reason)}})
 		if err != nil {
 			return err
@@ -305,17 +260,18 @@ func (a *App) confirmExpired(ctx context.Context, tx *sqlx.Tx, log *slog.Logger,
 // finds the order id taken and reserves nothing (the "hanging" protection).
 // The marker lives in reservations rather than a table of its own because
 // that row's primary key is exactly what the create must collide with.
-func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnOrderCancelled(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.OrderCancelledV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	log := a.log.With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	tx := s.Tx()
+	log := s.Log(a.log).With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
 	reason := "order cancelled"
 	if p.Reason != "" {
 		reason += ": " + p.Reason
 	}
-	r, err := lockReservation(ctx, tx, p.OrderID)
+	r, err := s.LockReservation(ctx, p.OrderID)
 	if errors.Is(err, inventory.ErrNoReservation) {
 		to, _ := inventory.Next(inventory.NoReservation, inventory.Cancel)
 		marker := inventory.Reservation{OrderID: p.OrderID, Status: to, Version: 0,
@@ -344,7 +300,7 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 	if p.AfterConfirm { // the sale happened, whether or not its confirm has arrived
 		trigger = inventory.CancelSold
 	}
-	return a.move(ctx, tx, log, r, trigger, reason)
+	return a.move(ctx, s, log, r, trigger, reason)
 }
 
 // recordGap records, in the inbox transaction of e, that e arrived for an
@@ -370,13 +326,13 @@ func (a *App) recordGap(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, e ev
 // read, then applies the move's stock effect to every held item in SKU
 // order. A trigger that does not fit the status (a duplicate or stale
 // event) is logged and changes nothing.
-func (a *App) move(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, r inventory.Reservation, t inventory.Trigger, reason string) error {
+func (a *App) move(ctx context.Context, s Store, log *slog.Logger, r inventory.Reservation, t inventory.Trigger, reason string) error {
 	to, ok := inventory.Next(r.Status, t)
 	if !ok {
 		log.InfoContext(ctx, "event does not fit the reservation's state; nothing changed", "status", r.Status, "trigger", t)
 		return nil
 	}
-	moved, err := inventorydb.Transition(ctx, tx, r.OrderID, r.Status, to, reason, r.Version)
+	moved, err := inventorydb.Transition(ctx, s.Tx(), r.OrderID, r.Status, to, reason, r.Version)
 	if err != nil {
 		return err
 	}
@@ -385,7 +341,8 @@ func (a *App) move(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, r invento
 		return fmt.Errorf("reservation %d changed under its row lock", r.OrderID)
 	}
 	effect := inventory.Effect(r.Status, to)
-	if err := applyEffect(ctx, tx, r, to, effect); err != nil {
+	if err := s.Move(ctx, effect, r.Items); err != nil {
+		err = fmt.Errorf("reservation %d %s -> %s: %w", r.OrderID, r.Status, to, err)
 		if errors.Is(err, errDisagree) {
 			// Retrying cannot make the tables agree.
 			return inbox.Permanent(err)
@@ -393,42 +350,5 @@ func (a *App) move(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, r invento
 		return err
 	}
 	log.InfoContext(ctx, "reservation moved", "from", r.Status, "to", to, "stock_effect", effect, "items", len(r.Items))
-	return nil
-}
-
-// errDisagree: a stock row does not cover what a reservation says it holds.
-var errDisagree = errors.New("stock and reservation disagree")
-
-// applyEffect applies the stock effect of the move of r to each item it
-// holds, in SKU order. A move without effect touches nothing; EffectTake,
-// whose failure is a business answer, is confirmExpired's and never comes
-// here.
-func applyEffect(ctx context.Context, tx *sqlx.Tx, r inventory.Reservation, to inventory.Status, effect inventory.StockEffect) error {
-	var apply func(context.Context, *sqlx.Tx, string, int) (bool, error)
-	switch effect {
-	case inventory.EffectNone:
-		return nil
-	case inventory.EffectCommit:
-		apply = inventorydb.Commit
-	case inventory.EffectRelease:
-		apply = inventorydb.Release
-	case inventory.EffectRestock:
-		apply = inventorydb.Restock
-	default:
-		return fmt.Errorf("reservation %d %s -> %s: unexpected stock effect %q", r.OrderID, r.Status, to, effect)
-	}
-	if b, ok := batchOf(ctx); ok {
-		return b.add(effect, r.Items) // made before the batch's COMMIT (batch.go)
-	}
-	for _, l := range r.Items {
-		ok, err := apply(ctx, tx, l.SKU, l.Quantity)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return fmt.Errorf("reservation %d %s -> %s: %s of %d %s failed: %w",
-				r.OrderID, r.Status, to, effect, l.Quantity, l.SKU, errDisagree)
-		}
-	}
 	return nil
 }

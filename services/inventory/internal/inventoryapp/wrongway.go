@@ -62,7 +62,7 @@ func (a *App) ReserveNow(ctx context.Context, p events.OrderCreatedV1) (inventor
 	}
 	e := events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: p.OrderID,
 		AggregateVersion: 1, SchemaVersion: events.CurrentSchemaVersion, Payload: body}
-	if err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error { return a.OnOrderCreated(ctx, tx, e) }); err != nil {
+	if err := sqldb.WithTx(ctx, a.db, func(tx *sqlx.Tx) error { return a.OnOrderCreated(ctx, Direct(tx), e) }); err != nil {
 		return inventory.Reservation{}, err
 	}
 	if a.cfg.Wake != nil {

@@ -67,7 +67,7 @@ func (a *App) Cancel(ctx context.Context, key string, id uint64, reason string) 
 		case order.Rejected:
 			result = AlreadyRejected
 		default:
-			changed, err := a.decide(ctx, tx, a.log.With("order_id", id), o, order.CancelRequested, reason, cause{actor: ActorAPI})
+			changed, err := a.decide(ctx, Direct(tx), a.log.With("order_id", id), o, order.CancelRequested, reason, cause{actor: ActorAPI})
 			if err != nil {
 				return err
 			}

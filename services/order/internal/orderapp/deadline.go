@@ -144,7 +144,7 @@ func (a *App) expireDeadline(ctx context.Context, d orderdb.Due) (order.Deadline
 			return err // moved meanwhile, or held by someone else: the next round sees it
 		}
 		from = o.Status
-		cancelled, err = a.decide(ctx, tx, log, o, order.CancelRequested, reason, cause{actor: ActorDeadline})
+		cancelled, err = a.decide(ctx, Direct(tx), log, o, order.CancelRequested, reason, cause{actor: ActorDeadline})
 		if err == nil && !cancelled {
 			// A deadline on a state that cannot be cancelled is a bug in
 			// the deadline table; say so loudly, do not loop on it.

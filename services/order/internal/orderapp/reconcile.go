@@ -392,7 +392,7 @@ func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candi
 				o.Status, o.RefundStatus, v.Trigger)
 			return orderdb.InsertAudit(ctx, tx, *audit)
 		}
-		changed, err := a.decide(ctx, tx, log, o, v.Trigger, v.Reason, cause{actor: ActorReconciler, repairID: audit.RepairID})
+		changed, err := a.decide(ctx, Direct(tx), log, o, v.Trigger, v.Reason, cause{actor: ActorReconciler, repairID: audit.RepairID})
 		if err != nil {
 			return err
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
@@ -15,83 +13,83 @@ import (
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )
 
-// The handlers below run inside the inbox transaction (pkg/inbox): the
-// inbox row, the order's state change and the events it emits commit
-// together. Each moves the order only along the transition table; an event
+// The handlers below run inside the inbox transaction (pkg/inbox), through
+// its Store: the inbox row, the order's state change and the events it
+// emits commit together. Each moves the order only along the transition table; an event
 // that does not fit the order's current state (a stale or out-of-order
 // result) is recorded in the log and changes nothing.
 
 // OnInventoryReserved: stock is held; wait for payment.
-func (a *App) OnInventoryReserved(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnInventoryReserved(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.InventoryReservedV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.InventoryReserved, "")
+	return a.apply(ctx, s, e, p.OrderID, order.InventoryReserved, "")
 }
 
 // OnInventoryRejected: nothing was reserved; the order ends rejected and
 // there is nothing to compensate.
-func (a *App) OnInventoryRejected(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnInventoryRejected(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.InventoryRejectedV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.InventoryRejected, p.Reason)
+	return a.apply(ctx, s, e, p.OrderID, order.InventoryRejected, p.Reason)
 }
 
 // OnPaymentSucceeded: the order is confirmed and inventory is told to turn
 // the reservation into a sale.
-func (a *App) OnPaymentSucceeded(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnPaymentSucceeded(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.PaymentSucceededV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.PaymentSucceeded, "")
+	return a.apply(ctx, s, e, p.OrderID, order.PaymentSucceeded, "")
 }
 
 // OnPaymentFailed: the charge was declined; the order is cancelled and
 // inventory releases the reservation (the compensation).
-func (a *App) OnPaymentFailed(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnPaymentFailed(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.PaymentFailedV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.PaymentFailed, "payment failed: "+p.Reason)
+	return a.apply(ctx, s, e, p.OrderID, order.PaymentFailed, "payment failed: "+p.Reason)
 }
 
 // OnInventoryCommitFailed: the order was paid after its reservation had
 // expired and the stock was gone. The order is cancelled and, because it
 // was paid, its refund is pending: payment refunds on OrderCancelled.
-func (a *App) OnInventoryCommitFailed(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnInventoryCommitFailed(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.InventoryCommitFailedV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.InventoryCommitFailed, "stock gone after the reservation expired: "+p.Reason)
+	return a.apply(ctx, s, e, p.OrderID, order.InventoryCommitFailed, "stock gone after the reservation expired: "+p.Reason)
 }
 
 // OnInventoryReservationExpired is recorded only: the order keeps waiting
 // for its payment. If the payment succeeds, inventory takes the stock
 // again when it sees OrderConfirmed, or reports commit-failed; if it
 // fails, the cancel finds the reservation already released.
-func (a *App) OnInventoryReservationExpired(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnInventoryReservationExpired(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.InventoryReservationExpiredV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	a.log.InfoContext(ctx, "reservation expired while the order waits for its payment", "order_id", p.OrderID,
+	s.Log(a.log).InfoContext(ctx, "reservation expired while the order waits for its payment", "order_id", p.OrderID,
 		"event_id", e.EventID, "reason", p.Reason)
 	return nil
 }
 
 // OnPaymentRefunded: the money of a cancelled order is back.
-func (a *App) OnPaymentRefunded(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnPaymentRefunded(ctx context.Context, s Store, e events.Envelope) error {
 	p, err := events.Decode[events.PaymentRefundedV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, tx, e, p.OrderID, order.PaymentRefunded, "")
+	return a.apply(ctx, s, e, p.OrderID, order.PaymentRefunded, "")
 }
 
 // emits says which event a move by trigger t writes: the confirm tells
@@ -136,16 +134,16 @@ type cause struct {
 }
 
 // apply locks the order and runs the trigger on it.
-func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID uint64, t order.Trigger, reason string) error {
-	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type)
-	o, err := lockOrder(ctx, tx, orderID)
+func (a *App) apply(ctx context.Context, s Store, e events.Envelope, orderID uint64, t order.Trigger, reason string) error {
+	log := s.Log(a.log).With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type)
+	o, err := s.LockOrder(ctx, orderID)
 	if errors.Is(err, order.ErrNotFound) {
 		return inbox.Permanent(fmt.Errorf("%s for unknown order %d", e.Type, orderID))
 	}
 	if err != nil {
 		return err
 	}
-	changed, err := a.decide(ctx, tx, log, o, t, reason, cause{actor: ActorConsumer, eventID: e.EventID})
+	changed, err := a.decide(ctx, s, log, o, t, reason, cause{actor: ActorConsumer, eventID: e.EventID})
 	if err == nil && !changed {
 		log.WarnContext(ctx, "event does not fit the order's state; ignored", "status", o.Status, "trigger", t)
 	}
@@ -157,7 +155,7 @@ func (a *App) apply(ctx context.Context, tx *sqlx.Tx, e events.Envelope, orderID
 // refund status, the deadline of the new status, the event it emits, if
 // any, numbered with the order's next aggregate version, and its
 // order_history row. It reports whether anything changed.
-func (a *App) decide(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o order.Order, t order.Trigger, reason string,
+func (a *App) decide(ctx context.Context, s Store, log *slog.Logger, o order.Order, t order.Trigger, reason string,
 	c cause) (bool, error) {
 	to, moves := order.Next(o.Status, t)
 	refund := order.Refund(o.Status, o.RefundStatus, t)
@@ -181,7 +179,7 @@ func (a *App) decide(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o order
 		}
 		out = &outbox.Event{EventID: id, AggregateID: o.ID, AggregateVersion: version, Type: typ, Payload: payload}
 	}
-	moved, err := orderdb.Transition(ctx, tx, o.ID, o.Status, to, refund, reason, version, a.cfg.Deadlines.For(to))
+	moved, err := orderdb.Transition(ctx, s.Tx(), o.ID, o.Status, to, refund, reason, version, a.cfg.Deadlines.For(to))
 	if err != nil {
 		return false, err
 	}
@@ -189,19 +187,18 @@ func (a *App) decide(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o order
 		// Impossible while we hold the row lock; treat as a retryable fault.
 		return false, fmt.Errorf("order %d changed under its row lock", o.ID)
 	}
-	// order_history, then the outbox row: the order of the timeline. In a
-	// consumer batch both wait for the batch's end, in that order
-	// (historyBatch).
+	// order_history, then the outbox row: the order of the timeline (in a
+	// consumer batch both wait for the batch's end, in that order: Store).
 	change := orderdb.Change{OrderID: o.ID, From: string(o.Status), To: string(to), RefundStatus: string(refund),
 		Trigger: string(t), Actor: c.actor, Reason: reason, EventID: nullable(c.eventID), RepairID: nullable(c.repairID)}
 	if out != nil {
 		change.EmittedEventID = &out.EventID
 	}
-	if err := recordChange(ctx, tx, change); err != nil {
+	if err := s.RecordChange(ctx, change); err != nil {
 		return false, err
 	}
 	if out != nil {
-		if _, err := outbox.Add(ctx, tx, *out); err != nil {
+		if err := s.Emit(ctx, *out); err != nil {
 			return false, err
 		}
 	}

@@ -4,7 +4,8 @@ package orderbindings
 
 import (
 	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
+	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
@@ -29,16 +30,22 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 	}
 }
 
-// Handlers maps each consumed event type to its use case.
-func Handlers(app *orderapp.App) map[events.Type]inbox.Handler {
-	return map[events.Type]inbox.Handler{
-		events.InventoryReserved: app.OnInventoryReserved,
-		events.InventoryRejected: app.OnInventoryRejected,
-		events.PaymentSucceeded:  app.OnPaymentSucceeded,
-		events.PaymentFailed:     app.OnPaymentFailed,
-		events.PaymentRefunded:   app.OnPaymentRefunded,
+// Handlers maps each consumed event type to its use case, written against
+// orderapp.Store: run one event per transaction by the chapter's consumer,
+// several by the batch layer (pkg/process.ConsumeWith).
+func Handlers(app *orderapp.App) process.Handlers[orderapp.Store] {
+	return process.Handlers[orderapp.Store]{
+		Direct:  orderapp.Direct,
+		Batched: orderapp.Batched,
+		Plain: map[events.Type]batch.Handler[orderapp.Store]{
+			events.InventoryReserved: app.OnInventoryReserved,
+			events.InventoryRejected: app.OnInventoryRejected,
+			events.PaymentSucceeded:  app.OnPaymentSucceeded,
+			events.PaymentFailed:     app.OnPaymentFailed,
+			events.PaymentRefunded:   app.OnPaymentRefunded,
 
-		events.InventoryReservationExpired: app.OnInventoryReservationExpired,
-		events.InventoryCommitFailed:       app.OnInventoryCommitFailed,
+			events.InventoryReservationExpired: app.OnInventoryReservationExpired,
+			events.InventoryCommitFailed:       app.OnInventoryCommitFailed,
+		},
 	}
 }

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 )
@@ -41,18 +38,19 @@ import (
 //   - succeeded: the refund is requested now (a refunds row and
 //     payment.refund-requested, one transaction);
 //   - failed, refunded, cancelled_before_charge: nothing to compensate.
-func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnOrderCancelled(ctx context.Context, s Store, e events.Envelope) error {
 	ev, err := events.Decode[events.OrderCancelledV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	log := a.log.With("order_id", ev.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	tx := s.Tx()
+	log := s.Log(a.log).With("order_id", ev.OrderID, "event_id", e.EventID, "event_type", e.Type)
 	reason := "order cancelled"
 	if ev.Reason != "" {
 		reason += ": " + ev.Reason
 	}
 
-	p, err := paymentdb.Lock(ctx, tx, ev.OrderID)
+	p, err := s.LockPayment(ctx, ev.OrderID)
 	if errors.Is(err, payment.ErrNotFound) {
 		to, _ := payment.Next(payment.NoPayment, payment.Cancel)
 		m := payment.Marker(ev.OrderID, "cancelled before inventory.reserved arrived ("+reason+")")
@@ -111,7 +109,7 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 		log.InfoContext(ctx, "cancel recorded; the charge's outcome decides (a success is refunded at once)", "status", p.Status)
 		return nil
 	}
-	ev2, err := a.requestRefund(ctx, tx, log, p, p.Version+1)
+	ev2, err := a.requestRefund(ctx, s, log, p, p.Version+1)
 	if err != nil || ev2 == nil {
 		return err
 	}
@@ -122,6 +120,5 @@ func (a *App) OnOrderCancelled(ctx context.Context, tx *sqlx.Tx, e events.Envelo
 	if !moved {
 		return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
-	_, err = outbox.Add(ctx, tx, *ev2)
-	return err
+	return s.Emit(ctx, *ev2)
 }

@@ -7,11 +7,10 @@ import (
 	"log/slog"
 	"strconv"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
@@ -52,7 +51,7 @@ var errNotCharged = errors.New("the PSP has no charge with this key")
 // The inbox skips this whole function for an event it already committed, so
 // a redelivery does not reach the PSP at all; a crash between the PSP call
 // and the commit does, and the key makes that repeat call harmless.
-func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler, error) {
+func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (batch.Handler[Store], error) {
 	req, err := events.Decode[events.PaymentChargeRequestedV1](e.Payload)
 	if err != nil {
 		return nil, err
@@ -115,13 +114,13 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 	if err := failpoint.Inject(ctx, FailpointAfterPSPCall); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-		return a.recordCharge(ctx, tx, log, req.OrderID, c)
+	return func(ctx context.Context, s Store, e events.Envelope) error {
+		return a.recordCharge(ctx, s, s.Log(log), req.OrderID, c)
 	}, nil
 }
 
 // noop is the record step of an event that changes nothing.
-func noop(context.Context, *sqlx.Tx, events.Envelope) error { return nil }
+func noop(context.Context, Store, events.Envelope) error { return nil }
 
 func chargeRequest(req events.PaymentChargeRequestedV1) psp.ChargeRequest {
 	return psp.ChargeRequest{
@@ -185,9 +184,9 @@ func trigger(c psp.Charge) (payment.Trigger, bool) {
 // succeeded, the same transaction requests the refund: the customer is
 // never left charged for a cancelled order, and no process can die between
 // "charged" and "refund requested".
-func (a *App) recordCharge(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, orderID uint64, c psp.Charge) error {
+func (a *App) recordCharge(ctx context.Context, s Store, log *slog.Logger, orderID uint64, c psp.Charge) error {
 	log = log.With("charge_id", c.ChargeID)
-	p, err := lockPayment(ctx, tx, orderID)
+	p, err := s.LockPayment(ctx, orderID)
 	if errors.Is(err, payment.ErrNotFound) {
 		return inbox.Permanent(fmt.Errorf("charge outcome for order %d, which has no payment", orderID))
 	}
@@ -228,7 +227,7 @@ func (a *App) recordCharge(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o
 	evs := []outbox.Event{out}
 	p.Version++
 	if p.RefundDue() {
-		ev, err := a.requestRefund(ctx, tx, log, p, p.Version+1)
+		ev, err := a.requestRefund(ctx, s, log, p, p.Version+1)
 		if err != nil {
 			return err
 		}
@@ -239,7 +238,7 @@ func (a *App) recordCharge(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o
 	}
 	d.Version = p.Version
 
-	moved, err := paymentdb.Decide(ctx, tx, p.OrderID, d)
+	moved, err := paymentdb.Decide(ctx, s.Tx(), p.OrderID, d)
 	if err != nil {
 		return err
 	}
@@ -247,7 +246,7 @@ func (a *App) recordCharge(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o
 		// Impossible while we hold the row lock; treat as a retryable fault.
 		return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
-	if _, err := outbox.Add(ctx, tx, evs...); err != nil {
+	if err := s.Emit(ctx, evs...); err != nil {
 		return err
 	}
 	log.InfoContext(ctx, "payment decided", "from", from, "to", to, "amount_cents", p.AmountCents,

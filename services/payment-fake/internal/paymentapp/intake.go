@@ -26,12 +26,13 @@ import (
 // payment, one charge request. An order whose cancel arrived first has a
 // marker row instead: the late event is recorded on it as stale and
 // charges nothing (the saga's "hanging" protection).
-func (a *App) OnInventoryReserved(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+func (a *App) OnInventoryReserved(ctx context.Context, s Store, e events.Envelope) error {
 	ev, err := events.Decode[events.InventoryReservedV1](e.Payload)
 	if err != nil {
 		return err
 	}
-	log := a.log.With("order_id", ev.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	tx := s.Tx()
+	log := s.Log(a.log).With("order_id", ev.OrderID, "event_id", e.EventID, "event_type", e.Type)
 	p, err := payment.New(ev.OrderID, ev.CustomerID, ev.AmountCents, ev.Currency)
 	if err != nil {
 		// Retrying cannot make these facts chargeable: dead letter.
@@ -48,7 +49,7 @@ func (a *App) OnInventoryReserved(ctx context.Context, tx *sqlx.Tx, e events.Env
 	if err != nil {
 		return err
 	}
-	_, err = outbox.Add(ctx, tx, outbox.Event{
+	err = s.Emit(ctx, outbox.Event{
 		AggregateID: p.OrderID, AggregateVersion: p.Version, Type: events.PaymentChargeRequested,
 		Payload: events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
 			AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey},

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
@@ -31,12 +31,12 @@ var errNotRefunded = errors.New("the PSP has no refund with this key")
 // caller to add to the outbox with its own move. nil, nil: the order has a
 // refund already (one per order): nothing new to request. Runs inside the
 // caller's transaction, under the payment's row lock.
-func (a *App) requestRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, p payment.Payment, version uint64) (*outbox.Event, error) {
+func (a *App) requestRefund(ctx context.Context, s Store, log *slog.Logger, p payment.Payment, version uint64) (*outbox.Event, error) {
 	if _, ok := payment.NextRefund(payment.NoRefund, payment.RequestRefund); !ok || p.PSPChargeID == "" {
 		return nil, fmt.Errorf("payment %d: no charge to refund", p.OrderID)
 	}
 	f := payment.NewRefund(p, p.CancelReason)
-	err := paymentdb.InsertRefund(ctx, tx, f, a.cfg.RefundDeadline, a.cfg.Grace)
+	err := paymentdb.InsertRefund(ctx, s.Tx(), f, a.cfg.RefundDeadline, a.cfg.Grace)
 	if errors.Is(err, paymentdb.ErrRefundExists) {
 		log.InfoContext(ctx, "refund requested already; nothing new", "idempotency_key", f.IdempotencyKey)
 		return nil, nil
@@ -44,9 +44,7 @@ func (a *App) requestRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, 
 	if err != nil {
 		return nil, err
 	}
-	// Counted when written; a transaction rolled back after this line (its
-	// commit failed) and retried counts the request twice.
-	a.metrics.refunds.WithLabelValues(refundRequested).Inc()
+	a.countRefund(s, refundRequested)
 	log.InfoContext(ctx, "refund requested", "idempotency_key", f.IdempotencyKey, "charge_id", f.PSPChargeID,
 		"amount_cents", f.AmountCents)
 	return refundEvent(f, version), nil
@@ -73,7 +71,7 @@ func refundEvent(f payment.Refund, version uint64) *outbox.Event {
 //     PSP's answer as evidence;
 //  4. return the Handler that records the refund in the inbox transaction:
 //     refund succeeded, payment refunded, payment.refunded to the order.
-func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler, error) {
+func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (batch.Handler[Store], error) {
 	req, err := events.Decode[events.PaymentRefundRequestedV1](e.Payload)
 	if err != nil {
 		return nil, err
@@ -106,8 +104,8 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 		a.metrics.compensationFailures.Inc()
 		reason := refused.Error()
 		log.ErrorContext(ctx, "refund refused by the PSP; parking it for an operator", "err", err)
-		return func(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
-			_, err := a.parkRefund(ctx, tx, log, req.OrderID, reason, false)
+		return func(ctx context.Context, s Store, _ events.Envelope) error {
+			_, err := a.parkRefund(ctx, s, s.Log(log), req.OrderID, reason, false)
 			return err
 		}, nil
 	default:
@@ -118,8 +116,8 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (inbox.Handler
 	if err := failpoint.Inject(ctx, FailpointAfterPSPRefund); err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
-		return a.recordRefund(ctx, tx, log, req.OrderID, r)
+	return func(ctx context.Context, s Store, _ events.Envelope) error {
+		return a.recordRefund(ctx, s, s.Log(log), req.OrderID, r)
 	}, nil
 }
 
@@ -158,9 +156,10 @@ func checkRefund(r psp.Refund, req psp.RefundRequest) (psp.Refund, error) {
 // compare-and-set, and payment.refunded for the order service, numbered
 // with the payment's next version. A refund recorded already changes
 // nothing.
-func (a *App) recordRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, orderID uint64, r psp.Refund) error {
+func (a *App) recordRefund(ctx context.Context, s Store, log *slog.Logger, orderID uint64, r psp.Refund) error {
+	tx := s.Tx()
 	log = log.With("refund_id", r.RefundID)
-	p, err := lockPayment(ctx, tx, orderID)
+	p, err := s.LockPayment(ctx, orderID)
 	if err != nil {
 		return err
 	}
@@ -191,12 +190,12 @@ func (a *App) recordRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o
 	if !moved {
 		return fmt.Errorf("payment %d or its refund changed under the row locks", orderID)
 	}
-	_, err = outbox.Add(ctx, tx, outbox.Event{AggregateID: orderID, AggregateVersion: version, Type: events.PaymentRefunded,
+	err = s.Emit(ctx, outbox.Event{AggregateID: orderID, AggregateVersion: version, Type: events.PaymentRefunded,
 		Payload: events.PaymentRefundedV1{OrderID: orderID, AmountCents: r.AmountCents, RefundID: r.RefundID}})
 	if err != nil {
 		return err
 	}
-	a.metrics.refunds.WithLabelValues(refundSucceeded).Inc()
+	a.countRefund(s, refundSucceeded)
 	log.InfoContext(ctx, "refunded", "amount_cents", r.AmountCents, "charge_id", r.ChargeID, "from", f.Status)
 	return nil
 }
@@ -205,7 +204,8 @@ func (a *App) recordRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, o
 // (pastDeadline: only if its deadline has passed, database time), and
 // reports whether it did. Inside a transaction, under the payment's and the
 // refund's row locks.
-func (a *App) parkRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, orderID uint64, reason string, pastDeadline bool) (bool, error) {
+func (a *App) parkRefund(ctx context.Context, s Store, log *slog.Logger, orderID uint64, reason string, pastDeadline bool) (bool, error) {
+	tx := s.Tx()
 	if _, err := paymentdb.Lock(ctx, tx, orderID); err != nil {
 		return false, err
 	}
@@ -222,8 +222,15 @@ func (a *App) parkRefund(ctx context.Context, tx *sqlx.Tx, log *slog.Logger, ord
 		return false, err
 	}
 	// Counted when written (see requestRefund).
-	a.metrics.refunds.WithLabelValues(refundNeedsAttention).Inc()
+	a.countRefund(s, refundNeedsAttention)
 	log.ErrorContext(ctx, "refund parked as needs_attention", "reason", reason, "attempts", f.Attempts,
 		"last_error", f.LastError)
 	return true, nil
+}
+
+// countRefund counts a refund's step once its transaction has committed: a
+// transaction rolled back and replayed (a consumer batch's, a failed
+// commit's) counts it once.
+func (a *App) countRefund(s Store, step string) {
+	sqldb.AfterCommit(s.Tx(), func() { a.metrics.refunds.WithLabelValues(step).Inc() })
 }

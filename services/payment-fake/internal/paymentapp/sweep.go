@@ -186,7 +186,7 @@ func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) 
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the charge; recording it", "charge_id", c.ChargeID, "psp_status", c.Status)
-		err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error { return a.recordCharge(ctx, tx, log, p.OrderID, c) })
+		err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error { return a.recordCharge(ctx, Direct(tx), log, p.OrderID, c) })
 		return actResolved, err
 
 	case errors.Is(err, errNotCharged):
@@ -350,7 +350,7 @@ func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) 
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the refund; recording it", "refund_id", r.RefundID)
-		err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error { return a.recordRefund(ctx, tx, log, f.OrderID, r) })
+		err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error { return a.recordRefund(ctx, Direct(tx), log, f.OrderID, r) })
 		return actResolved, err
 
 	case errors.Is(err, errNotRefunded):
@@ -377,7 +377,7 @@ func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint6
 	action := actWaiting
 	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
 		action = actWaiting
-		parked, err := a.parkRefund(ctx, tx, log, orderID, reason, true)
+		parked, err := a.parkRefund(ctx, Direct(tx), log, orderID, reason, true)
 		if parked {
 			action = actParked
 		}

@@ -14,7 +14,8 @@ package paymentbindings
 
 import (
 	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
+	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 )
@@ -48,27 +49,30 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 }
 
 // SagaHandlers maps each saga event the "payment" consumer takes to its use
-// case (run inside the inbox transaction).
-func SagaHandlers(app *paymentapp.App) map[events.Type]inbox.Handler {
-	return map[events.Type]inbox.Handler{
-		events.InventoryReserved: app.OnInventoryReserved,
-		events.OrderCancelled:    app.OnOrderCancelled,
-	}
+// case (run inside the inbox transaction, through paymentapp.Store).
+func SagaHandlers(app *paymentapp.App) process.Handlers[paymentapp.Store] {
+	return process.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
+		Plain: map[events.Type]batch.Handler[paymentapp.Store]{
+			events.InventoryReserved: app.OnInventoryReserved,
+			events.OrderCancelled:    app.OnOrderCancelled,
+		}}
 }
 
 // PSPHandlers maps the "payment-psp" consumer's events to their external
 // handlers: the PSP call first, outside any transaction, then the recording
 // of its outcome inside the inbox transaction.
-func PSPHandlers(app *paymentapp.App) map[events.Type]inbox.ExternalHandler {
-	return map[events.Type]inbox.ExternalHandler{
-		events.PaymentChargeRequested: app.ChargeAtPSP,
-	}
+func PSPHandlers(app *paymentapp.App) process.Handlers[paymentapp.Store] {
+	return process.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
+		External: map[events.Type]batch.ExternalHandler[paymentapp.Store]{
+			events.PaymentChargeRequested: app.ChargeAtPSP,
+		}}
 }
 
 // RefundHandlers maps the "payment-refunds" consumer's events to their
 // external handlers, like PSPHandlers.
-func RefundHandlers(app *paymentapp.App) map[events.Type]inbox.ExternalHandler {
-	return map[events.Type]inbox.ExternalHandler{
-		events.PaymentRefundRequested: app.RefundAtPSP,
-	}
+func RefundHandlers(app *paymentapp.App) process.Handlers[paymentapp.Store] {
+	return process.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
+		External: map[events.Type]batch.ExternalHandler[paymentapp.Store]{
+			events.PaymentRefundRequested: app.RefundAtPSP,
+		}}
 }

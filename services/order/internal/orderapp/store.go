@@ -1,0 +1,94 @@
+package orderapp
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
+)
+
+// Store is where a use case's locking read of its order and its writes go,
+// inside its transaction. The use cases are written once against it: Direct
+// makes every read and write at once, the chapter's way; Batched, in a
+// consumer batch (pkg/inbox/batch), reads the batch's orders in one
+// statement and writes the batch's history rows and events in one INSERT
+// each, at the end. Either way the same rows end up written.
+type Store interface {
+	Tx() *sqlx.Tx
+	// LockOrder reads order id, locked until the transaction ends
+	// (order.ErrNotFound when there is none).
+	LockOrder(ctx context.Context, id uint64) (order.Order, error)
+	// RecordChange writes the order_history row of a change, before the
+	// event the change emits.
+	RecordChange(ctx context.Context, c orderdb.Change) error
+	// Emit writes result events to the outbox, after the history rows.
+	Emit(ctx context.Context, evs ...outbox.Event) error
+	// Log is the logger for what the use case did: in a batch its lines
+	// wait for the COMMIT.
+	Log(l *slog.Logger) *slog.Logger
+}
+
+// Direct is the store of one transaction, the chapter's way.
+func Direct(tx *sqlx.Tx) Store { return direct{tx} }
+
+type direct struct{ tx *sqlx.Tx }
+
+func (d direct) Tx() *sqlx.Tx { return d.tx }
+
+func (d direct) LockOrder(ctx context.Context, id uint64) (order.Order, error) {
+	return orderdb.Lock(ctx, d.tx, id)
+}
+
+func (d direct) RecordChange(ctx context.Context, c orderdb.Change) error {
+	return orderdb.InsertChange(ctx, d.tx, c)
+}
+
+func (d direct) Emit(ctx context.Context, evs ...outbox.Event) error {
+	_, err := outbox.Add(ctx, d.tx, evs...)
+	return err
+}
+
+func (direct) Log(l *slog.Logger) *slog.Logger { return l }
+
+// Batched is the store of a consumer batch: the batch's orders read once
+// (batch.LockOnce; the saga's events carry the order id as their aggregate
+// id), its history rows in one INSERT before the batch's outbox INSERT, so
+// the history still comes before the events it emitted, the order of the
+// timeline.
+func Batched(b *batch.Tx) Store {
+	s := &batched{b: b}
+	b.BeforeCommit(func(ctx context.Context) error { return orderdb.InsertChanges(ctx, b.Tx, s.changes) })
+	return s
+}
+
+type batched struct {
+	b       *batch.Tx
+	changes []orderdb.Change // in the order the handlers made them
+}
+
+func (s *batched) Tx() *sqlx.Tx { return s.b.Tx }
+
+type batchOrdersKey struct{}
+
+func (s *batched) LockOrder(ctx context.Context, id uint64) (order.Order, error) {
+	return batch.LockOnce(s.b, batchOrdersKey{}, id,
+		func(ids []uint64) (map[uint64]order.Order, error) { return orderdb.LockAll(ctx, s.b.Tx, ids) },
+		func(id uint64) (order.Order, error) { return orderdb.Lock(ctx, s.b.Tx, id) })
+}
+
+func (s *batched) RecordChange(_ context.Context, c orderdb.Change) error {
+	s.changes = append(s.changes, c)
+	return nil
+}
+
+func (s *batched) Emit(ctx context.Context, evs ...outbox.Event) error {
+	s.b.Emit(ctx, evs...)
+	return nil
+}
+
+func (s *batched) Log(l *slog.Logger) *slog.Logger { return s.b.Log(l) }

@@ -1,0 +1,71 @@
+package paymentapp
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
+)
+
+// Store is where a use case's locking read of its payment and its outbox
+// writes go, inside its transaction. The use cases are written once
+// against it: Direct reads and writes at once, the chapter's way; Batched,
+// in a consumer batch (pkg/inbox/batch), reads the batch's payments in one
+// statement and writes the batch's events in one INSERT at its end.
+type Store interface {
+	Tx() *sqlx.Tx
+	// LockPayment reads an order's payment, locked until the transaction
+	// ends (payment.ErrNotFound when there is none).
+	LockPayment(ctx context.Context, orderID uint64) (payment.Payment, error)
+	Emit(ctx context.Context, evs ...outbox.Event) error
+	// Log is the logger for what the use case did: in a batch its lines
+	// wait for the COMMIT.
+	Log(l *slog.Logger) *slog.Logger
+}
+
+// Direct is the store of one transaction, the chapter's way.
+func Direct(tx *sqlx.Tx) Store { return direct{tx} }
+
+type direct struct{ tx *sqlx.Tx }
+
+func (d direct) Tx() *sqlx.Tx { return d.tx }
+
+func (d direct) LockPayment(ctx context.Context, orderID uint64) (payment.Payment, error) {
+	return paymentdb.Lock(ctx, d.tx, orderID)
+}
+
+func (d direct) Emit(ctx context.Context, evs ...outbox.Event) error {
+	_, err := outbox.Add(ctx, d.tx, evs...)
+	return err
+}
+
+func (direct) Log(l *slog.Logger) *slog.Logger { return l }
+
+// Batched is the store of a consumer batch: its payments read once
+// (batch.LockOnce; the saga's events and the charge and refund requests
+// carry the order id as their aggregate id), its events written together.
+func Batched(b *batch.Tx) Store { return batched{b} }
+
+type batched struct{ b *batch.Tx }
+
+func (s batched) Tx() *sqlx.Tx { return s.b.Tx }
+
+type batchPaymentsKey struct{}
+
+func (s batched) LockPayment(ctx context.Context, orderID uint64) (payment.Payment, error) {
+	return batch.LockOnce(s.b, batchPaymentsKey{}, orderID,
+		func(ids []uint64) (map[uint64]payment.Payment, error) { return paymentdb.LockAll(ctx, s.b.Tx, ids) },
+		func(id uint64) (payment.Payment, error) { return paymentdb.Lock(ctx, s.b.Tx, id) })
+}
+
+func (s batched) Emit(ctx context.Context, evs ...outbox.Event) error {
+	s.b.Emit(ctx, evs...)
+	return nil
+}
+
+func (s batched) Log(l *slog.Logger) *slog.Logger { return s.b.Log(l) }
