@@ -252,9 +252,9 @@ func TestPoisonMessageDoesNotBlockTheOthers(t *testing.T) {
 			good := 0
 			// The retry waits at least 1.5 s: time for the twenty on a busy
 			// machine, which is what the assertion below needs.
-			c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
-				Backoff: retry.Backoff{Base: 3 * time.Second, Cap: 3 * time.Second},
-				Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
+				Backoff: retry.Backoff{Base: 3 * time.Second, Cap: 3 * time.Second}},
+				inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 					mu.Lock()
 					defer mu.Unlock()
 					if e.EventID == poison.EventID {
@@ -266,7 +266,7 @@ func TestPoisonMessageDoesNotBlockTheOthers(t *testing.T) {
 					}
 					good++ // counted before commit; the commit of the last one is waited for below
 					return nil
-				}}})
+				}), nil)
 			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 1, batch)
 			f.Publish(t, inboxtest.Message(poison))
 			for i := 0; i < 20; i++ {

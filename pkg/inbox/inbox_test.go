@@ -280,9 +280,9 @@ func TestTransientFailureIsRetriedAfterADelay(t *testing.T) {
 			db := inboxtest.DB(t)
 			var mu sync.Mutex
 			var attempts []time.Time
-			c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
-				Backoff: retry.Backoff{Base: 300 * time.Millisecond, Cap: time.Second},
-				Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
+				Backoff: retry.Backoff{Base: 300 * time.Millisecond, Cap: time.Second}},
+				inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 					mu.Lock()
 					attempts = append(attempts, time.Now())
 					n := len(attempts)
@@ -291,7 +291,7 @@ func TestTransientFailureIsRetriedAfterADelay(t *testing.T) {
 						return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
 					}
 					return inboxtest.Increment(ctx, tx, e)
-				}}})
+				}), nil)
 			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
 			f.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
 			inboxtest.WaitFor(t, "the third attempt to commit", func() bool { return inboxtest.Effects(t, db.DB) == 1 })

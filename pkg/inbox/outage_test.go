@@ -32,9 +32,9 @@ func TestDatabaseOutageLosesNoMessage(t *testing.T) {
 			db := inboxtest.DB(t)
 			account := inboxtest.NewAccount(t, db)
 			const n, maxAttempts = 10, 3
-			c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: account.DB, Log: quiet, MaxAttempts: maxAttempts,
-				Backoff:  retry.Backoff{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond},
-				Handlers: map[events.Type]inbox.Handler{events.OrderCreated: inboxtest.Increment}})
+			c := inboxtest.Made(inbox.Config{Name: "inventory", DB: account.DB, Log: quiet, MaxAttempts: maxAttempts,
+				Backoff: retry.Backoff{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond}},
+				inboxtest.OnCreated(inboxtest.Increment), nil)
 			calls := &handled{n: map[string]int{}}
 			account.Lock(t)
 			b := inboxtest.ConsumeBatch(t, calls.countBatch(c.HandleBatch), 0, batch)

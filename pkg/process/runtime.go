@@ -163,25 +163,11 @@ func (r *Runtime) Consume(queue string, c *inbox.Consumer, bh rabbit.BatchHandle
 	r.consumers = append(r.consumers, consumer{queue: r.NS.Queue(queue), c: c, batch: bh})
 }
 
-// Handlers are a consumer's handlers, written once against a service's
-// store S, and the two ways to open S: over the chapter's one-event
-// transaction (Direct) and over a batch's (Batched).
-type Handlers[S any] struct {
-	Direct   func(tx *sqlx.Tx) S
-	Batched  func(b *batch.Tx) S
-	Plain    map[events.Type]batch.Handler[S]
-	External map[events.Type]batch.ExternalHandler[S]
-}
-
 // ConsumeWith registers consumer name on queue (Consume): the chapter's
-// consumer with hs over Direct, and the batch layer over it.
-func ConsumeWith[S any](r *Runtime, queue, name string, hs Handlers[S]) {
-	cfg := r.InboxConfig(name)
-	cfg.Handlers = batch.Direct(hs.Direct, hs.Plain)
-	cfg.External = batch.DirectExternal(hs.Direct, hs.External)
-	c := inbox.NewConsumer(cfg)
-	b := batch.New(batch.Config[S]{Inbox: c, Open: hs.Batched, Handlers: hs.Plain, External: hs.External,
-		Timeout: handlerTimeout, Metrics: r.Batch})
+// consumer running hs one event per transaction, and the batch layer over
+// it (pkg/inbox/batch).
+func ConsumeWith[S any](r *Runtime, queue, name string, hs batch.Handlers[S]) {
+	c, b := batch.New(r.InboxConfig(name), hs, batch.Options{Timeout: handlerTimeout, Metrics: r.Batch})
 	r.Consume(queue, c, b.HandleBatch)
 }
 

@@ -79,6 +79,9 @@ func RetryAfter(delay time.Duration, reason string) Decision {
 // reachable only through a failpoint.
 func Abandon(reason string) Decision { return Decision{kind: decideAbandon, Reason: reason} }
 
+// Abandoned reports whether d is Abandon.
+func (d Decision) Abandoned() bool { return d.kind == decideAbandon }
+
 // AlreadyAcked: the handler acked the delivery itself (only the wrong-way
 // "ack before commit" switch does that); do nothing more.
 func AlreadyAcked() Decision { return Decision{kind: decideNothing} }

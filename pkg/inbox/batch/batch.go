@@ -28,17 +28,18 @@ type Handler[S any] func(ctx context.Context, s S, e events.Envelope) error
 // outside any transaction, then the Handler that records its outcome.
 type ExternalHandler[S any] func(ctx context.Context, e events.Envelope) (Handler[S], error)
 
-// Config describes the batch layer of one consumer.
-type Config[S any] struct {
-	// Inbox is the chapter's consumer of the same name, with the same
-	// handlers (made with Direct and DirectExternal): the path of every
-	// delivery the batch does not take, and of every fallback.
-	Inbox *inbox.Consumer
-	// Open makes the service's store over a batch transaction, once per
-	// batch.
-	Open     func(b *Tx) S
-	Handlers map[events.Type]Handler[S]
+// Handlers are a consumer's handlers, written once against a service's
+// store S, and the two ways to open S: over the chapter's one-event
+// transaction (Direct) and over a batch's (Batched, once per batch).
+type Handlers[S any] struct {
+	Direct   func(tx *sqlx.Tx) S
+	Batched  func(b *Tx) S
+	Plain    map[events.Type]Handler[S]
 	External map[events.Type]ExternalHandler[S]
+}
+
+// Options tune the batch layer.
+type Options struct {
 	// Timeout bounds each piece of work on its own: one external call, the
 	// batch transaction, one delivery sent down the chapter's path
 	// [30 s, rabbit.ConsumeConfig's HandlerTimeout].
@@ -49,24 +50,31 @@ type Config[S any] struct {
 // Consumer is the batch layer of one consumer: its HandleBatch is the
 // rabbit.BatchHandler when CONSUMER_BATCH > 1.
 type Consumer[S any] struct {
-	cfg Config[S]
-	in  inbox.Config // the chapter's consumer's, defaults filled in
+	inbox *inbox.Consumer // the chapter's: every delivery the batch does not take, every fallback
+	in    inbox.Config    // its configuration, defaults filled in
+	hs    Handlers[S]
+	opt   Options
 }
 
-// New checks cfg and fills in defaults.
-func New[S any](cfg Config[S]) *Consumer[S] {
-	if cfg.Inbox == nil || cfg.Open == nil {
-		panic("batch: a consumer needs the chapter's consumer and its store")
+// New makes the chapter's consumer of cfg, running hs one event per
+// transaction (its Handlers and External are made from hs with Direct),
+// and the batch layer over it, running the same hs over Batched.
+func New[S any](cfg inbox.Config, hs Handlers[S], opt Options) (*inbox.Consumer, *Consumer[S]) {
+	if hs.Direct == nil || hs.Batched == nil {
+		panic("batch: a consumer needs both ways to open its store")
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 30 * time.Second
+	cfg.Handlers = Direct(hs.Direct, hs.Plain)
+	cfg.External = DirectExternal(hs.Direct, hs.External)
+	c := inbox.NewConsumer(cfg)
+	if opt.Timeout <= 0 {
+		opt.Timeout = 30 * time.Second
 	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
+	if opt.Metrics == nil {
+		opt.Metrics = NewMetrics(nil)
 	}
-	in := cfg.Inbox.Config()
-	cfg.Metrics.start(in.Name)
-	return &Consumer[S]{cfg: cfg, in: in}
+	in := c.Config()
+	opt.Metrics.start(in.Name)
+	return c, &Consumer[S]{inbox: c, in: in, hs: hs, opt: opt}
 }
 
 // Direct makes the chapter's inbox handlers of handlers written against a
@@ -116,7 +124,7 @@ func (c *Consumer[S]) HandleBatch(ctx context.Context, ds []rabbit.Delivery) []r
 				"consumer", c.in.Name, "panic", p, "stack", string(debug.Stack()))
 			for i, d := range ds {
 				if !ts.decided[i] {
-					ts.decide(i, c.cfg.Inbox.Decide(ctx, d, fmt.Errorf("%w: %v", inbox.ErrPanic, p)))
+					ts.decide(i, c.inbox.Decide(ctx, d, fmt.Errorf("%w: %v", inbox.ErrPanic, p)))
 				}
 			}
 		}
@@ -124,7 +132,7 @@ func (c *Consumer[S]) HandleBatch(ctx context.Context, ds []rabbit.Delivery) []r
 	var run []item[S]
 	flush := func() { c.run(ctx, run, &ts); run = nil }
 	for i, d := range ds {
-		c.cfg.Inbox.Arrived(d)
+		c.inbox.Arrived(d)
 		it, ok := c.item(i, d)
 		switch {
 		case !ok || copyIn(run, it):
@@ -167,11 +175,11 @@ func (c *Consumer[S]) item(i int, d rabbit.Delivery) (item[S], bool) {
 		return item[S]{}, false
 	}
 	it := item[S]{index: i, d: d, e: e, trace: tracing.Child(e.Traceparent)}
-	if ext, ok := c.cfg.External[e.Type]; ok { // as the inbox: the external call wins
+	if ext, ok := c.hs.External[e.Type]; ok { // as the inbox: the external call wins
 		it.ext = ext
 		return it, true
 	}
-	h, ok := c.cfg.Handlers[e.Type]
+	h, ok := c.hs.Plain[e.Type]
 	it.h = h
 	return it, ok
 }
@@ -199,9 +207,9 @@ func callsOnSameAggregate[S any](run []item[S], it item[S]) bool {
 
 // alone sends d down the chapter's path, with a time bound of its own.
 func (c *Consumer[S]) alone(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
-	return c.cfg.Inbox.HandleArrived(ctx, d)
+	return c.inbox.HandleArrived(ctx, d)
 }
 
 // run processes one run: a run of one down the chapter's path; a longer
@@ -220,7 +228,7 @@ func (c *Consumer[S]) run(ctx context.Context, run []item[S], ts *takes) {
 		if err == nil {
 			c.committed(ctx, b, run, ts)
 		} else {
-			c.cfg.Metrics.fallbacks.WithLabelValues(c.in.Name).Inc()
+			c.opt.Metrics.fallbacks.WithLabelValues(c.in.Name).Inc()
 			c.in.Log.Info("batch rolled back; its deliveries go one at a time", "consumer", c.in.Name,
 				"events", len(run), "err", err)
 			for _, it := range run {
@@ -237,24 +245,32 @@ func (c *Consumer[S]) run(ctx context.Context, run []item[S], ts *takes) {
 // decides a committed event (counted, then acked), the run's held log
 // lines written, the dispatcher woken once.
 func (c *Consumer[S]) committed(ctx context.Context, b *Tx, run []item[S], ts *takes) {
-	m := c.cfg.Metrics
+	m := c.opt.Metrics
 	m.batches.WithLabelValues(c.in.Name).Inc()
 	m.events.WithLabelValues(c.in.Name).Add(float64(len(run)))
 	b.writeLog()
 	if c.in.AfterCommit != nil {
 		c.in.AfterCommit()
 	}
+	abandon := false
 	for _, it := range run {
 		// Window: committed, not acked. A crash here redelivers every
 		// message of the run; their inbox rows make them duplicates.
-		ts.decide(it.index, c.cfg.Inbox.Decide(tracing.With(ctx, it.trace), it.d, nil))
+		d := c.inbox.Decide(tracing.With(ctx, it.trace), it.d, nil)
+		abandon = abandon || d.Abandoned()
+		ts.decide(it.index, d)
+	}
+	if abandon { // the failpoint of that window: no delivery of the run is acked
+		for _, it := range run {
+			ts.decide(it.index, rabbit.Abandon("inbox.after-commit-before-ack"))
+		}
 	}
 }
 
 // transact commits run in one transaction (doc.go), bounded by Timeout.
 // A panic of a handler is an error here: the transaction has rolled back.
 func (c *Consumer[S]) transact(ctx context.Context, run []item[S]) (b *Tx, err error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.opt.Timeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
@@ -275,7 +291,7 @@ func (c *Consumer[S]) transact(ctx context.Context, run []item[S]) (b *Tx, err e
 		if err := failpoint.Inject(ctx, "inbox.after-claim"); err != nil {
 			return err
 		}
-		s := c.cfg.Open(b)
+		s := c.hs.Batched(b)
 		for i, it := range run {
 			b.current = i
 			if err := it.h(tracing.With(ctx, it.trace), s, it.e); err != nil {
@@ -346,7 +362,7 @@ func (c *Consumer[S]) callOut(ctx context.Context, run []item[S], ts *takes) (ke
 		case errors.Is(errs[i], errLater):
 			later = append(later, it)
 		default:
-			ts.decide(it.index, c.cfg.Inbox.Decide(tracing.With(ctx, it.trace), it.d, errs[i]))
+			ts.decide(it.index, c.inbox.Decide(tracing.With(ctx, it.trace), it.d, errs[i]))
 		}
 	}
 	return kept, later
@@ -358,7 +374,7 @@ var errLater = errors.New("processed on its own")
 // call makes one external call with its own time bound; a panic is a
 // failed call.
 func (c *Consumer[S]) call(ctx context.Context, it *item[S]) (h Handler[S], err error) {
-	ctx, cancel := context.WithTimeout(tracing.With(ctx, it.trace), c.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(tracing.With(ctx, it.trace), c.opt.Timeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {

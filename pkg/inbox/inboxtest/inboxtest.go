@@ -22,6 +22,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
@@ -93,18 +94,48 @@ func Delivery(queue string, e events.Envelope) rabbit.Delivery {
 	}}
 }
 
+// TestConsumer is a consumer of the tests: the chapter's (pkg/inbox), and
+// its batch layer (pkg/inbox/batch) for HandleBatch. The handlers of these
+// tests write straight to the transaction: their store is the *sqlx.Tx.
+type TestConsumer struct {
+	*inbox.Consumer
+	Batch *batch.Consumer[*sqlx.Tx]
+}
+
+// HandleBatch is the batch layer's rabbit.BatchHandler.
+func (c TestConsumer) HandleBatch(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision {
+	return c.Batch.HandleBatch(ctx, ds)
+}
+
 // Consumer is a consumer named name that handles order.created with h.
-func Consumer(db *sqlx.DB, name string, h inbox.Handler) *inbox.Consumer {
+func Consumer(db *sqlx.DB, name string, h inbox.Handler) TestConsumer {
 	c, _ := Metered(db, name, h)
 	return c
 }
 
 // Metered is Consumer with its metrics on a registry of its own (read them
 // with Counter).
-func Metered(db *sqlx.DB, name string, h inbox.Handler) (*inbox.Consumer, *prometheus.Registry) {
+func Metered(db *sqlx.DB, name string, h inbox.Handler) (TestConsumer, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
-	return inbox.NewConsumer(inbox.Config{Name: name, DB: db, Log: quiet, Metrics: inbox.NewMetrics(reg),
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: h}}), reg
+	return Made(inbox.Config{Name: name, DB: db, Metrics: inbox.NewMetrics(reg)}, OnCreated(h), batch.NewMetrics(reg)), reg
+}
+
+// OnCreated is h as the handler of order.created.
+func OnCreated(h inbox.Handler) batch.Handlers[*sqlx.Tx] {
+	return batch.Handlers[*sqlx.Tx]{Plain: map[events.Type]batch.Handler[*sqlx.Tx]{events.OrderCreated: batch.Handler[*sqlx.Tx](h)}}
+}
+
+// Made is a test consumer of cfg (quiet unless it has a logger) with
+// handlers written against the transaction itself, and batch metrics m
+// (nil: none).
+func Made(cfg inbox.Config, hs batch.Handlers[*sqlx.Tx], m *batch.Metrics) TestConsumer {
+	if cfg.Log == nil {
+		cfg.Log = quiet
+	}
+	hs.Direct = func(tx *sqlx.Tx) *sqlx.Tx { return tx }
+	hs.Batched = func(b *batch.Tx) *sqlx.Tx { return b.Tx }
+	c, b := batch.New(cfg, hs, batch.Options{Metrics: m})
+	return TestConsumer{Consumer: c, Batch: b}
 }
 
 // Broker is a queue of its own, bound to order.created, with a consume loop

@@ -21,7 +21,7 @@ func (f *fixture) handleInBatches(t *testing.T, batch int, es ...events.Envelope
 		for i, e := range es[:n] {
 			ds[i] = delivery(e)
 		}
-		for i, d := range f.c.HandleBatch(context.Background(), ds) {
+		for i, d := range f.b.HandleBatch(context.Background(), ds) {
 			if d != rabbit.Ack() {
 				t.Fatalf("%s of order %d: decision %+v, want ack", es[i].Type, es[i].AggregateID, d)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
@@ -31,7 +32,8 @@ var seed = map[string][2]int64{
 type fixture struct {
 	db  *sqldbtest.DB
 	app *inventoryapp.App
-	c   *inbox.Consumer // the service's real consumer: its name and handlers
+	c   *inbox.Consumer                     // the service's real consumer: its name and handlers
+	b   *batch.Consumer[inventoryapp.Store] // its batch layer
 	reg *prometheus.Registry
 }
 
@@ -49,9 +51,9 @@ func setupWrongWay(t *testing.T, ww *wrongway.Set) *fixture {
 	// either; a test that needs one over moves it into the past.
 	app := inventoryapp.New(db.DB, quiet, inventoryapp.Config{Consumer: inventorybindings.ConsumerName, WrongWay: ww})
 	reg := prometheus.NewRegistry()
-	c := inbox.NewConsumer(inbox.Config{Name: inventorybindings.ConsumerName, DB: db.DB,
-		Handlers: inventorybindings.Handlers(app), Log: quiet, Metrics: inbox.NewMetrics(reg)})
-	return &fixture{db: db, app: app, c: c, reg: reg}
+	c, b := batch.New(inbox.Config{Name: inventorybindings.ConsumerName, DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg)},
+		inventorybindings.Handlers(app), batch.Options{Metrics: batch.NewMetrics(reg)})
+	return &fixture{db: db, app: app, c: c, b: b, reg: reg}
 }
 
 // process delivers e through the inbox and fails the test on an error.

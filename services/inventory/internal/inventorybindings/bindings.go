@@ -6,7 +6,6 @@ package inventorybindings
 import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
-	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 )
@@ -34,8 +33,8 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 // transition (docs/contract.md, "Ordering"): a conditional update on the
 // legal prior status, so an event that arrives out of order changes nothing
 // it should not.
-func Handlers(app *inventoryapp.App) process.Handlers[inventoryapp.Store] {
-	return process.Handlers[inventoryapp.Store]{
+func Handlers(app *inventoryapp.App) batch.Handlers[inventoryapp.Store] {
+	return batch.Handlers[inventoryapp.Store]{
 		Direct:  inventoryapp.Direct,
 		Batched: inventoryapp.Batched,
 		Plain: map[events.Type]batch.Handler[inventoryapp.Store]{

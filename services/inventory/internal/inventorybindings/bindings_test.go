@@ -21,7 +21,7 @@ func TestBindingsMatchHandlers(t *testing.T) {
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys = %v, want %v", keys, want)
 	}
-	h := Handlers(nil)
+	h := Handlers(nil).Plain
 	for _, k := range keys {
 		if h[k] == nil {
 			t.Errorf("no handler for bound key %s", k)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
@@ -42,8 +43,8 @@ func setup(t *testing.T) *fixture {
 	r.Route("/admin", inventoryhttp.AdminRoutes(app, quiet))
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
-	c := inbox.NewConsumer(inbox.Config{Name: inventorybindings.ConsumerName, DB: db.DB,
-		Handlers: inventorybindings.Handlers(app), Log: quiet})
+	c, _ := batch.New(inbox.Config{Name: inventorybindings.ConsumerName, DB: db.DB, Log: quiet},
+		inventorybindings.Handlers(app), batch.Options{})
 	return &fixture{db: db, srv: srv, c: c}
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
-	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
@@ -103,8 +102,7 @@ func TestHistoryOfABatch(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	cons := inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: f.db, Handlers: orderbindings.Handlers(f.app),
-		Log: quiet, Metrics: inbox.NewMetrics(reg)})
+	cons := newConsumer(f.db, f.app, reg)
 	var os []order.Order
 	for i := 0; i < 3; i++ {
 		o, _, err := f.app.Create(ctx, fmt.Sprintf("k%d", i), twoKeyboards)

@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
@@ -23,8 +22,7 @@ func TestBatchLocksItsOrdersOnceAndDecidesOnTheirLatestState(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	reg := prometheus.NewRegistry()
-	f.cons = inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: f.db, Log: quiet,
-		Handlers: orderbindings.Handlers(f.app), Metrics: inbox.NewMetrics(reg)})
+	f.cons = newConsumer(f.db, f.app, reg)
 	ctx := context.Background()
 	var es []events.Envelope
 	var os []order.Order

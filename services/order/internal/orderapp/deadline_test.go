@@ -11,11 +11,9 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
-	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
-	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
@@ -38,7 +36,7 @@ func newDeadlineFixture(t *testing.T) *deadlineFixture {
 	db := sqldbtest.New(t, "order")
 	f := &deadlineFixture{fixture: &fixture{db: db.DB}, payment: newPeer(t, "/payments/", adminToken)}
 	f.app, f.reg = f.newApp()
-	f.cons = inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: db.DB, Handlers: orderbindings.Handlers(f.app), Log: quiet})
+	f.cons = newConsumer(db.DB, f.app, nil)
 	return f
 }
 

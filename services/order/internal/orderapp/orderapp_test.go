@@ -13,10 +13,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
@@ -29,7 +32,7 @@ type fixture struct {
 	db    *sqlx.DB
 	app   *orderapp.App
 	wakes *atomic.Int32
-	cons  *inbox.Consumer
+	cons  consumer
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -37,7 +40,7 @@ func newFixture(t *testing.T) *fixture {
 	db := sqldbtest.New(t, "order")
 	var wakes atomic.Int32
 	app := orderapp.New(db.DB, func() { wakes.Add(1) }, quiet, orderapp.Config{})
-	cons := inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: db.DB, Handlers: orderbindings.Handlers(app), Log: quiet})
+	cons := newConsumer(db.DB, app, nil)
 	return &fixture{db: db.DB, app: app, wakes: &wakes, cons: cons}
 }
 
@@ -576,4 +579,27 @@ func TestCommitFailureCancelsAndRefunds(t *testing.T) {
 	if last := rows[len(rows)-1]; last.Type != events.OrderCancelled || last.Version != 3 {
 		t.Fatalf("last event = %s v%d, want order.cancelled v3", last.Type, last.Version)
 	}
+}
+
+// consumer is the order service's consumer as the service runs it: the
+// chapter's (pkg/inbox) and its batch layer (HandleBatch).
+type consumer struct {
+	*inbox.Consumer
+	batch *batch.Consumer[orderapp.Store]
+}
+
+func (c consumer) HandleBatch(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision {
+	return c.batch.HandleBatch(ctx, ds)
+}
+
+// newConsumer makes the order service's consumer on db, its metrics on reg
+// (nil: none).
+func newConsumer(db *sqlx.DB, app *orderapp.App, reg *prometheus.Registry) consumer {
+	cfg := inbox.Config{Name: orderbindings.ConsumerName, DB: db, Log: quiet}
+	opt := batch.Options{}
+	if reg != nil {
+		cfg.Metrics, opt.Metrics = inbox.NewMetrics(reg), batch.NewMetrics(reg)
+	}
+	c, b := batch.New(cfg, orderbindings.Handlers(app), opt)
+	return consumer{Consumer: c, batch: b}
 }

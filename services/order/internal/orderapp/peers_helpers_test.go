@@ -15,11 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/failpoint"
-	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
-	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
@@ -200,7 +198,7 @@ func newRecon(t *testing.T) *recon {
 		Peers:      peerclient.New(inv.srv.URL, pay.srv.URL, adminToken, 2*time.Second),
 		Registerer: reg,
 	})
-	cons := inbox.NewConsumer(inbox.Config{Name: orderbindings.ConsumerName, DB: db.DB, Handlers: orderbindings.Handlers(app), Log: quiet})
+	cons := newConsumer(db.DB, app, nil)
 	t.Cleanup(func() {
 		if n := inv.psp.Load() + pay.psp.Load(); n != 0 {
 			t.Errorf("%d calls to the PSP", n)

@@ -5,7 +5,6 @@ package orderbindings
 import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
-	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
@@ -33,8 +32,8 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 // Handlers maps each consumed event type to its use case, written against
 // orderapp.Store: run one event per transaction by the chapter's consumer,
 // several by the batch layer (pkg/process.ConsumeWith).
-func Handlers(app *orderapp.App) process.Handlers[orderapp.Store] {
-	return process.Handlers[orderapp.Store]{
+func Handlers(app *orderapp.App) batch.Handlers[orderapp.Store] {
+	return batch.Handlers[orderapp.Store]{
 		Direct:  orderapp.Direct,
 		Batched: orderapp.Batched,
 		Plain: map[events.Type]batch.Handler[orderapp.Store]{

@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
@@ -22,8 +21,7 @@ func TestChargesInOneBatch(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 0)
 	reg := prometheus.NewRegistry()
-	charges := inbox.NewConsumer(inbox.Config{Name: paymentbindings.PSPConsumer, DB: f.db.DB, Log: quiet,
-		External: paymentbindings.PSPHandlers(f.app), Metrics: inbox.NewMetrics(reg)})
+	_, charges := f.consumer(paymentbindings.PSPConsumer, paymentbindings.PSPHandlers(f.app), reg)
 	customers := []string{"c-1", "c-2", "decline-3", "c-4"}
 	ds := make([]rabbit.Delivery, len(customers))
 	for i, c := range customers {

@@ -20,6 +20,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
@@ -92,13 +93,21 @@ func newFixtureWith(t *testing.T, pspTimeout time.Duration, cfg paymentapp.Confi
 	f.pspView = psp.NewClient(base, nil)
 
 	f.app = paymentapp.New(f.db.DB, psp.NewClient(base, &http.Client{Timeout: pspTimeout}), quiet, f.metrics, cfg)
-	f.saga = inbox.NewConsumer(inbox.Config{Name: paymentbindings.SagaConsumer, DB: f.db.DB,
-		Handlers: paymentbindings.SagaHandlers(f.app), Log: quiet})
-	f.charges = inbox.NewConsumer(inbox.Config{Name: paymentbindings.PSPConsumer, DB: f.db.DB,
-		External: paymentbindings.PSPHandlers(f.app), Log: quiet})
-	f.refunds = inbox.NewConsumer(inbox.Config{Name: paymentbindings.RefundConsumer, DB: f.db.DB,
-		External: paymentbindings.RefundHandlers(f.app), Log: quiet})
+	f.saga, _ = f.consumer(paymentbindings.SagaConsumer, paymentbindings.SagaHandlers(f.app), nil)
+	f.charges, _ = f.consumer(paymentbindings.PSPConsumer, paymentbindings.PSPHandlers(f.app), nil)
+	f.refunds, _ = f.consumer(paymentbindings.RefundConsumer, paymentbindings.RefundHandlers(f.app), nil)
 	return f
+}
+
+// consumer makes a payment consumer as the service runs it: the chapter's
+// (pkg/inbox) and its batch layer, with their metrics on reg (nil: none).
+func (f *fixture) consumer(name string, hs batch.Handlers[paymentapp.Store], reg *prometheus.Registry) (*inbox.Consumer, *batch.Consumer[paymentapp.Store]) {
+	cfg := inbox.Config{Name: name, DB: f.db.DB, Log: quiet}
+	opt := batch.Options{}
+	if reg != nil {
+		cfg.Metrics, opt.Metrics = inbox.NewMetrics(reg), batch.NewMetrics(reg)
+	}
+	return batch.New(cfg, hs, opt)
 }
 
 // reserved is inventory's event for an order, as it arrives on the wire.

@@ -15,7 +15,6 @@ package paymentbindings
 import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
-	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 )
@@ -50,8 +49,8 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 
 // SagaHandlers maps each saga event the "payment" consumer takes to its use
 // case (run inside the inbox transaction, through paymentapp.Store).
-func SagaHandlers(app *paymentapp.App) process.Handlers[paymentapp.Store] {
-	return process.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
+func SagaHandlers(app *paymentapp.App) batch.Handlers[paymentapp.Store] {
+	return batch.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
 		Plain: map[events.Type]batch.Handler[paymentapp.Store]{
 			events.InventoryReserved: app.OnInventoryReserved,
 			events.OrderCancelled:    app.OnOrderCancelled,
@@ -61,8 +60,8 @@ func SagaHandlers(app *paymentapp.App) process.Handlers[paymentapp.Store] {
 // PSPHandlers maps the "payment-psp" consumer's events to their external
 // handlers: the PSP call first, outside any transaction, then the recording
 // of its outcome inside the inbox transaction.
-func PSPHandlers(app *paymentapp.App) process.Handlers[paymentapp.Store] {
-	return process.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
+func PSPHandlers(app *paymentapp.App) batch.Handlers[paymentapp.Store] {
+	return batch.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
 		External: map[events.Type]batch.ExternalHandler[paymentapp.Store]{
 			events.PaymentChargeRequested: app.ChargeAtPSP,
 		}}
@@ -70,8 +69,8 @@ func PSPHandlers(app *paymentapp.App) process.Handlers[paymentapp.Store] {
 
 // RefundHandlers maps the "payment-refunds" consumer's events to their
 // external handlers, like PSPHandlers.
-func RefundHandlers(app *paymentapp.App) process.Handlers[paymentapp.Store] {
-	return process.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
+func RefundHandlers(app *paymentapp.App) batch.Handlers[paymentapp.Store] {
+	return batch.Handlers[paymentapp.Store]{Direct: paymentapp.Direct, Batched: paymentapp.Batched,
 		External: map[events.Type]batch.ExternalHandler[paymentapp.Store]{
 			events.PaymentRefundRequested: app.RefundAtPSP,
 		}}

@@ -1,9 +1,10 @@
-package inbox_test
+package batch_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/instance"
 	"github.com/relmsg/ordersaga/pkg/outbox"
@@ -33,12 +35,23 @@ func deliveries(es ...events.Envelope) []rabbit.Delivery {
 	return ds
 }
 
+// newEvents makes n new events, each of its own aggregate (events of one
+// aggregate where one calls out never share a run).
 func newEvents(n int) []events.Envelope {
 	es := make([]events.Envelope, n)
 	for i := range es {
 		es[i] = inboxtest.Event(events.OrderCreated)
+		es[i].AggregateID = uint64(1000 + i)
 	}
 	return es
+}
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func delivery(e events.Envelope, attempt int, firstFailed time.Time) rabbit.Delivery {
+	d := inboxtest.Delivery("inventory.order-events", e)
+	d.Attempt, d.FirstFailedAt = attempt, firstFailed
+	return d
 }
 
 // wantDecisions checks that every decision is a plain ack.
@@ -143,13 +156,13 @@ func TestPoisonInsideABatch(t *testing.T) {
 	db := inboxtest.DB(t)
 	es := newEvents(4)
 	poison := es[1]
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet},
+		inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 			if e.EventID == poison.EventID {
 				return inbox.Permanent(errors.New("simulated: cannot ever apply"))
 			}
 			return inboxtest.Increment(ctx, tx, e)
-		}}})
+		}), nil)
 	ds := deliveries(es...)
 	noID := delivery(inboxtest.Event(events.OrderCreated), 1, time.Time{})
 	noID.MessageId = "not-a-uuid"
@@ -175,13 +188,13 @@ func TestTransientFailureInsideABatch(t *testing.T) {
 	t.Parallel()
 	db := inboxtest.DB(t)
 	es := newEvents(4)
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet},
+		inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 			if e.EventID == es[3].EventID {
 				return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
 			}
 			return inboxtest.Increment(ctx, tx, e)
-		}}})
+		}), nil)
 	decisions := c.HandleBatch(context.Background(), deliveries(es...))
 	wantAcks(t, decisions[:3], 3)
 	if decisions[3] == rabbit.Ack() || !strings.Contains(decisions[3].Reason, "Lock wait") {
@@ -284,8 +297,8 @@ func TestBatchWritesEveryResultEventOnce(t *testing.T) {
 		es[i].AggregateID = uint64(100 + i)
 	}
 	poison := es[5]
-	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet},
+		inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 			if _, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: e.AggregateID, AggregateVersion: 1,
 				Type: events.InventoryReserved, Payload: map[string]string{"order_id": fmt.Sprint(e.AggregateID)}}); err != nil {
 				return err
@@ -294,7 +307,7 @@ func TestBatchWritesEveryResultEventOnce(t *testing.T) {
 				return inbox.Permanent(errors.New("simulated: cannot ever apply"))
 			}
 			return inboxtest.Increment(ctx, tx, e)
-		}}})
+		}), nil)
 	ctx := context.Background()
 	wantAcks(t, c.HandleBatch(ctx, deliveries(es[:3]...)), 3)
 	wantAcks(t, c.HandleBatch(ctx, deliveries(es[3:]...)), 3)
@@ -321,8 +334,8 @@ func (c *externalCalls) of(id string) int {
 
 // external is an ExternalHandler that counts its calls and fails as fail
 // says; its record step is record.
-func (c *externalCalls) external(fail map[string]error, record inbox.Handler) inbox.ExternalHandler {
-	return func(ctx context.Context, e events.Envelope) (inbox.Handler, error) {
+func (c *externalCalls) external(fail map[string]error, record inbox.Handler) batch.ExternalHandler[*sqlx.Tx] {
+	return func(ctx context.Context, e events.Envelope) (batch.Handler[*sqlx.Tx], error) {
 		c.mu.Lock()
 		if c.n == nil {
 			c.n = map[string]int{}
@@ -332,7 +345,7 @@ func (c *externalCalls) external(fail map[string]error, record inbox.Handler) in
 		if err := fail[e.EventID]; err != nil {
 			return nil, err
 		}
-		return record, nil
+		return batch.Handler[*sqlx.Tx](record), nil
 	}
 }
 
@@ -351,8 +364,10 @@ func TestExternalCallsOfABatchShareOneTransaction(t *testing.T) {
 		es[2].EventID: inbox.Permanent(errors.New("simulated: PSP refused the charge")),
 	}
 	reg := prometheus.NewRegistry()
-	c := inbox.NewConsumer(inbox.Config{Name: "payment-psp", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg),
-		External: map[events.Type]inbox.ExternalHandler{events.OrderCreated: calls.external(fail, inboxtest.Increment)}})
+	c := inboxtest.Made(inbox.Config{Name: "payment-psp", DB: db.DB, Log: quiet,
+		Metrics: inbox.NewMetrics(reg)},
+		batch.Handlers[*sqlx.Tx]{External: map[events.Type]batch.ExternalHandler[*sqlx.Tx]{events.OrderCreated: calls.external(fail, inboxtest.Increment)}},
+		batch.NewMetrics(reg))
 	ctx := context.Background()
 	if err := c.Process(ctx, es[0]); err != nil { // committed before the batch
 		t.Fatal(err)
@@ -408,8 +423,8 @@ func TestExternalBatchRollbackCallsAgain(t *testing.T) {
 		}
 		return inboxtest.Increment(ctx, tx, e)
 	}
-	c := inbox.NewConsumer(inbox.Config{Name: "payment-psp", DB: db.DB, Log: quiet,
-		External: map[events.Type]inbox.ExternalHandler{events.OrderCreated: calls.external(nil, record)}})
+	c := inboxtest.Made(inbox.Config{Name: "payment-psp", DB: db.DB, Log: quiet},
+		batch.Handlers[*sqlx.Tx]{External: map[events.Type]batch.ExternalHandler[*sqlx.Tx]{events.OrderCreated: calls.external(nil, record)}}, nil)
 	wantAcks(t, c.HandleBatch(context.Background(), deliveries(es...)), 4)
 	if got := inboxtest.Effects(t, db.DB); got != 3 {
 		t.Fatalf("effects = %d, want 3", got)
