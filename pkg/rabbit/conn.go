@@ -208,9 +208,14 @@ func (c *Conn) connect(ctx context.Context, addr string) (*amqp.Connection, erro
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	if err := c.topo.Declare(conn); err != nil {
+	earlier, err := c.topo.declare(conn)
+	if err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("declare topology: %w", err)
+	}
+	for _, q := range earlier {
+		c.log.Warn("queue declared by an earlier version: its dead-lettering stays at-most-once until an operator sets the policy of docs/operations.md (Upgrading the queues)",
+			"queue", q)
 	}
 	return conn, nil
 }
