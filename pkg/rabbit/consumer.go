@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -360,6 +361,57 @@ func (c *Conn) settle(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, 
 		}
 	}
 	return false
+}
+
+// retryLater puts the delayed copy of d in its retry queue, then acks d.
+// When the copy cannot be published (a broker refusing, a retry queue that
+// cannot be declared), d is not requeued at once: 不要无限立即 requeue, an
+// instant requeue is a hot loop on one bad message. It stays with this
+// worker, unacked (still on the broker), while the copy is tried again with
+// backoff for up to HandlerTimeout. Only then, or at shutdown, is it
+// returned to its queue, where the quorum queue's delivery limit counts it.
+func (c *Conn) retryLater(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, d Delivery, delay time.Duration) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandlerTimeout)
+	defer cancel()
+	backoff := retry.Backoff{Base: 200 * time.Millisecond, Cap: 5 * time.Second}
+	for failures := 1; ; failures++ {
+		err := c.scheduleRetry(sctx, pub, d, delay)
+		if err == nil {
+			break
+		}
+		wait := backoff.Delay(failures)
+		if deadline, _ := sctx.Deadline(); time.Now().Add(wait).After(deadline) || !retry.Wait(ctx, wait) {
+			log.Error("could not schedule the retry; returning the message to its queue", "message_id", d.MessageId,
+				"err", err, "tries", failures)
+			_ = d.Nack(false, true)
+			return
+		}
+		log.Warn("could not schedule the retry; trying again", "message_id", d.MessageId, "err", err,
+			"retry_in", wait.Round(time.Millisecond))
+	}
+	if err := d.Ack(false); err != nil {
+		log.Warn("ack after retry scheduling failed; the message may run twice", "message_id", d.MessageId, "err", err)
+	}
+}
+
+// retryTierBase is the delay of retry tier 0; tier k holds delays in
+// [base*2^k, base*2^(k+1)). Expiry is per message, and a queue only expires
+// its head, so one queue per tier keeps a short delay from waiting behind a
+// long one: within a tier delays differ by less than 2x.
+const retryTierBase = 250 * time.Millisecond
+
+const maxRetryTier = 12 // about 17 minutes
+
+// RetryTier returns the retry queue tier for a delay.
+func RetryTier(delay time.Duration) int {
+	if delay < retryTierBase {
+		return 0
+	}
+	t := bits.Len64(uint64(delay/retryTierBase)) - 1
+	if t > maxRetryTier {
+		t = maxRetryTier
+	}
+	return t
 }
 
 func intHeader(h amqp.Table, key string) (int64, bool) {
