@@ -3,7 +3,7 @@
 // node (reconnect with backoff to the next address of its list, redeclare
 // the topology), a publisher that waits for publisher confirms and treats a
 // mandatory return as a failure, and a consume loop with manual acks,
-// bounded prefetch and delayed retries.
+// bounded prefetch and delayed retries, which outlives a panicking handler.
 package rabbit
 
 import (

@@ -329,8 +329,10 @@ func call(ctx context.Context, timeout time.Duration, handle BatchHandler, dels 
 	return decisions, nil
 }
 
-// returnToQueue nacks d with requeue after its handler failed: the quorum
-// queue's delivery limit bounds how often that happens to one message.
+// returnToQueue nacks d with requeue after its handler failed. The requeue
+// is immediate but bounded: the quorum queue's delivery limit caps how
+// often it happens to one message, then dead-letters it (有限重试与死信),
+// so it is not the endless instant requeue the chapter forbids.
 func returnToQueue(log *slog.Logger, d Delivery, err error) {
 	attrs := []any{"message_id", d.MessageId, "err", err}
 	if p, ok := err.(*handlerPanic); ok {
