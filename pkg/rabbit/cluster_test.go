@@ -28,8 +28,8 @@ import (
 
 // On a three-node cluster an event fails once and waits in its retry tier,
 // its original acked: the tier is then its only copy. The node leading the
-// tier (also the one the consumer is connected to) is killed and its data
-// directory removed. The tier is a quorum queue, so the two other nodes
+// tier (usually the consumer's node too: a quorum queue's leader starts
+// where it was declared) is killed and its data directory removed. The tier is a quorum queue, so the two other nodes
 // still hold the event; it expires there, is dead-lettered back to its
 // queue at least once, and the inbox consumer, moved to another node,
 // applies it exactly once.
@@ -55,17 +55,8 @@ func TestRetryOutlivesTheNodeHoldingIt(t *testing.T) {
 	t.Cleanup(func() { cancel(); loops.Wait() })
 	loops.Go(func() { _ = conn.Run(ctx) })
 
-	var failed, killed atomic.Bool
-	consumer := inbox.NewConsumer(inbox.Config{Name: "probe", DB: db.DB, Log: quiet,
-		// 6 to 12 s in the retry tier: time enough to find and kill its leader.
-		Backoff: retry.Backoff{Base: 12 * time.Second, Cap: 12 * time.Second},
-		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-			if !failed.Swap(true) {
-				return errors.New("simulated transient failure")
-			}
-			_, err := tx.ExecContext(ctx, `INSERT INTO applied (event_id) VALUES (?)`, e.EventID)
-			return err
-		}}})
+	var killed atomic.Bool
+	consumer := failingOnce(db.DB)
 	type delivery struct {
 		attempt      int
 		afterTheKill bool
@@ -92,23 +83,10 @@ func TestRetryOutlivesTheNodeHoldingIt(t *testing.T) {
 	tier := waitForRetry(t, nodes[0], queue)
 	victim := nodeNamed(t, nodes, tier.Leader)
 	consumerOn := conn.Address()
-	if err := syscall.Kill(victim.PID(), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	alive := killWithItsData(t, nodes, victim)
 	killed.Store(true)
-	testutil.WaitFor(t, 10*time.Second, "the killed node's VM gone", func() bool { return !victim.Alive() })
-	if err := os.RemoveAll(filepath.Join(victim.Dir(), "mnesia")); err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("killed %s, which led %s (the consumer was on %s), and removed its data", victim.Name(), tier.Name, consumerOn)
 
-	var alive *rabbitnode.Node
-	for _, n := range nodes {
-		if n != victim {
-			alive = n
-			break
-		}
-	}
 	testutil.WaitForErr(t, 90*time.Second, "the event applied and nothing left on the broker", func() (bool, error) {
 		var n int
 		if err := db.Get(&n, `SELECT COUNT(*) FROM applied WHERE event_id = ?`, e.EventID); err != nil || n == 0 {
@@ -131,6 +109,43 @@ func TestRetryOutlivesTheNodeHoldingIt(t *testing.T) {
 	if want := []delivery{{1, false}, {2, true}}; !slices.Equal(got, want) {
 		t.Errorf("deliveries %+v, want %+v: the first one, then one from the retry tier after the kill", got, want)
 	}
+}
+
+// failingOnce is an inbox consumer named "probe" whose handler fails
+// (transient) the first time, then applies the event: a row in the test's
+// table "applied". Its retries wait 6 to 12 s in their tier, time enough to
+// find and kill the tier's leader.
+func failingOnce(db *sqlx.DB) *inbox.Consumer {
+	var failed atomic.Bool
+	return inbox.NewConsumer(inbox.Config{Name: "probe", DB: db, Log: quiet,
+		Backoff: retry.Backoff{Base: 12 * time.Second, Cap: 12 * time.Second},
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			if !failed.Swap(true) {
+				return errors.New("simulated transient failure")
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO applied (event_id) VALUES (?)`, e.EventID)
+			return err
+		}}})
+}
+
+// killWithItsData SIGKILLs victim, removes its data directory and returns
+// another node of the cluster.
+func killWithItsData(t *testing.T, nodes []*rabbitnode.Node, victim *rabbitnode.Node) *rabbitnode.Node {
+	t.Helper()
+	if err := syscall.Kill(victim.PID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 10*time.Second, "the killed node's VM gone", func() bool { return !victim.Alive() })
+	if err := os.RemoveAll(filepath.Join(victim.Dir(), "mnesia")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n != victim {
+			return n
+		}
+	}
+	t.Fatal("a cluster of one node")
+	return nil
 }
 
 // waitForRetry waits until a message waits in one of queue's retry tiers
