@@ -312,3 +312,41 @@ func TestPayloadHashIgnoresEncodingOnly(t *testing.T) {
 		}
 	}
 }
+
+// A handler that panics does not take the consumer down: its transaction
+// rolls back, and the delivery is decided like a failed attempt, retried
+// later, a dead letter with the panic as its reason once past the budget.
+func TestPanickingHandlerIsAFailedAttempt(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			if err := inboxtest.Increment(ctx, tx, e); err != nil {
+				return err
+			}
+			var m map[string]int
+			m["boom"]++ // a nil map: a bug in the handler
+			return nil
+		}}})
+	ctx := context.Background()
+	e := inboxtest.Event(events.OrderCreated)
+	if d := c.Handle(ctx, delivery(e, 1, time.Time{})); d == rabbit.Ack() || d.Abandoned() {
+		t.Fatalf("decision after a panic on the first attempt = %+v, want a delayed retry", d)
+	}
+	if _, ok := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID); ok {
+		t.Fatal("dead-lettered on the first attempt, want a retry")
+	}
+	if d := c.Handle(ctx, delivery(e, 3, time.Now())); d != rabbit.Ack() {
+		t.Fatalf("decision past the attempt budget = %+v, want ack of a recorded dead letter", d)
+	}
+	dl, ok := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID)
+	if !ok || !strings.Contains(dl.Reason, "handler panicked") || !strings.Contains(dl.Reason, "nil map") {
+		t.Fatalf("dead letter %q (found %v), want the panic as its reason", dl.Reason, ok)
+	}
+	if got := inboxtest.Effects(t, db.DB); got != 0 {
+		t.Fatalf("effects = %d, want 0: the panicking attempts rolled back", got)
+	}
+	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 0 {
+		t.Fatalf("inbox rows = %d, want 0", got)
+	}
+}

@@ -133,7 +133,9 @@ func (h *handled) countBatch(next rabbit.BatchHandler) rabbit.BatchHandler {
 }
 
 // outlast lets the outage go on until every event has been handled (and
-// failed) at least calls times, past its attempt budget, or for 5 seconds.
+// failed) at least calls times, past its attempt budget, and fails the
+// test if that does not happen within 15 seconds: the give-up path (a
+// dead letter the database refuses) must have been reached.
 func (h *handled) outlast(t *testing.T, ids []string, calls int) {
 	t.Helper()
 	defer func() {
@@ -155,8 +157,10 @@ func (h *handled) outlast(t *testing.T, ids []string, calls int) {
 		}
 		return true
 	}
-	for end := time.Now().Add(5 * time.Second); !done() && time.Now().Before(end); {
-		time.Sleep(20 * time.Millisecond)
+	for end := time.Now().Add(15 * time.Second); !done(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the outage ended before every message was handled %d times: the attempt budget was not exceeded", calls)
+		}
 	}
 }
 

@@ -438,3 +438,124 @@ func TestExternalBatchRollbackCallsAgain(t *testing.T) {
 		t.Error("the event whose outcome cannot be recorded is not a dead letter")
 	}
 }
+
+// A handler that panics inside a batch: the batch rolls back, its other
+// events commit one at a time, and the panicking one is decided like a
+// failed attempt (a retry), with nothing of it committed. The process goes
+// on.
+func TestPanicInsideABatch(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(4)
+	c, reg := inboxtest.Metered(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		if err := inboxtest.Increment(ctx, tx, e); err != nil {
+			return err
+		}
+		if e.EventID == es[2].EventID {
+			panic("simulated bug in a handler")
+		}
+		return nil
+	})
+	decisions := c.HandleBatch(context.Background(), deliveries(es...))
+	wantAcks(t, append(decisions[:2:2], decisions[3]), 3)
+	if d := decisions[2]; d == rabbit.Ack() || d.Abandoned() || !strings.Contains(d.Reason, "panicked") {
+		t.Fatalf("decision of the panicking event = %+v, want a delayed retry", d)
+	}
+	if got := inboxtest.Effects(t, db.DB); got != 3 {
+		t.Fatalf("effects = %d, want 3", got)
+	}
+	if got := inboxtest.InboxRows(t, db.DB, es[2].EventID); got != 0 {
+		t.Fatalf("the panicking event left %d inbox rows, want 0", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", "inventory"); got != 1 {
+		t.Fatalf("fallbacks = %v, want 1", got)
+	}
+}
+
+// Every delivery has its own time bound: a batch that runs out of its time
+// rolls back, and each of its deliveries then gets a whole bound of its own
+// on the chapter's path, none starting on an expired context.
+func TestEachDeliveryOfAFallbackHasItsOwnTimeBound(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(4)
+	slow := func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		select { // each event's work takes 300 ms; the bound is 1 s
+		case <-time.After(300 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return inboxtest.Increment(ctx, tx, e)
+	}
+	reg := prometheus.NewRegistry()
+	_, b := batch.New(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg)},
+		batch.Handlers[*sqlx.Tx]{Direct: func(tx *sqlx.Tx) *sqlx.Tx { return tx }, Batched: func(b *batch.Tx) *sqlx.Tx { return b.Tx },
+			Plain: map[events.Type]batch.Handler[*sqlx.Tx]{events.OrderCreated: slow}},
+		batch.Options{Timeout: time.Second, Metrics: batch.NewMetrics(reg)})
+	wantAcks(t, b.HandleBatch(context.Background(), deliveries(es...)), 4)
+	if got := inboxtest.Effects(t, db.DB); got != 4 {
+		t.Fatalf("effects = %d, want 4", got)
+	}
+	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", "inventory"); got != 1 {
+		t.Fatalf("fallbacks = %v, want 1 (the batch of four needs 1.2 s)", got)
+	}
+}
+
+// logStore is a store that logs what its handler did, as the services'
+// stores do (Store.Log).
+type logStore struct {
+	tx  *sqlx.Tx
+	log func(*slog.Logger) *slog.Logger
+}
+
+// The log lines of a batch's handlers are written after its COMMIT, and a
+// batch that rolls back writes none of its own: only the lines of the
+// events committed one at a time afterwards, once each.
+func TestLogLinesOfABatchOnlyAfterItsCommit(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(3)
+	var buf syncBuffer
+	base := slog.New(slog.NewTextHandler(&buf, nil))
+	applied := func(ctx context.Context, s logStore, e events.Envelope) error {
+		if err := inboxtest.Increment(ctx, s.tx, e); err != nil {
+			return err
+		}
+		s.log(base).Info("applied", "event_id", e.EventID)
+		if e.EventID == es[2].EventID {
+			return inbox.Permanent(errors.New("simulated: cannot ever apply"))
+		}
+		return nil
+	}
+	_, b := batch.New(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet},
+		batch.Handlers[logStore]{
+			Direct:  func(tx *sqlx.Tx) logStore { return logStore{tx, func(l *slog.Logger) *slog.Logger { return l }} },
+			Batched: func(b *batch.Tx) logStore { return logStore{b.Tx, b.Log} },
+			Plain:   map[events.Type]batch.Handler[logStore]{events.OrderCreated: applied},
+		}, batch.Options{})
+	b.HandleBatch(context.Background(), deliveries(es...))
+	for i, e := range es {
+		want := 1 // the one-at-a-time line; the rolled-back batch's is not written
+		if got := strings.Count(buf.String(), e.EventID); got != want {
+			t.Errorf("event %d: %d log lines, want %d:\n%s", i, got, want, buf.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -27,6 +27,8 @@ func TestResultsInBatches(t *testing.T) {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
+			reg := prometheus.NewRegistry()
+			f.cons = newConsumer(f.db, f.app, reg)
 			ctx := context.Background()
 			var os []order.Order
 			for i := 0; i < 4; i++ {
@@ -63,6 +65,18 @@ func TestResultsInBatches(t *testing.T) {
 			}
 			if n := f.count(t, "consumer_inbox"); n != 7 {
 				t.Errorf("inbox rows = %d, want 7 (every event but the unknown order's)", n)
+			}
+			// At 16 the first take rolls back (the unknown order) and the
+			// second commits as one batch; at 1 every event is alone.
+			wantBatches, wantFallbacks := 0.0, 0.0
+			if batch > 1 {
+				wantBatches, wantFallbacks = 1, 1
+			}
+			if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != wantBatches {
+				t.Errorf("batches committed = %v, want %v", got, wantBatches)
+			}
+			if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != wantFallbacks {
+				t.Errorf("batches rolled back = %v, want %v", got, wantFallbacks)
 			}
 		})
 	}
