@@ -3,12 +3,14 @@ package orderdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/instance"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 )
 
@@ -134,6 +136,7 @@ type Audit struct {
 	RepairID       string          `db:"repair_id" json:"repair_id"`
 	RunID          string          `db:"run_id" json:"run_id"`
 	OrderID        uint64          `db:"order_id" json:"order_id,string"`
+	Seq            uint32          `db:"audit_seq" json:"-"` // the order's n-th audit row: see LastAuditSeq
 	Classification string          `db:"classification" json:"classification"`
 	Action         string          `db:"action" json:"action"`
 	Outcome        string          `db:"outcome" json:"outcome"`
@@ -143,17 +146,41 @@ type Audit struct {
 	CreatedAt      time.Time       `db:"created_at" json:"created_at"`
 }
 
+// ErrAuditExists: the order already has its audit row number a.Seq:
+// another run audited the same finding first (see LastAuditSeq).
+var ErrAuditExists = errors.New("another run audited this finding")
+
 // InsertAudit writes an audit row; with a transaction, in the repair's own.
+// The key (order_id, audit_seq) lets one row in per finding: the second
+// run's insert gets ErrAuditExists, and its repair rolls back with it.
 func InsertAudit(ctx context.Context, db sqlx.ExecerContext, a Audit) error {
 	const q = `INSERT INTO reconciliation_audit
-  (repair_id, run_id, order_id, classification, action, outcome, detail, evidence, instance)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))`
-	_, err := db.ExecContext(ctx, q, a.RepairID, a.RunID, a.OrderID, a.Classification, a.Action, a.Outcome,
+  (repair_id, run_id, order_id, audit_seq, classification, action, outcome, detail, evidence, instance)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))`
+	_, err := db.ExecContext(ctx, q, a.RepairID, a.RunID, a.OrderID, a.Seq, a.Classification, a.Action, a.Outcome,
 		clip(a.Detail, 1000), []byte(a.Evidence), instance.ID(ctx))
-	if err != nil {
+	switch {
+	case sqldb.IsDuplicateKey(err):
+		// repair_id is a fresh UUID: the key that collides is the finding's.
+		return fmt.Errorf("audit row %d of order %d: %w", a.Seq, a.OrderID, ErrAuditExists)
+	case err != nil:
 		return fmt.Errorf("audit row for order %d: %w", a.OrderID, err)
 	}
 	return nil
+}
+
+// LastAuditSeq returns the number of the order's latest audit row (0: it
+// has none). A run reads it before it looks at the order and numbers its
+// own row one more: two runs at once on one order (a run whose lease was
+// lost and the run that took it over) read the same number and write one
+// row between them; a later run reads the first's row and writes the next.
+func LastAuditSeq(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (uint32, error) {
+	const q = `SELECT COALESCE(MAX(audit_seq), 0) FROM reconciliation_audit WHERE order_id = ?`
+	var n uint32
+	if err := sqlx.GetContext(ctx, db, &n, q, orderID); err != nil {
+		return 0, fmt.Errorf("audit rows of order %d: %w", orderID, err)
+	}
+	return n, nil
 }
 
 // Reported returns the repair id of an order's report row with this
