@@ -116,7 +116,9 @@ func TestLeaseLostWhenItsSessionIsKilled(t *testing.T) {
 	if _, err := db.Exec(`KILL CONNECTION ?`, lockHolder(t, db, "reconciler")); err != nil {
 		t.Fatal(err)
 	}
-	second, err := sqldb.TryLease(ctx, db.DB, "reconciler", 0)
+	// KILL only flags the session: the second run waits for the server
+	// to end it.
+	second, err := sqldb.TryLease(ctx, db.DB, "reconciler", 10*time.Second)
 	if err != nil {
 		t.Fatalf("a second run after the kill: %v, want the lease", err)
 	}
