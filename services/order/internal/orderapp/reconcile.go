@@ -57,7 +57,10 @@ import (
 //     A local repair re-reads the order under its row lock and compares it
 //     with what the scan saw (status, refund status, updated_at): if it
 //     moved meanwhile, nothing is done (outcome state_changed). The repair
-//     and its audit row commit in one transaction.
+//     and its audit row commit in one transaction; the row is numbered
+//     after the order's rows the scan saw, unique per order, so a second
+//     run that scanned alongside cannot audit (or make) the repair again.
+//     Before each repair the run checks that it still holds its lease.
 //
 // The reconciler never calls the PSP and never asks payment to charge: the
 // only payment endpoint it uses is GET /payments/{order_id}.
@@ -127,7 +130,7 @@ type Evidence struct {
 // one run at a time across every instance of the order service. A second
 // run at once would find the same orders and ask the same peers; the
 // repairs themselves are compare-and-set and stay correct without it, and
-// the audit row's key (orderdb.LastAuditSeq) keeps one row per finding. A
+// the audit row's key (orderdb.InsertAudit) keeps one row per finding. A
 // run checks the lease before each repair and stops when it is lost.
 const ReconcilerLease = "reconciler"
 
@@ -234,12 +237,6 @@ func (a *App) Audits(ctx context.Context, orderID uint64, limit int) ([]orderdb.
 // repairs or reports a difference. It returns the audit row it wrote, if
 // any.
 func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, lease *sqldb.Lease, runID string, c orderdb.Candidate) (order.Verdict, *RepairSummary, error) {
-	// Read before the evidence: a run that looks at the order alongside
-	// another (a lost lease's) numbers its audit row as that one does.
-	seq, err := orderdb.LastAuditSeq(ctx, a.db, c.ID)
-	if err != nil {
-		return order.Verdict{Classification: order.Unknown}, nil, err
-	}
 	ev, obs, err := a.observe(ctx, runID, c)
 	if err != nil {
 		return order.Verdict{Classification: order.Unknown}, nil, err
@@ -270,7 +267,7 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, lease *sqldb
 		return v, nil, err
 	}
 
-	audit := orderdb.Audit{RepairID: uuid.NewString(), RunID: runID, OrderID: c.ID, Seq: seq + 1,
+	audit := orderdb.Audit{RepairID: uuid.NewString(), RunID: runID, OrderID: c.ID, Seq: c.AuditSeq + 1,
 		Classification: string(v.Classification), Action: string(v.Action)}
 	evidence, err := json.Marshal(ev)
 	if err != nil {
