@@ -2,7 +2,6 @@ package orderapp_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
@@ -507,58 +505,5 @@ func TestPaymentDeadlineWaitsForALatePaymentSucceeded(t *testing.T) {
 	}
 	if round, err := f.app.ExpireDeadlines(ctx, 10); err != nil || round.Found != 0 {
 		t.Fatalf("next round = %+v %v, want nothing past its deadline", round, err)
-	}
-}
-
-// A sweep's lease session is killed while the sweep waits before its first
-// order; a second sweep takes the lease, asks payment about both orders and
-// cancels them. The first sweep, let go, finds its lease lost and stops
-// before asking payment again: each order asked once and cancelled once.
-func TestDeadlineSweepStopsWhenItsLeaseIsLost(t *testing.T) {
-	t.Parallel()
-	f := newDeadlineFixture(t)
-	ctx := context.Background()
-	var ids []uint64
-	for _, key := range []string{"lost-a", "lost-b"} {
-		o, _, err := f.app.Create(ctx, key, twoKeyboards)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.deliver(t, reserved(t, o))
-		f.payment.setOutcome(o.ID, order.OutcomeDeclined)
-		f.age(t, o.ID, 0)
-		ids = append(ids, o.ID)
-	}
-	fp := failpoint.NewRegistry()
-	gate := fp.Pause(orderapp.FailpointDeadlineBeforeCancel, 1)
-	first := make(chan error, 1)
-	go func() { first <- f.app.SweepDeadlines(failpoint.WithRegistry(ctx, fp), 10) }()
-	select {
-	case <-gate.Reached():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sweep never reached its first order")
-	}
-	killLeaseHolder(t, f.db, orderapp.DeadlineSweepLease)
-	other, _ := f.newApp()
-	if err := other.SweepDeadlines(ctx, 10); err != nil {
-		t.Fatalf("the sweep after the kill: %v, want it to take the lease", err)
-	}
-	gate.Release()
-	if err := <-first; !errors.Is(err, sqldb.ErrLeaseLost) {
-		t.Fatalf("the first sweep: %v, want it stopped with ErrLeaseLost", err)
-	}
-	for _, id := range ids {
-		if n := f.payment.hit("GET /payments/" + itoa(id) + "/outcome"); n != 1 {
-			t.Errorf("order %d: payment asked %d times, want once", id, n)
-		}
-		if s := f.status(t, id).Status; s != order.Cancelled {
-			t.Errorf("order %d: %s, want cancelled", id, s)
-		}
-		if n := len(outboxOf(f.fixture, t, id, events.OrderCancelled)); n != 1 {
-			t.Errorf("order %d: %d order.cancelled rows, want 1", id, n)
-		}
-	}
-	if got := (&recon{reg: f.reg}).counter(t, "order_lease_lost_total", "job", orderapp.DeadlineSweepLease); got != 1 {
-		t.Errorf("order_lease_lost_total{job=deadline-sweep} = %v, want 1", got)
 	}
 }

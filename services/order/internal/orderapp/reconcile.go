@@ -57,10 +57,9 @@ import (
 //     A local repair re-reads the order under its row lock and compares it
 //     with what the scan saw (status, refund status, updated_at): if it
 //     moved meanwhile, nothing is done (outcome state_changed). The repair
-//     and its audit row commit in one transaction; the row is numbered
-//     after the order's rows the scan saw, unique per order, so a second
-//     run that scanned alongside cannot audit (or make) the repair again.
-//     Before each repair the run checks that it still holds its lease.
+//     and its audit row commit in one transaction; the row's number is
+//     unique per order (orderdb.InsertAudit). Before each repair the run
+//     checks that it still holds its lease.
 //
 // The reconciler never calls the PSP and never asks payment to charge: the
 // only payment endpoint it uses is GET /payments/{order_id}.
@@ -221,6 +220,8 @@ func (a *App) RunReconciler(ctx context.Context, interval time.Duration) error {
 		switch _, err := a.Reconcile(ctx, "schedule"); {
 		case errors.Is(err, ErrReconcilerBusy):
 			a.log.DebugContext(ctx, "reconciliation run skipped: another instance holds the lease", "job", "reconciler")
+		case errors.Is(err, sqldb.ErrLeaseLost):
+			// Logged and counted by Reconcile; the next tick tries again.
 		case err != nil && ctx.Err() == nil:
 			a.log.WarnContext(ctx, "reconciliation run failed", "job", "reconciler", "err", err)
 		}
@@ -318,9 +319,9 @@ func (a *App) repair(ctx context.Context, log *slog.Logger, c orderdb.Candidate,
 		}
 	}
 	if errors.Is(repairErr, orderdb.ErrAuditExists) {
-		// Not an error: the other run's row is the record, and this run's
-		// repair rolled back with its own row.
-		log.WarnContext(ctx, "reconciler: another run audited this finding first; nothing recorded twice",
+		// Not an error: the row there (another run's, or this repair's
+		// whose COMMIT went unanswered) is the record.
+		log.WarnContext(ctx, "reconciler: this finding is audited already; nothing recorded twice",
 			"audit_seq", audit.Seq, "err", repairErr)
 		return nil, nil
 	}
