@@ -186,6 +186,7 @@ func (l *Lab) waitUpTo(ctx context.Context, what string, patience time.Duration,
 // Order is an order as the API shows it.
 type Order struct {
 	OrderID      string `json:"order_id"`
+	CustomerID   string `json:"customer_id"`
 	Status       string `json:"status"`
 	StatusReason string `json:"status_reason"`
 	RefundStatus string `json:"refund_status"`
@@ -539,9 +540,9 @@ func (l *Lab) metric(ctx context.Context, svc, name string, labels ...string) (f
 	return SumSamples(families, name, labels...), nil
 }
 
-// envelopeOf rebuilds the envelope of an outbox row, to publish it again
-// with its original event_id.
-func envelopeOf(r OutboxRow) events.Envelope {
+// EnvelopeOf rebuilds the envelope of an outbox row, to publish it again
+// with its original event_id (a copy: what a re-send or a redelivery is).
+func EnvelopeOf(r OutboxRow) events.Envelope {
 	var id uint64
 	fmt.Sscan(r.AggregateID, &id)
 	return events.Envelope{EventID: r.EventID, Type: r.EventType, AggregateID: id,
