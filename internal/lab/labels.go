@@ -81,15 +81,15 @@ const nothingHeld = "reservation of order %s: %s"
 
 // atomic-commit
 var (
-	chkACWindow     = label("the window was hit", "%s hit %d time(s)")
-	chkACFailed     = label("the create failed", "POST /orders answered %d")
-	chkACNoOrder    = label("anomaly: the order does not exist", "GET /orders/%s answered %d; %d order outbox row(s)")
-	chkACHeld       = label("anomaly: inventory holds stock for it", nothingHeld)
-	chkACCharged    = label("anomaly: the customer was charged for it", "payment %s %d¢, PSP charges %s, refunds %s")
-	chkACNoRow      = label("state: no order row", "GET /orders/%s answered %d")
-	chkACNoOutbox   = label("side effects: no outbox row, nothing at inventory", "%d outbox row(s) for order %s, reservation %s")
-	chkACNothing    = label("quantity: nothing reserved", nothingHeld)
-	chkACRetry      = label("the retry creates the order", "POST answered %d, replayed=%q: no order existed under the key")
+	chkACWindow      = label("the window was hit", "%s hit %d time(s)")
+	chkACFailed      = label("the create failed", "POST /orders answered %d")
+	chkACNoOrder     = label("anomaly: the order does not exist", "GET /orders/%s answered %d; %d order outbox row(s)")
+	chkACHeld        = label("anomaly: inventory holds stock for it", nothingHeld)
+	chkACCharged     = label("anomaly: the customer was charged for it", "payment %s %d¢, PSP charges %s, refunds %s")
+	chkACNoRow       = label("state: no order row", "GET /orders/%s answered %d")
+	chkACNoOutbox    = label("side effects: no outbox row, nothing at inventory", "%d outbox row(s) for order %s, reservation %s")
+	chkACNothing     = label("quantity: nothing reserved", nothingHeld)
+	chkACRetry       = label("the retry creates the order", "POST answered %d, replayed=%q: no order existed under the key")
 	chkACNoneGivenUp = label("no order or event under any id given up",
 		"ids %d to %d: none holds an order of this run's customer %s, none an outbox row without its order %v")
 )
@@ -193,47 +193,47 @@ var (
 // dedupe-record
 var (
 	chkDRCrashed    = label("the consumer crashed between the inbox INSERT and the business change", "%s %s")
-	chkDRMarked    = label("anomaly: the event is marked processed", "%d inventory inbox row(s) for %s")
-	chkDRMissing   = label("anomaly: its effect is missing", "reservation %s, %d inventory outbox row(s)")
-	chkDRDropped   = label("anomaly: the redelivery was dropped as already processed", inboxLog+" (since the restart)")
-	chkDRNothing   = label("quantity: nothing reserved for the order", nothingHeld)
+	chkDRMarked     = label("anomaly: the event is marked processed", "%d inventory inbox row(s) for %s")
+	chkDRMissing    = label("anomaly: its effect is missing", "reservation %s, %d inventory outbox row(s)")
+	chkDRDropped    = label("anomaly: the redelivery was dropped as already processed", inboxLog+" (since the restart)")
+	chkDRNothing    = label("quantity: nothing reserved for the order", nothingHeld)
 	chkDRRolledBack = label("the crash rolled the inbox row back with the change: the redelivery was applied, not dropped",
 		inboxLog+" (since the restart); %d inbox row(s)")
 )
 
 // delta-parking and delta-overdue
 var (
-	chkDPParked    = label("state: v2 parked, waiting for version 1", "parked record of v2: waiting for v%d, applied %s")
-	chkDPNotYet    = label("quantity: nothing applied ahead of the gap", "inbox rows: v1 %d, v2 %d")
-	chkDPWaiting   = label("side effects: acked as a waiting task, not processed, not retried", "%s's log for v2: parked %d time(s), processed %d, retried %d")
-	chkDPOnce      = label("quantity: each note applied once", "inbox rows: v1 %d, v2 %d: +%d and +%d %s, each once")
-	chkDPInOrder   = label("state: v1, then the parked v2, in order", "v1 at %s, v2 at %s; parked v2 applied %s")
-	chkDPCopy      = label("side effects: a copy of an applied note changes nothing", "%d inbox row(s) for v2; "+inboxLog)
-	chkDOAlerted   = label("the alert fired after the deadline", "deadline %s, alerted %s; %s's log for v2: %d alert(s)")
-	chkDOKept      = label("state: the parked record is kept as the recovery record", "v2 still parked (applied %s), %d inbox row(s)")
-	chkDONotSkip   = label("quantity: the gap is never skipped", "inbox rows: v1 %d, v2 %d")
-	chkDOOnce      = label("side effects: alerted once", "alerted_at %s, a round later %s; %d alert(s) in %s's log")
-	chkDOCleared   = label("the alert cleared", "the parked v2 was applied at %s: no longer overdue")
+	chkDPParked  = label("state: v2 parked, waiting for version 1", "parked record of v2: waiting for v%d, applied %s")
+	chkDPNotYet  = label("quantity: nothing applied ahead of the gap", "inbox rows: v1 %d, v2 %d")
+	chkDPWaiting = label("side effects: acked as a waiting task, not processed, not retried", "%s's log for v2: parked %d time(s), processed %d, retried %d")
+	chkDPOnce    = label("quantity: each note applied once", "inbox rows: v1 %d, v2 %d: +%d and +%d %s, each once")
+	chkDPInOrder = label("state: v1, then the parked v2, in order", "v1 at %s, v2 at %s; parked v2 applied %s")
+	chkDPCopy    = label("side effects: a copy of an applied note changes nothing", "%d inbox row(s) for v2; "+inboxLog)
+	chkDOAlerted = label("the alert fired after the deadline", "deadline %s, alerted %s; %s's log for v2: %d alert(s)")
+	chkDOKept    = label("state: the parked record is kept as the recovery record", "v2 still parked (applied %s), %d inbox row(s)")
+	chkDONotSkip = label("quantity: the gap is never skipped", "inbox rows: v1 %d, v2 %d")
+	chkDOOnce    = label("side effects: alerted once", "alerted_at %s, a round later %s; %d alert(s) in %s's log")
+	chkDOCleared = label("the alert cleared", "the parked v2 was applied at %s: no longer overdue")
 )
 
 // commit-then-publish
 var (
-	chkCPCommitted = label("the order was committed before the crash", "the client's retry with the same key found order %s (Idempotent-Replayed)")
-	chkCPNoOutbox  = label("anomaly: no table says an event is owed", "%d outbox row(s) for order %s")
+	chkCPCommitted  = label("the order was committed before the crash", "the client's retry with the same key found order %s (Idempotent-Replayed)")
+	chkCPNoOutbox   = label("anomaly: no table says an event is owed", "%d outbox row(s) for order %s")
 	chkCPNeverHeard = label("anomaly: inventory never heard of the order", "%d inbox row(s), reservation %s")
-	chkCPNothing   = label("quantity: nothing reserved", nothingHeld)
-	chkCPWaited    = label("the event waited in the outbox and was sent after the restart", "order.created %s sent at attempt %d")
+	chkCPNothing    = label("quantity: nothing reserved", nothingHeld)
+	chkCPWaited     = label("the event waited in the outbox and was sent after the restart", "order.created %s sent at attempt %d")
 )
 
 // sync-reserve
 var (
-	chkSYAtOnce   = label("the request answered at once: accepted, not failed", "POST /orders answered %d %s in %s")
+	chkSYAtOnce    = label("the request answered at once: accepted, not failed", "POST /orders answered %d %s in %s")
 	chkSYStillTrue = label("state: the caller's answer is still true", "order %s is %s")
-	chkSYNothing  = label("quantity: nothing held until inventory commits", nothingHeld)
-	chkSYTold     = label("anomaly: the caller was told the order failed", "POST /orders answered %d")
+	chkSYNothing   = label("quantity: nothing held until inventory commits", nothingHeld)
+	chkSYTold      = label("anomaly: the caller was told the order failed", "POST /orders answered %d")
 	chkSYCommitted = label("inventory had reserved and committed before the timeout", "%s hit %d time(s)")
-	chkSYHeld     = label("anomaly: stock held for an order the caller believes failed", nothingHeld)
-	chkSYWaits    = label("state: the order waits, with no event of its own", "order %s is %s, %d order outbox row(s)")
-	chkSYOneOrder = label("the status query and the key find the one order: no second order, no second hold",
+	chkSYHeld      = label("anomaly: stock held for an order the caller believes failed", nothingHeld)
+	chkSYWaits     = label("state: the order waits, with no event of its own", "order %s is %s, %d order outbox row(s)")
+	chkSYOneOrder  = label("the status query and the key find the one order: no second order, no second hold",
 		"GET /reservations/%s: %s; the retry answered %d with order %s (replayed %q)")
 )

@@ -140,4 +140,3 @@ func nonEmpty(s string) []string {
 const givenUpIDs = 20
 
 func key(name string) string { return fmt.Sprintf("lab-%s-%d", name, time.Now().UnixNano()) }
-
