@@ -10,6 +10,14 @@
 // verdict naming the constraint or recovery job that held. Run with a
 // wrong-way switch on, the same experiment checks that the anomaly the
 // mechanism prevents really appears.
+//
+// Every check (labels.go) reads only the experiment's own orders and
+// events: their rows, reservations and charges, and what the services
+// logged about those events (journal.go). None reads a service-wide
+// counter or a SKU's total stock, so other traffic on the same stack (a
+// load run's leftovers, another reader's orders) cannot change a verdict.
+// The faults are not scoped that way: a failpoint belongs to a process, and
+// an order someone else places while one is armed may take it.
 package lab
 
 import (
