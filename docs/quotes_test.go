@@ -230,32 +230,52 @@ var free = pattern{parts: []string{"", "", ""}}
 // wild stands for a free part in a skeleton.
 const wild = '\x00'
 
-// agree reports whether quote q can be what pattern p prints: some text
-// fits both, each free part of either taking what the other has there.
-// With oneWord, a free part of p (a value) takes no space of q's text: a
-// quote in prose cannot hide a claim the lab never makes in a value.
-func agree(q, p pattern, oneWord bool) bool {
-	return shareWord(q, p) && intersect([]rune(q.skeleton()), []rune(p.skeleton()), oneWord)
-}
-
-// within reports whether quote q can be found in what p prints, as a reader
-// searches the terminal for it; p's values are one word each.
-func within(q, p pattern) bool {
-	return shareWord(q, p) && intersect([]rune(concat(free, q, free).skeleton()), []rune(p.skeleton()), true)
+// entry is a pattern made ready for matching: its skeleton, as text and
+// as runes, and the words of its fixed text.
+type entry struct {
+	sk    string
+	runes []rune
+	words []string
 }
 
 var word = regexp.MustCompile(`[A-Za-z_']{4,}`)
 
+func prepare(p pattern) entry {
+	sk := p.skeleton()
+	return entry{sk: sk, runes: []rune(sk), words: word.FindAllString(sk, -1)}
+}
+
+func prepareAll(ps []pattern) []entry {
+	out := make([]entry, len(ps))
+	for i, p := range ps {
+		out[i] = prepare(p)
+	}
+	return out
+}
+
+// agree reports whether quote q can be what pattern p prints: some text
+// fits both, each free part of either taking what the other has there.
+// With oneWord, a free part of p (a value) takes no space of q's text: a
+// quote in prose cannot hide a claim the lab never makes in a value.
+func agree(q, p entry, oneWord bool) bool {
+	return shareWord(q, p) && intersect(q.runes, p.runes, oneWord)
+}
+
+// within reports whether quote q, wrapped in free parts (qw), can be found
+// in what p prints, as a reader searches the terminal for it; p's values
+// are one word each.
+func within(q, qw, p entry) bool {
+	return shareWord(q, p) && intersect(qw.runes, p.runes, true)
+}
+
 // shareWord is a quick first test: a quote and a pattern that can agree
 // share a word of q's fixed text (or q has none).
-func shareWord(q, p pattern) bool {
-	words := word.FindAllString(q.skeleton(), -1)
-	if len(words) == 0 {
+func shareWord(q, p entry) bool {
+	if len(q.words) == 0 {
 		return true
 	}
-	sk := p.skeleton()
-	for _, w := range words {
-		if strings.Contains(sk, w) {
+	for _, w := range q.words {
+		if strings.Contains(p.sk, w) {
 			return true
 		}
 	}
@@ -267,65 +287,64 @@ func shareWord(q, p pattern) bool {
 // takes no space of a.
 func intersect(a, b []rune, oneWord bool) bool {
 	la, lb := len(a), len(b)
-	// reach[i][j]: a[i:] and b[j:] can match the same text.
-	reach := make([][]bool, la+1)
-	for i := range reach {
-		reach[i] = make([]bool, lb+1)
-	}
-	reach[la][lb] = true
+	// next[j], cur[j]: a[i+1:] (next) or a[i:] (cur) and b[j:] can match
+	// the same text; rows from the end of a to its start.
+	next, cur := make([]bool, lb+1), make([]bool, lb+1)
 	for i := la; i >= 0; i-- {
 		for j := lb; j >= 0; j-- {
 			if i == la && j == lb {
+				cur[j] = true
 				continue
 			}
 			ok := false
 			if i < la && a[i] == wild {
-				ok = reach[i+1][j] || (j < lb && reach[i][j+1])
+				ok = next[j] || (j < lb && cur[j+1])
 			}
 			if !ok && j < lb && b[j] == wild {
-				ok = reach[i][j+1] || (i < la && !(oneWord && a[i] == ' ') && reach[i+1][j])
+				ok = cur[j+1] || (i < la && !(oneWord && a[i] == ' ') && next[j])
 			}
 			if !ok && i < la && j < lb && a[i] != wild && b[j] != wild && a[i] == b[j] {
-				ok = reach[i+1][j+1]
+				ok = next[j+1]
 			}
-			reach[i][j] = ok
+			cur[j] = ok
 		}
+		next, cur = cur, next
 	}
-	return reach[0][0]
+	return next[0]
 }
 
 // vocabulary is what the lab prints: its checks (claim, claim and
 // evidence), its scenarios' headers, and every string expression of its
 // source that has enough fixed text to be told apart.
 type vocabulary struct {
-	checks  []pattern // "<what>: <detail>"
-	claims  []pattern // "<what>"
-	headers []pattern
-	texts   []pattern
+	checks  []entry // "<what>: <detail>"
+	claims  []entry // "<what>"
+	headers []entry
+	texts   []entry
 }
 
 func labVocabulary(t *testing.T) vocabulary {
 	t.Helper()
-	var v vocabulary
+	var claims, checks, headers, texts []pattern
 	for _, l := range lab.Labels() {
 		what := formatPattern(l.What)
-		v.claims = append(v.claims, what)
-		v.checks = append(v.checks, concat(what, formatPattern(": "+l.Detail)))
+		claims = append(claims, what)
+		checks = append(checks, concat(what, formatPattern(": "+l.Detail)))
 	}
 	for _, s := range lab.Scenarios {
 		h := s.Name + ": " + s.Title + ": " + s.Window + " -> " + s.Holds
-		v.headers = append(v.headers, quotePattern(h))
+		headers = append(headers, quotePattern(h))
 		if s.WrongWay != "" {
-			v.headers = append(v.headers, quotePattern(h+"  [wrong way: "+string(s.WrongWay)+"]"))
+			headers = append(headers, quotePattern(h+"  [wrong way: "+string(s.WrongWay)+"]"))
 		}
 	}
 	for _, dir := range []string{"internal/lab", "cmd/lab"} {
-		v.texts = append(v.texts, sourceTexts(t, dir, false)...)
+		texts = append(texts, sourceTexts(t, dir, false)...)
 	}
 	// The tests of experiments/ are run by readers too (the map's three
 	// rules): what they log is output a guide may quote.
-	v.texts = append(v.texts, sourceTexts(t, "experiments", true)...)
-	return v
+	texts = append(texts, sourceTexts(t, "experiments", true)...)
+	return vocabulary{checks: prepareAll(checks), claims: prepareAll(claims), headers: prepareAll(headers), texts: prepareAll(texts)}
 }
 
 // sourceTexts reads the string expressions of a package's source (its
@@ -398,24 +417,25 @@ func stringPattern(e ast.Expr) (pattern, bool) {
 // finds reports whether v holds something that agrees with quote q.
 func (v vocabulary) finds(q quote) bool {
 	qp := quotePattern(q.text)
-	var lists [][]pattern
+	qe, qw := prepare(qp), prepare(concat(free, qp, free))
+	var lists [][]entry
 	switch q.kind {
 	case "check":
-		lists = [][]pattern{v.checks}
+		lists = [][]entry{v.checks}
 	case "header":
-		lists = [][]pattern{v.headers}
+		lists = [][]entry{v.headers}
 	case "section":
 		if q.text == "checks" {
 			return true
 		}
-		lists = [][]pattern{v.texts}
+		lists = [][]entry{v.texts}
 	default: // verdict, table, span
-		lists = [][]pattern{v.claims, v.checks, v.texts}
+		lists = [][]entry{v.claims, v.checks, v.texts}
 	}
 	for _, list := range lists {
 		for _, p := range list {
 			// A quote in prose may be part of a line; a quoted line is whole.
-			if agree(qp, p, q.kind == "span") || (q.kind == "span" && within(qp, p)) {
+			if agree(qe, p, q.kind == "span") || (q.kind == "span" && within(qe, qw, p)) {
 				return true
 			}
 		}
@@ -456,10 +476,10 @@ func kindName(kind string) string {
 // The quote finder and the matcher, on made-up docs.
 func TestQuoteMatching(t *testing.T) {
 	v := vocabulary{
-		checks: []pattern{formatPattern("the inbox dropped it: inventory's log for event %s: processed %d time(s), %d copy(ies) dropped as duplicates"),
-			formatPattern("B re-claimed after A's lease expired: claim %s replaced %s, attempt %d")},
-		claims: []pattern{formatPattern("the inbox dropped it"), formatPattern("B re-claimed after A's lease expired")},
-		texts:  []pattern{concat(formatPattern("held: one local transaction ("), free, formatPattern(") rolled back"))},
+		checks: prepareAll([]pattern{formatPattern("the inbox dropped it: inventory's log for event %s: processed %d time(s), %d copy(ies) dropped as duplicates"),
+			formatPattern("B re-claimed after A's lease expired: claim %s replaced %s, attempt %d")}),
+		claims: prepareAll([]pattern{formatPattern("the inbox dropped it"), formatPattern("B re-claimed after A's lease expired")}),
+		texts:  prepareAll([]pattern{concat(formatPattern("held: one local transaction ("), free, formatPattern(") rolled back"))}),
 	}
 	doc := strings.Join([]string{
 		"- Look at: `the inbox dropped it` and `B re-claimed after A's lease expired: claim ... replaced ...`,",
