@@ -102,6 +102,7 @@ var checked = []string{
 	"docs/course-map.md", "docs/questions.md", "docs/design.md", "docs/failure-lab.md",
 	"docs/failure-windows.md", "docs/operations.md", "docs/walkthrough.md",
 	"docs/zh/course-map.md", "docs/zh/questions.md", "docs/zh/glossary.md", "docs/zh/departures.md",
+	"docs/learning-path.md", "docs/zh/learning-path.md", "docs/alternatives.md", "docs/zh/alternatives.md",
 }
 
 // The other documents, whose links are followed too.

@@ -78,12 +78,6 @@ func (l *Lab) waitParked(ctx context.Context, what string, e events.Envelope, pa
 	return p, err
 }
 
-// receipts counts a metric of the notes' consumer.
-func (l *Lab) receipts(ctx context.Context, name string) float64 {
-	v, _ := l.metric(ctx, "inventory", name, "consumer", receiptsConsumer)
-	return v
-}
-
 // deltaSnapshot records the stock, the parked records and the inbox rows
 // of the notes.
 func (l *Lab) deltaSnapshot(ctx context.Context, title string, notes ...events.Envelope) Section {
@@ -132,57 +126,47 @@ func (l *Lab) noteRows(ctx context.Context, notes ...events.Envelope) (map[strin
 
 // parkNote sends note v2 of a new shipment ahead of v1 and checks that it
 // waits: parked, acked, nothing applied.
-func (l *Lab) parkNote(ctx context.Context, r *Report, before Stock, v1, v2 events.Envelope) (Parked, error) {
-	parked0, retries0 := l.receipts(ctx, "consumer_parked_total"), l.receipts(ctx, "consumer_retries_total")
+func (l *Lab) parkNote(ctx context.Context, r *Report, v1, v2 events.Envelope) (Parked, error) {
 	if err := l.publish(ctx, v2, fmt.Sprintf("the warehouse's note v2 of shipment %d (+%s), v1 held back", v2.AggregateID, quantityOf(v2))); err != nil {
 		return Parked{}, err
 	}
-	// The counter follows the commit the parked row shows: wait for both.
-	p, err := l.waitParked(ctx, "note v2 to be parked", v2, l.Patience, func(Parked) bool {
-		return l.receipts(ctx, "consumer_parked_total") > parked0
-	})
+	// The log line follows the commit the parked row shows: wait for both.
+	if _, err := l.waitLogged(ctx, "inventory to log that it parked note v2", "inventory", receiptsConsumer, logParked, v2.EventID, 1); err != nil {
+		return Parked{}, err
+	}
+	p, err := l.waitParked(ctx, "note v2 to be parked", v2, l.Patience, func(Parked) bool { return true })
 	if err != nil {
 		return p, err
 	}
-	mid, _ := l.stock(ctx, deltaSKU)
 	rows, _ := l.noteRows(ctx, v1, v2)
-	parked1, retries1 := l.receipts(ctx, "consumer_parked_total"), l.receipts(ctx, "consumer_retries_total")
+	told := l.told(ctx, "inventory", v2.EventID)
 	r.Sections = append(r.Sections, l.deltaSnapshot(ctx, "note v2 arrived ahead of v1: parked", v1, v2))
-	r.check(p.WaitingFor == 1 && p.AppliedAt == nil && parked1 == parked0+1, "state: v2 parked, waiting for version 1",
-		"parked record of v2: waiting for v%d, applied %s; consumer_parked_total{%s} %g -> %g",
-		p.WaitingFor, clock(p.AppliedAt), receiptsConsumer, parked0, parked1)
-	r.checkStockUnchanged("nothing applied ahead of the gap", before, mid)
-	r.check(len(rows[v2.EventID]) == 0 && retries1 == retries0, "side effects: acked as a waiting task, not processed, not retried",
-		"%d inbox row(s) for v2; consumer_retries_total{%s} %g -> %g", len(rows[v2.EventID]), receiptsConsumer, retries0, retries1)
+	r.check(p.WaitingFor == 1 && p.AppliedAt == nil, chkDPParked, p.WaitingFor, clock(p.AppliedAt))
+	r.check(len(rows[v1.EventID]) == 0 && len(rows[v2.EventID]) == 0, chkDPNotYet, len(rows[v1.EventID]), len(rows[v2.EventID]))
+	parked, processed, retried := told.count(receiptsConsumer, logParked), told.count(receiptsConsumer, logProcessed), told.count(receiptsConsumer, logRetry)
+	r.check(parked == 1 && processed == 0 && retried == 0, chkDPWaiting, receiptsConsumer, parked, processed, retried)
 	return p, nil
 }
 
 // fillGap sends note v1 and checks that v1 and then the parked v2 apply,
 // each once, in order.
-func (l *Lab) fillGap(ctx context.Context, r *Report, title, as string, before Stock, v1, v2 events.Envelope) error {
-	unparked0 := l.receipts(ctx, "consumer_unparked_total")
+func (l *Lab) fillGap(ctx context.Context, r *Report, title, as string, v1, v2 events.Envelope) error {
 	if err := l.publish(ctx, v1, as); err != nil {
 		return err
 	}
 	p, err := l.waitParked(ctx, "v1 to apply and the parked v2 to follow", v2, l.Patience, func(p Parked) bool {
-		return p.AppliedAt != nil && l.receipts(ctx, "consumer_unparked_total") > unparked0
+		return p.AppliedAt != nil
 	})
 	if err != nil {
 		return err
 	}
-	after, _ := l.stock(ctx, deltaSKU)
 	rows, _ := l.noteRows(ctx, v1, v2)
-	unparked1 := l.receipts(ctx, "consumer_unparked_total")
 	r.Sections = append(r.Sections, l.deltaSnapshot(ctx, title, v1, v2))
-	q1, q2 := quantity(v1), quantity(v2)
-	r.check(after.OnHand == before.OnHand+q1+q2 && after.Reserved == before.Reserved, "quantity: each note applied once",
-		"%s on_hand %d -> %d (+%d, +%d), reserved %d -> %d", deltaSKU, before.OnHand, after.OnHand, q1, q2, before.Reserved, after.Reserved)
+	r.check(len(rows[v1.EventID]) == 1 && len(rows[v2.EventID]) == 1, chkDPOnce,
+		len(rows[v1.EventID]), len(rows[v2.EventID]), quantity(v1), quantity(v2), deltaSKU)
 	inOrder := len(rows[v1.EventID]) == 1 && len(rows[v2.EventID]) == 1 &&
 		!rows[v2.EventID][0].ProcessedAt.Before(rows[v1.EventID][0].ProcessedAt)
-	r.check(inOrder && unparked1 == unparked0+1 && !p.AppliedAt.Before(p.ParkedAt), "state: v1, then the parked v2, in order",
-		"inbox rows: v1 %d, v2 %d (v1 at %s, v2 at %s); parked v2 applied %s; consumer_unparked_total{%s} %g -> %g",
-		len(rows[v1.EventID]), len(rows[v2.EventID]), clockOf(rows[v1.EventID]), clockOf(rows[v2.EventID]),
-		clock(p.AppliedAt), receiptsConsumer, unparked0, unparked1)
+	r.check(inOrder && !p.AppliedAt.Before(p.ParkedAt), chkDPInOrder, clockOf(rows[v1.EventID]), clockOf(rows[v2.EventID]), clock(p.AppliedAt))
 	return nil
 }
 
@@ -206,35 +190,27 @@ func clockOf(rows []InboxRow) string {
 // --- delta parking ---------------------------------------------------------
 
 func deltaParking(ctx context.Context, l *Lab, r *Report, _ bool) error {
-	before, err := l.stock(ctx, deltaSKU)
-	if err != nil {
-		return err
-	}
 	shipment := newShipment()
 	v1, v2 := goodsNote(shipment, 1, deltaSKU, 3), goodsNote(shipment, 2, deltaSKU, 4)
 	r.Sections = append(r.Sections, l.deltaSnapshot(ctx, "before the fault", v1, v2))
-	if _, err := l.parkNote(ctx, r, before, v1, v2); err != nil {
+	if _, err := l.parkNote(ctx, r, v1, v2); err != nil {
 		return err
 	}
-	if err := l.fillGap(ctx, r, "note v1 arrived: v1 and the parked v2 applied, in order", "the late note v1", before, v1, v2); err != nil {
+	if err := l.fillGap(ctx, r, "note v1 arrived: v1 and the parked v2 applied, in order", "the late note v1", v1, v2); err != nil {
 		return err
 	}
 	// A copy of a note already applied is a duplicate like any other.
-	after, _ := l.stock(ctx, deltaSKU)
-	dups0 := l.receipts(ctx, "consumer_duplicates_suppressed_total")
 	if err := l.publish(ctx, v2); err != nil {
 		return err
 	}
-	if err := l.waitFor(ctx, "inventory to drop the copy of v2", func() (bool, error) {
-		return l.receipts(ctx, "consumer_duplicates_suppressed_total") > dups0, nil
-	}); err != nil {
+	told, err := l.waitLogged(ctx, "inventory to drop the copy of v2", "inventory", receiptsConsumer, logDuplicate, v2.EventID, 1)
+	if err != nil {
 		return err
 	}
-	final, _ := l.stock(ctx, deltaSKU)
 	rows, _ := l.noteRows(ctx, v2)
 	r.Sections = append(r.Sections, l.deltaSnapshot(ctx, "a copy of v2 arrived again", v1, v2))
-	r.check(final == after && len(rows[v2.EventID]) == 1, "side effects: a copy of an applied note changes nothing",
-		"%s on_hand %d -> %d; %d inbox row(s) for v2", deltaSKU, after.OnHand, final.OnHand, len(rows[v2.EventID]))
+	processed, dropped := told.inbox(receiptsConsumer)
+	r.check(len(rows[v2.EventID]) == 1 && dropped == 1, chkDPCopy, len(rows[v2.EventID]), receiptsConsumer, short(v2.EventID), processed, dropped)
 	r.Verdict = "held: the inbox would have taken v2 as a new event; the delta strategy (pkg/ordering) parked it " +
 		"instead (acked, kept in parked_events, not in the inbox, nothing applied) because version 1 had not been " +
 		"applied. When v1 came, it and then the parked v2 applied in one transaction, in version order, each once."
@@ -244,15 +220,10 @@ func deltaParking(ctx context.Context, l *Lab, r *Report, _ bool) error {
 // --- delta overdue ---------------------------------------------------------
 
 func deltaOverdue(ctx context.Context, l *Lab, r *Report, _ bool) error {
-	before, err := l.stock(ctx, deltaSKU)
-	if err != nil {
-		return err
-	}
 	shipment := newShipment()
 	v1, v2 := goodsNote(shipment, 1, deltaSKU, 2), goodsNote(shipment, 2, deltaSKU, 5)
 	r.Sections = append(r.Sections, l.deltaSnapshot(ctx, "before the fault", v1, v2))
-	overdue0, _ := l.metric(ctx, "inventory", "consumer_parked_events", "state", "overdue")
-	p, err := l.parkNote(ctx, r, before, v1, v2)
+	p, err := l.parkNote(ctx, r, v1, v2)
 	if err != nil {
 		return err
 	}
@@ -267,16 +238,18 @@ func deltaOverdue(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	if err != nil {
 		return err
 	}
-	overdue1, _ := l.metric(ctx, "inventory", "consumer_parked_events", "state", "overdue")
-	mid, _ := l.stock(ctx, deltaSKU)
-	rows, _ := l.noteRows(ctx, v2)
+	// The alert's log line follows the stamp: wait for it.
+	told, err := l.waitLogged(ctx, "inventory to log its alert on v2", "inventory", "", logOverdue, v2.EventID, 1)
+	if err != nil {
+		return err
+	}
+	rows, _ := l.noteRows(ctx, v1, v2)
 	r.Sections = append(r.Sections, l.deltaSnapshot(ctx, "past its deadline: alerted on, kept", v1, v2))
-	r.check(!alerted.AlertedAt.Before(alerted.DeadlineAt) && overdue1 == overdue0+1, "the alert fired after the deadline",
-		"deadline %s, alerted %s; consumer_parked_events{state=\"overdue\"} %g -> %g",
-		clock(&alerted.DeadlineAt), clock(alerted.AlertedAt), overdue0, overdue1)
-	r.check(alerted.AppliedAt == nil && len(rows[v2.EventID]) == 0, "state: the parked record is kept as the recovery record",
-		"v2 still parked (applied %s), %d inbox row(s)", clock(alerted.AppliedAt), len(rows[v2.EventID]))
-	r.checkStockUnchanged("the gap is never skipped", before, mid)
+	alerts := told.count("", logOverdue)
+	r.check(!alerted.AlertedAt.Before(alerted.DeadlineAt) && alerts == 1, chkDOAlerted,
+		clock(&alerted.DeadlineAt), clock(alerted.AlertedAt), "inventory", alerts)
+	r.check(alerted.AppliedAt == nil && len(rows[v2.EventID]) == 0, chkDOKept, clock(alerted.AppliedAt), len(rows[v2.EventID]))
+	r.check(len(rows[v1.EventID]) == 0 && len(rows[v2.EventID]) == 0, chkDONotSkip, len(rows[v1.EventID]), len(rows[v2.EventID]))
 	// One more round of the check: the alert is a compare-and-set on
 	// alerted_at, so it does not fire again.
 	l.step(Step{Kind: StepWaiting, What: "another round of the overdue check"})
@@ -286,15 +259,19 @@ func deltaOverdue(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	if err != nil {
 		return err
 	}
-	r.check(again.AlertedAt != nil && again.AlertedAt.Equal(*alerted.AlertedAt), "side effects: alerted once",
-		"alerted_at %s, a round later %s", clock(alerted.AlertedAt), clock(again.AlertedAt))
+	alerts = l.told(ctx, "inventory", v2.EventID).count("", logOverdue)
+	r.check(again.AlertedAt != nil && again.AlertedAt.Equal(*alerted.AlertedAt) && alerts == 1, chkDOOnce,
+		clock(alerted.AlertedAt), clock(again.AlertedAt), alerts, "inventory")
 
 	// Recovery: the missing note, redriven from the producer, closes the gap.
-	if err := l.fillGap(ctx, r, "the missing v1 arrived (redriven): both applied, in order", "the missing note v1, redriven by the warehouse", before, v1, v2); err != nil {
+	if err := l.fillGap(ctx, r, "the missing v1 arrived (redriven): both applied, in order", "the missing note v1, redriven by the warehouse", v1, v2); err != nil {
 		return err
 	}
-	overdue2, _ := l.metric(ctx, "inventory", "consumer_parked_events", "state", "overdue")
-	r.check(overdue2 == overdue0, "the alert cleared", "consumer_parked_events{state=\"overdue\"} %g -> %g", overdue1, overdue2)
+	final, _, err := l.parked(ctx, v2.EventID)
+	if err != nil {
+		return err
+	}
+	r.check(final.AppliedAt != nil, chkDOCleared, clock(final.AppliedAt))
 	r.Verdict = "held: v2 waited in parked_events for a version that never came; past its deadline (PARK_DEADLINE) " +
 		"the overdue check alerted on it once (alerted_at, consumer_parked_events{state=\"overdue\"}) and kept it as " +
 		"the recovery record, never skipping the gap. When the missing v1 was redriven, both applied in order."

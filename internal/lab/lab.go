@@ -10,6 +10,14 @@
 // verdict naming the constraint or recovery job that held. Run with a
 // wrong-way switch on, the same experiment checks that the anomaly the
 // mechanism prevents really appears.
+//
+// Every check (labels.go) reads only the experiment's own orders and
+// events: their rows, reservations and charges, and what the services
+// logged about those events (journal.go). None reads a service-wide
+// counter or a SKU's total stock, so other traffic on the same stack (a
+// load run's leftovers, another reader's orders) cannot change a verdict.
+// The faults are not scoped that way: a failpoint belongs to a process, and
+// an order someone else places while one is armed may take it.
 package lab
 
 import (
@@ -186,6 +194,7 @@ func (l *Lab) waitUpTo(ctx context.Context, what string, patience time.Duration,
 // Order is an order as the API shows it.
 type Order struct {
 	OrderID      string `json:"order_id"`
+	CustomerID   string `json:"customer_id"`
 	Status       string `json:"status"`
 	StatusReason string `json:"status_reason"`
 	RefundStatus string `json:"refund_status"`
@@ -539,9 +548,9 @@ func (l *Lab) metric(ctx context.Context, svc, name string, labels ...string) (f
 	return SumSamples(families, name, labels...), nil
 }
 
-// envelopeOf rebuilds the envelope of an outbox row, to publish it again
-// with its original event_id.
-func envelopeOf(r OutboxRow) events.Envelope {
+// EnvelopeOf rebuilds the envelope of an outbox row, to publish it again
+// with its original event_id (a copy: what a re-send or a redelivery is).
+func EnvelopeOf(r OutboxRow) events.Envelope {
 	var id uint64
 	fmt.Sscan(r.AggregateID, &id)
 	return events.Envelope{EventID: r.EventID, Type: r.EventType, AggregateID: id,

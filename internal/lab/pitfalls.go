@@ -19,18 +19,13 @@ import (
 const watchFor = 3 * time.Second
 
 // watchBooks waits watchFor (reported as a wait for what), then reads the
-// order's books and sku's stock: what a wrong way leaves once the right
-// way would have recovered.
-func (l *Lab) watchBooks(ctx context.Context, what, id, sku string) (Books, Stock, error) {
+// order's books: what a wrong way leaves once the right way would have
+// recovered.
+func (l *Lab) watchBooks(ctx context.Context, what, id string) (Books, error) {
 	l.step(Step{Kind: StepWaiting, What: what})
 	time.Sleep(watchFor)
 	l.step(Step{Kind: StepWaited, What: what, Seconds: watchFor.Seconds()})
-	b, err := l.books(ctx, id)
-	if err != nil {
-		return b, Stock{}, err
-	}
-	after, err := l.stock(ctx, sku)
-	return b, after, err
+	return l.books(ctx, id)
 }
 
 // --- the dedupe record and the business change (三个 ACK 坑: 只写去重记录) ---
@@ -38,10 +33,7 @@ func (l *Lab) watchBooks(ctx context.Context, what, id, sku string) (Books, Stoc
 func dedupeRecord(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 2
 	const point = "inbox.after-claim"
-	before, err := l.begin(ctx, r, sku)
-	if err != nil {
-		return err
-	}
+	l.begin(ctx, r, sku)
 	if err := l.armCrash(ctx, r, "inventory", point); err != nil {
 		return err
 	}
@@ -49,36 +41,33 @@ func dedupeRecord(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err != nil {
 		return err
 	}
-	if err := l.crashed(ctx, r, "inventory", point, "the consumer crashed between the inbox INSERT and the business change"); err != nil {
+	if err := l.crashed(ctx, r, chkDRCrashed, "inventory", point); err != nil {
 		return err
 	}
 	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
 	if err != nil {
 		return err
 	}
+	// The restarted inventory process keeps a new journal: what it logged
+	// about the event is what happened to the redelivery.
 	if wrong {
 		// The restarted process runs the right way again; the damage is
 		// already committed.
-		if err := l.waitFor(ctx, "the redelivery to be dropped as already processed", func() (bool, error) {
-			d, err := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-			return d >= 1, err
-		}); err != nil {
+		if _, err := l.waitLogged(ctx, "the redelivery to be dropped as already processed", "inventory", "inventory",
+			logDuplicate, created.EventID, 1); err != nil {
 			return err
 		}
-		b, after, err := l.watchBooks(ctx, fmt.Sprintf("%s: longer than the right way needs to apply the redelivery", watchFor), o.OrderID, sku)
+		b, err := l.watchBooks(ctx, fmt.Sprintf("%s: longer than the right way needs to apply the redelivery", watchFor), o.OrderID)
 		if err != nil {
 			return err
 		}
-		dups, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
+		processed, dropped := l.told(ctx, "inventory", created.EventID).inbox("inventory")
 		r.Sections = append(r.Sections, l.snapshot(ctx, "after the restart (wrong way: the dedupe record committed on its own)", o.OrderID, sku))
-		r.check(b.inboxRows("inventory", created.EventID) == 1, "anomaly: the event is marked processed",
-			"%d inventory inbox row(s) for %s", b.inboxRows("inventory", created.EventID), short(created.EventID))
-		r.check(b.Reservation.Status == "" && len(b.Outbox["inventory"]) == 0, "anomaly: its effect is missing",
-			"reservation %s, %d inventory outbox row(s)", orNone(b.Reservation.Status), len(b.Outbox["inventory"]))
-		r.check(dups == 1, "anomaly: the redelivery was dropped as already processed",
-			"consumer_duplicates_suppressed_total{inventory} %g (since the restart)", dups)
+		r.check(b.inboxRows("inventory", created.EventID) == 1, chkDRMarked, b.inboxRows("inventory", created.EventID), short(created.EventID))
+		r.check(b.Reservation.Status == "" && len(b.Outbox["inventory"]) == 0, chkDRMissing, orNone(b.Reservation.Status), len(b.Outbox["inventory"]))
+		r.check(processed == 0 && dropped == 1, chkDRDropped, "inventory", short(created.EventID), processed, dropped)
 		r.checkStates(b, "pending_inventory", "", "")
-		r.checkStockUnchanged("nothing reserved for the order", before, after)
+		r.checkNothingHeld(chkDRNothing, o.OrderID, b.Reservation)
 		r.checkNothingCharged(b)
 		r.Verdict = "WRONG WAY (the dedupe record in its own transaction): the inbox row committed, the consumer " +
 			"crashed before the business change, and the broker's redelivery was dropped as already processed: the " +
@@ -86,16 +75,13 @@ func dedupeRecord(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 			"inbox row and the business change in one transaction is what prevents this."
 		return nil
 	}
-	b, err := l.settle(ctx, r, "after the restart (the redelivery applied)", o.OrderID, sku, qty, before, nil)
+	b, err := l.settle(ctx, r, "after the restart (the redelivery applied)", o.OrderID, sku, qty, nil)
 	if err != nil {
 		return err
 	}
-	dups, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-	redelivered, _ := l.metric(ctx, "inventory", "consumer_redeliveries_total", "consumer", "inventory")
-	r.check(redelivered >= 1 && dups == 0 && b.inboxRows("inventory", created.EventID) == 1,
-		"the crash rolled the inbox row back with the change: the redelivery was applied, not dropped",
-		"since the restart: consumer_redeliveries_total{inventory} %g, consumer_duplicates_suppressed_total %g; %d inbox row(s)",
-		redelivered, dups, b.inboxRows("inventory", created.EventID))
+	processed, dropped := l.told(ctx, "inventory", created.EventID).inbox("inventory")
+	r.check(processed == 1 && dropped == 0 && b.inboxRows("inventory", created.EventID) == 1, chkDRRolledBack,
+		"inventory", short(created.EventID), processed, dropped, b.inboxRows("inventory", created.EventID))
 	r.Verdict = "held: the inbox row and the business change are one transaction; the crash between them rolled both " +
 		"back, the unacked message came back and was applied once."
 	return nil
@@ -106,10 +92,7 @@ func dedupeRecord(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 func commitThenPublish(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 1
 	point := "order.create.after-commit"
-	before, err := l.begin(ctx, r, sku)
-	if err != nil {
-		return err
-	}
+	l.begin(ctx, r, sku)
 	if err := l.armCrash(ctx, r, "order", point); err != nil {
 		return err
 	}
@@ -117,18 +100,17 @@ func commitThenPublish(ctx context.Context, l *Lab, r *Report, wrong bool) error
 	if err != nil {
 		return err
 	}
-	r.check(replayed, "the order was committed before the crash", "the client's retry with the same key found order %s (Idempotent-Replayed)", o.OrderID)
+	r.check(replayed, chkCPCommitted, o.OrderID)
 	if wrong {
-		b, after, err := l.watchBooks(ctx, fmt.Sprintf("%s: longer than the right way needs to deliver", watchFor), o.OrderID, sku)
+		b, err := l.watchBooks(ctx, fmt.Sprintf("%s: longer than the right way needs to deliver", watchFor), o.OrderID)
 		if err != nil {
 			return err
 		}
 		r.Sections = append(r.Sections, l.snapshot(ctx, "after the restart (wrong way: published after COMMIT, no outbox)", o.OrderID, sku))
 		r.checkStates(b, "pending_inventory", "", "")
-		r.check(len(b.Outbox["order"]) == 0, "anomaly: no table says an event is owed", "%d outbox row(s) for order %s", len(b.Outbox["order"]), o.OrderID)
-		r.check(len(b.Inbox) == 0 && b.Reservation.Status == "", "anomaly: inventory never heard of the order",
-			"%d inbox row(s), reservation %s", len(b.Inbox), orNone(b.Reservation.Status))
-		r.checkStockUnchanged("nothing reserved", before, after)
+		r.check(len(b.Outbox["order"]) == 0, chkCPNoOutbox, len(b.Outbox["order"]), o.OrderID)
+		r.check(len(b.Inbox) == 0 && b.Reservation.Status == "", chkCPNeverHeard, len(b.Inbox), orNone(b.Reservation.Status))
+		r.checkNothingHeld(chkCPNothing, o.OrderID, b.Reservation)
 		r.checkNothingCharged(b)
 		r.Verdict = "WRONG WAY (publish after COMMIT, no outbox): the order committed and the process died before " +
 			"its publish; nothing records that an event is owed, so no restart, retry or dispatcher sends it: the " +
@@ -136,13 +118,12 @@ func commitThenPublish(ctx context.Context, l *Lab, r *Report, wrong bool) error
 			"finds it). The outbox row, committed with the order, is what prevents this."
 		return nil
 	}
-	b, err := l.settle(ctx, r, "after the restart (the dispatcher found the pending event)", o.OrderID, sku, qty, before, nil)
+	b, err := l.settle(ctx, r, "after the restart (the dispatcher found the pending event)", o.OrderID, sku, qty, nil)
 	if err != nil {
 		return err
 	}
 	created, _ := b.outboxRow("order", events.OrderCreated)
-	r.check(created.Attempts == 1, "the event waited in the outbox and was sent after the restart",
-		"order.created %s sent at attempt %d", short(created.EventID), created.Attempts)
+	r.check(created.Attempts == 1, chkCPWaited, short(created.EventID), created.Attempts)
 	r.Verdict = "held: the order and its OrderCreated outbox row committed together; the crash right after COMMIT left " +
 		"the row pending, and the restarted dispatcher's poll sent it (提交后、认领前: dispatcher 后续扫描)."
 	return nil
@@ -156,10 +137,7 @@ func syncReserve(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	}
 	const sku, qty = "SKU-2", 1
 	const point = "inbox.after-effect-before-commit"
-	before, err := l.begin(ctx, r, sku)
-	if err != nil {
-		return err
-	}
+	l.begin(ctx, r, sku)
 	// Inventory is slow: it holds the reservation's transaction open.
 	if err := l.arm(ctx, "inventory", point, "pause", 1); err != nil {
 		return err
@@ -170,20 +148,19 @@ func syncReserve(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err != nil {
 		return err
 	}
-	r.check(code == http.StatusAccepted && o.Status == "pending_inventory", "the request answered at once: accepted, not failed",
-		"POST /orders answered %d %s in %s", code, o.Status, took.Round(time.Millisecond))
+	r.check(code == http.StatusAccepted && o.Status == "pending_inventory", chkSYAtOnce, code, o.Status, took.Round(time.Millisecond))
 	if err := l.waitPaused(ctx, "inventory to be busy with the reservation", "inventory", point); err != nil {
 		return err
 	}
-	mid, _ := l.stock(ctx, sku)
+	mid, _ := l.reservation(ctx, o.OrderID)
 	cur, _, _ := l.order(ctx, o.OrderID)
 	r.Sections = append(r.Sections, l.snapshot(ctx, "inventory is slow; the caller already has its answer", o.OrderID, sku))
-	r.check(cur.Status == "pending_inventory", "state: the caller's answer is still true", "order %s is %s", o.OrderID, cur.Status)
-	r.checkStockUnchanged("nothing held until inventory commits", before, mid)
+	r.check(cur.Status == "pending_inventory", chkSYStillTrue, o.OrderID, cur.Status)
+	r.checkNothingHeld(chkSYNothing, o.OrderID, mid)
 	if err := l.release(ctx, "inventory", point); err != nil {
 		return err
 	}
-	if _, err := l.settle(ctx, r, "after inventory finished", o.OrderID, sku, qty, before, nil); err != nil {
+	if _, err := l.settle(ctx, r, "after inventory finished", o.OrderID, sku, qty, nil); err != nil {
 		return err
 	}
 	r.Verdict = "held: the create's request never waited on inventory. It answered 202 pending_inventory at once, " +
@@ -198,10 +175,7 @@ func syncReserveWrong(ctx context.Context, l *Lab, r *Report) error {
 	const point = "inventory.sync-reserve.after-commit"
 	const held = "outbox.dispatch.before-claim" // inventory's result event waits, so the moment holds still
 	k := key("sync")
-	before, err := l.begin(ctx, r, sku)
-	if err != nil {
-		return err
-	}
+	l.begin(ctx, r, sku)
 	if err := l.wrongWayOn(ctx, r, "order"); err != nil {
 		return err
 	}
@@ -219,9 +193,9 @@ func syncReserveWrong(ctx context.Context, l *Lab, r *Report) error {
 	if err != nil {
 		return err
 	}
-	r.check(code == http.StatusGatewayTimeout, "anomaly: the caller was told the order failed", "POST /orders answered %d", code)
+	r.check(code == http.StatusGatewayTimeout, chkSYTold, code)
 	fp, _ := l.failpoint(ctx, "inventory", point)
-	r.check(fp.Hits == 1, "inventory had reserved and committed before the timeout", "%s hit %d time(s)", point, fp.Hits)
+	r.check(fp.Hits == 1, chkSYCommitted, point, fp.Hits)
 	// The caller has no order id; the order service committed one before
 	// it called inventory.
 	id, err := l.lastOrderID(ctx)
@@ -237,13 +211,9 @@ func syncReserveWrong(ctx context.Context, l *Lab, r *Report) error {
 	if err != nil {
 		return err
 	}
-	mid, _ := l.stock(ctx, sku)
 	r.Sections = append(r.Sections, l.snapshot(ctx, "after the timeout: the caller got 504, inventory had reserved", oid, sku))
-	r.check(b.Reservation.Status == "reserved" && reserves(b.Reservation, sku, qty) && mid.Reserved == before.Reserved+qty && mid.OnHand == before.OnHand,
-		"anomaly: stock held for an order the caller believes failed", "reservation %s; %s reserved %d -> %d, on_hand %d -> %d",
-		lines(b.Reservation), sku, before.Reserved, mid.Reserved, before.OnHand, mid.OnHand)
-	r.check(b.Order.Status == "pending_inventory" && len(b.Outbox["order"]) == 0, "state: the order waits, with no event of its own",
-		"order %s is %s, %d order outbox row(s)", oid, orNone(b.Order.Status), len(b.Outbox["order"]))
+	r.check(b.Reservation.Status == "reserved" && reserves(b.Reservation, sku, qty), chkSYHeld, oid, lines(b.Reservation))
+	r.check(b.Order.Status == "pending_inventory" && len(b.Outbox["order"]) == 0, chkSYWaits, oid, orNone(b.Order.Status), len(b.Outbox["order"]))
 	r.checkNothingCharged(b)
 
 	// Closing the gap takes what the asynchronous path has anyway: a status
@@ -258,15 +228,12 @@ func syncReserveWrong(ctx context.Context, l *Lab, r *Report) error {
 		return err
 	}
 	l.step(Step{Kind: StepOperator, Service: "order", What: "the client's retry with the same Idempotency-Key"})
-	after, _ := l.stock(ctx, sku)
-	r.check(res.Status == "reserved" && code == http.StatusAccepted && hdr.Get("Idempotent-Replayed") == "true" && again.OrderID == oid &&
-		after.Reserved == mid.Reserved, "the status query and the key find the one order: no second order, no second hold",
-		"GET /reservations/%s: %s; the retry answered %d with order %s (replayed %q); reserved %d -> %d",
-		oid, orNone(res.Status), code, again.OrderID, hdr.Get("Idempotent-Replayed"), mid.Reserved, after.Reserved)
+	r.check(res.Status == "reserved" && code == http.StatusAccepted && hdr.Get("Idempotent-Replayed") == "true" && again.OrderID == oid,
+		chkSYOneOrder, oid, orNone(res.Status), code, again.OrderID, hdr.Get("Idempotent-Replayed"))
 	if err := l.disarm(ctx, "inventory", held); err != nil { // inventory's result event goes; the saga finishes the step
 		return err
 	}
-	if _, err := l.settle(ctx, r, "after recovery (inventory's event finished the saga)", oid, sku, qty, before,
+	if _, err := l.settle(ctx, r, "after recovery (inventory's event finished the saga)", oid, sku, qty,
 		Events{"order": {events.OrderConfirmed}, "inventory": {events.InventoryReserved},
 			"payment": {events.PaymentChargeRequested, events.PaymentSucceeded}}); err != nil {
 		return err

@@ -73,8 +73,10 @@ type Check struct {
 	Detail string `json:"detail"`
 }
 
-func (r *Report) check(ok bool, what, format string, args ...any) {
-	c := Check{What: what, OK: ok, Detail: fmt.Sprintf(format, args...)}
+// check records one check of label l (labels.go), filled with args.
+func (r *Report) check(ok bool, l Label, args ...any) {
+	what, detail := l.text(args)
+	c := Check{What: what, OK: ok, Detail: detail}
 	r.Checks = append(r.Checks, c)
 	if r.step != nil {
 		r.step(Step{Kind: StepCheck, Check: &c})

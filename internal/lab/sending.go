@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/outbox"
@@ -18,10 +19,7 @@ import (
 func claimCrash(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
 	const point = "outbox.dispatch.after-claim"
-	before, err := l.begin(ctx, r, sku)
-	if err != nil {
-		return err
-	}
+	l.begin(ctx, r, sku)
 	if err := l.armCrash(ctx, r, "order", point); err != nil {
 		return err
 	}
@@ -29,20 +27,16 @@ func claimCrash(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	if err != nil {
 		return err
 	}
-	// The restarted process counts from zero.
-	dups0, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
 	claimed, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
 	if err != nil {
 		return err
 	}
-	mid, _ := l.stock(ctx, sku)
 	res, _ := l.reservation(ctx, o.OrderID)
 	r.Sections = append(r.Sections, l.snapshot(ctx, "after the crash (claimed, nothing published)", o.OrderID, sku))
 	r.check(claimed.Status == outbox.StatusSending && claimed.Attempts == 1 && claimed.ClaimToken != nil && claimed.LeaseUntil != nil,
-		"the row is 'sending' under the dead claim, its lease running", "order.created %s is %s, attempt %d, lease until %s",
-		short(claimed.EventID), claimed.Status, claimed.Attempts, clock(claimed.LeaseUntil))
-	r.check(res.Status == "", "state: inventory has not seen it", "reservation %s", orNone(res.Status))
-	r.checkStockUnchanged("nothing held while the row is claimed", before, mid)
+		chkCCSending, short(claimed.EventID), claimed.Status, claimed.Attempts, clock(claimed.LeaseUntil))
+	r.check(res.Status == "", chkCCUnseen, orNone(res.Status))
+	r.checkNothingHeld(chkCCNothing, o.OrderID, res)
 
 	// Recovery hands the row back as a failed attempt, due after a backoff;
 	// the next claim sends it. The pending moment lasts at least half a
@@ -61,7 +55,7 @@ func claimCrash(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	if requeued.Status == outbox.StatusPending {
 		r.Sections = append(r.Sections, l.snapshot(ctx, "the lease expired: re-queued as a failed attempt, due after a backoff", o.OrderID, sku))
 	}
-	b, err := l.settle(ctx, r, "after recovery (sent once by the next claim)", o.OrderID, sku, qty, before, nil)
+	b, err := l.settle(ctx, r, "after recovery (sent once by the next claim)", o.OrderID, sku, qty, nil)
 	if err != nil {
 		return err
 	}
@@ -71,13 +65,11 @@ func claimCrash(ctx context.Context, l *Lab, r *Report, _ bool) error {
 		due = requeued.NextAttemptAt
 	}
 	r.check(sent.EventID == claimed.EventID && sent.Attempts == 2 && sent.TotalAttempts == 2,
-		"the expired lease counted as an attempt", "event %s sent at attempt %d (%d in all)", short(sent.EventID), sent.Attempts, sent.TotalAttempts)
+		chkCCAttempt, short(sent.EventID), sent.Attempts, sent.TotalAttempts)
 	r.check(due.After(*claimed.LeaseUntil) && sent.SentAt != nil && !sent.SentAt.Before(due),
-		"re-queued with a backoff, not at once", "lease ended %s, due again %s (first seen: %s), sent %s",
-		clock(claimed.LeaseUntil), clock(&due), requeued.Status, clock(sent.SentAt))
-	dups1, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-	r.check(dups1 == dups0, "side effects: delivered once, no duplicate to drop",
-		"consumer_duplicates_suppressed_total{inventory} %g -> %g", dups0, dups1)
+		chkCCBackoff, clock(claimed.LeaseUntil), clock(&due), requeued.Status, clock(sent.SentAt))
+	processed, dropped := l.told(ctx, "inventory", sent.EventID).inbox("inventory")
+	r.check(processed == 1 && dropped == 0, chkCCSentOnce, "inventory", short(sent.EventID), processed, dropped)
 	r.Verdict = "held: the crash after the claim left the row 'sending' under a claim nobody would finish; lease recovery " +
 		"(status='sending' AND lease_until < NOW(6)) handed it back as a failed attempt with a backoff, and the next claim " +
 		"sent it: nothing had been published, so it was delivered once and applied once."
@@ -89,12 +81,7 @@ func claimCrash(ctx context.Context, l *Lab, r *Report, _ bool) error {
 func confirmLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 2
 	const point = "outbox.dispatch.after-publish-before-confirm"
-	before, err := l.begin(ctx, r, sku)
-	if err != nil {
-		return err
-	}
-	dups0, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-	unconfirmed0, _ := l.metric(ctx, "order", "outbox_publish_total", "result", "timeout")
+	l.begin(ctx, r, sku)
 	if err := l.arm(ctx, "order", point, "error", 1); err != nil {
 		return err
 	}
@@ -110,26 +97,22 @@ func confirmLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 		return err
 	}
 	r.Sections = append(r.Sections, l.snapshot(ctx, "after the fault (published, no confirm)", o.OrderID, sku))
-	if err := l.waitFor(ctx, "inventory to drop the copy sent again", func() (bool, error) {
-		d, err := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
-		return d > dups0, err
-	}); err != nil {
+	if _, err := l.waitLogged(ctx, "inventory to drop the copy sent again", "inventory", "inventory", logDuplicate, first.EventID, 1); err != nil {
 		return err
 	}
-	b, err := l.settle(ctx, r, "after recovery (re-sent with the same event_id)", o.OrderID, sku, qty, before, nil)
+	b, err := l.settle(ctx, r, "after recovery (re-sent with the same event_id)", o.OrderID, sku, qty, nil)
 	if err != nil {
 		return err
 	}
-	fp, _ := l.failpoint(ctx, "order", point)
-	unconfirmed1, _ := l.metric(ctx, "order", "outbox_publish_total", "result", "timeout")
-	dups1, _ := l.metric(ctx, "inventory", "consumer_duplicates_suppressed_total", "consumer", "inventory")
 	sent, _ := b.outboxRow("order", events.OrderCreated)
-	r.check(fp.Hits >= 1 && unconfirmed1 == unconfirmed0+1, "the confirm was lost once",
-		"%s hit %d time(s); outbox_publish_total{result=\"timeout\"} %g -> %g", point, fp.Hits, unconfirmed0, unconfirmed1)
+	atOrder := l.told(ctx, "order", first.EventID)
+	failed := atOrder.count("", logAttemptFailed)
+	r.check(failed == 1 && strings.Contains(atOrder.errs(logAttemptFailed), point), chkCLLost,
+		short(first.EventID), failed, atOrder.errs(logAttemptFailed))
 	r.check(sent.EventID == first.EventID && sent.Attempts == 2 && sent.SentAt != nil && !sent.SentAt.Before(sent.NextAttemptAt),
-		"never marked sent on the unknown outcome: re-sent with the same event_id after a backoff",
-		"event %s sent at attempt %d, due %s, sent %s", short(sent.EventID), sent.Attempts, clock(&sent.NextAttemptAt), clock(sent.SentAt))
-	r.check(dups1 == dups0+1, "the inbox dropped the copy", "consumer_duplicates_suppressed_total{inventory} %g -> %g", dups0, dups1)
+		chkCLResent, short(sent.EventID), sent.Attempts, clock(&sent.NextAttemptAt), clock(sent.SentAt))
+	processed, dropped := l.told(ctx, "inventory", first.EventID).inbox("inventory")
+	r.check(processed == 1 && dropped == 1, chkCLDropped, "inventory", short(first.EventID), processed, dropped)
 	r.Verdict = "held: the broker had the message but the confirm never came, so the outcome was unknown; the " +
 		"dispatcher did not mark it sent but handed it back with a backoff and sent it again with the same event_id. " +
 		"Inventory got it twice and its inbox key (consumer_name, event_id) dropped the second: stock reserved once."
@@ -145,12 +128,7 @@ const unroutableQueue = "inventory.order-events"
 
 func unroutable(ctx context.Context, l *Lab, r *Report, _ bool) (err error) {
 	const sku, qty = "SKU-2", 1
-	before, err := l.begin(ctx, r, sku)
-	if err != nil {
-		return err
-	}
-	returned0, _ := l.metric(ctx, "order", "outbox_publish_total", "result", "returned")
-	failed0, _ := l.metric(ctx, "order", "outbox_marked_failed_total")
+	l.begin(ctx, r, sku)
 	if err := l.bind(ctx, unroutableQueue, events.OrderCreated, false); err != nil {
 		return err
 	}
@@ -174,33 +152,29 @@ func unroutable(ctx context.Context, l *Lab, r *Report, _ bool) (err error) {
 	}); err != nil {
 		return err
 	}
-	returned1, _ := l.metric(ctx, "order", "outbox_publish_total", "result", "returned")
-	mid, _ := l.stock(ctx, sku)
+	if row.Status == outbox.StatusFailed {
+		// The alert follows the row's release: wait for it.
+		if _, err := l.waitLogged(ctx, "the failure to be alerted on", "order", "", logOutboxFailed, row.EventID, 1); err != nil {
+			return err
+		}
+	}
+	atOrder := l.told(ctx, "order", row.EventID)
+	returned := atOrder.count("", logAttemptFailed) + atOrder.count("", logOutboxFailed)
 	kept, err := l.books(ctx, o.OrderID)
 	if err != nil {
 		return err
 	}
 	r.Sections = append(r.Sections, l.snapshot(ctx, "returned by the broker: kept, retried with a backoff", o.OrderID, sku))
-	r.check(returned1-returned0 >= 2, "the broker returned it (mandatory publish)",
-		"outbox_publish_total{result=\"returned\"} %g -> %g", returned0, returned1)
+	r.check(returned >= 2 && strings.Contains(atOrder.errs(""), "unroutable"), chkURReturned, short(row.EventID), returned, atOrder.errs(""))
 	r.check(row.SentAt == nil && row.TotalAttempts >= 2 && row.FirstAttemptAt != nil &&
 		(row.Status == outbox.StatusFailed || row.NextAttemptAt.After(*row.FirstAttemptAt)),
-		"never marked sent: kept, and retried later, not at once", "order.created %s is %s after %d attempt(s), first %s, due again %s",
-		short(row.EventID), row.Status, row.TotalAttempts, clock(row.FirstAttemptAt), clock(&row.NextAttemptAt))
+		chkURKept, short(row.EventID), row.Status, row.TotalAttempts, clock(row.FirstAttemptAt), clock(&row.NextAttemptAt))
 	r.checkStates(kept, "pending_inventory", "", "")
-	r.checkStockUnchanged("nothing reserved while the event cannot be routed", before, mid)
-	r.check(kept.inboxRows("inventory", row.EventID) == 0, "side effects: nobody received it", "%d inventory inbox row(s)",
-		kept.inboxRows("inventory", row.EventID))
+	r.checkNothingHeld(chkURNothing, o.OrderID, kept.Reservation)
+	r.check(kept.inboxRows("inventory", row.EventID) == 0, chkURNobody, kept.inboxRows("inventory", row.EventID))
 	if row.Status == outbox.StatusFailed {
-		// The counter follows the row's release: wait for it.
-		var failed1 float64
-		err := l.waitFor(ctx, "the failure to be counted", func() (bool, error) {
-			var err error
-			failed1, err = l.metric(ctx, "order", "outbox_marked_failed_total")
-			return failed1 > failed0, err
-		})
-		r.check(err == nil && failed1 == failed0+1 && row.SentAt == nil, "failed after its limit: kept for an operator, alerted on",
-			"outbox_marked_failed_total %g -> %g", failed0, failed1)
+		alerts := atOrder.count("", logOutboxFailed)
+		r.check(alerts == 1 && row.SentAt == nil, chkURFailed, short(row.EventID), alerts)
 	}
 
 	// Recovery: the binding comes back (a deploy finished, an operator
@@ -220,16 +194,17 @@ func unroutable(ctx context.Context, l *Lab, r *Report, _ bool) (err error) {
 		}
 		l.step(Step{Kind: StepOperator, Service: "order", What: "retried the failed event " + short(row.EventID) + " (POST /admin/outbox/{event_id}/retry)"})
 	}
-	b, err := l.settle(ctx, r, "after the binding came back", o.OrderID, sku, qty, before, nil)
+	b, err := l.settle(ctx, r, "after the binding came back", o.OrderID, sku, qty, nil)
 	if err != nil {
 		return err
 	}
 	sent, _ := b.outboxRow("order", events.OrderCreated)
 	// Every attempt came back but the last, whenever the binding returned
-	// between two of them.
-	returned2, _ := l.metric(ctx, "order", "outbox_publish_total", "result", "returned")
-	r.check(sent.EventID == row.EventID && sent.TotalAttempts == int(returned2-returned0)+1, "the same event went, at the attempt after the last return",
-		"event %s sent after %d attempt(s) in all, %g of them returned", short(sent.EventID), sent.TotalAttempts, returned2-returned0)
+	// between two of them: each failed attempt is a line of the order
+	// service's log about the event.
+	atOrder = l.told(ctx, "order", row.EventID)
+	returned = atOrder.count("", logAttemptFailed) + atOrder.count("", logOutboxFailed)
+	r.check(sent.EventID == row.EventID && sent.TotalAttempts == returned+1, chkURWent, short(sent.EventID), sent.TotalAttempts, returned)
 	how := "at its next attempt"
 	if row.Status == outbox.StatusFailed {
 		how = "after it had failed at its limit and an operator retried it (POST /admin/outbox/{event_id}/retry)"

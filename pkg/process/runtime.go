@@ -42,6 +42,9 @@ type Runtime struct {
 	Inbox      *inbox.Metrics
 	Batch      *batch.Metrics
 	Failpoints *failpoint.Registry
+	// Journal keeps the latest log records about each event, order and
+	// claim, for /debug/journal (demo mode only; nil otherwise).
+	Journal *Journal
 
 	consumers []consumer
 	loops     []loop
@@ -66,11 +69,16 @@ type loop struct {
 // migrationsDir is the service's folder under migrations/.
 func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(rabbit.Namespace) rabbit.Topology, stdout io.Writer) (context.Context, *Runtime, error) {
 	log := NewLogger(cfg, stdout)
+	var journal *Journal
+	if cfg.DemoMode {
+		journal = NewJournal(0)
+		log = slog.New(journal.Handler(log.Handler()))
+	}
 	log.Info("starting", "config", cfg.Masked())
 	// The rows that record who acted read the instance from the context.
 	ctx = instance.With(ctx, cfg.InstanceID)
 
-	r := &Runtime{Cfg: cfg, Log: log, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: NewMetrics(cfg), started: time.Now().UTC()}
+	r := &Runtime{Cfg: cfg, Log: log, Journal: journal, NS: rabbit.Namespace(cfg.AMQPNamespace), Metrics: NewMetrics(cfg), started: time.Now().UTC()}
 	ctx, fps, err := WithFailpoints(ctx, cfg, log)
 	if err != nil {
 		return ctx, nil, err
@@ -204,7 +212,7 @@ func (r *Runtime) Ready(ctx context.Context) error {
 // Router returns a router with the endpoints every service has: /healthz,
 // /readyz, /metrics, /admin (the messaging tables, plus the service's own
 // admin routes, behind ADMIN_TOKEN) and, in demo mode only,
-// /debug/failpoints.
+// /debug/failpoints, /debug/wrong-way and /debug/journal.
 func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux := BaseRouter(r.Cfg, r.started, r.Ready, r.Metrics, r.Failpoints)
 	mux.Route("/admin", func(ar chi.Router) {
@@ -218,6 +226,7 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	})
 	if r.Cfg.DemoMode {
 		mux.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
+		mux.Handle("/debug/journal", r.Journal)
 		// Profiles for docs/performance.md (demo mode only).
 		mux.HandleFunc("/debug/pprof/*", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
