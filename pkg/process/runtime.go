@@ -28,6 +28,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retention"
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // Runtime holds a service's infrastructure.
@@ -55,6 +56,7 @@ type Runtime struct {
 type consumer struct {
 	queue string
 	c     *inbox.Consumer
+	one   rabbit.Handler
 	batch rabbit.BatchHandler // nil: one delivery at a time only
 }
 
@@ -150,7 +152,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 // the replay window (INBOX_RETENTION) included.
 func (r *Runtime) InboxConfig(name string) inbox.Config {
 	return inbox.Config{Name: name, DB: r.DB, AfterCommit: r.Outbox.Wake, Log: r.Log,
-		Metrics: r.Inbox, WrongWay: r.Cfg.WrongWay, ReplayWindow: r.Cfg.InboxRetention, ParkDeadline: r.Cfg.ParkDeadline}
+		Metrics: r.Inbox, ReplayWindow: r.Cfg.InboxRetention, ParkDeadline: r.Cfg.ParkDeadline}
 }
 
 // PublishNow publishes one event straight to the broker and waits for its
@@ -167,8 +169,23 @@ func (r *Runtime) PublishNow(ctx context.Context, e events.Envelope) error {
 // registry the dead-letter redrive uses to find a consumer's queue, so call
 // it before Serve. bh is c's batch layer (pkg/inbox/batch), used when
 // CONSUMER_BATCH > 1; nil: c alone, one delivery at a time.
+//
+// In demo mode the lab's wrong ways of the inbox (inbox.Consumer.WrongWays)
+// are wired here, around the right ones: while one's switch is on, every
+// delivery takes it, one at a time.
 func (r *Runtime) Consume(queue string, c *inbox.Consumer, bh rabbit.BatchHandler) {
-	r.consumers = append(r.consumers, consumer{queue: r.NS.Queue(queue), c: c, batch: bh})
+	one := wrongway.Pick(r.Cfg.WrongWay, rabbit.Handler(c.Handle), c.WrongWays()...)
+	cs := consumer{queue: r.NS.Queue(queue), c: c,
+		one: func(ctx context.Context, d rabbit.Delivery) rabbit.Decision { return one()(ctx, d) }}
+	if bh != nil {
+		var alts []wrongway.Alt[rabbit.BatchHandler]
+		for _, a := range c.WrongWays() {
+			alts = append(alts, wrongway.Alt[rabbit.BatchHandler]{Switch: a.Switch, Way: rabbit.OneAtATime(a.Way)})
+		}
+		many := wrongway.Pick(r.Cfg.WrongWay, bh, alts...)
+		cs.batch = func(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision { return many()(ctx, ds) }
+	}
+	r.consumers = append(r.consumers, cs)
 }
 
 // ConsumeWith registers consumer name on queue (Consume): the chapter's
@@ -285,7 +302,7 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 			if cfg.Batch > 1 && c.batch != nil {
 				return r.Broker.ConsumeBatch(ctx, cfg, c.batch)
 			}
-			return r.Broker.Consume(ctx, cfg, c.c.Handle)
+			return r.Broker.Consume(ctx, cfg, c.one)
 		})
 		dead := rabbit.ConsumeConfig{Queue: rabbit.Queue{Name: c.queue}.DeadQueue(), Prefetch: 8, Workers: 1,
 			Log: r.Log.With("consumer", c.c.Name())}

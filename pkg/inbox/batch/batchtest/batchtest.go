@@ -122,6 +122,7 @@ func Decision(d rabbit.Decision) string {
 func Rows(ctx context.Context, db *sqlx.DB, queries map[string]string) (map[string][]string, error) {
 	out := make(map[string][]string, len(queries))
 	for name, q := range queries {
+		out[name] = []string{} // a table with no rows is compared too
 		rows, err := db.QueryxContext(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -153,8 +154,12 @@ func Rows(ctx context.Context, db *sqlx.DB, queries map[string]string) (map[stri
 func Diff(one, many map[string][]string) string {
 	var b strings.Builder
 	names := make([]string, 0, len(one))
-	for name := range one {
-		names = append(names, name)
+	for _, m := range []map[string][]string{one, many} {
+		for name := range m {
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
 	}
 	slices.Sort(names)
 	for _, name := range names {

@@ -46,8 +46,9 @@ type Config struct {
 	// inbox consumer's to report (inbox.Config.AfterCommit).
 	Wake func()
 	// WrongWay holds the wrong-way switches (demo mode only; they can
-	// change at run time). This service reads wrongway.IgnoreOrder: see
-	// ignoringOrder. Nil: every switch off.
+	// change at run time). This service has a wrong way for
+	// wrongway.IgnoreOrder, wired around its handlers by WrongWays. Nil:
+	// every switch off.
 	WrongWay *wrongway.Set
 }
 

@@ -65,12 +65,6 @@ func (a *App) OnOrderCreated(ctx context.Context, s Store, e events.Envelope) er
 		return inbox.Permanent(err)
 	}
 
-	if a.ignoringOrder() {
-		if err := forgetCancel(ctx, tx, p.OrderID); err != nil { // the wrong way: wrongway.go
-			return err
-		}
-	}
-
 	// The order id is not looked up first: the reservation's primary key
 	// decides, and the rare id already taken (a cancel's marker, a second
 	// create) costs a failed INSERT instead of a read in every reservation.
@@ -279,9 +273,6 @@ func (a *App) OnOrderCancelled(ctx context.Context, s Store, e events.Envelope) 
 		err = inventorydb.InsertReservation(ctx, tx, marker, 0)
 		if err == nil {
 			log.WarnContext(ctx, "cancel arrived before create: nothing to release; marker left so a late create reserves nothing")
-			if a.ignoringOrder() {
-				return nil // the wrong way keeps no gap books: wrongway.go
-			}
 			return a.recordGap(ctx, tx, log, e)
 		}
 		if !errors.Is(err, inventorydb.ErrReservationExists) {
