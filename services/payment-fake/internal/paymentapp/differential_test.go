@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -242,7 +241,10 @@ func (s *paymentSystem) system(sc *paymentScenario) batchtest.System {
 				return fmt.Errorf("no action %q", name)
 			}
 			return s.one[consumerOf[e.Type]].Process(ctx, e)
-		}}
+		},
+		Prepare: func(ctx context.Context) error { return s.prepare(ctx, sc) },
+		Rows:    s.rows,
+	}
 }
 
 // rows are what the comparison reads: every table the consumers write,
@@ -252,7 +254,7 @@ func (s *paymentSystem) system(sc *paymentScenario) batchtest.System {
 // external consumers that rolled back would call again (doc.go), but none
 // of these scenarios rolls one back (WantBatches logs the fallbacks), so a
 // call more is a difference.
-func (s *paymentSystem) rows(t batchtest.TB) map[string][]string {
+func (s *paymentSystem) rows(ctx context.Context) (map[string][]string, error) {
 	queries := map[string]string{
 		"payments": `SELECT order_id, customer_id, amount_cents, currency, status, idempotency_key, psp_charge_id,
   failure_reason, charge_sent_at IS NULL, cancel_requested_at IS NULL, cancel_reason, sweep_rounds, attempts,
@@ -267,10 +269,9 @@ FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
 FROM psp_charges ORDER BY idempotency_key`,
 		"psp refunds": `SELECT refund_id, idempotency_key, charge_id, amount_cents, status FROM psp_refunds ORDER BY idempotency_key`,
 	}
-	ctx := context.Background()
 	rows, err := batchtest.Rows(ctx, s.db.DB, queries)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var ids []struct {
 		ID  string `db:"id"`
@@ -278,7 +279,7 @@ FROM psp_charges ORDER BY idempotency_key`,
 	}
 	const q = `SELECT charge_id AS id, idempotency_key FROM psp_charges UNION ALL SELECT refund_id, idempotency_key FROM psp_refunds`
 	if err := s.db.SelectContext(ctx, &ids, q); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var pairs []string
 	for _, id := range ids {
@@ -291,7 +292,7 @@ FROM psp_charges ORDER BY idempotency_key`,
 			lines[i] = named.Replace(lines[i])
 		}
 		slices.Sort(lines)
-		rows[name] = append([]string{}, lines...) // present even when empty: Diff reads one's names
+		rows[name] = lines
 	}
 	s.door.mu.Lock()
 	defer s.door.mu.Unlock()
@@ -301,42 +302,14 @@ FROM psp_charges ORDER BY idempotency_key`,
 	}
 	slices.Sort(calls)
 	rows["psp calls"] = calls
-	return rows
+	return rows, nil
 }
 
 // checkSame seeds both systems, runs sc's steps one at a time in one and
-// in batches of size in many, fails on the first difference, and returns
-// the decisions. The two systems share nothing: they run side by side.
+// in batches of size in many (batchtest.Same), and returns the decisions.
 func checkSame(t batchtest.TB, one, many *paymentSystem, sc *paymentScenario, size int) []string {
 	t.Helper()
-	run := func(s *paymentSystem, size int) ([]string, error) {
-		if err := s.prepare(context.Background(), sc); err != nil {
-			return nil, err
-		}
-		return batchtest.Run(context.Background(), s.system(sc), sc.steps, size)
-	}
-	var (
-		wg      sync.WaitGroup
-		dMany   []string
-		errMany error
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		dMany, errMany = run(many, size)
-	}()
-	dOne, errOne := run(one, 1)
-	wg.Wait()
-	if err := errors.Join(errOne, errMany); err != nil {
-		t.Fatal(err)
-	}
-	if diff := batchtest.Diff(one.rows(t), many.rows(t)); diff != "" {
-		t.Fatalf("batches of %d ended otherwise than one at a time:\n%ssteps: %v", size, diff, sc.steps)
-	}
-	if !slices.Equal(dOne, dMany) {
-		t.Fatalf("decisions one at a time %v, in batches of %d %v\nsteps: %v", dOne, size, dMany, sc.steps)
-	}
-	return dMany
+	return batchtest.Same(t, one.system(sc), many.system(sc), sc.steps, size)
 }
 
 // differential runs the property of one consumer: scenarios drawn by gen,
