@@ -31,9 +31,14 @@ func TestEdgeHandle(t *testing.T) {
 		wantLog  bool
 	}{
 		{"success", nil, http.StatusTeapot, `{"ok":true}`, false},
-		{"status error", Errorf(http.StatusConflict, "busy"), http.StatusConflict, `{"error":"busy"}`, false},
-		{"domain sentinel, wrapped", fmt.Errorf("load: %w", errGone), http.StatusNotFound, `{"error":"thing not found"}`, false},
-		{"anything else", errors.New("db down at 10.0.0.7"), http.StatusInternalServerError, `{"error":"internal error"}`, true},
+		{"status error", Errorf(http.StatusConflict, "busy"), http.StatusConflict,
+			`{"type":"` + ProblemTypeBase + `conflict","title":"Conflict with the current state","status":409,"detail":"busy","instance":"/things/1","error":"busy"}`, false},
+		{"domain sentinel, wrapped", fmt.Errorf("load: %w", errGone), http.StatusNotFound,
+			`{"type":"` + ProblemTypeBase + `not-found","title":"Not found","status":404,"detail":"thing not found","instance":"/things/1","error":"thing not found"}`, false},
+		{"a problem type of its own", Problemf(http.StatusBadRequest, TypeAmbiguousJSON, "key \"a\" appears twice"), http.StatusBadRequest,
+			`{"type":"` + ProblemTypeBase + `ambiguous-json","title":"Ambiguous JSON body","status":400,"detail":"key \"a\" appears twice","instance":"/things/1","error":"key \"a\" appears twice"}`, false},
+		{"anything else", errors.New("db down at 10.0.0.7"), http.StatusInternalServerError,
+			`{"type":"` + ProblemTypeBase + `internal-error","title":"Internal error","status":500,"detail":"internal error","instance":"/things/1","error":"internal error"}`, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -52,6 +57,9 @@ func TestEdgeHandle(t *testing.T) {
 			}
 			if rec.Code != c.wantCode || body.String() != c.wantBody {
 				t.Errorf("answer = %d %s, want %d %s", rec.Code, &body, c.wantCode, c.wantBody)
+			}
+			if ct := rec.Header().Get("Content-Type"); c.err != nil && ct != ProblemContentType {
+				t.Errorf("Content-Type = %q, want %s", ct, ProblemContentType)
 			}
 			logged := strings.Count(logs.String(), "request failed")
 			if c.wantLog && (logged != 1 || !strings.Contains(logs.String(), "db down")) {
