@@ -73,6 +73,25 @@ func (e *Env) Bool(key string, def bool) bool {
 	return b
 }
 
+// List returns the variable as a comma-separated list of host names
+// (blanks around the commas ignored), reporting a name with a port, a
+// scheme or a blank in it.
+func (e *Env) List(key string) []string {
+	var out []string
+	for _, p := range strings.Split(e.getenv(key), ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if strings.ContainsAny(p, ":/ @") {
+			e.errs = append(e.errs, fmt.Errorf("%s: %q: want host names without ports or schemes, separated by commas", key, p))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // Duration returns the variable as a positive duration ("250ms", "30s").
 func (e *Env) Duration(key string, def time.Duration) time.Duration {
 	v := e.getenv(key)
@@ -100,7 +119,11 @@ type Config struct {
 	// empty in production, set by tests to isolate them.
 	AMQPNamespace  string
 	DemoMode       bool   // DEMO_MODE: failpoint endpoints and lab switches
-	AdminToken     string // ADMIN_TOKEN: bearer token of /admin (open without one only in demo mode)
+	AdminToken     string // ADMIN_TOKEN: bearer token of /admin and /debug (open without one only in demo mode)
+	// AllowedHosts are the Host names this process answers besides the
+	// machine's own (loopback addresses, localhost): ALLOWED_HOSTS, the
+	// names docker compose gives the services (web.Guard).
+	AllowedHosts []string
 	Failpoints     string // FAILPOINTS: armed at start, see pkg/failpoint
 	LogLevel       slog.Level
 	OutboxWorkers  int           // OUTBOX_WORKERS
@@ -155,6 +178,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		AMQPNamespace:     env.String("AMQP_NAMESPACE", ""),
 		DemoMode:          env.Bool("DEMO_MODE", false),
 		AdminToken:        env.String("ADMIN_TOKEN", ""),
+		AllowedHosts:      env.List("ALLOWED_HOSTS"),
 		Failpoints:        env.String("FAILPOINTS", ""),
 		OutboxWorkers:     env.Int("OUTBOX_WORKERS", 2, 1, 64),
 		OutboxBatch:       env.Int("OUTBOX_BATCH", 100, 1, 1000),

@@ -191,7 +191,7 @@ func (r *Runtime) Ready(ctx context.Context) error {
 func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux := BaseRouter(r.Cfg, r.started, r.Ready, r.Metrics, r.Failpoints)
 	mux.Route("/admin", func(ar chi.Router) {
-		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
+		ar.Use(AdminToken(r.Cfg))
 		(&admin.Handler{DB: r.DB, Log: r.Log, Service: r.Cfg.Name, Instance: r.Cfg.InstanceID, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
 			DB: r.DB, Publisher: r.redrive, QueueOf: r.QueueOf, Log: r.Log.With("component", "redrive"), OnRedriven: r.Inbox.Redriven,
 		}}).Routes(ar)
@@ -200,13 +200,16 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 		}
 	})
 	if r.Cfg.DemoMode {
-		mux.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
-		// Profiles for docs/performance.md (demo mode only).
-		mux.HandleFunc("/debug/pprof/*", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Group(func(dr chi.Router) {
+			dr.Use(DebugToken(r.Cfg))
+			dr.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
+			// Profiles for docs/performance.md (demo mode only).
+			dr.HandleFunc("/debug/pprof/*", pprof.Index)
+			dr.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			dr.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			dr.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			dr.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		})
 	}
 	return mux
 }
