@@ -117,13 +117,13 @@ type Config struct {
 	AMQPURL        string // AMQP_URL: one address, or a comma-separated list (the nodes of a cluster)
 	// AMQPNamespace prefixes exchange and queue names (AMQP_NAMESPACE);
 	// empty in production, set by tests to isolate them.
-	AMQPNamespace  string
-	DemoMode       bool   // DEMO_MODE: failpoint endpoints and lab switches
-	AdminToken     string // ADMIN_TOKEN: bearer token of /admin and /debug (open without one only in demo mode)
+	AMQPNamespace string
+	DemoMode      bool   // DEMO_MODE: failpoint endpoints and lab switches
+	AdminToken    string // ADMIN_TOKEN: bearer token of /admin and /debug (open without one only in demo mode)
 	// AllowedHosts are the Host names this process answers besides the
 	// machine's own (loopback addresses, localhost): ALLOWED_HOSTS, the
 	// names docker compose gives the services (web.Guard).
-	AllowedHosts []string
+	AllowedHosts   []string
 	Failpoints     string // FAILPOINTS: armed at start, see pkg/failpoint
 	LogLevel       slog.Level
 	OutboxWorkers  int           // OUTBOX_WORKERS
