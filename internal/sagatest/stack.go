@@ -93,6 +93,14 @@ func Start(t testing.TB, opts ...Option) *Stack {
 	if _, set := s.Payment.Env["PSP_URL"]; !set {
 		s.Payment.Env["PSP_URL"] = s.PSP.URL + "/psp"
 	}
+	// The PSP's key, shared by the PSP and the payment service only, as
+	// scripts/up.sh makes one per start.
+	if _, set := s.PSP.Env["PSP_TOKEN"]; !set {
+		s.PSP.Env["PSP_TOKEN"] = fmt.Sprintf("psp-%x", rand.Uint64())
+	}
+	if _, set := s.Payment.Env["PSP_TOKEN"]; !set {
+		s.Payment.Env["PSP_TOKEN"] = s.PSP.Env["PSP_TOKEN"]
+	}
 	// The order service asks the others for their records (reconciler,
 	// timeline): point it at this stack's ports unless an option did.
 	for k, v := range map[string]string{"INVENTORY_URL": s.Inventory.URL, "PAYMENT_URL": s.Payment.URL} {
