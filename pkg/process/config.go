@@ -155,8 +155,12 @@ type Config struct {
 	// InboxRetention is the inbox replay window (INBOX_RETENTION): inbox
 	// rows are deleted after it, and consumers refuse (dead-letter) events
 	// older than it.
-	InboxRetention    time.Duration
-	OutboxRetention   time.Duration // OUTBOX_RETENTION: 'sent' outbox rows are deleted after it
+	InboxRetention  time.Duration
+	OutboxRetention time.Duration // OUTBOX_RETENTION: 'sent' outbox rows are deleted after it
+	// KeyRetention is how long the HTTP API's idempotency keys are kept
+	// (IDEMPOTENCY_KEY_RETENTION): a request with a key older than that is
+	// a new request (docs/contract.md, "Idempotency keys").
+	KeyRetention      time.Duration
 	RetentionInterval time.Duration // RETENTION_INTERVAL: how often the retention job runs
 	// ParkDeadline is how long a delta event may wait for the earlier
 	// versions of its aggregate before it is alerted on (PARK_DEADLINE).
@@ -193,6 +197,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		InboxRetention:    env.Duration("INBOX_RETENTION", 168*time.Hour),
 		ParkDeadline:      env.Duration("PARK_DEADLINE", 5*time.Minute),
 		OutboxRetention:   env.Duration("OUTBOX_RETENTION", 72*time.Hour),
+		KeyRetention:      env.Duration("IDEMPOTENCY_KEY_RETENTION", 24*time.Hour),
 		RetentionInterval: env.Duration("RETENTION_INTERVAL", time.Minute),
 		RetentionBatch:    env.Int("RETENTION_BATCH", 1000, 1, 10000),
 	}

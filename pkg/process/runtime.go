@@ -45,6 +45,7 @@ type Runtime struct {
 	loops     []loop
 	started   time.Time
 	redrive   *rabbit.Publisher // the admin redrive's confirming publisher
+	cleaner   *retention.Cleaner
 }
 
 type consumer struct {
@@ -112,6 +113,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		Registerer:   r.Metrics,
 	})
 	r.Loop("retention", cleaner.Run)
+	r.cleaner = cleaner
 	// Delta events parked past their deadline are alerted on once each,
 	// within a quarter of the deadline after it passed (every 30 s at most).
 	// Concurrent on every instance: the stamp is compare-and-set, so one
@@ -166,6 +168,16 @@ func (r *Runtime) QueueOf(consumerName string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// RetainKeys adds a table of the service's idempotency keys to the
+// retention job: forget removes (or forgets) at most batch keys older than
+// IDEMPOTENCY_KEY_RETENTION. Call it before Serve.
+func (r *Runtime) RetainKeys(table string, forget func(ctx context.Context, db sqlx.ExecerContext, retention time.Duration, batch int) (int64, error)) {
+	window := r.Cfg.KeyRetention
+	r.cleaner.Add(retention.Table{Name: table, Delete: func(ctx context.Context, db *sqlx.DB, batch int) (int64, error) {
+		return forget(ctx, db, window, batch)
+	}})
 }
 
 // Loop registers a background job that runs until ctx ends.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/testutil"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
 )
 
 // A goods receipt is booked once per Idempotency-Key: the same key and
@@ -98,5 +99,25 @@ WHERE db = DATABASE() AND info LIKE 'UPDATE stock SET on_hand%'`)
 	var onHand int
 	if err := f.db.Get(&onHand, `SELECT on_hand FROM stock WHERE sku = 'SKU-2'`); err != nil || onHand != 505 {
 		t.Errorf("SKU-2 on hand %d (%v), want 505: the receipt booked once", onHand, err)
+	}
+}
+
+// Receipt keys are deleted once older than IDEMPOTENCY_KEY_RETENTION
+// (inventorydb.DeleteReceiptKeys, run by the retention job): the key then
+// books a new receipt.
+func TestReceiptKeysAreForgottenAfterTheirRetention(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.doKey(t, "POST", "/stock/SKU-1/receipts", "application/json", "old-r", `{"quantity":1}`)
+	f.doKey(t, "POST", "/stock/SKU-1/receipts", "application/json", "young-r", `{"quantity":1}`)
+	f.db.MustExec(`UPDATE stock_receipts SET created_at = created_at - INTERVAL 25 HOUR WHERE idempotency_key = 'old-r'`)
+	if n, err := inventorydb.DeleteReceiptKeys(context.Background(), f.db.DB, 24*time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("DeleteReceiptKeys = %d, %v; want the old key", n, err)
+	}
+	_, _, hdr := f.doKey(t, "POST", "/stock/SKU-1/receipts", "application/json", "old-r", `{"quantity":1}`)
+	_, v, hdrYoung := f.doKey(t, "POST", "/stock/SKU-1/receipts", "application/json", "young-r", `{"quantity":1}`)
+	if hdr.Get("Idempotent-Replayed") != "" || hdrYoung.Get("Idempotent-Replayed") != "true" || v["on_hand"] != float64(103) {
+		t.Errorf("forgotten key replayed %q, kept key replayed %q, on hand %v; want a new receipt, a replay, 103",
+			hdr.Get("Idempotent-Replayed"), hdrYoung.Get("Idempotent-Replayed"), v["on_hand"])
 	}
 }

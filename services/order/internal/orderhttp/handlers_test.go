@@ -11,12 +11,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
 )
 
@@ -320,5 +322,37 @@ func TestCancelReasonIsChecked(t *testing.T) {
 	// 200 characters of two bytes each are 200 characters.
 	if code, body, _ := do(t, "POST", cancel, "application/json", "c-ok", `{"reason":"`+strings.Repeat("é", 200)+`"}`); code != http.StatusAccepted {
 		t.Errorf("200 two-byte characters: %d %v, want 202", code, body)
+	}
+}
+
+// Keys are kept IDEMPOTENCY_KEY_RETENTION, then forgotten by the retention
+// job (orderdb.ForgetCreateKeys, DeleteCancelKeys): a create's key again is
+// a new order, a cancel's key again a new cancel. Younger keys stay.
+func TestKeysAreForgottenAfterTheirRetention(t *testing.T) {
+	t.Parallel()
+	srv, db := server(t)
+	ctx := context.Background()
+	_, old, _ := do(t, "POST", srv.URL+"/orders", "application/json", "old-key", good)
+	_, young, _ := do(t, "POST", srv.URL+"/orders", "application/json", "young-key", good)
+	do(t, "POST", srv.URL+"/orders/"+old["order_id"].(string)+"/cancel", "application/json", "old-cancel", "")
+	db.MustExec(`UPDATE orders SET created_at = created_at - INTERVAL 25 HOUR WHERE id = ?`, old["order_id"])
+	db.MustExec(`UPDATE cancel_requests SET created_at = created_at - INTERVAL 25 HOUR`)
+	if n, err := orderdb.ForgetCreateKeys(ctx, db.DB, 24*time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("ForgetCreateKeys = %d, %v; want the one old key", n, err)
+	}
+	if n, err := orderdb.DeleteCancelKeys(ctx, db.DB, 24*time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("DeleteCancelKeys = %d, %v; want the one old key", n, err)
+	}
+	code, again, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "old-key", good)
+	if code != http.StatusAccepted || again["order_id"] == old["order_id"] || hdr.Get("Idempotent-Replayed") != "" {
+		t.Errorf("a forgotten key again: %d %v %v, want a new order", code, again, hdr)
+	}
+	code, same, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "young-key", good)
+	if code != http.StatusAccepted || same["order_id"] != young["order_id"] || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a kept key again: %d %v, want the replay", code, same)
+	}
+	code, c, hdr := do(t, "POST", srv.URL+"/orders/"+old["order_id"].(string)+"/cancel", "application/json", "old-cancel", "")
+	if code != http.StatusOK || c["result"] != "already_cancelled" || hdr.Get("Idempotent-Replayed") != "" {
+		t.Errorf("a forgotten cancel key again: %d %v, want a new cancel (already_cancelled)", code, c)
 	}
 }
