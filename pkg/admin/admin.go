@@ -55,7 +55,7 @@ func (h *Handler) Routes(r chi.Router) {
 // token refuses everything unless open is true (demo mode on a laptop).
 // The answers are problem documents (web.RequireToken).
 func RequireToken(token string, open bool) func(http.Handler) http.Handler {
-	return web.RequireToken(token, open, "admin")
+	return web.RequireToken(token, open, "ADMIN_TOKEN")
 }
 
 func (h *Handler) outboxSummary(w http.ResponseWriter, r *http.Request) error {

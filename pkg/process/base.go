@@ -110,11 +110,11 @@ func BaseRouter(cfg Config, started time.Time, ready func(context.Context) error
 // /admin does; without one they are open, as demo mode on a laptop is
 // (docs/security.md).
 func DebugToken(cfg Config) func(http.Handler) http.Handler {
-	return web.RequireToken(cfg.AdminToken, true, "admin")
+	return web.RequireToken(cfg.AdminToken, true, "ADMIN_TOKEN")
 }
 
 // AdminToken guards /admin: ADMIN_TOKEN when set; without one, open in
 // demo mode and refused (403) otherwise.
 func AdminToken(cfg Config) func(http.Handler) http.Handler {
-	return web.RequireToken(cfg.AdminToken, cfg.DemoMode, "admin")
+	return web.RequireToken(cfg.AdminToken, cfg.DemoMode, "ADMIN_TOKEN")
 }

@@ -66,7 +66,7 @@ func DecodeStrict(data []byte, v any) error {
 		return err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Problemf(http.StatusBadRequest, TypeMalformedJSON, "trailing data after the JSON object")
+		return Problemf(http.StatusBadRequest, TypeMalformedJSON, "body must hold a single JSON object: trailing data after it")
 	}
 	dec = json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -277,7 +277,7 @@ func decodeError(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &typeErr):
-		return Problemf(http.StatusBadRequest, TypeWrongType, "field %q: want %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
+		return Problemf(http.StatusBadRequest, TypeWrongType, "field %q has the wrong type: want %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return Problemf(http.StatusBadRequest, TypeUnknownField, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 	}

@@ -104,10 +104,11 @@ func cleanPath(p string) *Error {
 }
 
 // RequireToken guards next with a bearer token ("Authorization: Bearer
-// <token>"). With no token configured, open decides: true lets every
-// request through (demo mode on a laptop), false refuses every one (403:
-// the endpoints are off until a token is set).
-func RequireToken(token string, open bool, what string) func(http.Handler) http.Handler {
+// <token>"), the value of the setting named variable ("ADMIN_TOKEN"). With
+// no token configured, open decides: true lets every request through (demo
+// mode on a laptop), false refuses every one (403: the endpoints are off
+// until the setting is made).
+func RequireToken(token string, open bool, variable string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if token == "" {
@@ -115,12 +116,12 @@ func RequireToken(token string, open bool, what string) func(http.Handler) http.
 					next.ServeHTTP(w, r)
 					return
 				}
-				WriteProblem(w, r, Errorf(http.StatusForbidden, "%s endpoints are disabled: set ADMIN_TOKEN", what))
+				WriteProblem(w, r, Errorf(http.StatusForbidden, "these endpoints are disabled: set %s", variable))
 				return
 			}
 			if !TokenMatches(BearerToken(r), token) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="ordersaga"`)
-				WriteProblem(w, r, Errorf(http.StatusUnauthorized, "missing or wrong %s token", what))
+				WriteProblem(w, r, Errorf(http.StatusUnauthorized, "missing or wrong token (Authorization: Bearer $%s)", variable))
 				return
 			}
 			next.ServeHTTP(w, r)

@@ -195,7 +195,7 @@ func TestRequireToken(t *testing.T) {
 				r.Header.Set("Authorization", c.auth)
 			}
 			rec := httptest.NewRecorder()
-			RequireToken(c.token, c.open, "admin")(ok).ServeHTTP(rec, r)
+			RequireToken(c.token, c.open, "ADMIN_TOKEN")(ok).ServeHTTP(rec, r)
 			if rec.Code != c.status {
 				t.Fatalf("= %d %s, want %d", rec.Code, rec.Body, c.status)
 			}

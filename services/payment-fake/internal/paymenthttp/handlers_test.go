@@ -179,7 +179,7 @@ func TestPSPMountIsReadOnly(t *testing.T) {
 // set) and is rate-limited.
 func TestPaymentOutcomeWantsTheAdminToken(t *testing.T) {
 	t.Parallel()
-	ts, _ := serverWith(t, false, "", web.RequireToken("s3cret", false, "admin"))
+	ts, _ := serverWith(t, false, "", web.RequireToken("s3cret", false, "ADMIN_TOKEN"))
 	for _, auth := range []string{"", "Bearer wrong"} {
 		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/payments/42/outcome", nil)
 		if auth != "" {

@@ -41,8 +41,8 @@ type Access struct {
 // Guard puts the PSP's writes behind their keys (Access); reads pass.
 // Paths here are the PSP's own: the mount prefix is stripped already.
 func Guard(api http.Handler, a Access, log *slog.Logger) http.Handler {
-	books := web.RequireToken(a.Token, a.Demo, "PSP")(api)
-	switches := web.RequireToken(a.AdminToken, true, "admin")(api)
+	books := web.RequireToken(a.Token, a.Demo, "PSP_TOKEN")(api)
+	switches := web.RequireToken(a.AdminToken, true, "ADMIN_TOKEN")(api)
 	return web.Handle(log, func(w http.ResponseWriter, r *http.Request) error {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			api.ServeHTTP(w, r)
