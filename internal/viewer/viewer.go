@@ -48,7 +48,7 @@ type Config struct {
 	// AllowedHosts are the Host names the viewer answers besides this
 	// machine's (ALLOWED_HOSTS; web.Guard).
 	AllowedHosts []string
-	Log   *slog.Logger
+	Log          *slog.Logger
 	// Patience bounds each wait of a lab experiment (0: the lab's default).
 	Patience time.Duration
 	// Timeout bounds each request to a service (0: 5s).
