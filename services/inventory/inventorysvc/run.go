@@ -100,7 +100,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	router := rt.Router(inventoryhttp.AdminRoutes(app, rt.Log))
 	inventoryhttp.Routes(router, app, rt.Log)
 	if cfg.DemoMode {
-		inventoryhttp.DemoRoutes(router, app, rt.Log) // sync-reserve's synchronous call (pkg/wrongway)
+		// sync-reserve's synchronous call (pkg/wrongway), behind ADMIN_TOKEN
+		// when set, as every /debug route.
+		inventoryhttp.DemoRoutes(router.With(process.DebugToken(cfg)), app, rt.Log)
 	}
 	return rt.Serve(ctx, router)
 }
