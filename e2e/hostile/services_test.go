@@ -10,8 +10,10 @@ import (
 // changed something: the refusal is the only thing between it and a write.
 
 var (
-	asJSON = func(kv ...string) http.Header { return h(append([]string{"Content-Type", "application/json"}, kv...)...) }
-	admin  = "Bearer " + adminToken
+	asJSON = func(kv ...string) http.Header {
+		return h(append([]string{"Content-Type", "application/json"}, kv...)...)
+	}
+	admin = "Bearer " + adminToken
 )
 
 const goodOrder = `{"customer_id":"c-h","items":[{"sku":"SKU-1","quantity":1}]}`
