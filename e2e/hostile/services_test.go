@@ -6,8 +6,9 @@ import (
 )
 
 // The attacks, one builder per service, each kept to what that service
-// serves. Every body that is refused would otherwise, as written, have
-// changed something: the refusal is the only thing between it and a write.
+// serves. Most refused writes are otherwise well-formed (a valid order
+// from another site's page, a charge without the PSP's key): the refusal
+// is the only thing between them and a write.
 
 var (
 	asJSON = func(kv ...string) http.Header {

@@ -37,6 +37,12 @@ func startViewer(t *testing.T, s *sagatest.Stack, token string) string {
 // viewerTokens maps a viewer's URL to its token.
 var viewerTokens sync.Map
 
+// tokenOf is the token of the viewer at base.
+func tokenOf(base string) string {
+	tok, _ := viewerTokens.Load(base)
+	return tok.(string)
+}
+
 type reply struct {
 	status int
 	header http.Header
