@@ -30,7 +30,7 @@ const I18N = {
     "health.unknown": "?",
 
     "token.title": "Viewer token",
-    "token.text": "The viewer wants its token. Open the URL scripts/up.sh printed (http://127.0.0.1:8080/?token=...), or paste the token here: the page keeps it in a cookie no script can read.",
+    "token.text": "The viewer wants its token. Open the URL scripts/up.sh printed (it ends in /?token=...), or paste the token here: the page keeps it in a cookie no script can read.",
     "token.save": "Use token",
 
     "orders.title": "New order",
@@ -259,7 +259,7 @@ const I18N = {
     "health.unknown": "?",
 
     "token.title": "查看器令牌",
-    "token.text": "查看器需要它的令牌。请打开 scripts/up.sh 打印的网址（http://127.0.0.1:8080/?token=...），或把令牌粘贴到这里：页面会把它存进脚本读不到的 Cookie。",
+    "token.text": "查看器需要它的令牌。请打开 scripts/up.sh 打印的网址（以 /?token=... 结尾），或把令牌粘贴到这里：页面会把它存进脚本读不到的 Cookie。",
     "token.save": "使用令牌",
 
     "orders.title": "新建订单",
