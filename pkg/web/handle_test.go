@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,5 +83,44 @@ func TestHandleWithoutMap(t *testing.T) {
 	})(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), `"internal error"`) {
 		t.Errorf("answer = %d %s, want 500 internal error", rec.Code, rec.Body)
+	}
+}
+
+// Every problem type URI resolves to a section of docs/contract.md: a
+// heading "Problem: <slug>", whose GitHub anchor is "problem-<slug>", with
+// the type's status and title in it; and every such section is a type.
+func TestProblemTypesHaveSections(t *testing.T) {
+	b, err := os.ReadFile("../../docs/contract.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]string{} // slug -> the section's text
+	parts := strings.Split(string(b), "\n#### Problem: ")
+	for _, p := range parts[1:] {
+		slug, text, _ := strings.Cut(p, "\n")
+		text, _, _ = strings.Cut(text, "\n#")
+		sections[slug] = text
+	}
+	codes := map[string]int{}
+	for status, typ := range statusTypes {
+		codes[typ] = status
+	}
+	for _, typ := range ProblemTypes() {
+		text, ok := sections[typ]
+		if !ok {
+			t.Errorf("type %s (%s) has no section %q in docs/contract.md", typ, ProblemTypeBase+typ, "#### Problem: "+typ)
+			continue
+		}
+		if !strings.Contains(text, `"`+problemTitles[typ]+`"`) {
+			t.Errorf("section %s does not give the title %q", typ, problemTitles[typ])
+		}
+		if code, ok := codes[typ]; ok && !strings.Contains(text, "`"+strconv.Itoa(code)+"`") {
+			t.Errorf("section %s does not give the status %d", typ, code)
+		}
+	}
+	for slug := range sections {
+		if _, ok := problemTitles[slug]; !ok {
+			t.Errorf("docs/contract.md has a section for %s, which is no problem type", slug)
+		}
 	}
 }
