@@ -251,12 +251,22 @@ func (s *Service) TryDo(method, path string, headers map[string]string, body any
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if out != nil {
+	// An error is a problem document (its "status" a number, where a
+	// resource's is a string): decoded only into what holds any JSON.
+	if out != nil && (resp.StatusCode < 400 || holdsAny(out)) {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil && err != io.EOF {
 			return resp.StatusCode, fmt.Errorf("decode: %w", err)
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+func holdsAny(out any) bool {
+	switch out.(type) {
+	case *map[string]any, *any, *json.RawMessage:
+		return true
+	}
+	return false
 }
 
 // Eventually polls cond until it holds or the wait runs out
