@@ -27,7 +27,7 @@
 // first (applied, if the outage was its only problem) and recorded as a
 // dead letter only if it still fails. The drain of the broker-side dead
 // queue (<queue>.dead: messages past the delivery limit) does the same
-// through the dead queue's own retry tiers (<queue>.dead.retry.<tier>).
+// through the dead queue's own retry tiers (<queue>.dead.delay.<tier>).
 //
 // Why this and not a parking queue: a parking queue is drained by a
 // consumer that needs the same database, so during the outage it either

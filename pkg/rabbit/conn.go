@@ -3,7 +3,7 @@
 // node (reconnect with backoff to the next address of its list, redeclare
 // the topology), a publisher that waits for publisher confirms and treats a
 // mandatory return as a failure, and a consume loop with manual acks,
-// bounded prefetch and delayed retries.
+// bounded prefetch and delayed retries, which outlives a panicking handler.
 package rabbit
 
 import (
@@ -142,11 +142,11 @@ func (c *Conn) Run(ctx context.Context) error {
 
 		select {
 		case <-ctx.Done():
-			c.markDown()
+			c.markDown(conn)
 			_ = conn.Close()
 			return nil
 		case e := <-closed:
-			c.markDown()
+			c.markDown(conn)
 			order.lost(i)
 			c.log.Warn("broker connection lost", "address", hostOf(c.addrs[i]), "err", e)
 		}
@@ -179,9 +179,16 @@ func hostOf(addr string) string {
 	return "(unparsable address)"
 }
 
-func (c *Conn) markDown() {
+// markDown records that conn is lost, if it is still the current
+// connection. A caller may hold an older one (Channel read it just before
+// a failover): marking that down would clear the connection Run has put in
+// its place and leave everything waiting for a reconnect that never comes.
+func (c *Conn) markDown(conn *amqp.Connection) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.conn != conn {
+		return
+	}
 	c.conn, c.addr = nil, ""
 	select {
 	case <-c.ready:
@@ -201,9 +208,14 @@ func (c *Conn) connect(ctx context.Context, addr string) (*amqp.Connection, erro
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
-	if err := c.topo.Declare(conn); err != nil {
+	earlier, err := c.topo.declare(conn)
+	if err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("declare topology: %w", err)
+	}
+	for _, q := range earlier {
+		c.log.Warn("queue declared by an earlier version: its dead-lettering stays at-most-once until an operator sets the policy of docs/operations.md (Upgrading the queues)",
+			"queue", q)
 	}
 	return conn, nil
 }
@@ -218,16 +230,11 @@ func (c *Conn) Channel(ctx context.Context) (*amqp.Channel, error) {
 		conn, ready := c.conn, c.ready
 		c.mu.Unlock()
 		if conn != nil {
-			ch, err := conn.Channel()
-			if err == nil {
-				return ch, nil
+			ch, err := c.channelOn(conn)
+			if errors.Is(err, errLost) {
+				continue // wait for Run to replace it
 			}
-			if !errors.Is(err, amqp.ErrClosed) {
-				return nil, fmt.Errorf("open channel: %w", err)
-			}
-			// The connection died under us: wait for Run to replace it.
-			c.markDown()
-			continue
+			return ch, err
 		}
 		select {
 		case <-ctx.Done():
@@ -235,6 +242,23 @@ func (c *Conn) Channel(ctx context.Context) (*amqp.Channel, error) {
 		case <-ready:
 		}
 	}
+}
+
+// errLost: the connection a channel was asked of has closed.
+var errLost = errors.New("connection lost")
+
+// channelOn opens a channel on conn. A conn that has closed is marked
+// down (only if it is still the current one), and errLost returned.
+func (c *Conn) channelOn(conn *amqp.Connection) (*amqp.Channel, error) {
+	ch, err := conn.Channel()
+	if err == nil {
+		return ch, nil
+	}
+	if !errors.Is(err, amqp.ErrClosed) {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	c.markDown(conn)
+	return nil, errLost
 }
 
 // Connected reports whether the connection is up (for /readyz).

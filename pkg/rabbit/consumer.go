@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
-	"strings"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -97,7 +97,9 @@ type ConsumeConfig struct {
 }
 
 // Handler processes one delivery. Its ctx is not cancelled by shutdown: a
-// message being handled finishes its transaction and is acked.
+// message being handled finishes its transaction and is acked. A handler
+// that panics loses nothing and stops nothing: the message goes back to its
+// queue, whose delivery limit bounds the retries (see process).
 type Handler func(ctx context.Context, d Delivery) Decision
 
 // BatchHandler processes deliveries together and returns one decision per
@@ -251,24 +253,100 @@ func waiting(deliveries <-chan amqp.Delivery, first amqp.Delivery, max int) []am
 // process handles a batch of deliveries and carries out the decisions, in
 // order. It reports whether the channel must be abandoned; then the
 // deliveries not yet settled go back to the queue with the channel.
+//
+// A handler that panics (or returns a wrong number of decisions) does not
+// take the process down. Its deliveries are not acked, since nothing says
+// their work committed: each is returned to its queue (nack, requeue),
+// where the quorum queue counts the delivery and, past its delivery limit,
+// dead-letters it to <queue>.dead, whose consumer records it in
+// dead_letters. A failed batch is first handled again one delivery at a
+// time, each with its own HandlerTimeout, so that only the deliveries that
+// fail by themselves are returned and charged a delivery.
 func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, handle BatchHandler, batch []amqp.Delivery) bool {
 	dels := make([]Delivery, len(batch))
 	for i, d := range batch {
-		dels[i] = Delivery{Delivery: d, Queue: cfg.Queue, Attempt: 1}
-		if n, ok := intHeader(d.Headers, HeaderRetryAttempt); ok && n > 0 {
-			dels[i].Attempt = int(n) + 1
+		dels[i] = newDelivery(d, cfg.Queue)
+	}
+	decisions, err := call(ctx, cfg.HandlerTimeout, handle, dels)
+	if err == nil {
+		return c.settle(ctx, cfg, log, pub, dels, decisions)
+	}
+	if len(dels) == 1 {
+		returnToQueue(log, dels[0], err)
+		return false
+	}
+	log.Error("batch handler failed; handling its deliveries one at a time", "size", len(dels), "err", err)
+	for _, d := range dels {
+		one := []Delivery{d}
+		decisions, err := call(ctx, cfg.HandlerTimeout, handle, one)
+		if err != nil {
+			returnToQueue(log, d, err)
+			continue
 		}
-		if ms, ok := intHeader(d.Headers, HeaderFirstFailedAt); ok && ms > 0 {
-			dels[i].FirstFailedAt = time.UnixMilli(ms).UTC()
+		if c.settle(ctx, cfg, log, pub, one, decisions) {
+			return true
 		}
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.HandlerTimeout)
-	defer cancel()
-	decisions := handle(hctx, dels)
-	if len(decisions) != len(dels) {
-		panic(fmt.Sprintf("rabbit: batch handler returned %d decisions for %d deliveries", len(decisions), len(dels)))
-	}
+	return false
+}
 
+// newDelivery reads the retry headers of a received message.
+func newDelivery(d amqp.Delivery, queue string) Delivery {
+	del := Delivery{Delivery: d, Queue: queue, Attempt: 1}
+	if n, ok := intHeader(d.Headers, HeaderRetryAttempt); ok && n > 0 {
+		del.Attempt = int(n) + 1
+	}
+	if ms, ok := intHeader(d.Headers, HeaderFirstFailedAt); ok && ms > 0 {
+		del.FirstFailedAt = time.UnixMilli(ms).UTC()
+	}
+	return del
+}
+
+// handlerPanic is a panic recovered from a handler, with the stack of the
+// goroutine where it happened.
+type handlerPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *handlerPanic) Error() string { return fmt.Sprintf("handler panicked: %v", p.value) }
+
+// call runs handle on dels with its own timeout (not cancelled by
+// shutdown: a message being handled finishes its transaction). A panic
+// comes back as a *handlerPanic, a wrong number of decisions as an error.
+func call(ctx context.Context, timeout time.Duration, handle BatchHandler, dels []Delivery) (decisions []Decision, err error) {
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			decisions, err = nil, &handlerPanic{value: v, stack: debug.Stack()}
+		}
+	}()
+	decisions = handle(hctx, dels)
+	if len(decisions) != len(dels) {
+		return nil, fmt.Errorf("handler returned %d decisions for %d deliveries", len(decisions), len(dels))
+	}
+	return decisions, nil
+}
+
+// returnToQueue nacks d with requeue after its handler failed. The requeue
+// is immediate but bounded: the quorum queue's delivery limit caps how
+// often it happens to one message, then dead-letters it (有限重试与死信),
+// so it is not the endless instant requeue the chapter forbids.
+func returnToQueue(log *slog.Logger, d Delivery, err error) {
+	attrs := []any{"message_id", d.MessageId, "err", err}
+	if p, ok := err.(*handlerPanic); ok {
+		attrs = append(attrs, "stack", string(p.stack))
+	}
+	log.Error("handler failed; returning the message to its queue, whose delivery limit dead-letters it if it keeps failing", attrs...)
+	if err := d.Nack(false, true); err != nil {
+		log.Warn("nack failed; the broker returns the message when the channel closes", "message_id", d.MessageId, "err", err)
+	}
+}
+
+// settle carries out the decisions on dels, in order, and reports whether
+// the channel must be abandoned.
+func (c *Conn) settle(ctx context.Context, cfg ConsumeConfig, log *slog.Logger, pub *Publisher, dels []Delivery, decisions []Decision) bool {
 	for i, dec := range decisions {
 		d := dels[i]
 		switch dec.kind {
@@ -337,99 +415,6 @@ func RetryTier(delay time.Duration) int {
 	}
 	return t
 }
-
-// scheduleRetry publishes a copy of the delivery to the retry queue of its
-// tier, with the attempt counter and first-failure time in its headers.
-func (c *Conn) scheduleRetry(ctx context.Context, pub *Publisher, d Delivery, delay time.Duration) error {
-	tier := RetryTier(delay)
-	name, err := c.retryQueue(ctx, d.Queue, tier)
-	if err != nil {
-		return err
-	}
-	headers := amqp.Table{}
-	for k, v := range d.Headers {
-		if !brokerHeader(k) {
-			headers[k] = v
-		}
-	}
-	headers[HeaderRetryAttempt] = int64(d.Attempt)
-	first := d.FirstFailedAt
-	if first.IsZero() {
-		first = time.Now()
-	}
-	headers[HeaderFirstFailedAt] = first.UnixMilli()
-	ms := delay.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	msg := Message{
-		Exchange:   "",
-		RoutingKey: name,
-		Publishing: amqp.Publishing{
-			Headers:       headers,
-			ContentType:   d.ContentType,
-			DeliveryMode:  amqp.Persistent,
-			CorrelationId: d.CorrelationId,
-			MessageId:     d.MessageId,
-			Timestamp:     d.Timestamp,
-			Type:          d.Type,
-			Expiration:    fmt.Sprint(ms),
-			Body:          d.Body,
-		},
-	}
-	if err := pub.Publish(ctx, []Message{msg}, 5*time.Second)[0]; err != nil {
-		c.forgetRetryQueue(name)
-		return fmt.Errorf("publish to %s: %w", name, err)
-	}
-	return nil
-}
-
-// brokerHeader reports whether header k is one the broker writes on a
-// delivery and a copy must not carry over: the quorum queue's delivery
-// count and the first and last death. x-death stays: it is the message's
-// record of every dead-lettering (one entry per queue and reason, with a
-// count, so it does not grow with each retry), which DeathReason reads.
-func brokerHeader(k string) bool {
-	return k == "x-delivery-count" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-")
-}
-
-// DeathReason says why the broker dead-lettered d and from which queue,
-// e.g. "delivery_limit on inventory.order-events": the latest x-death entry
-// (the broker puts the most recent first) that is not a retry's hop through
-// a holding queue (reason "expired": only retry tiers have a TTL).
-func (d Delivery) DeathReason() string {
-	deaths, _ := d.Headers["x-death"].([]any)
-	for _, death := range deaths {
-		if t, ok := death.(amqp.Table); ok && t["reason"] != "expired" {
-			reason, _ := t["reason"].(string)
-			queue, _ := t["queue"].(string)
-			return reason + " on " + queue
-		}
-	}
-	reason, _ := d.Headers["x-first-death-reason"].(string)
-	return reason
-}
-
-var declaredRetryQueues sync.Map // queue name -> struct{}
-
-func (c *Conn) retryQueue(ctx context.Context, queue string, tier int) (string, error) {
-	name := RetryQueue(queue, tier)
-	if _, ok := declaredRetryQueues.Load(name); ok {
-		return name, nil
-	}
-	ch, err := c.Channel(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer ch.Close()
-	if _, err := declareRetryQueue(ch, queue, tier); err != nil {
-		return "", err
-	}
-	declaredRetryQueues.Store(name, struct{}{})
-	return name, nil
-}
-
-func (c *Conn) forgetRetryQueue(name string) { declaredRetryQueues.Delete(name) }
 
 func intHeader(h amqp.Table, key string) (int64, bool) {
 	switch v := h[key].(type) {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
@@ -95,4 +97,81 @@ func TestFailedRetrySchedulingIsNotAnInstantRequeue(t *testing.T) {
 	if got := snapshot(); len(got) != 2 || got[1] != (call{attempt: 2, redelivered: false}) {
 		t.Fatalf("calls %+v, want a first attempt and then attempt 2 from the retry queue (not a broker redelivery)", got)
 	}
+}
+
+// A handler that panics on one message takes neither the process nor its
+// worker down: the message goes back to its queue after each panic, the
+// queue's delivery limit ends that, and the broker dead-letters it to
+// <queue>.dead (which the inbox drains into dead_letters); the messages
+// around it are processed by the same single worker.
+func TestPanickingHandlerLeavesTheWorkerAlive(t *testing.T) {
+	t.Parallel()
+	ns := rabbittest.Namespace(t)
+	topo := rabbittest.Topology(t, ns, rabbit.Queue{Name: "probe.events", Keys: []string{events.OrderCreated}, DeliveryLimit: 2})
+	conn := rabbittest.Conn(t, topo)
+	q := topo.Queues[0]
+	const bad = "0d4e6a43-0c38-4c0e-8f43-3f3b2d7e9b01"
+	var mu sync.Mutex
+	handled := map[string]int{} // message id -> calls
+	handle := func(_ context.Context, d rabbit.Delivery) rabbit.Decision {
+		mu.Lock()
+		handled[d.MessageId]++
+		mu.Unlock()
+		if d.MessageId == bad {
+			panic("a handler bug on " + d.MessageId)
+		}
+		return rabbit.Ack()
+	}
+	calls := func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return handled[id]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = conn.Consume(ctx, rabbit.ConsumeConfig{Queue: q.Name, Workers: 1, Log: quiet}, handle)
+	}()
+	defer func() { cancel(); <-done }()
+	pub := conn.NewPublisher()
+	defer pub.Close()
+	publish := func(id string) {
+		t.Helper()
+		msg := rabbit.FromEnvelope(ns.Exchange(), events.Envelope{EventID: id, Type: events.OrderCreated,
+			AggregateID: 1, AggregateVersion: 1, SchemaVersion: 1, Payload: []byte(`{}`)})
+		if err := pub.Publish(context.Background(), []rabbit.Message{msg}, 5*time.Second)[0]; err != nil {
+			t.Fatal(err)
+		}
+	}
+	const before, after = "8a0f7f0e-4a4b-4d35-9a39-5f3a8e0c2a10", "8a0f7f0e-4a4b-4d35-9a39-5f3a8e0c2a11"
+	publish(before)
+	publish(bad)
+
+	dead := rabbittest.Drain(t, q.DeadQueue(), 1, 30*time.Second)
+	if len(dead) != 1 || dead[0].MessageId != bad {
+		t.Fatalf("dead-lettered %d messages (%v), want the one that panics", len(dead), ids(dead))
+	}
+	if got, want := (rabbit.Delivery{Delivery: dead[0]}).DeathReason(), "delivery_limit on "+q.Name; got != want {
+		t.Errorf("dead letter reason %q, want %q", got, want)
+	}
+	if n := calls(bad); n < 2 {
+		t.Errorf("the panicking message was handled %d times before it was dead-lettered, want it returned and retried", n)
+	}
+	publish(after) // the one worker is still there
+	deadline := time.Now().Add(15 * time.Second)
+	for calls(after) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if calls(before) != 1 || calls(after) != 1 {
+		t.Errorf("the messages around the panicking one were handled %d and %d times, want once each", calls(before), calls(after))
+	}
+}
+
+func ids(ds []amqp.Delivery) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.MessageId)
+	}
+	return out
 }

@@ -1,7 +1,9 @@
 package rabbit
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -34,61 +36,130 @@ func (q Queue) DeadQueue() string { return q.Name + ".dead" }
 
 // RetryQueue is the holding queue for delayed redelivery at one tier: a
 // message waits there for its expiration, then is dead-lettered back to the
-// main queue through the default exchange.
-func RetryQueue(queue string, tier int) string { return fmt.Sprintf("%s.retry.%d", queue, tier) }
+// main queue through the default exchange. The name is not the
+// "<queue>.retry.<tier>" of earlier versions: those were classic queues,
+// and a queue cannot change its type, so the quorum tiers are new queues
+// and the old ones drain by themselves (docs/operations.md, "Upgrading the
+// queues").
+func RetryQueue(queue string, tier int) string { return fmt.Sprintf("%s.delay.%d", queue, tier) }
 
-// Declare declares everything on a fresh channel of conn.
+// Declare declares everything on conn.
 func (t Topology) Declare(conn *amqp.Connection) error {
+	_, err := t.declare(conn)
+	return err
+}
+
+// declare declares everything on conn and returns the queues it found
+// declared by an earlier version (see declareQueue).
+func (t Topology) declare(conn *amqp.Connection) (earlier []string, err error) {
 	ch, err := conn.Channel()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer ch.Close()
 	if err := ch.ExchangeDeclare(t.Exchange, amqp.ExchangeTopic, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("exchange %s: %w", t.Exchange, err)
+		return nil, fmt.Errorf("exchange %s: %w", t.Exchange, err)
 	}
 	if err := ch.ExchangeDeclare(t.DeadLetterExchange, amqp.ExchangeDirect, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("exchange %s: %w", t.DeadLetterExchange, err)
+		return nil, fmt.Errorf("exchange %s: %w", t.DeadLetterExchange, err)
 	}
 	for _, q := range t.Queues {
 		limit := q.DeliveryLimit
 		if limit <= 0 {
 			limit = 20
 		}
-		args := amqp.Table{
+		args := atLeastOnce(amqp.Table{
 			amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
 			"x-dead-letter-exchange":    t.DeadLetterExchange,
 			"x-dead-letter-routing-key": q.Name,
 			"x-delivery-limit":          int64(limit),
+		})
+		old, err := declareQueue(conn, q.Name, args)
+		if err != nil {
+			return earlier, fmt.Errorf("queue %s: %w", q.Name, err)
 		}
-		if _, err := ch.QueueDeclare(q.Name, true, false, false, false, args); err != nil {
-			return fmt.Errorf("queue %s: %w", q.Name, err)
+		if old {
+			earlier = append(earlier, q.Name)
 		}
 		for _, key := range q.Keys {
 			if err := ch.QueueBind(q.Name, key, t.Exchange, false, nil); err != nil {
-				return fmt.Errorf("bind %s to %s: %w", q.Name, key, err)
+				return earlier, fmt.Errorf("bind %s to %s: %w", q.Name, key, err)
 			}
 		}
 		dead := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
 		if _, err := ch.QueueDeclare(q.DeadQueue(), true, false, false, false, dead); err != nil {
-			return fmt.Errorf("queue %s: %w", q.DeadQueue(), err)
+			return earlier, fmt.Errorf("queue %s: %w", q.DeadQueue(), err)
 		}
 		if err := ch.QueueBind(q.DeadQueue(), q.Name, t.DeadLetterExchange, false, nil); err != nil {
-			return fmt.Errorf("bind %s: %w", q.DeadQueue(), err)
+			return earlier, fmt.Errorf("bind %s: %w", q.DeadQueue(), err)
 		}
 	}
-	return nil
+	return earlier, nil
 }
 
-// declareRetryQueue declares the holding queue of one retry tier. It is a
-// classic durable queue: it only holds persistent messages for a while, and
-// per-message expiry there dead-letters them back to the main queue.
+// atLeastOnce adds at-least-once dead-lettering to a quorum queue's
+// arguments: the queue keeps a message it dead-letters (delivery limit,
+// expiry) until every queue it is routed to has confirmed it, so a node
+// lost on the way loses nothing (the default, at-most-once, publishes it
+// without confirms). The broker requires reject-publish overflow for it;
+// with no length limit set, that refuses no publish.
+func atLeastOnce(args amqp.Table) amqp.Table {
+	args["x-dead-letter-strategy"] = "at-least-once"
+	args["x-overflow"] = "reject-publish"
+	return args
+}
+
+// declareQueue declares a consumer's queue, on a channel of its own: the
+// broker closes the channel of a refused declaration. A queue declared by
+// a version before at-least-once dead-lettering cannot take the new
+// arguments (a queue's arguments never change: PRECONDITION_FAILED,
+// inequivalent arg). It is declared again as it was and reported
+// (earlier), so that an upgraded service keeps consuming its messages;
+// docs/operations.md ("Upgrading the queues") says how an operator gives
+// it at-least-once dead-lettering (a policy).
+func declareQueue(conn *amqp.Connection, name string, args amqp.Table) (earlier bool, err error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return false, err
+	}
+	_, err = ch.QueueDeclare(name, true, false, false, false, args)
+	if err == nil {
+		return false, ch.Close()
+	}
+	var refused *amqp.Error
+	if !errors.As(err, &refused) || refused.Code != amqp.PreconditionFailed ||
+		!(strings.Contains(refused.Reason, "'x-dead-letter-strategy'") || strings.Contains(refused.Reason, "'x-overflow'")) {
+		return false, err
+	}
+	ch, cerr := conn.Channel()
+	if cerr != nil {
+		return false, errors.Join(err, cerr)
+	}
+	defer ch.Close()
+	before := amqp.Table{}
+	for k, v := range args {
+		if k != "x-dead-letter-strategy" && k != "x-overflow" {
+			before[k] = v
+		}
+	}
+	if _, derr := ch.QueueDeclare(name, true, false, false, false, before); derr != nil {
+		return false, fmt.Errorf("%w; declared as before at-least-once dead-lettering: %w", err, derr)
+	}
+	return true, nil
+}
+
+// declareRetryQueue declares the holding queue of one retry tier: a quorum
+// queue (replicated like the queue it feeds) with per-message expiry that
+// dead-letters a message back to that queue at least once. A delayed
+// retry lives only here after its original was acked, so losing it to one
+// node's loss would lose the event.
 func declareRetryQueue(ch *amqp.Channel, queue string, tier int) (string, error) {
 	name := RetryQueue(queue, tier)
-	args := amqp.Table{
+	args := atLeastOnce(amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": queue,
-	}
+	})
 	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 		return "", fmt.Errorf("queue %s: %w", name, err)
 	}

@@ -77,8 +77,14 @@ type DeadlineRound struct {
 
 // ExpireDeadlines is one round of the deadline sweep over up to limit
 // orders. An error on one order does not stop the others; the errors are
-// joined. The loop calls it; tests call it directly.
+// joined. SweepDeadlines runs it under the lease; tests call it directly.
 func (a *App) ExpireDeadlines(ctx context.Context, limit int) (DeadlineRound, error) {
+	return a.expireDeadlines(ctx, limit, nil)
+}
+
+// expireDeadlines is ExpireDeadlines under lease (nil: none), checked
+// before each order: a lost lease stops the round with sqldb.ErrLeaseLost.
+func (a *App) expireDeadlines(ctx context.Context, limit int, lease *sqldb.Lease) (DeadlineRound, error) {
 	due, err := orderdb.PastDeadline(ctx, a.db, limit)
 	if err != nil {
 		return DeadlineRound{}, err
@@ -90,7 +96,11 @@ func (a *App) ExpireDeadlines(ctx context.Context, limit int) (DeadlineRound, er
 			errs = append(errs, ctx.Err())
 			break
 		}
-		outcome, err := a.expireDeadline(ctx, d)
+		outcome, err := a.expireDeadline(ctx, lease, d)
+		if errors.Is(err, sqldb.ErrLeaseLost) {
+			errs = append(errs, err)
+			break
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("order %d: %w", d.ID, err))
 			continue
@@ -112,9 +122,16 @@ func (a *App) ExpireDeadlines(ctx context.Context, limit int) (DeadlineRound, er
 // under its row lock, it is still past its deadline (for awaiting_payment,
 // once payment's answer allows it), or postpones the deadline to ask
 // payment again. It reports what it did ("" for nothing: the order moved).
-func (a *App) expireDeadline(ctx context.Context, d orderdb.Due) (order.DeadlineAction, error) {
+func (a *App) expireDeadline(ctx context.Context, lease *sqldb.Lease, d orderdb.Due) (order.DeadlineAction, error) {
 	if err := failpoint.Inject(ctx, FailpointDeadlineBeforeCancel); err != nil {
 		return "", err
+	}
+	// Before payment is asked: a sweep whose session ended may have a
+	// successor by now, asking and cancelling instead.
+	if lease != nil {
+		if err := lease.Check(ctx); err != nil {
+			return "", err
+		}
 	}
 	log := a.log.With("order_id", d.ID, "job", "deadline-sweep")
 	status := order.Status(d.Status)
@@ -184,10 +201,10 @@ func (a *App) askPayment(ctx context.Context, log *slog.Logger, d orderdb.Due) o
 	return dec
 }
 
-// RunDeadlineSweep runs the sweep every interval until ctx ends. Each tick
-// drains the backlog in rounds of batch; a round with an error ends the
-// tick (the failing order is tried again next tick, not in a hot loop).
-// Errors are logged, never returned: one bad row must not stop the service.
+// RunDeadlineSweep runs the sweep every interval until ctx ends (one
+// SweepDeadlines a tick). A failed tick is logged, never returned: one bad
+// row must not stop the service; the failing order is tried again next
+// tick, not in a hot loop.
 //
 // Singleton across instances: a tick runs under the database lease
 // DeadlineSweepLease and is skipped by the instances that do not get it.
@@ -199,7 +216,10 @@ func (a *App) RunDeadlineSweep(ctx context.Context, interval time.Duration, batc
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		a.deadlineTick(ctx, log, batch)
+		err := a.SweepDeadlines(ctx, batch)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, sqldb.ErrLeaseHeld) && !errors.Is(err, sqldb.ErrLeaseLost) {
+			log.ErrorContext(ctx, "deadline sweep failed; retrying next tick", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -211,31 +231,31 @@ func (a *App) RunDeadlineSweep(ctx context.Context, interval time.Duration, batc
 // DeadlineSweepLease is the deadline sweep's database lease.
 const DeadlineSweepLease = "deadline-sweep"
 
-// deadlineTick drains the backlog in rounds while holding the lease.
-func (a *App) deadlineTick(ctx context.Context, log *slog.Logger, batch int) {
+// SweepDeadlines is one tick of the sweep: it takes the lease (without
+// waiting: sqldb.ErrLeaseHeld when another sweeper has it) and drains the
+// backlog in rounds of batch, checking the lease before each order. A lost
+// lease stops the tick (sqldb.ErrLeaseLost, logged and counted here).
+func (a *App) SweepDeadlines(ctx context.Context, batch int) error {
 	lease, err := sqldb.TryLease(ctx, a.db, DeadlineSweepLease, 0)
 	if err != nil {
-		if !errors.Is(err, sqldb.ErrLeaseHeld) && ctx.Err() == nil {
-			log.WarnContext(ctx, "deadline sweep: lease not taken; retrying next tick", "err", err)
-		}
-		return
+		return fmt.Errorf("deadline sweep: %w", err)
 	}
 	defer lease.Release()
 	for ctx.Err() == nil {
-		round, err := a.ExpireDeadlines(ctx, batch)
+		round, err := a.expireDeadlines(ctx, batch, lease)
+		if errors.Is(err, sqldb.ErrLeaseLost) {
+			a.leaseLost(ctx, a.log.With("job", "deadline-sweep"), DeadlineSweepLease, err)
+		}
 		if err != nil {
-			if ctx.Err() == nil {
-				log.ErrorContext(ctx, "deadline sweep round failed; retrying next tick", "err", err,
-					"found", round.Found, "cancelled", round.Cancelled)
-			}
-			break
+			return fmt.Errorf("deadline sweep round (found %d, cancelled %d): %w", round.Found, round.Cancelled, err)
 		}
 		// A full batch may have more behind it; but if nothing could be
 		// cancelled (every row held by someone else), wait for the tick.
 		if round.Found < batch || round.Cancelled == 0 {
-			break
+			return nil
 		}
 	}
+	return nil
 }
 
 // Upcoming lists open orders by deadline, earliest first.

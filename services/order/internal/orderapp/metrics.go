@@ -17,6 +17,7 @@ import (
 //	reconciliation_differences_total{classification}     findings of the reconciler that are differences between the services' records
 //	reconciliation_repairs_total{action,outcome}         what the reconciler did about them and how it ended
 //	reconciliation_runs_total{trigger}                   reconciliation passes (schedule, admin)
+//	order_lease_lost_total{job}                          runs of the reconciler or the deadline sweep stopped because their database lease was lost
 //	orders_oldest_open_age_seconds{status}               age of the oldest order still in pending_inventory / awaiting_payment (scrape time)
 //	orders_past_deadline                                 open orders whose deadline passed and that are not cancelled yet (scrape time)
 //
@@ -29,6 +30,7 @@ type metrics struct {
 	differences      *prometheus.CounterVec
 	repairs          *prometheus.CounterVec
 	runs             *prometheus.CounterVec
+	leaseLost        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,6 +55,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "reconciliation_runs_total",
 			Help: "Reconciliation passes, by what started them (schedule, admin).",
 		}, []string{"trigger"}),
+		leaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "order_lease_lost_total",
+			Help: "Runs of a one-at-a-time job (reconciler, deadline-sweep) stopped before their next change because their database lease was lost (their session ended; another run may hold it).",
+		}, []string{"job"}),
 	}
 	// Every series exists from the start, at 0, so rate() and alerts see
 	// the first increment.
@@ -77,8 +83,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.repairs.WithLabelValues(string(order.Report), OutcomeReported)
 	m.runs.WithLabelValues("schedule")
 	m.runs.WithLabelValues("admin")
+	m.leaseLost.WithLabelValues(ReconcilerLease)
+	m.leaseLost.WithLabelValues(DeadlineSweepLease)
 	if reg != nil {
-		reg.MustRegister(m.deadlinesExpired, m.deadlineChecks, m.differences, m.repairs, m.runs)
+		reg.MustRegister(m.deadlinesExpired, m.deadlineChecks, m.differences, m.repairs, m.runs, m.leaseLost)
 	}
 	return m
 }

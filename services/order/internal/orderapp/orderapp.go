@@ -255,6 +255,15 @@ func (a *App) txRetry(idempotent bool) sqldb.TxRetry {
 	return sqldb.TxRetry{Idempotent: idempotent, Log: a.log}
 }
 
+// leaseLost reports a one-at-a-time job (the reconciler, the deadline
+// sweep) that found its database lease lost and stopped: from here on
+// another run may hold it, and this one changes nothing more.
+func (a *App) leaseLost(ctx context.Context, log *slog.Logger, job string, err error) {
+	a.metrics.leaseLost.WithLabelValues(job).Inc()
+	log.ErrorContext(ctx, "lease lost: run stopped before its next change; another run may hold the lease now",
+		"lease", job, "err", err)
+}
+
 // insertCreated writes the history row that emits OrderCreated, then the
 // event itself.
 func insertCreated(ctx context.Context, tx *sqlx.Tx, change orderdb.Change, created events.OrderCreatedV1) error {

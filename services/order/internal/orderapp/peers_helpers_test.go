@@ -183,6 +183,7 @@ type recon struct {
 	reg       *prometheus.Registry
 	inventory *peer
 	payment   *peer
+	dsn       string // the test database's, for a second pool on it
 }
 
 const adminToken = "test-token"
@@ -206,7 +207,7 @@ func newRecon(t *testing.T) *recon {
 			t.Errorf("%d calls to the PSP", n)
 		}
 	})
-	return &recon{fixture: &fixture{db: db.DB, app: app, wakes: &wakes, cons: cons}, reg: reg, inventory: inv, payment: pay}
+	return &recon{fixture: &fixture{db: db.DB, app: app, wakes: &wakes, cons: cons}, reg: reg, inventory: inv, payment: pay, dsn: db.DSN}
 }
 
 // age pretends the order's last change was ago in the past (its

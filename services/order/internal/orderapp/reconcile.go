@@ -57,7 +57,9 @@ import (
 //     A local repair re-reads the order under its row lock and compares it
 //     with what the scan saw (status, refund status, updated_at): if it
 //     moved meanwhile, nothing is done (outcome state_changed). The repair
-//     and its audit row commit in one transaction.
+//     and its audit row commit in one transaction; the row's number is
+//     unique per order (orderdb.InsertAudit). Before each repair the run
+//     checks that it still holds its lease.
 //
 // The reconciler never calls the PSP and never asks payment to charge: the
 // only payment endpoint it uses is GET /payments/{order_id}.
@@ -125,9 +127,10 @@ type Evidence struct {
 
 // ReconcilerLease is the reconciler's database lease (sqldb.TryLease):
 // one run at a time across every instance of the order service. A second
-// run at once would find the same orders, ask the same peers and write a
-// second audit row per finding; the repairs themselves are compare-and-set
-// and stay correct without it.
+// run at once would find the same orders and ask the same peers; the
+// repairs themselves are compare-and-set and stay correct without it, and
+// the audit row's key (orderdb.InsertAudit) keeps one row per finding. A
+// run checks the lease before each repair and stops when it is lost.
 const ReconcilerLease = "reconciler"
 
 // ErrReconcilerBusy: another run (in this instance or another) holds the
@@ -135,7 +138,8 @@ const ReconcilerLease = "reconciler"
 var ErrReconcilerBusy = errors.New("a reconciliation run is in progress (in this instance or another)")
 
 // adminLeaseWait is how long an operator's run waits for a run in
-// progress to end before answering ErrReconcilerBusy.
+// progress to end before answering ErrReconcilerBusy; it holds no pool
+// connection while it waits (sqldb.TryLease).
 const adminLeaseWait = 20 * time.Second
 
 // Reconcile runs one reconciliation pass; trigger says who asked
@@ -175,7 +179,13 @@ func (a *App) Reconcile(ctx context.Context, trigger string) (RunSummary, error)
 			break
 		}
 		sum.Checked++
-		v, rep, err := a.reconcileOrder(ctx, log.With("order_id", c.ID), sum.RunID, c)
+		v, rep, err := a.reconcileOrder(ctx, log.With("order_id", c.ID), lease, sum.RunID, c)
+		if errors.Is(err, sqldb.ErrLeaseLost) {
+			a.leaseLost(ctx, log, ReconcilerLease, err)
+			sum.Errors = append(sum.Errors, err.Error())
+			sum.FinishedAt = time.Now().UTC()
+			return sum, fmt.Errorf("reconcile: run %s stopped: %w", sum.RunID, err)
+		}
 		sum.Found[string(v.Classification)]++
 		if v.Classification == order.Consistent && err == nil {
 			sum.Closed++
@@ -210,6 +220,8 @@ func (a *App) RunReconciler(ctx context.Context, interval time.Duration) error {
 		switch _, err := a.Reconcile(ctx, "schedule"); {
 		case errors.Is(err, ErrReconcilerBusy):
 			a.log.DebugContext(ctx, "reconciliation run skipped: another instance holds the lease", "job", "reconciler")
+		case errors.Is(err, sqldb.ErrLeaseLost):
+			// Logged and counted by Reconcile; the next tick tries again.
 		case err != nil && ctx.Err() == nil:
 			a.log.WarnContext(ctx, "reconciliation run failed", "job", "reconciler", "err", err)
 		}
@@ -225,7 +237,7 @@ func (a *App) Audits(ctx context.Context, orderID uint64, limit int) ([]orderdb.
 // reconcileOrder gathers the evidence for one order, classifies it and
 // repairs or reports a difference. It returns the audit row it wrote, if
 // any.
-func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string, c orderdb.Candidate) (order.Verdict, *RepairSummary, error) {
+func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, lease *sqldb.Lease, runID string, c orderdb.Candidate) (order.Verdict, *RepairSummary, error) {
 	ev, obs, err := a.observe(ctx, runID, c)
 	if err != nil {
 		return order.Verdict{Classification: order.Unknown}, nil, err
@@ -251,8 +263,12 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string
 	if err := failpoint.Inject(ctx, FailpointReconcileBeforeRepair); err != nil {
 		return v, nil, err
 	}
+	// A run whose session ended may have a successor by now: it repairs.
+	if err := lease.Check(ctx); err != nil {
+		return v, nil, err
+	}
 
-	audit := orderdb.Audit{RepairID: uuid.NewString(), RunID: runID, OrderID: c.ID,
+	audit := orderdb.Audit{RepairID: uuid.NewString(), RunID: runID, OrderID: c.ID, Seq: c.AuditSeq + 1,
 		Classification: string(v.Classification), Action: string(v.Action)}
 	evidence, err := json.Marshal(ev)
 	if err != nil {
@@ -260,8 +276,14 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string
 	}
 	audit.Evidence = evidence
 	log = log.With("repair_id", audit.RepairID, "classification", v.Classification, "action", v.Action)
+	rep, err := a.repair(ctx, log, c, v, audit)
+	return v, rep, err
+}
 
-	var repairErr error
+// repair makes the verdict's repair, or its report, and writes its audit
+// row. It returns the row written (nil: none, another run's is the record).
+func (a *App) repair(ctx context.Context, log *slog.Logger, c orderdb.Candidate, v order.Verdict, audit orderdb.Audit) (*RepairSummary, error) {
+	var repairErr, parkErr error
 	switch v.Action {
 	case order.ApplyResult:
 		repairErr = a.applyResult(ctx, log, c, v, &audit)
@@ -274,25 +296,34 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string
 	case order.Report:
 		earlier, err := orderdb.Reported(ctx, a.db, c.ID, audit.Classification)
 		if err != nil {
-			return v, nil, err
+			return nil, err
 		}
 		if earlier != "" { // reported on an earlier run: once is enough
-			return v, nil, a.park(ctx, c, earlier)
+			return nil, a.park(ctx, c, earlier)
 		}
 		audit.Outcome, audit.Detail = OutcomeReported, v.Why
 		if repairErr = orderdb.InsertAudit(ctx, a.db, audit); repairErr == nil {
-			repairErr = a.park(ctx, c, audit.RepairID)
+			// The report stands; an order left unparked is parked by the
+			// next run, which finds the report (Reported).
+			parkErr = a.park(ctx, c, audit.RepairID)
 		}
 	default:
-		return v, nil, fmt.Errorf("no repair for action %q", v.Action)
+		return nil, fmt.Errorf("no repair for action %q", v.Action)
 	}
-	if repairErr != nil {
+	if repairErr != nil && !errors.Is(repairErr, orderdb.ErrAuditExists) {
 		// The repair's transaction rolled back, audit row included: record
 		// the failure on its own.
 		audit.Outcome, audit.Detail = OutcomeFailed, "repair failed: "+repairErr.Error()
 		if err := orderdb.InsertAudit(ctx, a.db, audit); err != nil {
 			repairErr = errors.Join(repairErr, err)
 		}
+	}
+	if errors.Is(repairErr, orderdb.ErrAuditExists) {
+		// Not an error: the row there (another run's, or this repair's
+		// whose COMMIT went unanswered) is the record.
+		log.WarnContext(ctx, "reconciler: this finding is audited already; nothing recorded twice",
+			"audit_seq", audit.Seq, "err", repairErr)
+		return nil, nil
 	}
 	a.metrics.repairs.WithLabelValues(audit.Action, audit.Outcome).Inc()
 	lvl := slog.LevelWarn
@@ -303,8 +334,8 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, runID string
 	if audit.Outcome == OutcomeRepaired && v.Action != order.RepublishParticipantEvent {
 		a.wake()
 	}
-	return v, &RepairSummary{RepairID: audit.RepairID, OrderID: fmt.Sprint(c.ID), Classification: audit.Classification,
-		Action: audit.Action, Outcome: audit.Outcome, Detail: audit.Detail}, repairErr
+	return &RepairSummary{RepairID: audit.RepairID, OrderID: fmt.Sprint(c.ID), Classification: audit.Classification,
+		Action: audit.Action, Outcome: audit.Outcome, Detail: audit.Detail}, errors.Join(repairErr, parkErr)
 }
 
 // park leaves a finished order the reconciler reported out of later scans,

@@ -3,12 +3,14 @@ package orderdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/instance"
+	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 )
 
@@ -22,7 +24,12 @@ type Candidate struct {
 	UpdatedAt    time.Time  `db:"updated_at"`
 	DeadlineAt   *time.Time `db:"deadline_at"`
 	AgeMicros    int64      `db:"age_micros"` // since the last change, database time
+	AuditSeq     uint32     `db:"audit_seq"`  // the number of its latest audit row when scanned (0: none)
 }
+
+// qAuditSeq is a candidate's latest audit row number, read with the scan:
+// a repair numbers its row one more (see InsertAudit).
+const qAuditSeq = `(SELECT COALESCE(MAX(a.audit_seq), 0) FROM reconciliation_audit a WHERE a.order_id = o.id) AS audit_seq`
 
 // ReconcileCandidates returns up to limit orders that should have moved on
 // by now, least recently changed first: open (pending_inventory,
@@ -31,18 +38,18 @@ type Candidate struct {
 // both the order database's clock, so clock skew between services does not
 // enter the choice; the grace covers work still in flight.
 func ReconcileCandidates(ctx context.Context, db sqlx.QueryerContext, grace, refundGrace time.Duration, limit int) ([]Candidate, error) {
-	const qOpen = `SELECT id, status, refund_status, aggregate_version, updated_at, deadline_at,
-  TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) AS age_micros
-FROM orders
-WHERE status IN ('pending_inventory', 'awaiting_payment')
-  AND updated_at < TIMESTAMPADD(MICROSECOND, -?, NOW(6))
-ORDER BY updated_at LIMIT ?`
-	const qRefund = `SELECT id, status, refund_status, aggregate_version, updated_at, deadline_at,
-  TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(6)) AS age_micros
-FROM orders
-WHERE refund_status = 'pending' AND status = 'cancelled'
-  AND updated_at < TIMESTAMPADD(MICROSECOND, -?, NOW(6))
-ORDER BY updated_at LIMIT ?`
+	const qOpen = `SELECT o.id, o.status, o.refund_status, o.aggregate_version, o.updated_at, o.deadline_at,
+  TIMESTAMPDIFF(MICROSECOND, o.updated_at, NOW(6)) AS age_micros, ` + qAuditSeq + `
+FROM orders o
+WHERE o.status IN ('pending_inventory', 'awaiting_payment')
+  AND o.updated_at < TIMESTAMPADD(MICROSECOND, -?, NOW(6))
+ORDER BY o.updated_at LIMIT ?`
+	const qRefund = `SELECT o.id, o.status, o.refund_status, o.aggregate_version, o.updated_at, o.deadline_at,
+  TIMESTAMPDIFF(MICROSECOND, o.updated_at, NOW(6)) AS age_micros, ` + qAuditSeq + `
+FROM orders o
+WHERE o.refund_status = 'pending' AND o.status = 'cancelled'
+  AND o.updated_at < TIMESTAMPADD(MICROSECOND, -?, NOW(6))
+ORDER BY o.updated_at LIMIT ?`
 	open := []Candidate{}
 	if err := sqlx.SelectContext(ctx, db, &open, qOpen, grace.Microseconds(), limit); err != nil {
 		return nil, fmt.Errorf("reconcile: open orders: %w", err)
@@ -68,7 +75,7 @@ ORDER BY updated_at LIMIT ?`
 // again unless it changes (a cancel after confirm).
 func FinishedCandidates(ctx context.Context, db sqlx.QueryerContext, grace, window time.Duration, limit int) ([]Candidate, error) {
 	const q = `SELECT o.id, o.status, o.refund_status, o.aggregate_version, o.updated_at, o.deadline_at,
-  TIMESTAMPDIFF(MICROSECOND, o.updated_at, NOW(6)) AS age_micros
+  TIMESTAMPDIFF(MICROSECOND, o.updated_at, NOW(6)) AS age_micros, ` + qAuditSeq + `
 FROM orders o
 LEFT JOIN reconciliation_checks c ON c.order_id = o.id AND c.order_updated_at = o.updated_at
 WHERE o.status IN ('confirmed', 'rejected', 'cancelled') AND o.refund_status <> 'pending'
@@ -134,6 +141,7 @@ type Audit struct {
 	RepairID       string          `db:"repair_id" json:"repair_id"`
 	RunID          string          `db:"run_id" json:"run_id"`
 	OrderID        uint64          `db:"order_id" json:"order_id,string"`
+	Seq            uint32          `db:"audit_seq" json:"-"` // the order's n-th audit row: see InsertAudit
 	Classification string          `db:"classification" json:"classification"`
 	Action         string          `db:"action" json:"action"`
 	Outcome        string          `db:"outcome" json:"outcome"`
@@ -143,14 +151,28 @@ type Audit struct {
 	CreatedAt      time.Time       `db:"created_at" json:"created_at"`
 }
 
+// ErrAuditExists: the order already has its audit row number a.Seq:
+// another run audited the same finding first.
+var ErrAuditExists = errors.New("another run audited this finding")
+
 // InsertAudit writes an audit row; with a transaction, in the repair's own.
+// a.Seq is one more than the candidate's AuditSeq: the row that follows
+// what the scan saw. Two runs that scanned the order at the same point of
+// its audit trail (a run that lost its lease and the run that took it
+// over) number their rows alike, and the key (order_id, audit_seq) lets
+// one in: the other gets ErrAuditExists, and its repair rolls back with
+// it. A later run scans the first's row and writes the next number.
 func InsertAudit(ctx context.Context, db sqlx.ExecerContext, a Audit) error {
 	const q = `INSERT INTO reconciliation_audit
-  (repair_id, run_id, order_id, classification, action, outcome, detail, evidence, instance)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))`
-	_, err := db.ExecContext(ctx, q, a.RepairID, a.RunID, a.OrderID, a.Classification, a.Action, a.Outcome,
+  (repair_id, run_id, order_id, audit_seq, classification, action, outcome, detail, evidence, instance)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''))`
+	_, err := db.ExecContext(ctx, q, a.RepairID, a.RunID, a.OrderID, a.Seq, a.Classification, a.Action, a.Outcome,
 		clip(a.Detail, 1000), []byte(a.Evidence), instance.ID(ctx))
-	if err != nil {
+	switch {
+	case sqldb.IsDuplicateKey(err):
+		// repair_id is a fresh UUID: the key that collides is the finding's.
+		return fmt.Errorf("audit row %d of order %d: %w", a.Seq, a.OrderID, ErrAuditExists)
+	case err != nil:
 		return fmt.Errorf("audit row for order %d: %w", a.OrderID, err)
 	}
 	return nil
