@@ -7,7 +7,6 @@
 package admin
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -54,25 +53,9 @@ func (h *Handler) Routes(r chi.Router) {
 
 // RequireToken guards next with "Authorization: Bearer <token>". An empty
 // token refuses everything unless open is true (demo mode on a laptop).
+// The answers are problem documents (web.RequireToken).
 func RequireToken(token string, open bool) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if token == "" {
-				if open {
-					next.ServeHTTP(w, r)
-					return
-				}
-				web.WriteJSON(w, http.StatusForbidden, map[string]string{"error": "admin endpoints are disabled: set ADMIN_TOKEN"})
-				return
-			}
-			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				web.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
+	return web.RequireToken(token, open, "ADMIN_TOKEN")
 }
 
 func (h *Handler) outboxSummary(w http.ResponseWriter, r *http.Request) error {

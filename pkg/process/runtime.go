@@ -51,6 +51,7 @@ type Runtime struct {
 	loops     []loop
 	started   time.Time
 	redrive   *rabbit.Publisher // the admin redrive's confirming publisher
+	cleaner   *retention.Cleaner
 }
 
 type consumer struct {
@@ -126,6 +127,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		Registerer:   r.Metrics,
 	})
 	r.Loop("retention", cleaner.Run)
+	r.cleaner = cleaner
 	// Delta events parked past their deadline are alerted on once each,
 	// within a quarter of the deadline after it passed (every 30 s at most).
 	// Concurrent on every instance: the stamp is compare-and-set, so one
@@ -210,6 +212,16 @@ func (r *Runtime) QueueOf(consumerName string) (string, bool) {
 	return "", false
 }
 
+// RetainKeys adds a table of the service's idempotency keys to the
+// retention job: forget removes (or forgets) at most batch keys older than
+// IDEMPOTENCY_KEY_RETENTION. Call it before Serve.
+func (r *Runtime) RetainKeys(table string, forget func(ctx context.Context, db sqlx.ExecerContext, retention time.Duration, batch int) (int64, error)) {
+	window := r.Cfg.KeyRetention
+	r.cleaner.Add(retention.Table{Name: table, Delete: func(ctx context.Context, db *sqlx.DB, batch int) (int64, error) {
+		return forget(ctx, db, window, batch)
+	}})
+}
+
 // Loop registers a background job that runs until ctx ends.
 func (r *Runtime) Loop(name string, run func(ctx context.Context) error) {
 	r.loops = append(r.loops, loop{name: name, run: run})
@@ -233,7 +245,7 @@ func (r *Runtime) Ready(ctx context.Context) error {
 func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux := BaseRouter(r.Cfg, r.started, r.Ready, r.Metrics, r.Failpoints)
 	mux.Route("/admin", func(ar chi.Router) {
-		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
+		ar.Use(AdminToken(r.Cfg))
 		(&admin.Handler{DB: r.DB, Log: r.Log, Service: r.Cfg.Name, Instance: r.Cfg.InstanceID, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
 			DB: r.DB, Publisher: r.redrive, QueueOf: r.QueueOf, Log: r.Log.With("component", "redrive"), OnRedriven: r.Inbox.Redriven,
 		}}).Routes(ar)
@@ -242,14 +254,17 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 		}
 	})
 	if r.Cfg.DemoMode {
-		mux.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
-		mux.Handle("/debug/journal", r.Journal)
-		// Profiles for docs/performance.md (demo mode only).
-		mux.HandleFunc("/debug/pprof/*", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Group(func(dr chi.Router) {
+			dr.Use(DebugToken(r.Cfg))
+			dr.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
+			dr.Handle("/debug/journal", r.Journal)
+			// Profiles for docs/performance.md (demo mode only).
+			dr.HandleFunc("/debug/pprof/*", pprof.Index)
+			dr.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			dr.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			dr.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			dr.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		})
 	}
 	return mux
 }

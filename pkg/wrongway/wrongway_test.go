@@ -58,12 +58,8 @@ func TestHandler(t *testing.T) {
     "no-inbox"
   ]`, "ack-before-commit,no-inbox"},
 		{http.MethodPut, `{"on":["no-inbox","typo"]}`, http.StatusBadRequest, `unknown wrong-way switch \"typo\"`, "ack-before-commit,no-inbox"},
-		{http.MethodPut, `{"on":`, http.StatusBadRequest, `{
-  "error": "malformed JSON"
-}`, "ack-before-commit,no-inbox"},
-		{http.MethodDelete, "", http.StatusMethodNotAllowed, `{
-  "error": "use GET or PUT"
-}`, "ack-before-commit,no-inbox"},
+		{http.MethodPut, `{"on":`, http.StatusBadRequest, `"error": "malformed JSON`, "ack-before-commit,no-inbox"},
+		{http.MethodDelete, "", http.StatusMethodNotAllowed, `"error": "use GET or PUT"`, "ack-before-commit,no-inbox"},
 		{http.MethodPut, `{"on":[]}`, http.StatusOK, `"on": []`, ""},
 	} {
 		code, body := call(c.method, c.body)

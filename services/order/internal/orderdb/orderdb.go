@@ -19,7 +19,7 @@ var ErrDuplicateKey = errors.New("idempotency key already used")
 
 type orderRow struct {
 	ID             uint64     `db:"id"`
-	IdempotencyKey string     `db:"idempotency_key"`
+	IdempotencyKey *string    `db:"idempotency_key"` // NULL once forgotten (ForgetCreateKeys)
 	RequestHash    string     `db:"request_hash"`
 	CustomerID     string     `db:"customer_id"`
 	Status         string     `db:"status"`
