@@ -20,12 +20,15 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 	"github.com/relmsg/ordersaga/services/order/ordersvc"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
@@ -43,9 +46,10 @@ type Service struct {
 	Failpoints *failpoint.Registry
 	Env        map[string]string
 
-	t    testing.TB
-	run  RunFunc
-	logs *logBuffer
+	t     testing.TB
+	run   RunFunc
+	logs  *logBuffer
+	spans sdktrace.SpanExporter // nil: the environment's tracing
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -80,6 +84,19 @@ func WithEnv(service, key, value string) Option {
 // each is ready.
 func Start(t testing.TB, opts ...Option) *Stack {
 	t.Helper()
+	return start(t, nil, opts)
+}
+
+// StartWithSpans is Start with every span of the four processes recorded
+// in spans (the SDK's in-memory exporter, tracetest), each under its
+// service's name (pkg/tracing, WithExporter).
+func StartWithSpans(t testing.TB, spans sdktrace.SpanExporter, opts ...Option) *Stack {
+	t.Helper()
+	return start(t, spans, opts)
+}
+
+func start(t testing.TB, spans sdktrace.SpanExporter, opts []Option) *Stack {
+	t.Helper()
 	ns := rabbittest.Namespace(t)
 	s := &Stack{NS: ns}
 	// Delete the namespace's exchanges and queues at the end. Registered
@@ -109,6 +126,7 @@ func Start(t testing.TB, opts ...Option) *Stack {
 		}
 	}
 	for _, svc := range []*Service{s.PSP, s.Inventory, s.Payment, s.Order} {
+		svc.spans = spans
 		svc.Start()
 	}
 	return s
@@ -156,6 +174,9 @@ func (s *Service) Start() {
 	from := len(s.logs.String())
 	s.mu.Lock()
 	ctx, cancel := context.WithCancel(failpoint.WithRegistry(context.Background(), s.Failpoints))
+	if s.spans != nil {
+		ctx = tracing.WithExporter(ctx, s.spans)
+	}
 	s.cancel = cancel
 	s.done = make(chan error, 1)
 	done := s.done
