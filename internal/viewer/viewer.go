@@ -53,6 +53,11 @@ type Config struct {
 	Patience time.Duration
 	// Timeout bounds each request to a service (0: 5s).
 	Timeout time.Duration
+	// JaegerURL is Jaeger's query API (JAEGER_URL), where each order's
+	// trace is read from (traces.go); empty: no traces. JaegerUIURL is
+	// the address of Jaeger's own UI for the reader's browser
+	// (JAEGER_UI_URL), linked from the page when set.
+	JaegerURL, JaegerUIURL string
 }
 
 // Server is the viewer's HTTP server: the page and its API.
