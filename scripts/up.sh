@@ -17,7 +17,8 @@
 #                        every service exports its spans to it over
 #                        OTLP/HTTP (:4318), its query API answers on :16686
 #                        and the viewer draws each order's trace from it
-#                        (docs/tracing.md)
+#                        (docs/tracing.md); UP_TRACING=true in the
+#                        environment does the same (scripts/loadrun.sh)
 #   scripts/up.sh down   stop what up.sh started, broker nodes included
 #                        (SIGTERM, SIGKILL after 25 s)
 #   scripts/up.sh setup  only create the schemas and the MySQL/RabbitMQ users
@@ -83,7 +84,7 @@ cd "$(dirname "$0")/.."
 
 # usage [STATUS]: the usage lines at the top of this file.
 usage() {
-	sed -n '6,38p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,39p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit "${1:-2}"
 }
 
@@ -109,7 +110,7 @@ setup() {
 	log "RabbitMQ: users $ORDER_AMQP_USER, $INVENTORY_AMQP_USER, $PAYMENT_AMQP_USER are ready"
 }
 
-detach=false quiet=false instances=1 cluster=0 tracing=false
+detach=false quiet=false instances=1 cluster=0 tracing=${UP_TRACING:-false}
 # The long option first (getopts has none), then the short ones.
 rest=()
 while (($#)); do
