@@ -74,8 +74,11 @@ func StartTracing(ctx context.Context, cfg Config, log *slog.Logger) (context.Co
 	if err != nil {
 		return ctx, nil, err
 	}
-	if tp.Exporting() {
-		log.Info("tracing: spans exported", "otel_exporter_otlp_endpoint", cfg.OTLPEndpoint)
+	switch {
+	case cfg.OTLPEndpoint != "":
+		log.Info("tracing: spans exported", "otel_exporter_otlp_endpoint", MaskURL(cfg.OTLPEndpoint))
+	case tp.Exporting():
+		log.Info("tracing: spans recorded by the test's exporter")
 	}
 	return tracing.WithProvider(ctx, tp.TracerProvider()), tp, nil
 }
