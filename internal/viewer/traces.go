@@ -101,7 +101,7 @@ func (s *Server) orderTrace(w http.ResponseWriter, r *http.Request) {
 	}
 	tags, _ := json.Marshal(map[string]string{"messaging.message.conversation_id": id})
 	q := url.Values{"service": {"order"}, "tags": {string(tags)}, "limit": {"20"},
-		"start": {strconv.FormatInt(time.Now().Add(-24*time.Hour).UnixMicro(), 10)},
+		"start": {strconv.FormatInt(s.orderSince(r.Context(), id).UnixMicro(), 10)},
 		"end":   {strconv.FormatInt(time.Now().Add(time.Minute).UnixMicro(), 10)}}
 	found, err := s.jaeger(r.Context(), "/api/traces?"+q.Encode())
 	if err != nil {
@@ -141,9 +141,31 @@ func (s *Server) orderTrace(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, view)
 }
 
+// orderSince is when to search from: a little before the order was
+// created, so that an order id used again after the schemas were dropped
+// (a new stack, the same Jaeger) does not bring the old order's traces;
+// a day back when the order service does not say.
+func (s *Server) orderSince(ctx context.Context, id string) time.Time {
+	since := time.Now().Add(-24 * time.Hour)
+	if s.cfg.Target == nil {
+		return since
+	}
+	a := s.get(ctx, "order", "/orders/"+id)
+	var o struct {
+		CreatedAt time.Time `json:"created_at"`
+	}
+	if a.ok() && json.Unmarshal(a.Body, &o) == nil && !o.CreatedAt.IsZero() {
+		return o.CreatedAt.Add(-5 * time.Second)
+	}
+	return since
+}
+
 // reduce turns the query API's spans into traceSpans. A reference to a
 // span of another trace, or a FOLLOWS_FROM (how the query API shows an
-// OpenTelemetry link), is a link; the first CHILD_OF is the parent.
+// OpenTelemetry link), is a link; the first CHILD_OF is the parent. A span
+// whose parent is also its link (a process span and its create span) comes
+// with the FOLLOWS_FROM alone: then that span of its own trace is the
+// parent, and a link too.
 func reduce(in []jaegerSpan, procs map[string]jaegerProcess, linked bool) []traceSpan {
 	out := make([]traceSpan, 0, len(in))
 	for _, sp := range in {
@@ -155,6 +177,11 @@ func reduce(in []jaegerSpan, procs map[string]jaegerProcess, linked bool) []trac
 				continue
 			}
 			ts.Links = append(ts.Links, traceLink{TraceID: ref.TraceID, SpanID: ref.SpanID})
+		}
+		for _, l := range ts.Links {
+			if ts.ParentID == "" && l.TraceID == sp.TraceID {
+				ts.ParentID = l.SpanID
+			}
 		}
 		for _, tag := range sp.Tags {
 			v := fmt.Sprint(tag.Value)

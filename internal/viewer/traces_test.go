@@ -11,7 +11,9 @@ import (
 )
 
 // A fake Jaeger query API: the search finds the order's trace, whose
-// process span links to a batch transaction in a trace of its own.
+// process span links to a batch transaction in a trace of its own. As
+// Jaeger answers, a span whose parent is also its link has the
+// FOLLOWS_FROM reference alone.
 const (
 	jaegerSearch = `{"data":[{"traceID":"aaa","spans":[
  {"traceID":"aaa","spanID":"s1","operationName":"POST /orders","references":[],"startTime":1000,"duration":900,
@@ -19,8 +21,7 @@ const (
  {"traceID":"aaa","spanID":"s2","operationName":"create order.created","references":[{"refType":"CHILD_OF","traceID":"aaa","spanID":"s1"}],
   "startTime":1200,"duration":100,"tags":[{"key":"messaging.operation.type","value":"create"},{"key":"messaging.message.id","value":"e-1"}],"processID":"p1"},
  {"traceID":"aaa","spanID":"s3","operationName":"process order.created:inventory.order-events",
-  "references":[{"refType":"CHILD_OF","traceID":"aaa","spanID":"s2"},{"refType":"FOLLOWS_FROM","traceID":"aaa","spanID":"s2"},
-   {"refType":"FOLLOWS_FROM","traceID":"bbb","spanID":"b1"}],
+  "references":[{"refType":"FOLLOWS_FROM","traceID":"aaa","spanID":"s2"},{"refType":"FOLLOWS_FROM","traceID":"bbb","spanID":"b1"}],
   "startTime":3000,"duration":400,"tags":[{"key":"ordersaga.outcome","value":"processed"},{"key":"otel.status_code","value":"OK"}],"processID":"p2"}],
  "processes":{"p1":{"serviceName":"order"},"p2":{"serviceName":"inventory"}}}]}`
 	jaegerBatch = `{"data":[{"traceID":"bbb","spans":[

@@ -13,7 +13,7 @@ const TRACE_TEXT = {
     jaeger: "open in Jaeger",
     linked: "linked traces (a batch transaction the order's messages took part in)",
     hint: "Bars: spans on one time axis, indented under their parent. Dashed lines: links, from a message's create span to each span that processed or sent it.",
-    spans: "{n} spans in {traces} trace(s), {ms} ms",
+    spans: "{n} spans in {traces} trace(s); the first lasts {ms} ms, from its first span to its last",
   },
   zh: {
     title: "链路追踪",
@@ -22,7 +22,7 @@ const TRACE_TEXT = {
     jaeger: "在 Jaeger 中打开",
     linked: "被链接的链路（订单消息所在的批量事务）",
     hint: "横条：同一时间轴上的 span，缩进在父 span 之下。虚线：链接，从消息的 create span 指向发送、处理它的 span。",
-    spans: "{n} 个 span，{traces} 条链路，{ms} 毫秒",
+    spans: "{n} 个 span，{traces} 条链路；第一条从首个 span 到最后一个共 {ms} 毫秒",
   },
 };
 
@@ -34,7 +34,7 @@ function tt(key, vars) {
 
 const trace = { order: null, timer: null, polls: 0, data: null };
 const SVG = "http://www.w3.org/2000/svg";
-const ROW = 18, LABEL = 340, WIDTH = 960;
+const ROW = 18, LABEL = 400, WIDTH = 1120, TAIL = 130;
 const COLORS = { order: "#4c78a8", inventory: "#f58518", "payment-fake": "#54a24b", psp: "#b279a2" };
 
 function svgEl(tag, attrs, text) {
@@ -112,9 +112,9 @@ function drawTrace(res) {
   const v = res.data;
   if (!v.spans.length) return note(tt("none"));
   const own = v.spans.filter((s) => !s.linked);
-  const t0 = Math.min(...own.map((s) => s.start_us));
-  const t1 = Math.max(...v.spans.map((s) => s.start_us + s.duration_us));
-  const ownEnd = Math.max(...own.map((s) => s.start_us + s.duration_us));
+  const first = v.traces[0] ? own.filter((s) => s.trace_id === v.traces[0]) : own;
+  const t0 = Math.min(...first.map((s) => s.start_us));
+  const ownEnd = Math.max(...first.map((s) => s.start_us + s.duration_us));
   const meta = document.createElement("p");
   meta.className = "meta";
   meta.textContent = tt("spans", { n: v.spans.length, traces: v.traces.length, ms: ((ownEnd - t0) / 1000).toFixed(1) }) + " ";
@@ -131,33 +131,53 @@ function drawTrace(res) {
   box.append(meta);
   note(tt("hint"));
 
-  const rows = treeOrder(v.spans);
-  const x = (us) => LABEL + ((us - t0) / Math.max(1, t1 - t0)) * (WIDTH - LABEL - 90);
+  // One drawing per trace of the order (its POST, a cancel, a sweep), each
+  // on its own time axis, with the traces its spans link to under it.
+  const drawn = new Set();
+  for (const tid of v.traces) {
+    const mine = v.spans.filter((s) => s.trace_id === tid);
+    const linkedIds = new Set(mine.flatMap((s) => (s.links || []).map((l) => l.trace_id)).filter((id) => id !== tid && !drawn.has(id)));
+    linkedIds.forEach((id) => drawn.add(id));
+    const linked = v.spans.filter((s) => s.linked && linkedIds.has(s.trace_id));
+    box.append(drawGroup(mine, linked, v.jaeger_ui, tid));
+  }
+}
+
+// drawGroup draws one trace and the linked spans under it.
+function drawGroup(mine, linked, ui, tid) {
+  const spans = mine.concat(linked);
+  const rows = treeOrder(spans);
+  const t0 = Math.min(...spans.map((s) => s.start_us));
+  const t1 = Math.max(...spans.map((s) => s.start_us + s.duration_us));
+  const x = (us) => LABEL + ((us - t0) / Math.max(1, t1 - t0)) * (WIDTH - LABEL - TAIL);
   const svg = svgEl("svg", { class: "trace-svg", width: WIDTH, height: (rows.length + 2) * ROW, viewBox: `0 0 ${WIDTH} ${(rows.length + 2) * ROW}` });
+  svg.append(svgEl("title", {}, "trace " + tid));
   const where = new Map(); // span -> its row's y and bar
   rows.forEach((r, i) => where.set(r.span.trace_id + "/" + r.span.span_id, { y: (i + 1) * ROW, span: r.span }));
-  // The axis: milliseconds from the first span.
+  // The axis: milliseconds from the trace's first span.
   for (let k = 0; k <= 4; k++) {
     const us = t0 + ((t1 - t0) * k) / 4;
     svg.append(svgEl("line", { x1: x(us), x2: x(us), y1: 4, y2: (rows.length + 1) * ROW, class: "trace-grid" }));
     svg.append(svgEl("text", { x: x(us) + 2, y: 12, class: "trace-axis" }, ((us - t0) / 1000).toFixed(0) + " ms"));
   }
+  svg.append(svgEl("text", { x: 4, y: 12, class: "trace-axis" }, "trace " + tid.slice(0, 16)));
   let linkedDrawn = false;
   rows.forEach((r, i) => {
     const s = r.span, y = (i + 1) * ROW;
     if (s.linked && !linkedDrawn) {
       linkedDrawn = true;
-      svg.append(svgEl("text", { x: 4, y: y + 2, class: "trace-sep" }, tt("linked")));
+      svg.append(svgEl("line", { x1: 0, x2: WIDTH, y1: y, y2: y, class: "trace-grid" }));
     }
     const g = svgEl("g", { class: "trace-row" + (s.error ? " err" : "") + (s.linked ? " linked" : "") });
-    const label = (s.service || "?") + " · " + s.name;
-    g.append(svgEl("text", { x: 4 + r.depth * 10, y: y + 13, class: "trace-label" }, label.length > 52 ? label.slice(0, 51) + "…" : label));
+    const label = (s.linked ? "⤷ " : "") + (s.service || "?") + " · " + s.name;
+    const indent = Math.min(r.depth, 12) * 8, room = Math.floor((LABEL - 8 - indent) / 6.6);
+    g.append(svgEl("text", { x: 4 + indent, y: y + 13, class: "trace-label" }, label.length > room ? label.slice(0, room - 1) + "…" : label));
     const bx = x(s.start_us), bw = Math.max(2, x(s.start_us + s.duration_us) - bx);
     g.append(svgEl("rect", { x: bx, y: y + 3, width: bw, height: ROW - 6, rx: 2, fill: COLORS[s.service] || "#888", class: "trace-bar" }));
     const tail = [s.outcome, (s.duration_us / 1000).toFixed(1) + " ms"].filter(Boolean).join(" · ");
     g.append(svgEl("text", { x: bx + bw + 4, y: y + 13, class: "trace-tail" }, tail));
     g.append(svgEl("title", {}, [label, s.kind, s.operation && "messaging " + s.operation, s.message_id && "message " + s.message_id,
-      s.outcome && "outcome " + s.outcome, "trace " + s.trace_id, "span " + s.span_id].filter(Boolean).join("\n")));
+      s.outcome && "outcome " + s.outcome, s.linked && tt("linked"), "trace " + s.trace_id, "span " + s.span_id].filter(Boolean).join("\n")));
     svg.append(g);
   });
   // Links: from the linked span to the span that links to it.
@@ -170,5 +190,5 @@ function drawTrace(res) {
       svg.append(svgEl("path", { d: `M${x1},${y1} C${x1 + 30},${y1} ${x2 - 30},${y2} ${x2},${y2}`, class: "trace-link" }));
     }
   }
-  box.append(svg);
+  return svg;
 }
