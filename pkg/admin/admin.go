@@ -114,7 +114,8 @@ func (h *Handler) outboxRows(w http.ResponseWriter, r *http.Request) error {
 }
 
 // outboxRetry gives a 'failed' event a new round of attempts, keeping its
-// event_id (consumers deduplicate on it).
+// event_id: a replay of the same fact, which consumers that already have
+// it deduplicate (outbox.Requeue), never a correction.
 func (h *Handler) outboxRetry(w http.ResponseWriter, r *http.Request) error {
 	id := chi.URLParam(r, "event_id")
 	done, err := outbox.Requeue(r.Context(), h.DB, id, outbox.StatusFailed)

@@ -451,7 +451,7 @@ func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candi
 }
 
 // retryParticipantEvent asks the participant to retry its failed event by
-// its event_id. There is no local transaction to join: the order is
+// its event_id: a replay, the event never left. There is no local transaction to join: the order is
 // re-read first, and the participant's endpoint itself only acts on a
 // failed event (409 otherwise).
 func (a *App) retryParticipantEvent(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {
