@@ -28,6 +28,15 @@ type Event struct {
 	// writes the events of several messages (a consumer batch), each
 	// caused by its own message's process span.
 	Parent trace.SpanContext
+	// Corrects is set on a correction only: the event_id of the event it
+	// corrects, stored in corrects_event_id and sent as the header of that
+	// name. A correction is a new decision about an event already issued
+	// (asked again after a status query found nothing, applied again after
+	// a participant recorded the first without its effect), so it is a new
+	// event with an id of its own, which a consumer's inbox takes as new.
+	// A replay of the same fact is not written again at all: Requeue puts
+	// the same row, same event_id, back to pending.
+	Corrects string
 }
 
 // Add writes events into outbox_events on the caller's transaction, so the
@@ -69,6 +78,13 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 		if e.Type == "" || e.AggregateID == 0 || e.AggregateVersion == 0 {
 			return nil, fmt.Errorf("outbox: event %q needs a type, an aggregate id and a version", e.EventID)
 		}
+		var corrects any
+		if e.Corrects != "" {
+			if _, err := uuid.Parse(e.Corrects); err != nil || len(e.Corrects) != 36 || e.Corrects == e.EventID {
+				return nil, fmt.Errorf("outbox: event %q corrects %q, which is not the id of another event", e.EventID, e.Corrects)
+			}
+			corrects = e.Corrects
+		}
 		payload, err := marshal(e.Payload)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: payload of %s: %w", e.Type, err)
@@ -80,17 +96,17 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 		if s := tracing.Format(span.SpanContext()); s != "" {
 			tp = s
 		}
-		rows[i] = []any{e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, tp}
+		rows[i] = []any{e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, tp, corrects}
 		ids[i] = e.EventID
 	}
 	const q = `INSERT INTO outbox_events
-  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent)
+  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent, corrects_event_id)
 VALUES `
-	args := make([]any, 0, 7*len(rows))
+	args := make([]any, 0, 8*len(rows))
 	for _, r := range rows {
 		args = append(args, r...)
 	}
-	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, ?, ?, ?, ?)", len(rows)), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, ?, ?, ?, ?, ?)", len(rows)), args...); err != nil {
 		for _, s := range spans {
 			tracing.Fail(s, "insert", err)
 		}
