@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,25 +136,33 @@ func Tracer(ctx context.Context) trace.Tracer {
 	return otel.GetTracerProvider().Tracer(ScopeName)
 }
 
-// Format returns sc as a W3C traceparent ("" for an invalid one): the
-// outbox column and the message header.
+// Format returns sc as a W3C traceparent, version 00 ("" for an invalid
+// one): the outbox column and the message header. Written out by hand, as
+// Parse reads it: the propagator's round trip through a carrier costs a
+// dozen allocations, on every event written and every message sent.
 func Format(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	c := propagation.MapCarrier{}
-	propagator.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
-	return c[Header]
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
 }
 
-// Parse reads a W3C traceparent; a malformed one gives an invalid
-// (zero) span context.
+// Parse reads a version-00 W3C traceparent (what Format and the
+// propagator write); a malformed one, or one with a zero id, gives an
+// invalid (zero) span context. The context is remote: it came from
+// another process, or from a row.
 func Parse(tp string) trace.SpanContext {
-	if tp == "" {
+	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
 		return trace.SpanContext{}
 	}
-	ctx := propagator.Extract(context.Background(), propagation.MapCarrier{Header: tp})
-	return trace.SpanContextFromContext(ctx)
+	tid, err1 := trace.TraceIDFromHex(tp[3:35])
+	sid, err2 := trace.SpanIDFromHex(tp[36:52])
+	flags, err3 := strconv.ParseUint(tp[53:], 16, 8)
+	if err1 != nil || err2 != nil || err3 != nil || strings.ToLower(tp) != tp {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid,
+		TraceFlags: trace.TraceFlags(flags), Remote: true})
 }
 
 // Valid reports whether tp is a well-formed traceparent with non-zero ids.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -33,8 +34,16 @@ func TestFormatAndParse(t *testing.T) {
 	if !sc.IsValid() || !sc.IsSampled() || Format(sc) != tp {
 		t.Fatalf("Parse(%q) = %v, formatted %q", tp, sc, Format(sc))
 	}
+	// What the W3C propagator writes, Parse reads alike.
+	c := propagation.MapCarrier{}
+	propagator.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	if c[Header] != tp || !Parse(c[Header]).Equal(trace.SpanContextFromContext(propagator.Extract(context.Background(), c))) {
+		t.Fatalf("propagator wrote %q; Parse and Extract differ", c[Header])
+	}
 	for _, bad := range []string{"", "garbage", "00-" + strings.Repeat("0", 32) + "-0123456789abcdef-01",
-		"00-0123456789abcdef0123456789abcdef-" + strings.Repeat("0", 16) + "-01"} {
+		"00-0123456789abcdef0123456789abcdef-" + strings.Repeat("0", 16) + "-01",
+		"01-0123456789abcdef0123456789abcdef-0123456789abcdef-01", "00-0123456789ABCDEF0123456789abcdef-0123456789abcdef-01",
+		"00-0123456789abcdef0123456789abcdef-0123456789abcdef-1", "00-0123456789abcdef0123456789abcdef-0123456789abcdef-zz"} {
 		if Valid(bad) {
 			t.Errorf("Valid(%q) = true", bad)
 		}
