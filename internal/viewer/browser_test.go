@@ -220,7 +220,9 @@ func TestViewerInTheBrowser(t *testing.T) {
 		b.wait(t, "Chinese labels", `document.documentElement.lang === "zh-CN" &&
 			document.querySelector('.tab[data-tab="lab"]').textContent === "故障实验室" &&
 			document.querySelector("#create").textContent === "创建订单" &&
-			document.querySelector("#diagram .lanename").textContent === "订单服务"`)
+			document.querySelector("#diagram .lanename").textContent === "订单服务" &&
+			document.querySelector("#step-label").textContent.startsWith("第 ") &&
+			document.querySelector("#asof > summary").textContent === "这一步之后的表和队列"`)
 		b.shot(t, "viewer-zh.png", "body")
 		b.do(t, "switch back", chromedp.Click(chromedp.CSS("#lang-toggle")))
 		b.wait(t, "English labels again", `document.querySelector('.tab[data-tab="lab"]').textContent === `+jsString(before))

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // The step-through in the browser (static/asof.js, static/stepper.js).
@@ -111,7 +112,7 @@ func stepThrough(t *testing.T, b *browser, id string) {
 
 	// Keys on the bar: the arrow goes to the next step, which writes the
 	// OrderCreated outbox row, not yet sent.
-	b.do(t, "press the right arrow on the bar", chromedp.Focus(chromedp.CSS("#step-next")), chromedp.KeyEvent("\u0303"))
+	b.do(t, "press the right arrow on the bar", chromedp.Focus(chromedp.CSS("#step-next")), chromedp.KeyEvent(kb.ArrowRight))
 	b.wait(t, "step 2: the outbox row, pending", `document.querySelector("#stepper").dataset.step === "2" &&
 		`+asof("order/outbox_events")+`.querySelector("tbody tr.changed td.st").textContent === "pending"`)
 	b.do(t, "the next button", chromedp.Click(chromedp.CSS("#step-next")))
@@ -136,7 +137,7 @@ func stepThrough(t *testing.T, b *browser, id string) {
 
 	// End on the slider: the last step, where the order is confirmed,
 	// every outbox row sent, six inbox rows, no message waiting.
-	b.do(t, "End on the slider", chromedp.Focus(chromedp.CSS("#step-slider")), chromedp.KeyEvent("\u0305"))
+	b.do(t, "End on the slider", chromedp.Focus(chromedp.CSS("#step-slider")), chromedp.KeyEvent(kb.End))
 	b.wait(t, "the last step: everything as it is now", `document.querySelector("#stepper").dataset.step === "`+n+`" &&
 		location.hash === "#/orders/`+id+`" && document.querySelectorAll("#diagram g.step.future").length === 0 &&
 		`+asof("order/orders")+`.querySelector("td.st").textContent === "confirmed" &&
@@ -144,4 +145,9 @@ func stepThrough(t *testing.T, b *browser, id string) {
 		Array.from(document.querySelectorAll('#asof [data-table$="/consumer_inbox"]')).reduce((n, tb) => n + Number(tb.dataset.rows), 0) === 6 &&
 		document.querySelectorAll("#asof .queues [data-queue]").length === 5 &&
 		Array.from(document.querySelectorAll("#asof .queues [data-queue]")).every((q) => q.dataset.depth === "0")`)
+
+	// The diagram takes the keys too.
+	b.do(t, "Home on the diagram", chromedp.Focus(chromedp.CSS("#diagram")), chromedp.KeyEvent(kb.Home))
+	b.wait(t, "step 1 again", `document.querySelector("#stepper").dataset.step === "1"`)
+	b.do(t, "the last step", chromedp.Click(chromedp.CSS("#step-last")))
 }
