@@ -87,7 +87,9 @@ function followRun(id) {
     }
     if (res.status === 200) {
       const moved = res.data.steps.length > 0 || !state.run || state.run.state !== res.data.state;
-      const ended = state.run && state.run.state !== res.data.state && res.data.state !== "running" && res.data.state !== "queued";
+      // Over, and the list does not say so yet: the buttons wait for it.
+      const listed = state.runsList.find((r) => r.id === res.data.id);
+      const ended = res.data.state !== "running" && res.data.state !== "queued" && listed && listed.state !== res.data.state;
       state.runSteps = state.runSteps.concat(res.data.steps);
       state.run = res.data;
       if (moved) {
