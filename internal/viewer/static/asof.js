@@ -80,7 +80,7 @@ function replaySteps(steps, story) {
       }
       case "outbox.written":
         put(svc, "outbox_events", d.event_id, { event_type: d.event_type, aggregate_version: d.aggregate_version,
-          status: "pending", attempts: 0, event_id: d.event_id }, i);
+          status: "pending", attempts: 0, event_id: d.event_id, corrects_event_id: d.corrects_event_id || "" }, i);
         break;
       case "outbox.sent": {
         const row = d.row || {};

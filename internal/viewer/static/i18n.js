@@ -94,6 +94,7 @@ const I18N = {
     "asof.none": "(no rows yet)",
     "asof.queues": "queues (this order's messages waiting):",
     "asof.consumer": "read by the consumer {consumer}",
+    "asof.corrects": "(corrects {event})",
     "asof.note": "Rebuilt from the timeline, step by step; the rows this step changed are marked. Not recorded, so not shown: an outbox row's claim (it is pending until its sent_at; one never sent shows its current status at the last step), a reservation's or payment's states between its first and its last, the copies an inbox dropped. A message waits in a queue from its sent_at until its consumer's inbox row (or dead letter, or parked record).",
 
     "lane.order": "order",
@@ -130,6 +131,7 @@ const I18N = {
     "k.outbox.sent": "publish {type}",
     "k.outbox.sent.sub": "message_id = event_id · confirmed, marked sent",
     "k.outbox.resent": "re-sent: {n} attempts, consumers may see a copy",
+    "k.outbox.corrects": "a correction: a new event_id, corrects event {event}",
     "k.inbox.processed": "deliver {type}",
     "k.inbox.processed.sub": "inbox row ({consumer}, {event}) · COMMIT, then ACK",
     "k.inbox.duplicate": "copy of {type} again?",
@@ -357,6 +359,7 @@ const I18N = {
     "asof.none": "（还没有行）",
     "asof.queues": "队列（本订单等待中的消息）：",
     "asof.consumer": "消费者 {consumer} 读取这个队列",
+    "asof.corrects": "（纠正 {event}）",
     "asof.note": "按时间线逐步重建；这一步改动的行有标记。没有记录的就不画：outbox 行的认领（sent_at 之前一律显示 pending；从未发出的行在最后一步显示当前状态）、预留和支付在第一个与最后一个状态之间的状态、inbox 丢弃的副本。一条消息从它的 sent_at 起在队列里等待，直到它的消费者写下 inbox 行（或死信、持久化等待记录）。",
 
     "lane.order": "订单服务",
@@ -393,6 +396,7 @@ const I18N = {
     "k.outbox.sent": "发布 {type}",
     "k.outbox.sent.sub": "message_id = event_id · 已确认，标记 sent",
     "k.outbox.resent": "重发：共 {n} 次尝试，消费者可能收到副本",
+    "k.outbox.corrects": "纠正操作：新的 event_id，纠正事件 {event}",
     "k.inbox.processed": "投递 {type}",
     "k.inbox.processed.sub": "inbox 行 ({consumer}, {event}) · 先 COMMIT 再 ACK",
     "k.inbox.duplicate": "{type} 的副本再次到达？",

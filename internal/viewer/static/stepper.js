@@ -122,7 +122,9 @@ function cellOf(table, col, cells) {
   if (col === "event_id") {
     // An inbox row names only the event: its type is shown beside it.
     const type = table === "consumer_inbox" && cells.event_type ? " " + cells.event_type : "";
-    return el("td", { title: v, text: shortID(v) + type });
+    // A correction's row names the event it corrects (corrects_event_id).
+    const corrects = cells.corrects_event_id ? " " + t("asof.corrects", { event: shortID(cells.corrects_event_id) }) : "";
+    return el("td", { title: v, text: shortID(v) + type + corrects });
   }
   if (col === "applied_at") return el("td", { text: v ? fmtClock(v) : "—" });
   const text = v === undefined || v === null ? "" : String(v);
