@@ -30,6 +30,10 @@ func TestViewerInTheBrowser(t *testing.T) {
 		t.Skip("integration test (MariaDB, RabbitMQ, chromium): skipped with -short")
 	}
 	chrome := chromium(t)
+	// duplicate-window crashes the order service as a real process: build
+	// the services' binaries now, so a cold build is not counted in the
+	// wait for its verdict.
+	sagatest.Binary(t, "order")
 	s := sagatest.Start(t,
 		// Short lease: the duplicate window's re-send comes within seconds.
 		sagatest.WithEnv("order", "OUTBOX_LEASE", "3s"),
@@ -418,7 +422,14 @@ func (b *browser) eval(t *testing.T, expr, ready string) string {
 func (b *browser) pageText() string {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 3000) : ""`))
+	// What the tab on screen says first (a lab run's steps and checks,
+	// the timeline), then the rest of the page.
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		if (!document.body) return "";
+		const first = ["#lab-message", "#run", "#create-result", "#timeline-head", "#step-label"]
+			.map((s) => document.querySelector(s)).filter((e) => e && e.offsetParent !== null).map((e) => e.innerText).join("\n");
+		return ("address: " + location.hash + "\n" + first + "\n---\n" + document.body.innerText).slice(0, 5000);
+	})()`))
 	if err != nil {
 		return "(could not read the page: " + err.Error() + ")"
 	}
