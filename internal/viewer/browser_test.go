@@ -104,27 +104,7 @@ func TestViewerInTheBrowser(t *testing.T) {
 		if confirmed == "" {
 			t.Skip("no confirmed order: its subtest failed")
 		}
-		link := base + "/#/orders/" + confirmed + "/steps/3"
-		b.do(t, "open the link", chromedp.Navigate(link))
-		b.do(t, "reload", chromedp.Evaluate[chromedp.Void](`window.beforeReload = true`), chromedp.Reload())
-		b.wait(t, "the same order at step 3 after the reload", `window.beforeReload === undefined && document.body.dataset.ready === "true" &&
-			location.hash === "#/orders/`+confirmed+`/steps/3" && document.querySelector("#stepper").dataset.step === "3" &&
-			document.querySelector("#timeline-head h2").textContent.includes("#`+confirmed+`") &&
-			document.querySelector('#diagram g.step.current[data-i="2"]') !== null`)
-		// Someone else: another browser, no cookie yet. The page asks for
-		// the token and, given it, opens the link it was given.
-		other := newBrowser(t, chrome)
-		other.do(t, "open the shared link without the cookie", chromedp.Navigate(base+"/#/orders/"+confirmed))
-		other.wait(t, "the page to ask for the token", `document.querySelector("#token-dialog").open === true`)
-		other.do(t, "give the token",
-			chromedp.SetValue(chromedp.CSS("#token-input"), tok),
-			chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
-		other.wait(t, "the shared order, confirmed, with the token gone from the address",
-			`location.search === "" && location.hash === "#/orders/`+confirmed+`" &&
-			 document.querySelector("#timeline-head .pill") && document.querySelector("#timeline-head .pill").dataset.status === "confirmed"`)
-		if errs := other.consoleErrors(); len(errs) > 0 {
-			t.Errorf("the other browser logged %d console error(s):\n  %s", len(errs), strings.Join(errs, "\n  "))
-		}
+		sharedLink(t, b, chrome, base, confirmed)
 	})
 
 	t.Run("the same key twice shows one order", func(t *testing.T) {
@@ -163,11 +143,9 @@ func TestViewerInTheBrowser(t *testing.T) {
 	t.Run("atomic-commit's right way and wrong way side by side, the broken invariant marked", func(t *testing.T) {
 		sideBySide(t, b, "atomic-commit")
 		b.shot(t, "viewer-lab-side-by-side.png", ".runview")
-		// The pair's address survives a reload.
-		addr := b.eval(t, `location.hash`, `true`)
-		b.do(t, "reload", chromedp.Evaluate[chromedp.Void](`window.beforeReload = true`), chromedp.Reload())
-		b.wait(t, "the same pair after the reload", `window.beforeReload === undefined && location.hash === `+jsString(addr)+` &&
-			document.querySelectorAll("#compare .side .verdict").length === 2 && document.querySelector("#invariant.broken") !== null`)
+		b.reload(t)
+		b.wait(t, "the same pair after the reload", `document.querySelectorAll("#compare .side .verdict").length === 2 &&
+			document.querySelector("#invariant.broken") !== null`)
 	})
 
 	t.Run("duplicate-window from the page shows its verdict", func(t *testing.T) {
@@ -179,9 +157,9 @@ func TestViewerInTheBrowser(t *testing.T) {
 		run := b.eval(t, `document.querySelector("#run .runhead").dataset.run`, `document.querySelector("#run .runhead[data-run]") !== null`)
 		b.wait(t, "the run's address, and its link in the list", `location.hash === "#/lab/runs/`+run+`" &&
 			document.querySelector('#runs-list a[href="#/lab/runs/`+run+`"]') !== null`)
-		b.do(t, "reload", chromedp.Evaluate[chromedp.Void](`window.beforeReload = true`), chromedp.Reload())
-		b.wait(t, "the same run and verdict after the reload", `window.beforeReload === undefined &&
-			document.querySelector('#run .runhead[data-run="`+run+`"][data-experiment="duplicate-window"]') !== null &&
+		b.reload(t)
+		b.wait(t, "the same run and verdict after the reload",
+			`document.querySelector('#run .runhead[data-run="`+run+`"][data-experiment="duplicate-window"]') !== null &&
 			document.querySelector('#verdict[data-passed="true"]') !== null && document.querySelectorAll("#checks li").length > 0`)
 		// The order it used opens in the timeline, with the re-send and the
 		// copy the inbox dropped.
@@ -403,6 +381,16 @@ func (b *browser) waitFor(t *testing.T, d time.Duration, what, cond string) {
 		}
 		t.Fatalf("waiting for %s: %v\npage: %s", what, err, b.pageText())
 	}
+}
+
+// reload reloads the page and waits for it to start again, at the same
+// address.
+func (b *browser) reload(t *testing.T) {
+	t.Helper()
+	addr := b.eval(t, `location.href`, `true`)
+	b.do(t, "reload", chromedp.Evaluate[chromedp.Void](`window.beforeReload = true`), chromedp.Reload())
+	b.wait(t, "the page again after the reload, at "+addr, `window.beforeReload === undefined && document.body.dataset.ready === "true" &&
+		location.href === `+jsString(addr))
 }
 
 // eval waits for ready to hold, then returns expr as a string.

@@ -151,3 +151,29 @@ func stepThrough(t *testing.T, b *browser, id string) {
 	b.wait(t, "step 1 again", `document.querySelector("#stepper").dataset.step === "1"`)
 	b.do(t, "the last step", chromedp.Click(chromedp.CSS("#step-last")))
 }
+
+// sharedLink opens the address of step 3 of order id, reloads it, and
+// gives the order's address to a second browser that has no cookie: it
+// asks for the token, then opens the order it was given.
+func sharedLink(t *testing.T, b *browser, chrome, base, id string) {
+	t.Helper()
+	b.do(t, "open the link", chromedp.Navigate(base+"/#/orders/"+id+"/steps/3"))
+	b.reload(t)
+	b.wait(t, "the same order at step 3 after the reload", `location.hash === "#/orders/`+id+`/steps/3" &&
+		document.querySelector("#stepper").dataset.step === "3" &&
+		document.querySelector("#timeline-head h2").textContent.includes("#`+id+`") &&
+		document.querySelector('#diagram g.step.current[data-i="2"]') !== null`)
+
+	other := newBrowser(t, chrome)
+	other.do(t, "open the shared link without the cookie", chromedp.Navigate(base+"/#/orders/"+id))
+	other.wait(t, "the page to ask for the token", `document.querySelector("#token-dialog").open === true`)
+	other.do(t, "give the token",
+		chromedp.SetValue(chromedp.CSS("#token-input"), tokenOf(base)),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)))
+	other.wait(t, "the shared order, confirmed, with the token gone from the address",
+		`location.search === "" && location.hash === "#/orders/`+id+`" &&
+		 document.querySelector("#timeline-head .pill") && document.querySelector("#timeline-head .pill").dataset.status === "confirmed"`)
+	if errs := other.consoleErrors(); len(errs) > 0 {
+		t.Errorf("the other browser logged %d console error(s):\n  %s", len(errs), strings.Join(errs, "\n  "))
+	}
+}
