@@ -34,8 +34,8 @@ import (
 //     answered 4xx may be the wrong request on purpose (the hostile suite,
 //     a test of a refusal), its answer is what is checked;
 //   - a path the document does not list for this service may only be
-//     answered with a problem document (404, 405, or the guard's 400 and
-//     403): answered otherwise, it is an undocumented endpoint.
+//     answered with a problem document (404, 405, or the guard's 400, 401
+//     and 403): answered otherwise, it is an undocumented endpoint.
 //
 // Violations are collected; the owner (sagatest) fails the test with them.
 type Checker struct {
@@ -135,7 +135,7 @@ func (c *Checker) check(service string, r *http.Request, reqBody []byte, reqWhol
 	if err != nil {
 		// Not an endpoint of this service: only a problem document may
 		// answer it.
-		if !slices.Contains([]int{400, 403, 404, 405}, rec.status) {
+		if !slices.Contains([]int{400, 401, 403, 404, 405}, rec.status) {
 			c.violation("%s: not an endpoint of %s in docs/openapi.yaml, yet answered %d", what, service, rec.status)
 			return
 		}

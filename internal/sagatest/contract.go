@@ -37,6 +37,19 @@ func (s *Stack) Checked() (exchanges, messages int) {
 	return exchanges, messages
 }
 
+// Routable tells the stack's message tap that a test makes a routing key
+// unroutable (routable false) or routable again: the tap, bound with "#",
+// would otherwise route what the test means to be returned.
+func (s *Stack) Routable(t testing.TB, key string, routable bool) {
+	t.Helper()
+	if s.tap == nil {
+		return
+	}
+	if err := s.tap.route(key, routable); err != nil {
+		t.Fatalf("contract checks: the tap's bindings: %v", err)
+	}
+}
+
 // startContractChecks makes the checker and binds the tap; it registers
 // the report first, so that it runs after the services have stopped.
 func (s *Stack) startContractChecks(t testing.TB, amqpURL string) {

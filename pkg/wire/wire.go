@@ -133,11 +133,9 @@ type Reservation struct {
 	UpdatedAt time.Time  `json:"updated_at"`
 }
 
-// ReservationLine is one reserved line.
-type ReservationLine struct {
-	SKU      string `json:"sku"`
-	Quantity int    `json:"quantity"`
-}
+// ReservationLine is one reserved line: a SKU and a quantity, as a create
+// request's line.
+type ReservationLine = OrderLine
 
 // Gap is an ordering gap inventory recorded (GET /admin/gaps).
 type Gap struct {
