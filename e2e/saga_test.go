@@ -145,6 +145,9 @@ func TestSagaHappyPathConfirms(t *testing.T) {
 	if o, i, p := inboxCount(t, s.Order), inboxCount(t, s.Inventory), inboxCount(t, s.Payment); o != 2 || i != 2 || p != 2 {
 		t.Fatalf("inbox rows order=%d inventory=%d payment=%d, want 2 each", o, i, p)
 	}
+	// On the same stack, docs/walkthrough.md's tour: every request and
+	// answer of it held to docs/openapi.yaml, every message to asyncapi.yaml.
+	t.Run("walkthrough", func(t *testing.T) { replayWalkthrough(t, s) })
 }
 
 func TestSagaInsufficientStockRejects(t *testing.T) {
