@@ -17,6 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
+	"github.com/go-chi/chi/v5"
 )
 
 // Checker holds every request a service answers, and every answer, to
@@ -259,4 +260,37 @@ func decodeJSON(b []byte) (any, error) {
 	var v any
 	err := json.Unmarshal(b, &v)
 	return v, err
+}
+
+// RouteMismatches lists the routes of a chi router that docs/openapi.yaml
+// does not give to service: a route added to a service without the
+// document fails its package's test, whether or not a test calls it.
+// prefix is where the routes are mounted ("/admin" for admin routes).
+// Wildcard routes (mounts, /debug/failpoints/*) are left out.
+func RouteMismatches(service, prefix string, routes chi.Routes) ([]string, error) {
+	doc, _, err := OpenAPI()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	err = chi.Walk(routes, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		path := strings.TrimSuffix(prefix+route, "/")
+		if strings.Contains(path, "*") || path == "" {
+			return nil
+		}
+		item := doc.Paths.Find(path)
+		if item == nil {
+			out = append(out, fmt.Sprintf("%s %s: not in docs/openapi.yaml", method, path))
+			return nil
+		}
+		op := item.GetOperation(method)
+		switch {
+		case op == nil:
+			out = append(out, fmt.Sprintf("%s %s: docs/openapi.yaml has the path, not the method", method, path))
+		case !served(op, service):
+			out = append(out, fmt.Sprintf("%s %s: docs/openapi.yaml does not list %s in its x-services", method, path, service))
+		}
+		return nil
+	})
+	return out, err
 }
