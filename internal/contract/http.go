@@ -294,3 +294,18 @@ func RouteMismatches(service, prefix string, routes chi.Routes) ([]string, error
 	})
 	return out, err
 }
+
+// PatternMismatches is RouteMismatches for net/http ServeMux patterns
+// ("POST /charges"), mounted under prefix.
+func PatternMismatches(service, prefix string, patterns []string) ([]string, error) {
+	r := chi.NewRouter()
+	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	for _, p := range patterns {
+		method, path, ok := strings.Cut(p, " ")
+		if !ok || path == "/" {
+			continue // the catch-all of unknown paths
+		}
+		r.Method(method, path, nop)
+	}
+	return RouteMismatches(service, prefix, r)
+}
