@@ -297,9 +297,16 @@ func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool)
 // up on Linux). A service keeps its port across a stop and a start; a port
 // from the ephemeral range could meanwhile be taken by any outgoing
 // connection of the test process (MySQL, AMQP, HTTP clients).
+//
+// A port is handed out once per test process: two services of this
+// process's stacks could otherwise draw the same free port before either
+// listens (with a hundred ports drawn from twelve thousand, that happens).
 func FreePort(t testing.TB) int {
 	for i := 0; i < 200; i++ {
 		port := 20000 + rand.IntN(12000)
+		if _, taken := handedOut.LoadOrStore(port, true); taken {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
@@ -310,6 +317,9 @@ func FreePort(t testing.TB) int {
 	t.Fatal("no free port in 20000-31999")
 	return 0
 }
+
+// handedOut are the ports FreePort has returned in this process.
+var handedOut sync.Map // int -> bool
 
 // logBuffer collects a service's JSON log lines.
 type logBuffer struct{ testutil.SyncBuffer }

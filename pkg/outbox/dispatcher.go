@@ -331,6 +331,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 			OccurredAt:       r.CreatedAt,
 			Payload:          r.Payload,
 			Traceparent:      r.Traceparent.String,
+			CorrectsEventID:  r.CorrectsEventID.String,
 		})
 	}
 	stopRenewing := d.renewWhilePublishing(ctx, token, ids)

@@ -201,35 +201,7 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	}
 
 	way := a.createWay() // rightCreate; in demo mode a wrong way while its switch is on (wrongway.go)
-	var event events.OrderCreatedV1
-	// Idempotent by the key: after a COMMIT with an unknown outcome, the
-	// second run either inserts the order or finds it (ErrDuplicateKey
-	// below, a replay).
-	err = sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
-		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o)
-		if err != nil {
-			return err
-		}
-		o.ID = id
-		event = events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
-			TotalCents: total, Currency: currency}
-		if err := way.inTx(ctx, event); err != nil {
-			return err
-		}
-		// Window: the order row exists in the transaction, its event not
-		// yet. An error or crash here must leave neither (atomic commit).
-		if err := failpoint.Inject(ctx, "order.create.after-order-insert"); err != nil {
-			return err
-		}
-		if err := orderdb.InsertItems(ctx, tx, id, items); err != nil {
-			return err
-		}
-		// The history row goes before the outbox row, so that the
-		// timeline shows the order before its event.
-		change := orderdb.Change{OrderID: id, To: string(order.PendingInventory), RefundStatus: string(order.RefundNone),
-			Trigger: TriggerCreated, Actor: ActorAPI}
-		return way.emit(ctx, tx, change, event)
-	})
+	event, err := a.insertOrder(ctx, key, hash, &o, way)
 	if errors.Is(err, orderdb.ErrDuplicateKey) {
 		// A concurrent request with the same key won the unique key.
 		var existing order.Order
@@ -258,6 +230,41 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	a.wake()
 	a.log.InfoContext(ctx, "order accepted", "order_id", o.ID, "total_cents", total)
 	return o, true, nil
+}
+
+// insertOrder is the create's transaction: the order and its lines, the
+// history row and OrderCreated (way.emit), one COMMIT. Idempotent by the
+// key: after a COMMIT with an unknown outcome, the second run either
+// inserts the order or finds it (orderdb.ErrDuplicateKey, a replay). It
+// sets o.ID and returns the event.
+func (a *App) insertOrder(ctx context.Context, key, hash string, o *order.Order, way createWay) (events.OrderCreatedV1, error) {
+	var event events.OrderCreatedV1
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
+		id, err := orderdb.InsertOrder(ctx, tx, key, hash, *o)
+		if err != nil {
+			return err
+		}
+		o.ID = id
+		event = events.OrderCreatedV1{OrderID: id, CustomerID: o.CustomerID, Items: eventItems(o.Items),
+			TotalCents: o.TotalCents, Currency: o.Currency}
+		if err := way.inTx(ctx, event); err != nil {
+			return err
+		}
+		// Window: the order row exists in the transaction, its event not
+		// yet. An error or crash here must leave neither (atomic commit).
+		if err := failpoint.Inject(ctx, "order.create.after-order-insert"); err != nil {
+			return err
+		}
+		if err := orderdb.InsertItems(ctx, tx, id, o.Items); err != nil {
+			return err
+		}
+		// The history row goes before the outbox row, so that the
+		// timeline shows the order before its event.
+		change := orderdb.Change{OrderID: id, To: string(order.PendingInventory), RefundStatus: string(order.RefundNone),
+			Trigger: TriggerCreated, Actor: ActorAPI}
+		return way.emit(ctx, tx, change, event)
+	})
+	return event, err
 }
 
 // txRetry is how the use cases retry their transaction

@@ -233,6 +233,18 @@ func List(ctx context.Context, db sqlx.QueryerContext, status order.Status, befo
 	return out, nil
 }
 
+// AdvanceVersion records that the order emitted an event without a change
+// of status (the reconciler's correction): the version only, under the
+// row lock the caller holds; compare-and-set on the version read. updated_at
+// stays, because it is the time of the last status change, which the
+// reconciler's grace, its closed checks and its count of repairs are
+// measured from.
+func AdvanceVersion(ctx context.Context, tx *sqlx.Tx, id, from, to uint64) (bool, error) {
+	const q = `UPDATE orders SET aggregate_version = ? WHERE id = ? AND aggregate_version = ?`
+	res, err := tx.ExecContext(ctx, q, to, id, from)
+	return sqldb.Changed(res, err, "order %d version %d -> %d", id, from, to)
+}
+
 // Transition moves an order from one status to another, records the
 // version of the event the move emits (unchanged when it emits none) and
 // sets the deadline of the new status in the same statement (deadline from
