@@ -73,7 +73,7 @@ type Stack struct {
 type Option func(name string, env map[string]string)
 
 // WithEnv sets a variable for one service ("order", "inventory", "payment",
-// "psp"), or a setting of the stack itself ("stack": see contract.go).
+// "psp").
 func WithEnv(service, key, value string) Option {
 	return func(name string, env map[string]string) {
 		if name == service {
@@ -114,11 +114,7 @@ func Start(t testing.TB, opts ...Option) *Stack {
 			s.Order.Env[k] = v
 		}
 	}
-	settings := map[string]string{}
-	for _, o := range opts {
-		o("stack", settings)
-	}
-	if settings["CONTRACT_CHECKS"] != "off" {
+	if s.Order.Env[contractChecksKey] != "off" {
 		s.startContractChecks(t, s.Order.Env["AMQP_URL"])
 	}
 	for _, svc := range []*Service{s.PSP, s.Inventory, s.Payment, s.Order} {
