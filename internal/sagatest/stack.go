@@ -20,12 +20,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/contract"
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 	"github.com/relmsg/ordersaga/services/order/ordersvc"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
@@ -43,9 +45,10 @@ type Service struct {
 	Failpoints *failpoint.Registry
 	Env        map[string]string
 
-	t    testing.TB
-	run  RunFunc
-	logs *logBuffer
+	t       testing.TB
+	run     RunFunc
+	logs    *logBuffer
+	checker *contract.Checker // nil: no contract checks
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -61,6 +64,9 @@ type Stack struct {
 	Inventory *Service
 	Payment   *Service
 	PSP       *Service
+
+	checker *contract.Checker // docs/openapi.yaml, around every service (contract.go)
+	tap     *tap              // docs/asyncapi.yaml, on a copy of every message
 }
 
 // Option changes a service's environment before it starts.
@@ -108,7 +114,11 @@ func Start(t testing.TB, opts ...Option) *Stack {
 			s.Order.Env[k] = v
 		}
 	}
+	if s.Order.Env[contractChecksKey] != "off" {
+		s.startContractChecks(t, s.Order.Env["AMQP_URL"])
+	}
 	for _, svc := range []*Service{s.PSP, s.Inventory, s.Payment, s.Order} {
+		svc.checker = s.checker
 		svc.Start()
 	}
 	return s
@@ -156,6 +166,9 @@ func (s *Service) Start() {
 	from := len(s.logs.String())
 	s.mu.Lock()
 	ctx, cancel := context.WithCancel(failpoint.WithRegistry(context.Background(), s.Failpoints))
+	if s.checker != nil {
+		ctx = web.WithObserver(ctx, s.checker.Middleware(s.Name))
+	}
 	s.cancel = cancel
 	s.done = make(chan error, 1)
 	done := s.done

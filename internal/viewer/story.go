@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // story is one order as the page draws it: the order service's timeline
@@ -185,10 +186,7 @@ func (s *Server) gather(ctx context.Context, id string) (*story, answer) {
 		}
 		st.PSPCharges = nonNil(out.Charges)
 		for _, c := range out.Charges {
-			var ch struct {
-				ChargeID string `json:"charge_id"`
-				Status   string `json:"status"`
-			}
+			var ch wire.Charge
 			if json.Unmarshal(c, &ch) != nil || ch.Status != "succeeded" {
 				continue
 			}
