@@ -31,7 +31,7 @@ func BenchmarkSagaCost(b *testing.B) {
 		env["MYSQL_DSN"] = c.dsn(b, env["MYSQL_DSN"])
 		env["OUTBOX_LEASE"] = "5s" // as scripts/up.sh
 	}
-	s := sagatest.Start(b, proxied)
+	s := sagatest.Start(b, proxied, sagatest.WithoutContractChecks())
 	n := b.N
 	for _, sku := range []string{"SKU-1", "SKU-2", "SKU-4"} {
 		if code := s.Inventory.Do(http.MethodPost, "/stock/"+sku+"/receipts", map[string]string{"Idempotency-Key": "bench-restock-" + sku},

@@ -33,7 +33,7 @@ var floors = []struct {
 	kind     string
 	packages []string // import paths below the module, or a prefix ending in "/"
 }{
-	{"base", []string{"pkg/sqldb", "pkg/retry", "pkg/web", "pkg/events", "pkg/instance", "pkg/endpoints", "pkg/tracing"}},
+	{"base", []string{"pkg/sqldb", "pkg/retry", "pkg/web", "pkg/wire", "pkg/events", "pkg/instance", "pkg/endpoints", "pkg/tracing"}},
 	{"aids", []string{"pkg/failpoint", "pkg/wrongway"}},
 	{"mechanisms", []string{"pkg/outbox", "pkg/inbox", "pkg/inbox/batch", "pkg/ordering", "pkg/deadletter", "pkg/rabbit", "pkg/retention"}},
 	{"compose", []string{"pkg/process", "pkg/admin"}},

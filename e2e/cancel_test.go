@@ -7,21 +7,15 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
-type refundsJSON struct {
-	Refunds []struct {
-		AmountCents int64  `json:"amount_cents"`
-		Status      string `json:"status"`
-	} `json:"refunds"`
-}
+type refundsJSON = wire.PSPRefundList
 
 func cancelOrder(t *testing.T, s *sagatest.Stack, id, key string) string {
 	t.Helper()
-	var out struct {
-		Result string `json:"result"`
-	}
-	code := s.Order.Do("POST", "/orders/"+id+"/cancel", map[string]string{"Idempotency-Key": key}, map[string]string{"reason": "test"}, &out)
+	var out wire.CancelResult
+	code := s.Order.Do("POST", "/orders/"+id+"/cancel", map[string]string{"Idempotency-Key": key}, wire.CancelOrderRequest{Reason: "test"}, &out)
 	if code != 202 && code != 200 {
 		t.Fatalf("cancel %s: %d", id, code)
 	}

@@ -42,6 +42,7 @@ func TestOutboxMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	queue := s.NS.Queue("inventory.order-events")
+	s.Routable(t, events.OrderCreated, false) // the contract checks' tap must not route it either
 	if err := ch.QueueUnbind(queue, events.OrderCreated, s.NS.Exchange(), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +65,7 @@ func TestOutboxMetrics(t *testing.T) {
 	if err := ch.QueueBind(queue, events.OrderCreated, s.NS.Exchange(), false, nil); err != nil {
 		t.Fatal(err)
 	}
+	s.Routable(t, events.OrderCreated, true)
 	waitStatus(t, s, second.OrderID, "confirmed") // the retry after the backoff (1 s) is routed
 	if got := o.Metric("outbox_resends_total") - resends0; got < 1 {
 		t.Fatalf("outbox_resends_total +%g, want the re-send counted", got)

@@ -14,41 +14,17 @@ import (
 	"github.com/relmsg/ordersaga/internal/sagatest"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
-type orderJSON struct {
-	OrderID      string `json:"order_id"`
-	Status       string `json:"status"`
-	StatusReason string `json:"status_reason"`
-	TotalCents   int64  `json:"total_cents"`
-}
-
-type stockJSON struct {
-	SKU       string `json:"sku"`
-	OnHand    int    `json:"on_hand"`
-	Reserved  int    `json:"reserved"`
-	Available int    `json:"available"`
-}
-
-type reservationJSON struct {
-	Status string `json:"status"`
-	Reason string `json:"reason"`
-}
-
-type paymentJSON struct {
-	Status        string `json:"status"`
-	AmountCents   int64  `json:"amount_cents"`
-	PSPChargeID   string `json:"psp_charge_id"`
-	FailureReason string `json:"failure_reason"`
-}
-
-type chargesJSON struct {
-	Charges []struct {
-		ChargeID    string `json:"charge_id"`
-		Status      string `json:"status"`
-		AmountCents int64  `json:"amount_cents"`
-	} `json:"charges"`
-}
+// The services' answers, as pkg/wire declares them for every client.
+type (
+	orderJSON       = wire.Order
+	stockJSON       = wire.Stock
+	reservationJSON = wire.Reservation
+	paymentJSON     = wire.Payment
+	chargesJSON     = wire.ChargeList
+)
 
 func createOrder(t *testing.T, s *sagatest.Stack, key, customer, sku string, qty int) orderJSON {
 	t.Helper()
@@ -169,6 +145,9 @@ func TestSagaHappyPathConfirms(t *testing.T) {
 	if o, i, p := inboxCount(t, s.Order), inboxCount(t, s.Inventory), inboxCount(t, s.Payment); o != 2 || i != 2 || p != 2 {
 		t.Fatalf("inbox rows order=%d inventory=%d payment=%d, want 2 each", o, i, p)
 	}
+	// On the same stack, docs/walkthrough.md's tour: every request and
+	// answer of it held to docs/openapi.yaml, every message to asyncapi.yaml.
+	t.Run("walkthrough", func(t *testing.T) { replayWalkthrough(t, s) })
 }
 
 func TestSagaInsufficientStockRejects(t *testing.T) {

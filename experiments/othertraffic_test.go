@@ -114,7 +114,7 @@ func settledEvents(t *testing.T, s *sagatest.Stack, n int) []events.Envelope {
 }
 
 // stock is SKU-2's on_hand.
-func stock(t *testing.T, s *sagatest.Stack) int {
+func stock(t *testing.T, s *sagatest.Stack) int64 {
 	t.Helper()
 	var st lab.Stock
 	if code := s.Inventory.Do("GET", "/stock/SKU-2", nil, nil, &st); code != 200 {

@@ -7,16 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
-// orderView is what the load generator reads of an order.
-type orderView struct {
-	OrderID      string    `json:"order_id"`
-	Status       string    `json:"status"`
-	StatusReason string    `json:"status_reason"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
-}
+// orderView is an order as the order API shows it.
+type orderView = wire.Order
 
 func terminal(status string) bool {
 	return status == "confirmed" || status == "rejected" || status == "cancelled"

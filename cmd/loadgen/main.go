@@ -46,6 +46,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 func main() {
@@ -303,7 +304,7 @@ func (r *runner) restock(ctx context.Context) error {
 	for _, sku := range skus {
 		for left := plan[sku]; left > 0; {
 			q := min(left, 1_000_000) // the inventory service's largest receipt
-			body, _ := json.Marshal(map[string]int{"quantity": q})
+			body, _ := json.Marshal(wire.ReceiptRequest{Quantity: q})
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost,
 				r.cfg.inventoryURL+"/stock/"+url.PathEscape(sku)+"/receipts", bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
@@ -568,9 +569,7 @@ func (r *runner) listOrders(ctx context.Context, before uint64, limit int) ([]or
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET /orders: %d", resp.StatusCode)
 	}
-	var page struct {
-		Orders []orderView `json:"orders"`
-	}
+	var page wire.OrderList
 	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
 		return nil, fmt.Errorf("GET /orders: %w", err)
 	}

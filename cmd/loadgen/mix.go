@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // skuWeight is one SKU of the mix and its relative weight.
@@ -64,15 +66,11 @@ func (k kind) expected() string {
 	}
 }
 
-type line struct {
-	SKU      string `json:"sku"`
-	Quantity int    `json:"quantity"`
-}
-
-type orderRequest struct {
-	CustomerID string `json:"customer_id"`
-	Items      []line `json:"items"`
-}
+// A create request and its lines, as the order API reads them.
+type (
+	line         = wire.OrderLine
+	orderRequest = wire.CreateOrderRequest
+)
 
 // generator makes the order bodies: 1..maxLines distinct SKUs drawn by
 // weight, quantities 1..maxQty, a share of declines and of orders for a

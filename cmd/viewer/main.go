@@ -8,7 +8,8 @@
 //
 // Environment: VIEWER_ADDR (127.0.0.1:8080), ORDER_URL, INVENTORY_URL,
 // PAYMENT_URL (the ports of scripts/up.sh), PSP_URL (the PSP process, 8084),
-// STACK_RUN_DIR (.run: the instances of scripts/up.sh -n N), LAB_AMQP_URL (the lab publishes
+// STACK_RUN_DIR (.run: the instances of scripts/up.sh -n N; the viewer keeps
+// its finished lab runs in its lab-runs directory), LAB_AMQP_URL (the lab publishes
 // duplicates through the broker), VIEWER_TOKEN (what the page's API wants;
 // ADMIN_TOKEN when unset, else one made at start and logged with the URL
 // to open), ADMIN_TOKEN (sent to the services), ALLOWED_HOSTS (Host names
@@ -28,6 +29,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -80,8 +82,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	case getenv("VIEWER_TOKEN") == "":
 		tokenFrom = "ADMIN_TOKEN"
 	}
+	runsDir := filepath.Join(env.String("STACK_RUN_DIR", ".run"), "lab-runs")
 	srv := viewer.New(viewer.Config{Target: target, Token: token, AdminToken: getenv("ADMIN_TOKEN"),
-		AllowedHosts: hosts, Log: log, Patience: *patience,
+		AllowedHosts: hosts, Log: log, Patience: *patience, RunsDir: runsDir,
 		JaegerURL: strings.TrimRight(getenv("JAEGER_URL"), "/"), JaegerUIURL: strings.TrimRight(getenv("JAEGER_UI_URL"), "/")})
 	defer srv.Close()
 
@@ -101,6 +104,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	log.Info("saga viewer started", "url", open, "token", tokenFrom, "services", urls,
 		"amqp", process.MaskURL(env.String("LAB_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")),
-		"admin_token", getenv("ADMIN_TOKEN") != "", "allowed_hosts", hosts)
+		"admin_token", getenv("ADMIN_TOKEN") != "", "allowed_hosts", hosts, "lab_runs", runsDir)
 	return web.Serve(ctx, ln, srv.Handler(), 5*time.Second)
 }

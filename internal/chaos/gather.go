@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // timelineJSON is GET /admin/orders/{id}/timeline: the order's history rows
@@ -38,26 +40,17 @@ type timelineJSON struct {
 func (o *observer) order(ctx context.Context, ord Order) (Order, error) {
 	id := ord.ID
 
-	var res struct {
-		Status string `json:"status"`
-		Items  []Line `json:"items"`
-	}
+	var res wire.Reservation
 	switch code, _, err := o.lab.Do(ctx, "inventory", http.MethodGet, "/reservations/"+id, nil, nil, &res); {
 	case err != nil:
 		return ord, err
 	case code == http.StatusOK:
-		ord.Reservation = &Reservation{Status: res.Status, Items: res.Items}
+		ord.Reservation = &res
 	case code != http.StatusNotFound:
 		return ord, fmt.Errorf("GET /reservations/%s: %d", id, code)
 	}
 
-	var pay struct {
-		Status      string `json:"status"`
-		AmountCents int64  `json:"amount_cents"`
-		Refund      *struct {
-			Status string `json:"status"`
-		} `json:"refund"`
-	}
+	var pay wire.Payment
 	switch code, _, err := o.lab.Do(ctx, "payment", http.MethodGet, "/payments/"+id, nil, nil, &pay); {
 	case err != nil:
 		return ord, err
@@ -70,21 +63,15 @@ func (o *observer) order(ctx context.Context, ord Order) (Order, error) {
 		return ord, fmt.Errorf("GET /payments/%s: %d", id, code)
 	}
 
-	var charges struct {
-		Charges []Charge `json:"charges"`
-	}
+	var charges wire.ChargeList
 	if err := o.lab.Get(ctx, "psp", "/psp/charges?order_ref="+url.QueryEscape(id), &charges); err != nil {
 		return ord, err
 	}
 	ord.Charges = []Charge{}
-	for _, ch := range charges.Charges {
+	for _, c := range charges.Charges {
+		ch := Charge{ChargeID: c.ChargeID, Status: c.Status, AmountCents: c.AmountCents}
 		if ch.Status == "succeeded" {
-			var refunds struct {
-				Refunds []struct {
-					AmountCents int64  `json:"amount_cents"`
-					Status      string `json:"status"`
-				} `json:"refunds"`
-			}
+			var refunds wire.PSPRefundList
 			if err := o.lab.Get(ctx, "psp", "/psp/refunds?charge_id="+url.QueryEscape(ch.ChargeID), &refunds); err != nil {
 				return ord, err
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // readLeftovers reads what a service holds that a system at rest must not,
@@ -76,15 +78,7 @@ func (o *observer) readLeftovers(ctx context.Context, svc string) (Leftovers, []
 
 	switch svc {
 	case "inventory":
-		var gaps struct {
-			Gaps []struct {
-				ID              uint64 `json:"id"`
-				AggregateID     string `json:"aggregate_id"`
-				EventType       string `json:"event_type"`
-				ReceivedVersion uint64 `json:"received_version"`
-				ExpectedVersion uint64 `json:"expected_version"`
-			} `json:"gaps"`
-		}
+		var gaps wire.GapList
 		if err := o.lab.Get(ctx, svc, "/admin/gaps?open=true&limit=1000", &gaps); err != nil {
 			return l, nil, err
 		}
@@ -93,16 +87,7 @@ func (o *observer) readLeftovers(ctx context.Context, svc string) (Leftovers, []
 				Detail: fmt.Sprintf("order %s: %s v%d arrived, v%d never did", g.AggregateID, g.EventType, g.ReceivedVersion, g.ExpectedVersion)})
 		}
 	case "payment":
-		var att struct {
-			Charges []struct {
-				OrderID      string `json:"order_id"`
-				ParkedReason string `json:"parked_reason"`
-			} `json:"charges"`
-			Refunds []struct {
-				OrderID      string `json:"order_id"`
-				ParkedReason string `json:"parked_reason"`
-			} `json:"refunds"`
-		}
+		var att wire.NeedsAttention
 		if err := o.lab.Get(ctx, svc, "/admin/needs-attention?limit=1000", &att); err != nil {
 			return l, nil, err
 		}

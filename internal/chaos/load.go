@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // loader sends the planned requests as a client would: each key's first
@@ -156,11 +157,7 @@ func (d *loader) again(ctx context.Context, try int) bool {
 }
 
 func (d *loader) create(ctx context.Context, key string, body any) Answer {
-	var out struct {
-		OrderID    string `json:"order_id"`
-		TotalCents int64  `json:"total_cents"`
-		Error      string `json:"error"`
-	}
+	var out wire.Order
 	at := time.Since(d.start)
 	code, hdr, err := d.obs.lab.Do(ctx, "order", http.MethodPost, "/orders", map[string]string{"Idempotency-Key": key}, body, &out)
 	a := Answer{At: at, Status: code}
@@ -174,9 +171,7 @@ func (d *loader) create(ctx context.Context, key string, body any) Answer {
 }
 
 func (d *loader) cancel(ctx context.Context, key, orderID string) Answer {
-	var out struct {
-		Result string `json:"result"`
-	}
+	var out wire.CancelResult
 	at := time.Since(d.start)
 	code, _, err := d.obs.lab.Do(ctx, "order", http.MethodPost, "/orders/"+orderID+"/cancel", map[string]string{"Idempotency-Key": key},
 		map[string]string{"reason": "chaos run: the client cancels"}, &out)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // observer sees the stack the way an operator does: through the services'
@@ -119,18 +120,13 @@ func (o *observer) waitReady(ctx context.Context, patience time.Duration) error 
 
 // stock reads every SKU's stock.
 func (o *observer) stock(ctx context.Context) (map[string]Stock, error) {
-	var list struct {
-		Stock []struct {
-			SKU string `json:"sku"`
-			Stock
-		} `json:"stock"`
-	}
+	var list wire.StockList
 	if err := o.lab.Get(ctx, "inventory", "/stock", &list); err != nil {
 		return nil, err
 	}
 	out := map[string]Stock{}
 	for _, s := range list.Stock {
-		out[s.SKU] = s.Stock
+		out[s.SKU] = Stock{OnHand: int(s.OnHand), Reserved: int(s.Reserved), Available: int(s.Available)}
 	}
 	return out, nil
 }
@@ -177,14 +173,20 @@ func (o *observer) lastOrderID(ctx context.Context) (uint64, error) {
 }
 
 func (o *observer) orderPage(ctx context.Context, before uint64, limit int) ([]Order, error) {
-	var list struct {
-		Orders []Order `json:"orders"`
-	}
+	var list wire.OrderList
 	path := fmt.Sprintf("/orders?limit=%d", limit)
 	if before > 0 {
 		path += fmt.Sprintf("&before=%d", before)
 	}
-	return list.Orders, o.lab.Get(ctx, "order", path, &list)
+	if err := o.lab.Get(ctx, "order", path, &list); err != nil {
+		return nil, err
+	}
+	out := make([]Order, len(list.Orders))
+	for i, w := range list.Orders {
+		out[i] = Order{ID: w.OrderID, Customer: w.CustomerID, Status: w.Status, StatusReason: w.StatusReason,
+			RefundStatus: w.RefundStatus, TotalCents: w.TotalCents, CreatedAt: w.CreatedAt, UpdatedAt: w.UpdatedAt}
+	}
+	return out, nil
 }
 
 // ordersAfter lists every order with an id above after, newest first.

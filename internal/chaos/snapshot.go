@@ -3,6 +3,8 @@ package chaos
 import (
 	"net/http"
 	"time"
+
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // Snapshot is everything the checks look at: what the load sent and was
@@ -46,11 +48,8 @@ const (
 // Kinds lists every kind, in report order.
 var Kinds = []Kind{KindHappy, KindInsufficient, KindScarce, KindDecline, KindCancel, KindReplay, KindConflict}
 
-// Line is one order line.
-type Line struct {
-	SKU      string `json:"sku"`
-	Quantity int    `json:"quantity"`
-}
+// Line is one order line (a create request's, a reservation's).
+type Line = wire.OrderLine
 
 // Request is one idempotency key of the load: what was sent with it and
 // every answer it got.
@@ -121,10 +120,7 @@ type Order struct {
 }
 
 // Reservation is inventory's record of an order.
-type Reservation struct {
-	Status string `json:"status"`
-	Items  []Line `json:"items"`
-}
+type Reservation = wire.Reservation
 
 // Payment is the payment service's record of an order.
 type Payment struct {

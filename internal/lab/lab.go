@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // Target is a running stack.
@@ -191,27 +192,28 @@ func (l *Lab) waitUpTo(ctx context.Context, what string, patience time.Duration,
 
 // --- domain calls -------------------------------------------------------
 
-// Order is an order as the API shows it.
-type Order struct {
-	OrderID      string `json:"order_id"`
-	CustomerID   string `json:"customer_id"`
-	Status       string `json:"status"`
-	StatusReason string `json:"status_reason"`
-	RefundStatus string `json:"refund_status"`
-	TotalCents   int64  `json:"total_cents"`
-	Items        []Item `json:"items"`
-}
-
-// Item is one order line, at the price the order was accepted at.
-type Item struct {
-	SKU            string `json:"sku"`
-	Quantity       int    `json:"quantity"`
-	UnitPriceCents int64  `json:"unit_price_cents"`
-}
+// The services' records, as their APIs write them (pkg/wire, held to
+// docs/openapi.yaml).
+type (
+	// Order is an order as the API shows it.
+	Order = wire.Order
+	// Item is one order line, at the price the order was accepted at.
+	Item = wire.OrderItem
+	// Stock is one SKU's stock.
+	Stock = wire.Stock
+	// Reservation is an order's reservation ("" status when there is none).
+	Reservation = wire.Reservation
+	// Payment is an order's payment ("" status when there is none).
+	Payment = wire.Payment
+	// Charge is one charge in the PSP's books.
+	Charge = wire.Charge
+	// Refund is one refund in the PSP's books.
+	Refund = wire.PSPRefund
+)
 
 func (l *Lab) createOrder(ctx context.Context, key, customer, sku string, qty int) (Order, int, http.Header, error) {
 	var o Order
-	body := map[string]any{"customer_id": customer, "items": []map[string]any{{"sku": sku, "quantity": qty}}}
+	body := wire.CreateOrderRequest{CustomerID: customer, Items: []wire.OrderLine{{SKU: sku, Quantity: qty}}}
 	code, hdr, err := l.call(ctx, "order", http.MethodPost, "/orders", map[string]string{"Idempotency-Key": key}, body, &o)
 	if err == nil && code == http.StatusAccepted {
 		l.step(Step{Kind: StepOrder, OrderID: o.OrderID})
@@ -256,9 +258,7 @@ func (l *Lab) waitSettled(ctx context.Context, id string) error {
 }
 
 func (l *Lab) lastOrderID(ctx context.Context) (uint64, error) {
-	var list struct {
-		Orders []Order `json:"orders"`
-	}
+	var list wire.OrderList
 	if err := l.get(ctx, "order", "/orders?limit=1", &list); err != nil {
 		return 0, err
 	}
@@ -270,27 +270,9 @@ func (l *Lab) lastOrderID(ctx context.Context) (uint64, error) {
 	return id, err
 }
 
-// Stock is one SKU's stock.
-type Stock struct {
-	SKU       string `json:"sku"`
-	OnHand    int    `json:"on_hand"`
-	Reserved  int    `json:"reserved"`
-	Available int    `json:"available"`
-}
-
 func (l *Lab) stock(ctx context.Context, sku string) (Stock, error) {
 	var s Stock
 	return s, l.get(ctx, "inventory", "/stock/"+url.PathEscape(sku), &s)
-}
-
-// Reservation is an order's reservation ("" status when there is none).
-type Reservation struct {
-	Status string `json:"status"`
-	Reason string `json:"reason"`
-	Items  []struct {
-		SKU      string `json:"sku"`
-		Quantity int    `json:"quantity"`
-	} `json:"items"`
 }
 
 func (l *Lab) reservation(ctx context.Context, id string) (Reservation, error) {
@@ -302,12 +284,6 @@ func (l *Lab) reservation(ctx context.Context, id string) (Reservation, error) {
 	return r, err
 }
 
-// Payment is an order's payment ("" status when there is none).
-type Payment struct {
-	Status      string `json:"status"`
-	AmountCents int64  `json:"amount_cents"`
-}
-
 func (l *Lab) payment(ctx context.Context, id string) (Payment, error) {
 	var p Payment
 	code, _, err := l.call(ctx, "payment", http.MethodGet, "/payments/"+id, nil, nil, &p)
@@ -317,32 +293,13 @@ func (l *Lab) payment(ctx context.Context, id string) (Payment, error) {
 	return p, err
 }
 
-// Charge is one charge in the PSP's books.
-type Charge struct {
-	ChargeID    string `json:"charge_id"`
-	Status      string `json:"status"`
-	AmountCents int64  `json:"amount_cents"`
-}
-
 func (l *Lab) charges(ctx context.Context, id string) ([]Charge, error) {
-	var c struct {
-		Charges []Charge `json:"charges"`
-	}
+	var c wire.ChargeList
 	return c.Charges, l.get(ctx, "psp", "/psp/charges?order_ref="+url.QueryEscape(id), &c)
 }
 
-// Refund is one refund in the PSP's books.
-type Refund struct {
-	RefundID    string `json:"refund_id"`
-	ChargeID    string `json:"charge_id"`
-	Status      string `json:"status"`
-	AmountCents int64  `json:"amount_cents"`
-}
-
 func (l *Lab) refunds(ctx context.Context, chargeID string) ([]Refund, error) {
-	var f struct {
-		Refunds []Refund `json:"refunds"`
-	}
+	var f wire.PSPRefundList
 	return f.Refunds, l.get(ctx, "psp", "/psp/refunds?charge_id="+url.QueryEscape(chargeID), &f)
 }
 

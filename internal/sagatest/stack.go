@@ -22,6 +22,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/relmsg/ordersaga/internal/contract"
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
@@ -29,6 +30,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/tracing"
+	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 	"github.com/relmsg/ordersaga/services/order/ordersvc"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
@@ -46,10 +48,11 @@ type Service struct {
 	Failpoints *failpoint.Registry
 	Env        map[string]string
 
-	t     testing.TB
-	run   RunFunc
-	logs  *logBuffer
-	spans sdktrace.SpanExporter // nil: the environment's tracing
+	t       testing.TB
+	run     RunFunc
+	logs    *logBuffer
+	checker *contract.Checker     // nil: no contract checks
+	spans   sdktrace.SpanExporter // nil: the environment's tracing
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -65,6 +68,9 @@ type Stack struct {
 	Inventory *Service
 	Payment   *Service
 	PSP       *Service
+
+	checker *contract.Checker // docs/openapi.yaml, around every service (contract.go)
+	tap     *tap              // docs/asyncapi.yaml, on a copy of every message
 }
 
 // Option changes a service's environment before it starts.
@@ -125,7 +131,11 @@ func start(t testing.TB, spans sdktrace.SpanExporter, opts []Option) *Stack {
 			s.Order.Env[k] = v
 		}
 	}
+	if s.Order.Env[contractChecksKey] != "off" {
+		s.startContractChecks(t, s.Order.Env["AMQP_URL"])
+	}
 	for _, svc := range []*Service{s.PSP, s.Inventory, s.Payment, s.Order} {
+		svc.checker = s.checker
 		svc.spans = spans
 		svc.Start()
 	}
@@ -174,6 +184,9 @@ func (s *Service) Start() {
 	from := len(s.logs.String())
 	s.mu.Lock()
 	ctx, cancel := context.WithCancel(failpoint.WithRegistry(context.Background(), s.Failpoints))
+	if s.checker != nil {
+		ctx = web.WithObserver(ctx, s.checker.Middleware(s.Name))
+	}
 	if s.spans != nil {
 		ctx = tracing.WithExporter(ctx, s.spans)
 	}

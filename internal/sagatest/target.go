@@ -49,6 +49,9 @@ func (tg *Target) URL(service string) string { return tg.service(service).URL }
 
 // Publish implements lab.Target: a confirmed publish to the stack's exchange.
 func (tg *Target) Publish(ctx context.Context, e events.Envelope) error {
+	if tg.s.tap != nil {
+		tg.s.tap.skipID(e.EventID) // the test's own message, not a service's
+	}
 	pub := tg.conn.NewPublisher()
 	defer pub.Close()
 	return pub.Publish(ctx, []rabbit.Message{rabbit.FromEnvelope(tg.s.NS.Exchange(), e)}, 5*time.Second)[0]
@@ -56,6 +59,12 @@ func (tg *Target) Publish(ctx context.Context, e events.Envelope) error {
 
 // Bind implements lab.Target on the stack's namespace.
 func (tg *Target) Bind(ctx context.Context, queue, key string, bound bool) error {
+	if tg.s.tap != nil {
+		// The tap must not route what the experiment makes unroutable.
+		if err := tg.s.tap.route(key, bound); err != nil {
+			return err
+		}
+	}
 	return lab.Rebind(ctx, tg.conn, tg.s.NS, queue, key, bound)
 }
 

@@ -30,6 +30,10 @@ func TestViewerInTheBrowser(t *testing.T) {
 		t.Skip("integration test (MariaDB, RabbitMQ, chromium): skipped with -short")
 	}
 	chrome := chromium(t)
+	// duplicate-window crashes the order service as a real process: build
+	// the services' binaries now, so a cold build is not counted in the
+	// wait for its verdict.
+	sagatest.Binary(t, "order")
 	s := sagatest.Start(t,
 		// Short lease: the duplicate window's re-send comes within seconds.
 		sagatest.WithEnv("order", "OUTBOX_LEASE", "3s"),
@@ -54,6 +58,7 @@ func TestViewerInTheBrowser(t *testing.T) {
 		b.wait(t, "the experiments listed", fmt.Sprintf(`document.querySelectorAll("#experiments li.exp").length === %d`, len(lab.Scenarios)))
 	})
 
+	var confirmed string // the order of the next subtest, for those after it
 	t.Run("an order reaches confirmed with its outbox and inbox steps drawn", func(t *testing.T) {
 		b.do(t, "fill the form",
 			chromedp.SetValue(chromedp.CSS("#customer"), "c-browser"),
@@ -61,6 +66,7 @@ func TestViewerInTheBrowser(t *testing.T) {
 			chromedp.SetValue(chromedp.CSS("input.qty"), "2"),
 		)
 		id := create(t, b)
+		confirmed = id
 		b.wait(t, "order "+id+" confirmed in the timeline header",
 			`document.querySelector("#timeline-head .pill") && document.querySelector("#timeline-head .pill").dataset.status === "confirmed"`)
 		// The saga's whole path: five outbox rows published, six inbox rows
@@ -77,7 +83,28 @@ func TestViewerInTheBrowser(t *testing.T) {
 		b.do(t, "pick the first outbox step", chromedp.Click(chromedp.CSS(`#diagram g.step[data-kind="outbox.written"] rect.box`)))
 		b.wait(t, "its record and table in the detail panel",
 			`document.querySelector("#detail-body code") && document.querySelector("#detail-body code").textContent.includes("outbox_events")`)
+		// A click moved the step-through to that step; back to the last.
+		b.do(t, "back to the last step", chromedp.Click(chromedp.CSS("#step-last")))
+		b.wait(t, "no step faded", `document.querySelectorAll("#diagram g.step.future").length === 0`)
 		b.shot(t, "viewer-timeline-confirmed.png", "body")
+	})
+
+	t.Run("the tables as of each step are rebuilt from the story", func(t *testing.T) {
+		replayFixture(t, b)
+	})
+
+	t.Run("step through an order: buttons, slider, keys, address", func(t *testing.T) {
+		if confirmed == "" {
+			t.Skip("no confirmed order: its subtest failed")
+		}
+		stepThrough(t, b, confirmed)
+	})
+
+	t.Run("an order's address survives a reload and works for whoever has the token", func(t *testing.T) {
+		if confirmed == "" {
+			t.Skip("no confirmed order: its subtest failed")
+		}
+		sharedLink(t, b, chrome, base, confirmed)
 	})
 
 	t.Run("the same key twice shows one order", func(t *testing.T) {
@@ -113,16 +140,27 @@ func TestViewerInTheBrowser(t *testing.T) {
 		}
 	})
 
-	t.Run("atomic-commit from the page shows its verdict", func(t *testing.T) {
-		runExperiment(t, b, "atomic-commit")
-		b.wait(t, "the failpoint armed step", `document.querySelector('#steps li[data-kind="armed"]') !== null`)
-		b.shot(t, "viewer-lab-atomic-commit.png", ".runview")
+	t.Run("atomic-commit's right way and wrong way side by side, the broken invariant marked", func(t *testing.T) {
+		sideBySide(t, b, "atomic-commit")
+		b.shot(t, "viewer-lab-side-by-side.png", ".runview")
+		b.reload(t)
+		b.wait(t, "the same pair after the reload", `document.querySelectorAll("#compare .side .verdict").length === 2 &&
+			document.querySelector("#invariant.broken") !== null`)
 	})
 
 	t.Run("duplicate-window from the page shows its verdict", func(t *testing.T) {
 		runExperiment(t, b, "duplicate-window")
 		b.wait(t, "the crash and restart step", `document.querySelector('#steps li[data-kind="restarted"]') !== null`)
 		b.shot(t, "viewer-lab-duplicate-window.png", ".runview")
+		// The run has an address, listed among the recent runs; a reload
+		// shows the same run.
+		run := b.eval(t, `document.querySelector("#run .runhead").dataset.run`, `document.querySelector("#run .runhead[data-run]") !== null`)
+		b.wait(t, "the run's address, and its link in the list", `location.hash === "#/lab/runs/`+run+`" &&
+			document.querySelector('#runs-list a[href="#/lab/runs/`+run+`"]') !== null`)
+		b.reload(t)
+		b.wait(t, "the same run and verdict after the reload",
+			`document.querySelector('#run .runhead[data-run="`+run+`"][data-experiment="duplicate-window"]') !== null &&
+			document.querySelector('#verdict[data-passed="true"]') !== null && document.querySelectorAll("#checks li").length > 0`)
 		// The order it used opens in the timeline, with the re-send and the
 		// copy the inbox dropped.
 		b.do(t, "open its order", chromedp.Click(chromedp.CSS("#open-order")))
@@ -164,7 +202,9 @@ func TestViewerInTheBrowser(t *testing.T) {
 		b.wait(t, "Chinese labels", `document.documentElement.lang === "zh-CN" &&
 			document.querySelector('.tab[data-tab="lab"]').textContent === "故障实验室" &&
 			document.querySelector("#create").textContent === "创建订单" &&
-			document.querySelector("#diagram .lanename").textContent === "订单服务"`)
+			document.querySelector("#diagram .lanename").textContent === "订单服务" &&
+			document.querySelector("#step-label").textContent.startsWith("第 ") &&
+			document.querySelector("#asof > summary").textContent === "这一步之后的表和队列"`)
 		b.shot(t, "viewer-zh.png", "body")
 		b.do(t, "switch back", chromedp.Click(chromedp.CSS("#lang-toggle")))
 		b.wait(t, "English labels again", `document.querySelector('.tab[data-tab="lab"]').textContent === `+jsString(before))
@@ -173,6 +213,28 @@ func TestViewerInTheBrowser(t *testing.T) {
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Errorf("the page logged %d console error(s):\n  %s", len(errs), strings.Join(errs, "\n  "))
 	}
+}
+
+// sideBySide runs an experiment's right way and wrong way as a pair from
+// the lab panel and waits for both verdicts: the right way held, the wrong
+// way showed its anomaly, and the page marks the invariant it broke.
+func sideBySide(t *testing.T, b *browser, name string) {
+	t.Helper()
+	b.do(t, "open the lab", chromedp.Click(chromedp.CSS(`.tab[data-tab="lab"]`)))
+	b.do(t, "run "+name+" both ways", chromedp.Click(chromedp.CSS(`#experiments li[data-experiment="`+name+`"] button.both`)))
+	b.waitFor(t, 4*time.Minute, name+"'s two verdicts",
+		`document.querySelector('#run .comparehead[data-experiment="`+name+`"]') !== null && document.querySelectorAll("#compare .side .verdict").length === 2`)
+	for _, side := range []string{"right", "wrong"} {
+		if passed := b.eval(t, `document.querySelector("#compare .side.`+side+` .verdict").dataset.passed`, `true`); passed != "true" {
+			t.Fatalf("%s's %s way did not pass in the page:\n%s", name, side, b.eval(t, `document.querySelector("#run").innerText`, `true`))
+		}
+	}
+	b.wait(t, "the address of the pair", `/^#\/lab\/compare\/\d+\/\d+$/.test(location.hash)`)
+	b.wait(t, "the invariant held by the right way and broken by the wrong way",
+		`document.querySelector('#invariant.broken[data-held="true"][data-broken="true"]') !== null &&
+		 document.querySelectorAll("#compare .side.wrong .checks li.broken").length > 0 &&
+		 document.querySelectorAll("#compare .side.right .checks li.invariant").length > 0 &&
+		 document.querySelectorAll("#compare .side.right .checks li.fail").length === 0`)
 }
 
 // create submits the form as it stands and returns the order id the page
@@ -304,11 +366,31 @@ func (b *browser) waitFor(t *testing.T, d time.Duration, what, cond string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, d+5*time.Second)
 	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void]("(() => { try { return "+cond+"; } catch (e) { return false; } })()",
-		chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(d)))
-	if err != nil {
+	deadline := time.Now().Add(d)
+	for {
+		_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void]("(() => { try { return "+cond+"; } catch (e) { return false; } })()",
+			chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(time.Until(deadline))))
+		if err == nil {
+			return
+		}
+		// A page that navigates (a form that reloads it) takes its
+		// JavaScript context with it: poll the next one.
+		if strings.Contains(err.Error(), "Cannot find context") && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
 		t.Fatalf("waiting for %s: %v\npage: %s", what, err, b.pageText())
 	}
+}
+
+// reload reloads the page and waits for it to start again, at the same
+// address.
+func (b *browser) reload(t *testing.T) {
+	t.Helper()
+	addr := b.eval(t, `location.href`, `true`)
+	b.do(t, "reload", chromedp.Evaluate[chromedp.Void](`window.beforeReload = true`), chromedp.Reload())
+	b.wait(t, "the page again after the reload, at "+addr, `window.beforeReload === undefined && document.body.dataset.ready === "true" &&
+		location.href === `+jsString(addr))
 }
 
 // eval waits for ready to hold, then returns expr as a string.
@@ -328,7 +410,14 @@ func (b *browser) eval(t *testing.T, expr, ready string) string {
 func (b *browser) pageText() string {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText.slice(0, 3000) : ""`))
+	// What the tab on screen says first (a lab run's steps and checks,
+	// the timeline), then the rest of the page.
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(() => {
+		if (!document.body) return "";
+		const first = ["#lab-message", "#run", "#create-result", "#timeline-head", "#step-label"]
+			.map((s) => document.querySelector(s)).filter((e) => e && e.offsetParent !== null).map((e) => e.innerText).join("\n");
+		return ("address: " + location.hash + "\n" + first + "\n---\n" + document.body.innerText).slice(0, 5000);
+	})()`))
 	if err != nil {
 		return "(could not read the page: " + err.Error() + ")"
 	}

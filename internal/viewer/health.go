@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // serviceHealth is one service at a glance, read from its own endpoints.
@@ -59,11 +61,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 			if !sh.Up {
 				sh.Ready = a.problem(svc, "/readyz")
 			}
-			var hz struct {
-				StartedAt string `json:"started_at"`
-			}
+			var hz wire.Health
 			if s.getInto(ctx, svc, "/healthz", &hz) == nil {
-				sh.StartedAt = hz.StartedAt
+				sh.StartedAt = hz.StartedAt.Format(time.RFC3339Nano)
 			}
 		})
 		do(func() {
@@ -111,10 +111,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 	do(func() { h.OpenGaps = s.count(ctx, "inventory", "/admin/gaps?open=true&limit=1000", "gaps") })
 	do(func() {
-		var out struct {
-			Charges []json.RawMessage `json:"charges"`
-			Refunds []json.RawMessage `json:"refunds"`
-		}
+		var out wire.NeedsAttention
 		if s.getInto(ctx, "payment", "/admin/needs-attention?limit=1000", &out) == nil {
 			h.NeedsAttention = len(out.Charges) + len(out.Refunds)
 		}

@@ -58,3 +58,30 @@ func TestEveryLabNameHasAChineseLabel(t *testing.T) {
 		}
 	}
 }
+
+// The page's Chinese uses the words of docs/zh/glossary.md: one word per
+// concept. These are the words it used before, each the glossary's "do not
+// use" for something (or a counter the lab no longer reads).
+func TestChineseLabelsUseTheGlossaryTerms(t *testing.T) {
+	src, err := os.ReadFile("static/i18n.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zh := string(src[strings.Index(string(src), "\n  zh: {"):])
+	for _, tc := range []struct{ drift, glossary string }{
+		{"协同式", "事件协作式 Saga (choreography)"},
+		{"兜底", "后备轮询 (the fallback poll)"},
+		{"暂存", "持久化等待 (parked)"},
+		{"发件箱", "outbox 行 (the chapter's outbox, 待发事件表)"},
+		{"收件箱", "inbox 行 (the chapter's inbox, 去重表)"},
+		{"故障点", "故障注入点 (failpoint)"},
+		{"清理", "定时检查任务 (sweep)"},
+		{"broker 重投", "重新投递 (the broker's redelivery; 重投 is the redrive of a dead letter)"},
+		{"被重投，", "重新投递 (the broker's redelivery)"},
+		{"outbox_claims_lost_total", "the order service's log line for A's claim token (what lease-expiry reads)"},
+	} {
+		if strings.Contains(zh, tc.drift) {
+			t.Errorf("i18n.js's Chinese says %q: the glossary's word is %s", tc.drift, tc.glossary)
+		}
+	}
+}

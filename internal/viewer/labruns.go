@@ -12,7 +12,9 @@ import (
 	"github.com/relmsg/ordersaga/pkg/web"
 )
 
-// keepRuns is how many finished runs the viewer remembers.
+// keepRuns is how many runs the viewer remembers (and keeps in
+// Config.RunsDir): the page's addresses of runs (#/lab/runs/ID) stay good
+// for that many runs.
 const keepRuns = 20
 
 // labRun is one experiment started from the page. Its steps arrive from
@@ -23,12 +25,30 @@ type labRun struct {
 	Experiment string
 	WrongWay   string
 	Instance   string // where failpoints and switches go
-	StartedAt  time.Time
+	// Pair is the other run of a side-by-side pair: the right way's run
+	// names the wrong way's, and the other way round (0: none).
+	Pair int
 
-	mu     sync.Mutex
-	steps  []lab.Step
-	report *lab.Report // set when the run is over
-	order  string      // the order the experiment used last
+	mu        sync.Mutex
+	startedAt time.Time // zero while queued behind its pair
+	steps     []lab.Step
+	report    *lab.Report // set when the run is over
+	order     string      // the order the experiment used last
+}
+
+// start stamps the run's start, once.
+func (r *labRun) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.startedAt.IsZero() {
+		r.startedAt = time.Now()
+	}
+}
+
+func (r *labRun) finish(rep *lab.Report) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.report = rep
 }
 
 func (r *labRun) add(st lab.Step) {
@@ -47,7 +67,8 @@ type runJSON struct {
 	Experiment string      `json:"experiment"`
 	WrongWay   string      `json:"wrong_way"`
 	Instance   string      `json:"instance"` // where failpoints and switches go: all, or one INSTANCE_ID
-	State      string      `json:"state"`    // running, passed, failed
+	State      string      `json:"state"`    // queued, running, passed, failed
+	Pair       int         `json:"pair,omitempty"`
 	StartedAt  time.Time   `json:"started_at"`
 	Seconds    float64     `json:"seconds"`
 	OrderID    string      `json:"order_id,omitempty"` // the order to open in the timeline
@@ -61,11 +82,15 @@ func (r *labRun) view(after int) runJSON {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v := runJSON{ID: r.ID, Experiment: r.Experiment, WrongWay: r.WrongWay, Instance: r.Instance, State: "running",
-		StartedAt: r.StartedAt, OrderID: r.order, Steps: []lab.Step{}, Next: len(r.steps)}
+		Pair: r.Pair, StartedAt: r.startedAt, OrderID: r.order, Steps: []lab.Step{}, Next: len(r.steps)}
 	if after < len(r.steps) {
 		v.Steps = append(v.Steps, r.steps[after:]...)
 	}
-	v.Seconds = time.Since(r.StartedAt).Seconds()
+	if r.startedAt.IsZero() {
+		v.State = "queued"
+	} else {
+		v.Seconds = time.Since(r.startedAt).Seconds()
+	}
 	if r.report != nil {
 		v.Report, v.Passed, v.Seconds = r.report, r.report.Passed(), r.report.Took.Seconds()
 		v.State = "failed"
@@ -103,13 +128,18 @@ func (s *Server) experiments(w http.ResponseWriter, r *http.Request) {
 type startRequest struct {
 	Experiment string `json:"experiment"`
 	WrongWay   bool   `json:"wrong_way"`
+	// SideBySide runs the right way, then the wrong way, as a pair the
+	// page shows side by side (#/lab/compare/RIGHT/WRONG).
+	SideBySide bool `json:"side_by_side"`
 	// Instance narrows failpoints and switches to one instance on a stack
 	// of several ("order-2"); "" or "all": every instance (lab.Lab.Instance).
 	Instance string `json:"instance"`
 }
 
-// startRun starts one experiment in the background: 202 with the run. One
-// at a time: experiments arm failpoints and switches on the shared stack.
+// startRun starts one experiment in the background: 202 with the run (for
+// a side-by-side pair, the right way's, which names the wrong way's as its
+// pair). One at a time: experiments arm failpoints and switches on the
+// shared stack, so a pair runs one way after the other.
 func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	var req startRequest
 	if err := web.DecodeJSON(w, r, 4<<10, &req); err != nil {
@@ -121,8 +151,13 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, nil, web.Errorf(http.StatusUnprocessableEntity, "no experiment %q", req.Experiment))
 		return
 	}
-	if req.WrongWay && sc.WrongWay == "" {
+	if (req.WrongWay || req.SideBySide) && sc.WrongWay == "" {
 		web.WriteError(w, r, nil, web.Errorf(http.StatusUnprocessableEntity, "%s has no wrong-way switch", sc.Name))
+		return
+	}
+	if req.WrongWay && req.SideBySide {
+		web.WriteError(w, r, nil, web.Errorf(http.StatusUnprocessableEntity,
+			"side_by_side runs both ways: leave wrong_way out"))
 		return
 	}
 	if req.Instance == "" {
@@ -146,34 +181,51 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 		web.WriteError(w, r, nil, web.Errorf(http.StatusServiceUnavailable, "the viewer is shutting down"))
 		return
 	}
-	s.nextRunID++
-	run := &labRun{ID: s.nextRunID, Experiment: sc.Name, Instance: req.Instance, StartedAt: time.Now()}
-	if req.WrongWay {
-		run.WrongWay = string(sc.WrongWay)
+	newRun := func(wrong bool) *labRun {
+		s.nextRunID++
+		run := &labRun{ID: s.nextRunID, Experiment: sc.Name, Instance: req.Instance}
+		if wrong {
+			run.WrongWay = string(sc.WrongWay)
+		}
+		s.runs = append(s.runs, run)
+		return run
 	}
-	s.runs = append(s.runs, run)
+	runs := []*labRun{newRun(req.WrongWay)}
+	if req.SideBySide {
+		runs = append(runs, newRun(true))
+		runs[0].Pair, runs[1].Pair = runs[1].ID, runs[0].ID
+	}
 	if len(s.runs) > keepRuns {
 		s.runs = s.runs[len(s.runs)-keepRuns:]
 	}
+	runs[0].start()
 	s.runsDone.Add(1)
 	s.runsMu.Unlock()
 
+	go func() {
+		defer s.runsDone.Done()
+		for _, run := range runs {
+			s.execute(run, sc)
+		}
+	}()
+	web.WriteJSON(w, http.StatusAccepted, runs[0].view(0))
+}
+
+// execute runs one experiment to its end and keeps its report (and, with
+// Config.RunsDir, the whole run on disk).
+func (s *Server) execute(run *labRun, sc lab.Scenario) {
+	run.start()
 	l := lab.New(s.cfg.Target, s.cfg.AdminToken, nil)
 	if s.cfg.Patience > 0 {
 		l.Patience = s.cfg.Patience
 	}
 	l.Steps = run.add
-	l.Instance = req.Instance
-	go func() {
-		defer s.runsDone.Done()
-		rep := l.Run(s.runCtx, sc, req.WrongWay)
-		s.cfg.Log.Info("lab run finished", "run", run.ID, "experiment", sc.Name, "wrong_way", run.WrongWay,
-			"passed", rep.Passed(), "took", rep.Took)
-		run.mu.Lock()
-		run.report = rep
-		run.mu.Unlock()
-	}()
-	web.WriteJSON(w, http.StatusAccepted, run.view(0))
+	l.Instance = run.Instance
+	rep := l.Run(s.runCtx, sc, run.WrongWay != "")
+	s.cfg.Log.Info("lab run finished", "run", run.ID, "experiment", sc.Name, "wrong_way", run.WrongWay,
+		"passed", rep.Passed(), "took", rep.Took)
+	run.finish(rep)
+	s.saveRun(run)
 }
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {

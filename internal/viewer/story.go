@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // story is one order as the page draws it: the order service's timeline
@@ -46,6 +47,9 @@ type story struct {
 	Parked      []map[string]any             `json:"parked"`       // each with "service"
 	Gaps        []json.RawMessage            `json:"gaps"`
 	Warnings    []string                     `json:"warnings"`
+	// Queues are the saga's queues with their consumers and routing keys:
+	// the page counts, at each step, the order's messages waiting in each.
+	Queues []queueRoute `json:"queues"`
 }
 
 // deadLetterScan is how many of each service's newest dead letters are
@@ -83,7 +87,7 @@ func (s *Server) story(w http.ResponseWriter, r *http.Request) {
 func (s *Server) gather(ctx context.Context, id string) (*story, answer) {
 	st := &story{OrderID: id, Outbox: map[string][]json.RawMessage{}, PSPCharges: []json.RawMessage{},
 		PSPRefunds: []json.RawMessage{}, DeadLetters: []map[string]any{}, Parked: []map[string]any{},
-		Gaps: []json.RawMessage{}, Warnings: []string{}}
+		Gaps: []json.RawMessage{}, Warnings: []string{}, Queues: sagaQueues}
 	var (
 		mu          sync.Mutex
 		wg          sync.WaitGroup
@@ -182,10 +186,7 @@ func (s *Server) gather(ctx context.Context, id string) (*story, answer) {
 		}
 		st.PSPCharges = nonNil(out.Charges)
 		for _, c := range out.Charges {
-			var ch struct {
-				ChargeID string `json:"charge_id"`
-				Status   string `json:"status"`
-			}
+			var ch wire.Charge
 			if json.Unmarshal(c, &ch) != nil || ch.Status != "succeeded" {
 				continue
 			}

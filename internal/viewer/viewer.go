@@ -53,6 +53,10 @@ type Config struct {
 	Patience time.Duration
 	// Timeout bounds each request to a service (0: 5s).
 	Timeout time.Duration
+	// RunsDir keeps each finished lab run as a JSON file, so that a run's
+	// address (#/lab/runs/ID) still opens after the viewer restarts
+	// (cmd/viewer: STACK_RUN_DIR/lab-runs). Empty: in memory only.
+	RunsDir string
 	// JaegerURL is Jaeger's query API (JAEGER_URL), where each order's
 	// trace is read from (traces.go); empty: no traces. JaegerUIURL is
 	// the address of Jaeger's own UI for the reader's browser
@@ -91,8 +95,13 @@ func New(cfg Config) *Server {
 		panic(err) // the directory is embedded above
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}, static: static,
+	s := &Server{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}, static: static,
 		runCtx: ctx, stopRuns: cancel}
+	s.runs = loadRuns(cfg.RunsDir, cfg.Log)
+	for _, r := range s.runs {
+		s.nextRunID = max(s.nextRunID, r.ID)
+	}
+	return s
 }
 
 // Token is the token the API wants (the one given, or the one New made).

@@ -226,7 +226,7 @@ func TestViewerAPI(t *testing.T) {
 		if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
 			t.Errorf("Content-Security-Policy = %q, want the page kept to its own files", csp)
 		}
-		for _, f := range []string{"app.js", "i18n.js", "diagram.js", "app.css"} {
+		for _, f := range []string{"app.js", "i18n.js", "diagram.js", "asof.js", "stepper.js", "lab.js", "app.css"} {
 			r := call(t, "GET", base+"/static/"+f, nil, "")
 			// The SVG namespace is a name, not an address anything fetches.
 			body := strings.ReplaceAll(r.body, "http://www.w3.org/2000/svg", "")

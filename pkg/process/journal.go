@@ -87,7 +87,8 @@ func (j *Journal) Find(ids ...string) []JournalRecord {
 // ServeHTTP answers GET ?id=a,b with {"records": [...]}.
 func (j *Journal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		web.WriteJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
+		w.Header().Set("Allow", "GET")
+		web.WriteProblem(w, r, web.Errorf(http.StatusMethodNotAllowed, "method %s not allowed here (allowed: GET)", r.Method))
 		return
 	}
 	var ids []string
@@ -97,7 +98,7 @@ func (j *Journal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(ids) == 0 {
-		web.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "id is required: an event_id, order_id or claim_token"})
+		web.WriteProblem(w, r, web.Errorf(http.StatusBadRequest, "id is required: an event_id, order_id or claim_token"))
 		return
 	}
 	recs := j.Find(ids...)

@@ -64,17 +64,7 @@ func (t Topology) declare(conn *amqp.Connection) (earlier []string, err error) {
 		return nil, fmt.Errorf("exchange %s: %w", t.DeadLetterExchange, err)
 	}
 	for _, q := range t.Queues {
-		limit := q.DeliveryLimit
-		if limit <= 0 {
-			limit = 20
-		}
-		args := atLeastOnce(amqp.Table{
-			amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
-			"x-dead-letter-exchange":    t.DeadLetterExchange,
-			"x-dead-letter-routing-key": q.Name,
-			"x-delivery-limit":          int64(limit),
-		})
-		old, err := declareQueue(conn, q.Name, args)
+		old, err := declareQueue(conn, q.Name, t.QueueArguments(q))
 		if err != nil {
 			return earlier, fmt.Errorf("queue %s: %w", q.Name, err)
 		}
@@ -95,6 +85,23 @@ func (t Topology) declare(conn *amqp.Connection) (earlier []string, err error) {
 		}
 	}
 	return earlier, nil
+}
+
+// QueueArguments are the arguments q is declared with: a quorum queue
+// that dead-letters past its delivery limit (20 unless set) to the
+// dead-letter exchange, routing key its own name, at least once
+// (docs/asyncapi.yaml lists them for each queue).
+func (t Topology) QueueArguments(q Queue) amqp.Table {
+	limit := q.DeliveryLimit
+	if limit <= 0 {
+		limit = 20
+	}
+	return atLeastOnce(amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+		"x-dead-letter-exchange":    t.DeadLetterExchange,
+		"x-dead-letter-routing-key": q.Name,
+		"x-delivery-limit":          int64(limit),
+	})
 }
 
 // atLeastOnce adds at-least-once dead-lettering to a quorum queue's

@@ -83,10 +83,23 @@ func Limit(r *http.Request, def, most int) (int, error) {
 	return n, nil
 }
 
+type observerKey struct{}
+
+// WithObserver returns ctx carrying observe, which Serve puts around the
+// whole handler of a server it runs with that context. Tests use it to
+// watch every exchange of a service they run in-process (internal/sagatest
+// holds them to docs/openapi.yaml); an observer must not change an answer.
+func WithObserver(ctx context.Context, observe func(http.Handler) http.Handler) context.Context {
+	return context.WithValue(ctx, observerKey{}, observe)
+}
+
 // Serve runs an HTTP server on l until ctx ends, then shuts it down, giving
 // in-flight requests up to grace to finish. The timeouts bound how long a
 // slow or idle client can hold a connection.
 func Serve(ctx context.Context, l net.Listener, h http.Handler, grace time.Duration) error {
+	if observe, ok := ctx.Value(observerKey{}).(func(http.Handler) http.Handler); ok {
+		h = observe(h)
+	}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 5 * time.Second,

@@ -22,6 +22,9 @@ const state = {
   run: null, // the lab run on screen
   runSteps: [],
   runTimer: null,
+  runGen: 0, // bumped whenever another run (or pair) is put on screen: older polls stop
+  compare: null, // the pair on screen side by side: {ids: [right, wrong], runs, steps}
+  runsList: [],
   switches: null,
   health: null,
 };
@@ -66,7 +69,9 @@ function askToken() {
   document.getElementById("token-form").onsubmit = (ev) => {
     ev.preventDefault();
     const v = document.getElementById("token-input").value.trim();
-    if (v) location.assign("/?token=" + encodeURIComponent(v));
+    // The address (#/orders/7) survives the trade: the viewer redirects
+    // to / and the browser keeps the fragment.
+    if (v) location.assign("/?token=" + encodeURIComponent(v) + location.hash);
   };
   dlg.showModal();
 }
@@ -129,6 +134,86 @@ function every(ms, f) {
 
 // --- tabs and language ----------------------------------------------------
 
+// --- addresses --------------------------------------------------------------
+//
+// Every view has an address that survives a reload and can be sent to
+// someone else (who needs the viewer's token cookie as well):
+//
+//   #/orders/ID            an order's timeline, following it live
+//   #/orders/ID/steps/N    the same, at step N of the step-through
+//   #/lab                  the failure lab (showing its latest run)
+//   #/lab/runs/ID          one lab run (the viewer keeps the last 20, on disk too)
+//   #/lab/compare/R/W      a right-way run and a wrong-way run side by side
+//   #/switches             the demo switches
+//
+// The page changes the address (go) and draws what the address says (route);
+// the back button walks the views.
+
+function orderAddress(id, step) {
+  return "#/orders/" + encodeURIComponent(id) + (step === null || step === undefined ? "" : "/steps/" + (step + 1));
+}
+
+function runAddress(run) {
+  return "#/lab/runs/" + run;
+}
+
+function compareAddress(right, wrong) {
+  return "#/lab/compare/" + right + "/" + wrong;
+}
+
+function parseAddress(hash) {
+  const parts = hash.replace(/^#\/?/, "").split("/").map((p) => { try { return decodeURIComponent(p); } catch (e) { return p; } });
+  const num = (x) => (/^\d+$/.test(x || "") ? Number(x) : null);
+  if (parts[0] === "orders" && num(parts[1]) !== null) {
+    const step = parts[2] === "steps" && num(parts[3]) ? num(parts[3]) - 1 : null;
+    return { tab: "saga", order: parts[1], step: step };
+  }
+  if (parts[0] === "lab") {
+    if (parts[1] === "runs" && num(parts[2]) !== null) return { tab: "lab", run: num(parts[2]) };
+    if (parts[1] === "compare" && num(parts[2]) !== null && num(parts[3]) !== null) return { tab: "lab", compare: [num(parts[2]), num(parts[3])] };
+    return { tab: "lab" };
+  }
+  if (parts[0] === "switches") return { tab: "switches" };
+  return { tab: "saga" };
+}
+
+// go shows the view of an address, as a new entry of the history.
+function go(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+function tabAddress(name) {
+  if (name === "saga") return state.selected ? orderAddress(state.selected, stepper.at) : "#/";
+  if (name === "lab") {
+    if (state.compare) return compareAddress(state.compare.ids[0], state.compare.ids[1]);
+    return state.run ? runAddress(state.run.id) : "#/lab";
+  }
+  return "#/" + name;
+}
+
+// route draws what the address names.
+function route() {
+  const a = parseAddress(location.hash);
+  showTab(a.tab);
+  if (a.order) {
+    const same = state.selected === a.order;
+    selectOrder(a.order);
+    stepper.at = a.step;
+    if (same) renderStepper();
+  }
+  if (a.tab === "lab") {
+    if (a.compare) {
+      const c = state.compare;
+      if (!c || c.ids[0] !== a.compare[0] || c.ids[1] !== a.compare[1]) followCompare(a.compare[0], a.compare[1]);
+    } else if (a.run !== undefined) {
+      if (state.compare || !state.run || state.run.id !== a.run) followRun(a.run);
+    } else if (state.run || state.compare) {
+      history.replaceState(null, "", tabAddress("lab"));
+    }
+  }
+}
+
 function showTab(name) {
   state.tab = name;
   document.querySelectorAll(".tab").forEach((b) => b.setAttribute("aria-selected", String(b.dataset.tab === name)));
@@ -145,6 +230,7 @@ function rerender() {
   renderOrders();
   renderTimeline();
   renderExperiments();
+  renderRunsList();
   renderRun();
   renderSwitches();
 }
@@ -251,7 +337,7 @@ async function createOrder(key, body) {
   renderCreateResult();
   $("#idem-key").value = randomKey("web");
   await refreshOrders();
-  selectOrder(o.order_id);
+  go(orderAddress(o.order_id));
 }
 
 function renderCreateResult() {
@@ -289,8 +375,10 @@ function renderOrders() {
   body.replaceChildren();
   $("#orders-empty").hidden = state.orders.length > 0;
   for (const o of state.orders) {
-    body.append(el("tr", { class: o.order_id === state.selected ? "sel" : "", dataset: { orderId: o.order_id },
-      onclick: () => selectOrder(o.order_id) }, [
+    body.append(el("tr", { class: o.order_id === state.selected ? "sel" : "", dataset: { orderId: o.order_id }, tabindex: "0",
+      "aria-label": t("timeline.title", { id: o.order_id }) + " " + o.status,
+      onclick: () => go(orderAddress(o.order_id)),
+      onkeydown: (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); go(orderAddress(o.order_id)); } } }, [
       el("td", { class: "num", text: "#" + o.order_id }),
       el("td", {}, [pill(o.status, true)]),
       el("td", { class: "num", text: money(o.total_cents, o.currency) }),
@@ -311,6 +399,8 @@ function selectOrder(id) {
     state.storyKey = null;
     state.steps = [];
     state.picked = -1;
+    stepper.at = null;
+    stepper.frames = null;
   }
   state.settledPolls = 0;
   renderOrders();
@@ -367,6 +457,7 @@ function renderTimeline() {
   if (!state.selected) {
     box.replaceChildren(el("p", { class: "hint", text: t("timeline.pick") }));
     $("#detail").hidden = true;
+    renderStepper();
     return;
   }
   const live = state.settledPolls < 3;
@@ -385,10 +476,13 @@ function renderTimeline() {
 
   if (state.storyError) {
     box.replaceChildren(errorBox(state.storyError));
+    state.steps = [];
+    renderStepper();
     return;
   }
   if (!st) {
     box.replaceChildren(el("p", { class: "hint", text: t("timeline.loading") }));
+    renderStepper();
     return;
   }
   if (!o) extra.append(el("p", { class: "error", id: "no-order", text: t("timeline.missing", { id: st.order_id }) }));
@@ -400,18 +494,18 @@ function renderTimeline() {
   extra.append(el("p", { class: "meta", id: "step-count", text: t("timeline.steps", { n: state.steps.length, ms: fmtRel(last) }) }));
   const width = Math.floor(box.clientWidth || 1000);
   box.innerHTML = renderDiagram(state.steps, width, state.picked);
+  renderStepper();
   renderDetail();
 }
 
+// pickStep shows a step's record, and moves the step-through there.
 function pickStep(i) {
-  state.picked = i;
-  document.querySelectorAll("#diagram .stripe").forEach((r, j) => r.classList.toggle("sel", j === i));
-  renderDetail();
+  setStep(i);
 }
 
 function renderDetail() {
   const panel = $("#detail");
-  const s = state.steps[state.picked];
+  const s = state.steps[state.picked >= 0 ? state.picked : -1];
   panel.hidden = false;
   const body = $("#detail-body");
   body.replaceChildren();
@@ -439,184 +533,6 @@ async function cancelOrder(id) {
   refreshOrders();
 }
 
-// --- the lab ----------------------------------------------------------------
-
-async function loadExperiments() {
-  const res = await api("GET", "/api/lab/experiments");
-  if (res.status === 200) {
-    state.experiments = res.data.experiments || [];
-    renderExperiments();
-  }
-  const runs = await api("GET", "/api/lab/runs");
-  if (runs.status === 200 && runs.data.runs.length && !state.run) {
-    followRun(runs.data.runs[0].id); // pick up the latest run after a reload
-  }
-}
-
-function expText(x) {
-  const zh = LANG === "zh" && ZH_EXPERIMENTS[x.name];
-  return zh ? { title: zh.title, window: zh.window, holds: zh.holds } : { title: x.title, window: x.window, holds: x.holds };
-}
-
-function renderExperiments() {
-  const list = $("#experiments");
-  list.replaceChildren();
-  const busy = state.run && state.run.state === "running";
-  for (const x of state.experiments) {
-    const txt = expText(x);
-    list.append(el("li", { class: "exp" + (state.run && state.run.experiment === x.name ? " current" : ""), dataset: { experiment: x.name } }, [
-      el("div", { class: "exphead" }, [el("code", { text: x.name }), el("span", { class: "exptitle", text: txt.title })]),
-      el("div", { class: "expline" }, [el("span", { class: "label", text: t("lab.window") + ": " }), txt.window]),
-      el("div", { class: "expline" }, [el("span", { class: "label", text: t("lab.holds") + ": " }), txt.holds]),
-      el("div", { class: "expbuttons" }, [
-        el("button", { type: "button", class: "run", disabled: busy, text: t("lab.run"), onclick: () => startRun(x.name, false) }),
-        x.wrong_way ? el("button", { type: "button", class: "run wrong secondary", disabled: busy, title: t("lab.wrongSwitch", { switch: x.wrong_way }),
-          text: t("lab.runWrong"), onclick: () => startRun(x.name, true) }) : null,
-        x.wrong_way ? el("code", { class: "switchname", text: x.wrong_way }) : null,
-      ]),
-    ]));
-  }
-}
-
-async function startRun(name, wrong) {
-  const res = await api("POST", "/api/lab/runs", { body: { experiment: name, wrong_way: wrong } });
-  const msg = $("#lab-message");
-  msg.replaceChildren();
-  if (res.status !== 202) {
-    msg.append(errorBox(res));
-    return;
-  }
-  state.run = res.data;
-  state.runSteps = [];
-  followRun(res.data.id);
-}
-
-function followRun(id) {
-  if (state.runTimer) clearTimeout(state.runTimer);
-  state.runSteps = [];
-  const poll = async () => {
-    const res = await api("GET", "/api/lab/runs/" + id + "?after=" + state.runSteps.length);
-    if (res.status === 200) {
-      const moved = res.data.steps.length > 0 || !state.run || state.run.id !== res.data.id || state.run.state !== res.data.state;
-      state.runSteps = state.runSteps.concat(res.data.steps);
-      state.run = res.data;
-      if (moved) {
-        renderRun();
-        renderExperiments();
-      } else if ($("#run-state")) {
-        $("#run-state").textContent = t("lab.running", { s: res.data.seconds.toFixed(1) });
-      }
-    }
-    if (!state.run || state.run.state === "running") state.runTimer = setTimeout(poll, 400);
-  };
-  poll();
-}
-
-// Symbols the common system fonts have (no emoji font is assumed).
-const STEP_ICON = {
-  started: "▶", "wrong-way": "⚠", armed: "⚡", order: "◆", hit: "⚑", paused: "‖", released: "▷", disarmed: "✓",
-  "crash-ready": "⚙", restarted: "☠", published: "✉", cancel: "✗", waiting: "…", waited: "✓", section: "▤", check: "•", verdict: "⚖",
-  binding: "⇄", operator: "☛",
-};
-
-function stepText(s) {
-  // On a stack of several instances, the lab says which ones it set.
-  const on = s.instances && s.instances.length ? " [" + s.instances.join(", ") + "]" : "";
-  const v = { service: s.service ? t("lane." + s.service) + on : "", point: s.point, what: s.what, id: s.order_id,
-    type: s.event_type, event: shortID(s.event_id), s: (s.seconds || 0).toFixed(2) };
-  switch (s.kind) {
-    case "started": return t("step.started", { what: state.run ? expTitle(state.run.experiment) : s.what });
-    case "wrong-way": return s.switches && s.switches.length ? t("step.wrong-way", Object.assign(v, { switches: s.switches.join(", ") })) : t("step.wrong-way.off", v);
-    case "armed": return t("step.armed", Object.assign(v, { action: t("sw.fp.action." + s.action), count: s.count ? t("step.armed.count", { n: s.count }) : "" }));
-    case "order": return s.what ? t("step.order.expected", v) : t("step.order", v);
-    case "section": return t("step.section", { title: s.section.title });
-    case "check": return t("step.check", { what: s.check.what });
-    case "published": return s.what ? t("step.published.as", v) : t("step.published", v);
-    default: return t("step." + s.kind, v);
-  }
-}
-
-function expTitle(name) {
-  const x = state.experiments.find((e) => e.name === name);
-  return x ? expText(x).title : name;
-}
-
-function renderRun() {
-  const box = $("#run");
-  box.replaceChildren();
-  const r = state.run;
-  if (!r) {
-    box.append(el("p", { class: "hint", text: t("lab.pick") }));
-    return;
-  }
-  const done = r.state !== "running";
-  box.append(el("div", { class: "runhead", dataset: { state: r.state, experiment: r.experiment } }, [
-    el("h2", {}, [el("code", { text: r.experiment }), " " + expTitle(r.experiment)]),
-    r.wrong_way ? el("span", { class: "badge wrong", text: t("lab.wrongSwitch", { switch: r.wrong_way }) }) : null,
-    el("span", { class: "badge " + r.state, id: "run-state", text: done ? (r.passed ? t("lab.passed") : t("lab.failed")) + " " + t("lab.took", { s: r.seconds.toFixed(1) })
-      : t("lab.running", { s: r.seconds.toFixed(1) }) }),
-  ]));
-  if (done && r.report) {
-    const zh = LANG === "zh" && ZH_EXPERIMENTS[r.experiment];
-    const gist = zh && r.passed ? (r.wrong_way ? zh.wrong : zh.held) : null;
-    box.append(el("div", { class: "verdict " + (r.passed ? "passed" : "failed"), id: "verdict", dataset: { passed: String(r.passed) } }, [
-      el("h3", { text: t("lab.verdict") + ": " + (r.passed ? t("lab.passed") : t("lab.failed")) }),
-      gist ? el("p", { class: "gist", text: gist }) : null,
-      gist ? el("p", { class: "original" }, [el("span", { class: "label", text: t("lab.original") + " " }), r.report.verdict]) : el("p", { class: "gist", text: r.report.verdict }),
-    ]));
-  }
-  if (r.order_id) {
-    box.append(el("button", { type: "button", id: "open-order", class: "secondary", text: t("lab.openOrder", { id: r.order_id }),
-      onclick: () => { showTab("saga"); selectOrder(r.order_id); } }));
-  }
-  // Steps and checks side by side, as they happen.
-  const stepsList = el("ol", { class: "steps", id: "steps" });
-  const checksList = el("ul", { class: "checks", id: "checks" });
-  const waits = {};
-  state.runSteps.forEach((s, i) => { if (s.kind === "waited") waits[s.what] = i; });
-  state.runSteps.forEach((s, i) => {
-    if (s.kind === "check") {
-      checksList.append(el("li", { class: s.check.ok ? "ok" : "fail", dataset: { ok: String(s.check.ok) } }, [
-        el("span", { class: "mark", text: s.check.ok ? "✓" : "✗" }), el("b", { text: s.check.what }), ": " + s.check.detail]));
-      return;
-    }
-    if (s.kind === "verdict" || s.kind === "section") return;
-    // A wait that ended shows once, as its end.
-    if (s.kind === "waiting" && waits[s.what] > i) return;
-    const pending = s.kind === "waiting" && !done;
-    stepsList.append(el("li", { class: "step k-" + s.kind + (pending ? " pending" : ""), dataset: { kind: s.kind } }, [
-      el("span", { class: "icon", text: STEP_ICON[s.kind] || "•" }),
-      el("span", { class: "when", text: "+" + ((Date.parse(s.at) - Date.parse(r.started_at)) / 1000).toFixed(2) + "s" }),
-      el("span", { class: "what", text: stepText(s) }),
-    ]));
-  });
-  box.append(el("div", { class: "runcols" }, [
-    el("section", {}, [el("h3", { text: t("lab.steps") }), stepsList]),
-    el("section", {}, [el("h3", { text: t("lab.checks") }), checksList]),
-  ]));
-  const sections = state.runSteps.filter((s) => s.kind === "section");
-  if (sections.length) {
-    const ev = el("section", { class: "evidence", id: "evidence" }, [el("h3", { text: t("lab.evidence") })]);
-    for (const s of sections) ev.append(renderSection(s.section));
-    box.append(ev);
-  }
-}
-
-function renderSection(sec) {
-  const d = el("details", { open: true, class: "section" }, [el("summary", { text: sec.title })]);
-  const grid = el("div", { class: "tables" });
-  for (const tb of sec.tables || []) {
-    const table = el("table", { class: "data" }, [
-      el("caption", { text: tb.title }),
-      el("thead", {}, [el("tr", {}, (tb.header || []).map((h) => el("th", { text: h })))]),
-      el("tbody", {}, (tb.rows && tb.rows.length ? tb.rows : [[t("lab.noRows")]]).map((row) =>
-        el("tr", {}, row.map((c) => el("td", { text: c, class: /^(sending|failed|FAIL)/.test(c) ? "bad" : "" }))))),
-    ]);
-    grid.append(table);
-  }
-  d.append(grid);
-  return d;
-}
 
 // --- switches ---------------------------------------------------------------
 
@@ -738,7 +654,7 @@ function init() {
   LANG = pickLanguage();
   document.documentElement.lang = LANG === "zh" ? "zh-CN" : "en";
   applyI18n(document);
-  document.querySelectorAll(".tab").forEach((b) => b.addEventListener("click", () => showTab(b.dataset.tab)));
+  document.querySelectorAll(".tab").forEach((b) => b.addEventListener("click", () => go(tabAddress(b.dataset.tab))));
   $("#lang-toggle").addEventListener("click", () => { setLanguage(LANG === "zh" ? "en" : "zh"); rerender(); });
   $("#add-line").addEventListener("click", () => addLine());
   $("#new-key").addEventListener("click", () => { $("#idem-key").value = randomKey("web"); });
@@ -758,13 +674,18 @@ function init() {
     const g = ev.target.closest("g.step");
     if (g) pickStep(Number(g.dataset.i));
   });
+  initStepper();
+  window.addEventListener("hashchange", route);
   renderTimeline();
   renderRun();
+  route();
   loadStock();
   loadExperiments();
   every(2000, refreshOrders);
   every(3000, refreshHealth);
   every(3000, async () => { if (state.tab === "switches") await refreshSwitches(); });
+  // Runs another reader started, and the end of a pair, show in the list.
+  every(5000, async () => { if (state.tab === "lab") await refreshRunsList(); });
   document.body.dataset.ready = "true";
 }
 

@@ -145,6 +145,8 @@ function describe(e, ctx) {
         title: t("k.outbox.written", { type: d.event_type, version: d.aggregate_version }),
         sub: t("k.outbox.written.sub", { event: shortID(d.event_id), path: path }) });
       if (status === "failed") s.cls = "k-outbox k-bad";
+      // A correction: a new event that names the one it corrects.
+      if (d.corrects_event_id) s.note = t("k.outbox.corrects", { event: shortID(d.corrects_event_id) });
       return s;
     }
     case "outbox.sent": {

@@ -10,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wire"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 )
@@ -27,11 +28,11 @@ func (h *handlers) listStock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]stockJSON, len(stock))
+	out := wire.StockList{Stock: make([]wire.Stock, len(stock))}
 	for i, s := range stock {
-		out[i] = toStockJSON(s)
+		out.Stock[i] = toStockJSON(s)
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{"stock": out})
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -44,10 +45,6 @@ func (h *handlers) getStock(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type receiptRequest struct {
-	Quantity int `json:"quantity"`
-}
-
 // receive books goods received: {"quantity":N} more on hand, once per
 // Idempotency-Key (docs/contract.md, "Idempotency keys"): the same key
 // and request again answer the stock as it is now with Idempotent-Replayed,
@@ -57,7 +54,7 @@ func (h *handlers) receive(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var body receiptRequest
+	var body wire.ReceiptRequest
 	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
 		return err
 	}
@@ -123,11 +120,11 @@ func (h *handlers) listGaps(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]gapJSON, len(gaps))
+	out := wire.GapList{Gaps: make([]wire.Gap, len(gaps))}
 	for i, g := range gaps {
-		out[i] = toGapJSON(g)
+		out.Gaps[i] = toGapJSON(g)
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{"gaps": out})
+	web.WriteJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -183,31 +180,8 @@ func httpError(err error) error {
 	return err
 }
 
-type stockJSON struct {
-	SKU       string `json:"sku"`
-	OnHand    int64  `json:"on_hand"`
-	Reserved  int64  `json:"reserved"`
-	Available int64  `json:"available"`
-}
-
-func toStockJSON(s inventory.Stock) stockJSON {
-	return stockJSON{SKU: s.SKU, OnHand: s.OnHand, Reserved: s.Reserved, Available: s.Available()}
-}
-
-type lineJSON struct {
-	SKU      string `json:"sku"`
-	Quantity int    `json:"quantity"`
-}
-
-type reservationJSON struct {
-	OrderID   string     `json:"order_id"`
-	Status    string     `json:"status"`
-	Reason    string     `json:"reason"`
-	Items     []lineJSON `json:"items"`
-	ExpiresAt *time.Time `json:"expires_at"` // end of the lease; null if it never held stock
-	ExpiredAt *time.Time `json:"expired_at"` // when the sweep released it; null unless the lease ran out
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
+func toStockJSON(s inventory.Stock) wire.Stock {
+	return wire.Stock{SKU: s.SKU, OnHand: s.OnHand, Reserved: s.Reserved, Available: s.Available()}
 }
 
 // optTime is nil for the zero time: JSON null rather than year 1.
@@ -218,36 +192,20 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
-func toReservationJSON(r inventory.Reservation) reservationJSON {
-	j := reservationJSON{
+func toReservationJSON(r inventory.Reservation) wire.Reservation {
+	j := wire.Reservation{
 		OrderID: strconv.FormatUint(r.OrderID, 10), Status: string(r.Status), Reason: r.Reason,
-		Items: make([]lineJSON, len(r.Items)), ExpiresAt: optTime(r.ExpiresAt), ExpiredAt: optTime(r.ExpiredAt),
+		Items: make([]wire.ReservationLine, len(r.Items)), ExpiresAt: optTime(r.ExpiresAt), ExpiredAt: optTime(r.ExpiredAt),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 	for i, l := range r.Items {
-		j.Items[i] = lineJSON{SKU: l.SKU, Quantity: l.Quantity}
+		j.Items[i] = wire.ReservationLine{SKU: l.SKU, Quantity: l.Quantity}
 	}
 	return j
 }
 
-type gapJSON struct {
-	ID              uint64     `json:"id"`
-	Consumer        string     `json:"consumer"`
-	AggregateID     string     `json:"aggregate_id"` // the order id
-	EventID         string     `json:"event_id"`
-	EventType       string     `json:"event_type"`
-	ReceivedVersion uint64     `json:"received_version"`
-	ExpectedVersion uint64     `json:"expected_version"`
-	DetectedAt      time.Time  `json:"detected_at"`
-	DeadlineAt      time.Time  `json:"deadline_at"`
-	Overdue         bool       `json:"overdue"`
-	AlertedAt       *time.Time `json:"alerted_at"`
-	ResolvedAt      *time.Time `json:"resolved_at"`
-	Resolution      string     `json:"resolution"`
-}
-
-func toGapJSON(g inventory.Gap) gapJSON {
-	return gapJSON{ID: g.ID, Consumer: g.Consumer, AggregateID: strconv.FormatUint(g.OrderID, 10), EventID: g.EventID,
+func toGapJSON(g inventory.Gap) wire.Gap {
+	return wire.Gap{ID: g.ID, Consumer: g.Consumer, AggregateID: strconv.FormatUint(g.OrderID, 10), EventID: g.EventID,
 		EventType: g.EventType, ReceivedVersion: g.ReceivedVersion, ExpectedVersion: g.ExpectedVersion,
 		DetectedAt: g.DetectedAt, DeadlineAt: g.DeadlineAt, Overdue: g.Overdue, AlertedAt: optTime(g.AlertedAt),
 		ResolvedAt: optTime(g.ResolvedAt), Resolution: g.Resolution}

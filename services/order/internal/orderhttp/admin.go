@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wire"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
 
@@ -67,6 +68,6 @@ func (h *handlers) deadlines(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{"orders": listJSON(orders)})
+	web.WriteJSON(w, http.StatusOK, wire.OrderList{Orders: listJSON(orders)})
 	return nil
 }

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wire"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
@@ -28,20 +28,12 @@ const maxBody = 64 << 10
 // order_history.reason holds it).
 const maxReason = 200
 
-type createRequest struct {
-	CustomerID string `json:"customer_id"`
-	Items      []struct {
-		SKU      string `json:"sku"`
-		Quantity int    `json:"quantity"`
-	} `json:"items"`
-}
-
 func (h *handlers) create(w http.ResponseWriter, r *http.Request) error {
 	key, err := web.IdempotencyKey(r)
 	if err != nil {
 		return err
 	}
-	var body createRequest
+	var body wire.CreateOrderRequest
 	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
 		return err
 	}
@@ -80,10 +72,6 @@ func (h *handlers) get(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type cancelRequest struct {
-	Reason string `json:"reason"`
-}
-
 // cancel answers 202 with the order and what the request did: "cancelled"
 // (the compensations are under way), or 200 with "already_cancelled" /
 // "already_rejected" (nothing to do; a repeated cancel is not an error).
@@ -99,7 +87,7 @@ func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	body := cancelRequest{Reason: "cancelled by the customer"}
+	body := wire.CancelOrderRequest{Reason: "cancelled by the customer"}
 	if r.ContentLength != 0 {
 		// The decoder refuses control characters and invalid UTF-8; the
 		// length is counted in characters, as the contract states it.
@@ -129,7 +117,7 @@ func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) error {
 	if result != orderapp.Cancelled {
 		status = http.StatusOK
 	}
-	web.WriteJSON(w, status, map[string]any{"result": result, "order": toJSON(o)})
+	web.WriteJSON(w, status, wire.CancelResult{Result: string(result), Order: toJSON(o)})
 	return nil
 }
 
@@ -155,7 +143,7 @@ func (h *handlers) list(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]any{"orders": listJSON(orders)})
+	web.WriteJSON(w, http.StatusOK, wire.OrderList{Orders: listJSON(orders)})
 	return nil
 }
 
@@ -184,38 +172,16 @@ func httpError(err error) error {
 	return err
 }
 
-type itemJSON struct {
-	SKU            string `json:"sku"`
-	Quantity       int    `json:"quantity"`
-	UnitPriceCents int64  `json:"unit_price_cents"`
-}
-
-type orderJSON struct {
-	OrderID      string     `json:"order_id"`
-	Status       string     `json:"status"`
-	StatusReason string     `json:"status_reason,omitempty"`
-	RefundStatus string     `json:"refund_status"`
-	CustomerID   string     `json:"customer_id"`
-	Items        []itemJSON `json:"items,omitempty"`
-	TotalCents   int64      `json:"total_cents"`
-	Currency     string     `json:"currency"`
-	CreatedAt    time.Time  `json:"created_at"`
-	UpdatedAt    time.Time  `json:"updated_at"`
-	// DeadlineAt: when the current waiting state runs out and the order is
-	// cancelled; absent once the saga is over.
-	DeadlineAt *time.Time `json:"deadline_at,omitempty"`
-}
-
-func listJSON(orders []order.Order) []orderJSON {
-	out := make([]orderJSON, len(orders))
+func listJSON(orders []order.Order) []wire.Order {
+	out := make([]wire.Order, len(orders))
 	for i, o := range orders {
 		out[i] = toJSON(o)
 	}
 	return out
 }
 
-func toJSON(o order.Order) orderJSON {
-	j := orderJSON{
+func toJSON(o order.Order) wire.Order {
+	j := wire.Order{
 		OrderID: strconv.FormatUint(o.ID, 10), Status: string(o.Status), StatusReason: o.StatusReason,
 		RefundStatus: string(o.RefundStatus), CustomerID: o.CustomerID, TotalCents: o.TotalCents,
 		Currency: o.Currency, CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt,
@@ -225,7 +191,7 @@ func toJSON(o order.Order) orderJSON {
 		j.DeadlineAt = &d
 	}
 	for _, it := range o.Items {
-		j.Items = append(j.Items, itemJSON{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: it.UnitPriceCents})
+		j.Items = append(j.Items, wire.OrderItem{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: it.UnitPriceCents})
 	}
 	return j
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // The services the order service talks to.
@@ -79,53 +80,20 @@ func (a Answer) Answered() bool {
 	return a.HTTPStatus == http.StatusOK || a.HTTPStatus == http.StatusNotFound
 }
 
-// Reservation is inventory's record of an order (GET /reservations/{order_id}).
-type Reservation struct {
-	OrderID   string     `json:"order_id"`
-	Status    string     `json:"status"`
-	Reason    string     `json:"reason"`
-	ExpiresAt *time.Time `json:"expires_at"`
-	ExpiredAt *time.Time `json:"expired_at"`
-	CreatedAt time.Time  `json:"created_at"`
-	UpdatedAt time.Time  `json:"updated_at"`
-}
-
-// Payment is payment's record of an order (GET /payments/{order_id}).
-type Payment struct {
-	OrderID         string     `json:"order_id"`
-	Status          string     `json:"status"`
-	AmountCents     int64      `json:"amount_cents"`
-	FailureReason   string     `json:"failure_reason"`
-	PSPChargeID     string     `json:"psp_charge_id"`
-	CancelRequested bool       `json:"cancel_requested"`
-	ParkedReason    string     `json:"parked_reason"`
-	DeadlineAt      *time.Time `json:"deadline_at"`
-	Refund          *Refund    `json:"refund"`
-	CreatedAt       time.Time  `json:"created_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
-}
-
-// Refund is the refund part of a payment.
-type Refund struct {
-	Status       string    `json:"status"`
-	AmountCents  int64     `json:"amount_cents"`
-	PSPRefundID  string    `json:"psp_refund_id"`
-	ParkedReason string    `json:"parked_reason"`
-	CreatedAt    time.Time `json:"created_at"`
-	UpdatedAt    time.Time `json:"updated_at"`
-}
-
-// PaymentOutcome is payment's answer to "what became of this order's
-// charge?" (GET /payments/{order_id}/outcome): from its record when it is
-// decided, else from the PSP, asked by the charge's idempotency key.
-type PaymentOutcome struct {
-	OrderID       string `json:"order_id"`
-	Outcome       string `json:"outcome"`        // succeeded, declined, refunded, not_charged, unknown
-	Source        string `json:"source"`         // record or psp
-	PaymentStatus string `json:"payment_status"` // the payment's status when asked
-	PSPChargeID   string `json:"psp_charge_id"`
-	Detail        string `json:"detail"`
-}
+// The records the other services answer with, as their APIs write them
+// (pkg/wire, held to docs/openapi.yaml).
+type (
+	// Reservation is inventory's record of an order (GET /reservations/{order_id}).
+	Reservation = wire.Reservation
+	// Payment is payment's record of an order (GET /payments/{order_id}).
+	Payment = wire.Payment
+	// Refund is the refund part of a payment.
+	Refund = wire.PaymentRefund
+	// PaymentOutcome is payment's answer to "what became of this order's
+	// charge?" (GET /payments/{order_id}/outcome): from its record when it
+	// is decided, else from the PSP, asked by the charge's idempotency key.
+	PaymentOutcome = wire.PaymentOutcome
+)
 
 // OutboxEvent is a row of a service's outbox (GET /admin/outbox): the
 // outbox's own row type, as every service's admin API writes it.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wire"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 )
@@ -54,8 +55,8 @@ func (h *handlers) outcome(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]string{"order_id": strconv.FormatUint(id, 10), "outcome": o.Outcome,
-		"source": o.Source, "payment_status": string(o.PaymentStatus), "psp_charge_id": o.PSPChargeID, "detail": o.Detail})
+	web.WriteJSON(w, http.StatusOK, wire.PaymentOutcome{OrderID: strconv.FormatUint(id, 10), Outcome: o.Outcome,
+		Source: o.Source, PaymentStatus: string(o.PaymentStatus), PSPChargeID: o.PSPChargeID, Detail: o.Detail})
 	return nil
 }
 
@@ -69,13 +70,13 @@ func (h *handlers) needsAttention(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	out := attentionJSON{Charges: []parkedChargeJSON{}, Refunds: []parkedRefundJSON{}}
+	out := wire.NeedsAttention{Charges: []wire.ParkedCharge{}, Refunds: []wire.ParkedRefund{}}
 	for _, p := range att.Charges {
-		out.Charges = append(out.Charges, parkedChargeJSON{paymentJSON: toJSON(p.Payment),
+		out.Charges = append(out.Charges, wire.ParkedCharge{Payment: toJSON(p.Payment),
 			SweepRounds: p.SweepRounds, ParkedAt: p.ParkedAt})
 	}
 	for _, f := range att.Refunds {
-		out.Refunds = append(out.Refunds, parkedRefundJSON{refundJSON: toRefundJSON(f.Refund),
+		out.Refunds = append(out.Refunds, wire.ParkedRefund{PaymentRefund: toRefundJSON(f.Refund),
 			OrderID: strconv.FormatUint(f.OrderID, 10), SweepRounds: f.SweepRounds, ParkedAt: f.ParkedAt})
 	}
 	web.WriteJSON(w, http.StatusOK, out)
@@ -93,8 +94,8 @@ func (h *handlers) retryParked(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, map[string]string{"order_id": strconv.FormatUint(id, 10),
-		"kind": res.Kind, "status": res.Status, "event_id": res.EventID})
+	web.WriteJSON(w, http.StatusOK, wire.RetryParkedResult{OrderID: strconv.FormatUint(id, 10),
+		Kind: res.Kind, Status: res.Status, EventID: res.EventID})
 	return nil
 }
 
@@ -166,33 +167,12 @@ func passToPSP(psp *endpoints.List, log *slog.Logger) http.HandlerFunc {
 // maxPassBody bounds what the pass-through copies from the PSP.
 const maxPassBody = 8 << 20
 
-// paymentJSON is an order's payment as GET /payments/{order_id} shows it.
+// toJSON is an order's payment as GET /payments/{order_id} shows it.
 // psp_charge_id and failure_reason are empty strings until the PSP has
 // answered (a declined charge has a charge id too). deadline_at is null for
 // a cancel marker; refund is null until a refund is requested.
-type paymentJSON struct {
-	OrderID         string      `json:"order_id"`
-	Status          string      `json:"status"`
-	AmountCents     int64       `json:"amount_cents"`
-	Currency        string      `json:"currency"`
-	CustomerID      string      `json:"customer_id"`
-	IdempotencyKey  string      `json:"idempotency_key"`
-	PSPChargeID     string      `json:"psp_charge_id"`
-	FailureReason   string      `json:"failure_reason"`
-	ChargeSent      bool        `json:"charge_sent"`
-	CancelRequested bool        `json:"cancel_requested"`
-	CancelReason    string      `json:"cancel_reason"`
-	DeadlineAt      *time.Time  `json:"deadline_at"`
-	Attempts        int         `json:"attempts"`
-	LastError       string      `json:"last_error"`
-	ParkedReason    string      `json:"parked_reason"`
-	Refund          *refundJSON `json:"refund"`
-	CreatedAt       time.Time   `json:"created_at"`
-	UpdatedAt       time.Time   `json:"updated_at"`
-}
-
-func toJSON(p payment.Payment) paymentJSON {
-	j := paymentJSON{
+func toJSON(p payment.Payment) wire.Payment {
+	j := wire.Payment{
 		OrderID: strconv.FormatUint(p.OrderID, 10), Status: string(p.Status), AmountCents: p.AmountCents,
 		Currency: p.Currency, CustomerID: p.CustomerID, IdempotencyKey: p.IdempotencyKey,
 		PSPChargeID: p.PSPChargeID, FailureReason: p.FailureReason, ChargeSent: p.ChargeSent,
@@ -207,44 +187,9 @@ func toJSON(p payment.Payment) paymentJSON {
 	return j
 }
 
-// refundJSON is an order's refund.
-type refundJSON struct {
-	Status         string    `json:"status"`
-	AmountCents    int64     `json:"amount_cents"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	PSPChargeID    string    `json:"psp_charge_id"`
-	PSPRefundID    string    `json:"psp_refund_id"`
-	Reason         string    `json:"reason"`
-	DeadlineAt     time.Time `json:"deadline_at"`
-	Attempts       int       `json:"attempts"`
-	LastError      string    `json:"last_error"`
-	ParkedReason   string    `json:"parked_reason"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
-}
-
-func toRefundJSON(f payment.Refund) refundJSON {
-	return refundJSON{Status: string(f.Status), AmountCents: f.AmountCents, IdempotencyKey: f.IdempotencyKey,
+func toRefundJSON(f payment.Refund) wire.PaymentRefund {
+	return wire.PaymentRefund{Status: string(f.Status), AmountCents: f.AmountCents, IdempotencyKey: f.IdempotencyKey,
 		PSPChargeID: f.PSPChargeID, PSPRefundID: f.PSPRefundID, Reason: f.Reason, DeadlineAt: f.DeadlineAt,
 		Attempts: f.Attempts, LastError: f.LastError, ParkedReason: f.ParkedReason,
 		CreatedAt: f.CreatedAt, UpdatedAt: f.UpdatedAt}
-}
-
-// attentionJSON is GET /admin/needs-attention.
-type attentionJSON struct {
-	Charges []parkedChargeJSON `json:"charges"`
-	Refunds []parkedRefundJSON `json:"refunds"`
-}
-
-type parkedChargeJSON struct {
-	paymentJSON
-	SweepRounds int       `json:"sweep_rounds"`
-	ParkedAt    time.Time `json:"parked_at"`
-}
-
-type parkedRefundJSON struct {
-	OrderID string `json:"order_id"`
-	refundJSON
-	SweepRounds int       `json:"sweep_rounds"`
-	ParkedAt    time.Time `json:"parked_at"`
 }

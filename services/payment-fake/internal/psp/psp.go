@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 	"unicode/utf8"
+
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // Charge statuses.
@@ -24,49 +25,23 @@ const (
 // declined with DeclineAmountLimit.
 const MaxAmountCents = 500000
 
-// Charge is the PSP's record of one charge attempt, as the API returns it.
-// DeclineCode is empty unless Status is StatusDeclined.
-type Charge struct {
-	ChargeID       string    `json:"charge_id"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	OrderRef       string    `json:"order_ref"`
-	CustomerID     string    `json:"customer_id"`
-	AmountCents    int64     `json:"amount_cents"`
-	Currency       string    `json:"currency"`
-	Status         string    `json:"status"`
-	DeclineCode    string    `json:"decline_code"`
-	CreatedAt      time.Time `json:"created_at"`
-}
-
-// Refund is the PSP's record of one refund. Its Status is always
-// StatusSucceeded: a refund the PSP refuses is never stored.
-type Refund struct {
-	RefundID       string    `json:"refund_id"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	ChargeID       string    `json:"charge_id"`
-	AmountCents    int64     `json:"amount_cents"`
-	Status         string    `json:"status"`
-	CreatedAt      time.Time `json:"created_at"`
-}
-
-// ChargeRequest is the body of POST /charges.
-type ChargeRequest struct {
-	IdempotencyKey string `json:"idempotency_key"`
-	OrderRef       string `json:"order_ref"`
-	CustomerID     string `json:"customer_id"`
-	AmountCents    int64  `json:"amount_cents"`
-	Currency       string `json:"currency"`
-}
-
-// RefundRequest is the body of POST /refunds.
-type RefundRequest struct {
-	IdempotencyKey string `json:"idempotency_key"`
-	ChargeID       string `json:"charge_id"`
-	AmountCents    int64  `json:"amount_cents"`
-}
+// The PSP's records and requests, as its API writes and reads them: the
+// JSON is declared once, in pkg/wire, for the PSP and its clients alike.
+type (
+	// Charge is the PSP's record of one charge attempt. DeclineCode is
+	// empty unless Status is StatusDeclined.
+	Charge = wire.Charge
+	// Refund is the PSP's record of one refund. Its Status is always
+	// StatusSucceeded: a refund the PSP refuses is never stored.
+	Refund = wire.PSPRefund
+	// ChargeRequest is the body of POST /charges.
+	ChargeRequest = wire.ChargeRequest
+	// RefundRequest is the body of POST /refunds.
+	RefundRequest = wire.RefundRequest
+)
 
 // Mode is what the fault switch does to charge and refund calls.
-type Mode string
+type Mode = wire.PSPMode
 
 // Switch modes; the package comment explains each.
 const (
@@ -85,14 +60,10 @@ const MaxDelayMS = 120000
 // and the answer of GET /switches. Count is how many following charge or
 // refund calls it affects (0: all of them, until set back to normal); in
 // GET /switches it is the number of calls left.
-type Switch struct {
-	Mode    Mode `json:"mode"`
-	DelayMS int  `json:"delay_ms"`
-	Count   int  `json:"count"`
-}
+type Switch = wire.Switch
 
-// Validate reports what is wrong with s, or nil.
-func (s Switch) Validate() error {
+// validSwitch reports what is wrong with s, or nil.
+func validSwitch(s Switch) error {
 	switch s.Mode {
 	case ModeNormal, ModeLoseResponse, ModeFailBeforeCharge, ModeError5xx, ModeDecline:
 	case ModeSlow:
@@ -111,8 +82,8 @@ func (s Switch) Validate() error {
 	return nil
 }
 
-// Validate reports the first thing wrong with r, or nil.
-func (r ChargeRequest) Validate() error {
+// validCharge reports the first thing wrong with a charge request, or nil.
+func validCharge(r ChargeRequest) error {
 	if err := validKey("idempotency_key", r.IdempotencyKey, 128); err != nil {
 		return err
 	}
@@ -134,8 +105,8 @@ func (r ChargeRequest) Validate() error {
 	return nil
 }
 
-// Validate reports the first thing wrong with r, or nil.
-func (r RefundRequest) Validate() error {
+// validRefund reports the first thing wrong with a refund request, or nil.
+func validRefund(r RefundRequest) error {
 	if err := validKey("idempotency_key", r.IdempotencyKey, 128); err != nil {
 		return err
 	}

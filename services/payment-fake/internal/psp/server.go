@@ -11,6 +11,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 const (
@@ -51,7 +52,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // SetSwitch sets the fault switch for the following charge and refund calls.
 // An invalid switch is refused and the current one kept.
 func (s *Server) SetSwitch(sw Switch) error {
-	if err := sw.Validate(); err != nil {
+	if err := validSwitch(sw); err != nil {
 		return err
 	}
 	s.switches.set(sw)
@@ -65,7 +66,7 @@ func (s *Server) CurrentSwitch() Switch { return s.switches.current() }
 
 func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) error {
 	var req ChargeRequest
-	if err := decodeValid(w, r, &req); err != nil {
+	if err := decodeValid(w, r, &req, func() error { return validCharge(req) }); err != nil {
 		return err
 	}
 	log := s.log.With("order_ref", req.OrderRef, "idempotency_key", req.IdempotencyKey)
@@ -97,13 +98,13 @@ func (s *Server) handleListCharges(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, map[string][]Charge{"charges": cs})
+	web.WriteJSON(w, http.StatusOK, wire.ChargeList{Charges: cs})
 	return nil
 }
 
 func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) error {
 	var req RefundRequest
-	if err := decodeValid(w, r, &req); err != nil {
+	if err := decodeValid(w, r, &req, func() error { return validRefund(req) }); err != nil {
 		return err
 	}
 	log := s.log.With("charge_id", req.ChargeID, "idempotency_key", req.IdempotencyKey)
@@ -134,7 +135,7 @@ func (s *Server) handleListRefunds(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, map[string][]Refund{"refunds": fs})
+	web.WriteJSON(w, http.StatusOK, wire.PSPRefundList{Refunds: fs})
 	return nil
 }
 
@@ -161,11 +162,11 @@ func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) error {
 
 // decodeValid reads a charge or refund request: strict JSON, then its own
 // checks (422 with the reason).
-func decodeValid(w http.ResponseWriter, r *http.Request, req interface{ Validate() error }) error {
+func decodeValid(w http.ResponseWriter, r *http.Request, req any, valid func() error) error {
 	if err := web.DecodeJSON(w, r, maxBodyBytes, req); err != nil {
 		return err
 	}
-	if err := req.Validate(); err != nil {
+	if err := valid(); err != nil {
 		return web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
 	}
 	return nil

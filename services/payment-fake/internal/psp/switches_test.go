@@ -54,7 +54,7 @@ func TestSwitchValidate(t *testing.T) {
 		{Switch{Mode: ModeSlow, DelayMS: MaxDelayMS + 1}, false},
 	}
 	for _, tt := range tests {
-		if err := tt.sw.Validate(); (err == nil) != tt.want {
+		if err := validSwitch(tt.sw); (err == nil) != tt.want {
 			t.Errorf("Validate(%+v) = %v, want valid=%v", tt.sw, err, tt.want)
 		}
 	}
