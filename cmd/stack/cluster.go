@@ -42,7 +42,7 @@ func (c config) clusterDir() string { return filepath.Join(c.runDir, "rabbit") }
 func (c config) nodeConfigs() []rabbitnode.Config {
 	var out []rabbitnode.Config
 	for k := 1; k <= c.clusterSize; k++ {
-		name := stack.NodeName(k)
+		name := c.nodeName(k)
 		out = append(out, rabbitnode.Config{Name: name, Port: c.clusterPort + k - 1, Dir: filepath.Join(c.clusterDir(), name),
 			BootTimeout: c.readyTimeout})
 	}

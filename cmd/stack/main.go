@@ -89,6 +89,10 @@ type config struct {
 	instances   int  // of every service (-n)
 	clusterSize int  // nodes of the local RabbitMQ cluster (-rabbit-cluster); 0: the machine's broker
 	clusterPort int  // AMQP port of node 1 (stack.ClusterPort; tests use free ones)
+	// nodeName names node k of the cluster (stack.NodeName; a test names
+	// its own, so that a developer's running cluster keeps its names:
+	// Erlang allows one node of a name per host).
+	nodeName func(k int) string
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -97,7 +101,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		return config{}, err
 	}
 	c := config{root: root, runDir: filepath.Join(root, ".run"), httpHost: "127.0.0.1", getenv: getenv,
-		instances: 1, clusterPort: stack.ClusterPort}
+		instances: 1, clusterPort: stack.ClusterPort, nodeName: stack.NodeName}
 	if h := getenv("UP_HTTP_HOST"); h != "" {
 		c.httpHost = h
 	}

@@ -169,7 +169,7 @@ func TestSupervisorKillsWhatDoesNotStop(t *testing.T) {
 // port, log and pid file: the one PSP first, then the first instances,
 // the viewer last.
 func TestTableOfInstances(t *testing.T) {
-	cfg := config{root: "/r", runDir: "/r/.run", httpHost: "127.0.0.1", instances: 2, clusterSize: 3, clusterPort: 5701,
+	cfg := config{root: "/r", runDir: "/r/.run", httpHost: "127.0.0.1", instances: 2, clusterSize: 3, clusterPort: 5701, nodeName: stack.NodeName,
 		getenv: func(k string) string { return map[string]string{"DEMO_MODE": "true"}[k] }}
 	var got []string
 	for _, p := range table(cfg) {
@@ -222,7 +222,8 @@ func TestSupervisorRestartsAKilledNode(t *testing.T) {
 	root, _ := filepath.Abs("../..")
 	runDir := t.TempDir()
 	cfg := config{root: root, runDir: runDir, stopTimeout: 20 * time.Second, readyTimeout: 60 * time.Second,
-		getenv: os.Getenv, instances: 1, clusterSize: 1, clusterPort: port}
+		getenv: os.Getenv, instances: 1, clusterSize: 1, clusterPort: port,
+		nodeName: func(k int) string { return fmt.Sprintf("svtest%d-%d", port, k) }}
 	s, err := newSupervisor(cfg, newConsole(io.Discard, io.Discard), "", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +242,7 @@ func TestSupervisorRestartsAKilledNode(t *testing.T) {
 		t.Fatalf("stack.json: %+v, %v; want one node", f, err)
 	}
 	n := f.Nodes[0]
-	if n.Port != port || n.PID <= 0 || !strings.HasSuffix(n.Exe, "beam.smp") || n.Dir != filepath.Join(runDir, "rabbit", "ordersaga-1") {
+	if n.Port != port || n.PID <= 0 || !strings.HasSuffix(n.Exe, "beam.smp") || n.Dir != filepath.Join(runDir, "rabbit", cfg.nodeName(1)) {
 		t.Errorf("node in stack.json: %+v", n)
 	}
 	if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
