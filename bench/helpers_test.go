@@ -22,12 +22,12 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/procfs"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

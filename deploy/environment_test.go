@@ -18,7 +18,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/types"
 
 	"github.com/relmsg/ordersaga/internal/stack"
-	"github.com/relmsg/ordersaga/pkg/process"
+	"github.com/relmsg/ordersaga/pkg/compose/process"
 )
 
 // The settings: each service's environment in compose, the variables of
@@ -67,7 +67,7 @@ func TestComposeAppEnvironment(t *testing.T) {
 			senv := process.NewEnv(func(k string) string { return env[k] })
 			cfg := process.Load(senv, svc.Name, ":"+strconv.Itoa(svc.Port), svc.DB)
 			if err := senv.Err(); err != nil {
-				t.Fatalf("pkg/process rejects the compose environment: %v", err)
+				t.Fatalf("pkg/compose/process rejects the compose environment: %v", err)
 			}
 			if cfg.CreateDatabase || !cfg.DemoMode || cfg.OutboxLease != 5*time.Second {
 				t.Errorf("loaded config: CreateDatabase=%v DemoMode=%v OutboxLease=%s, want false, true, 5s", cfg.CreateDatabase, cfg.DemoMode, cfg.OutboxLease)

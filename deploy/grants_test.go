@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 )
 
 // Least privilege, checked on the real server: scripts/up.sh setup creates

@@ -26,7 +26,7 @@ import (
 // for the images' tools. The reference for "the same system" is the local
 // stack of scripts/up.sh: internal/stack (services, ports, environment),
 // deploy/provision.sh (schemas and users), .env.example (settings) and
-// pkg/process's configuration loader.
+// pkg/compose/process's configuration loader.
 
 // root is the repository root, relative to this package's directory (where
 // go test runs).

@@ -33,10 +33,10 @@ var floors = []struct {
 	kind     string
 	packages []string // import paths below the module, or a prefix ending in "/"
 }{
-	{"base", []string{"pkg/sqldb", "pkg/retry", "pkg/web", "pkg/wire", "pkg/events", "pkg/instance", "pkg/endpoints", "pkg/tracing"}},
-	{"aids", []string{"pkg/failpoint", "pkg/wrongway"}},
+	{"base", []string{"pkg/base/sqldb", "pkg/base/retry", "pkg/base/web", "pkg/base/wire", "pkg/base/events", "pkg/base/instance", "pkg/base/endpoints", "pkg/base/tracing"}},
+	{"aids", []string{"pkg/aids/failpoint", "pkg/aids/wrongway"}},
 	{"mechanisms", []string{"pkg/outbox", "pkg/inbox", "pkg/inbox/batch", "pkg/ordering", "pkg/deadletter", "pkg/rabbit", "pkg/retention"}},
-	{"compose", []string{"pkg/process", "pkg/admin"}},
+	{"compose", []string{"pkg/compose/process", "pkg/compose/admin"}},
 }
 
 // domains are the services' pure domain packages.
@@ -169,13 +169,13 @@ func TestLayeringRulesCatchBadImports(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ from, to string }{
 		{"pkg/outbox", "services/order/internal/orderapp"},
-		{"pkg/sqldb", "pkg/outbox"},
-		{"pkg/failpoint", "pkg/rabbit"},
-		{"pkg/inbox", "pkg/process"},
+		{"pkg/base/sqldb", "pkg/outbox"},
+		{"pkg/aids/failpoint", "pkg/rabbit"},
+		{"pkg/inbox", "pkg/compose/process"},
 		{"pkg/outbox", "pkg/inbox/inboxtest"},
 		{"services/order/internal/orderapp", "services/inventory/internal/inventoryapp"},
 		{"services/order/ordersvc", "internal/stack"},
-		{"services/order/internal/order", "pkg/events"},
+		{"services/order/internal/order", "pkg/base/events"},
 		{"services/payment-fake/internal/payment", "database/sql"},
 	} {
 		to := tc.to

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 type refundsJSON = wire.PSPRefundList

@@ -24,12 +24,12 @@ import (
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/stack"
 	"github.com/relmsg/ordersaga/internal/testutil"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 // TestScaleOutOnACluster runs the system as scripts/up.sh -n 2

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
-// The services' answers, as pkg/wire declares them for every client.
+// The services' answers, as pkg/base/wire declares them for every client.
 type (
 	orderJSON       = wire.Order
 	stockJSON       = wire.Stock

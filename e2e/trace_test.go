@@ -14,7 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/tracing"
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
 )
 
 // One order is one trace across the three services and the PSP

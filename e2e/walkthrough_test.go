@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // curlCall is one curl command of docs/walkthrough.md.

@@ -11,13 +11,13 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // The concurrent-duplicate experiment with a consumer whose effect has no
@@ -52,7 +52,7 @@ func TestExperimentConcurrentDuplicateDoubleEffect(t *testing.T) {
 					return err
 				}}})
 			// The process wires the wrong ways around the right one, as a
-			// service in demo mode does (pkg/process).
+			// service in demo mode does (pkg/compose/process).
 			handle := wrongway.Pick(ww, rabbit.Handler(c.Handle), c.WrongWays()...)
 			// Both deliveries stop right after their "claim" (the inbox
 			// INSERT, or the wrong way's SELECT) until both are there.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
 // An experiment's verdict rests on its own order and events only, so other

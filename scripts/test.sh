@@ -10,7 +10,7 @@
 # Usage: scripts/test.sh [go test flags] [packages]
 #
 #   scripts/test.sh                                  go vet ./... && go test -race -count=1 -timeout 20m ./...
-#   scripts/test.sh -run TestWithTx ./pkg/sqldb/     one test in one package
+#   scripts/test.sh -run TestWithTx ./pkg/base/sqldb/  one test in one package
 #   scripts/test.sh -v -short                        unit tests only (no servers needed)
 #
 # Argument rule: a flag takes its value as -flag=value or as the next argument

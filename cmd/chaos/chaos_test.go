@@ -17,7 +17,7 @@ import (
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 )
 
 // TestChaosRun is the chaos run in the suite: a private RabbitMQ node, the

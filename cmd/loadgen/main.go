@@ -45,8 +45,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // skuWeight is one SKU of the mix and its relative weight.

@@ -36,8 +36,8 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/viewer"
-	"github.com/relmsg/ordersaga/pkg/process"
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/compose/process"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 )
 
 // attack is one hostile request and the refusal it must get.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
 	"github.com/relmsg/ordersaga/internal/viewer"
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 )
 
 // MySQL injects database faults through the server's root connection. It

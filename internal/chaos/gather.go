@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // timelineJSON is GET /admin/orders/{id}/timeline: the order's history rows

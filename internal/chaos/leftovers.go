@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // readLeftovers reads what a service holds that a system at rest must not,

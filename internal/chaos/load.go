@@ -11,8 +11,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // loader sends the planned requests as a client would: each key's first

@@ -15,8 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relmsg/ordersaga/internal/lab"
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // observer sees the stack the way an operator does: through the services'

@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // Snapshot is everything the checks look at: what the load sent and was

@@ -23,7 +23,7 @@
 // Checker (http.go) is the HTTP side, a middleware the end-to-end stacks
 // (internal/sagatest) put around every service; Messages (messages.go) is
 // the message side, fed by a queue bound to saga.events with "#"; shape.go
-// compares Go types (pkg/wire, pkg/events) with the schemas field by
+// compares Go types (pkg/base/wire, pkg/base/events) with the schemas field by
 // field.
 package contract
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/web"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // TestChecker: the middleware's rules, on a fake order service.

@@ -9,11 +9,11 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
-// TestEveryEventTypeHasAMessage: each type pkg/events declares, at the
+// TestEveryEventTypeHasAMessage: each type pkg/base/events declares, at the
 // version producers write, is a message of docs/asyncapi.yaml.
 func TestEveryEventTypeHasAMessage(t *testing.T) {
 	m, err := AsyncAPI()

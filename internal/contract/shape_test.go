@@ -4,14 +4,14 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/web"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
-// TestTypesMatchTheDocument: every type of pkg/wire is its schema in
+// TestTypesMatchTheDocument: every type of pkg/base/wire is its schema in
 // docs/openapi.yaml, field by field (names, types, null, optional), and
-// pkg/web's problem document is the Problem schema.
+// pkg/base/web's problem document is the Problem schema.
 func TestTypesMatchTheDocument(t *testing.T) {
 	for schema, v := range map[string]any{
 		"Order": wire.Order{}, "OrderItem": wire.OrderItem{}, "OrderList": wire.OrderList{},
@@ -37,7 +37,7 @@ func TestTypesMatchTheDocument(t *testing.T) {
 	}
 }
 
-// TestPayloadsMatchTheDocument: every payload struct of pkg/events is its
+// TestPayloadsMatchTheDocument: every payload struct of pkg/base/events is its
 // message's payload schema in docs/asyncapi.yaml.
 func TestPayloadsMatchTheDocument(t *testing.T) {
 	for schema, v := range map[string]any{

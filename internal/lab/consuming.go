@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // The consumer's windows of the chapter's experiment table: from the

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
 // twoOrders is a target with two order instances and one of each other

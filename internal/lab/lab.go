@@ -31,8 +31,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // Target is a running stack.
@@ -192,7 +192,7 @@ func (l *Lab) waitUpTo(ctx context.Context, what string, patience time.Duration,
 
 // --- domain calls -------------------------------------------------------
 
-// The services' records, as their APIs write them (pkg/wire, held to
+// The services' records, as their APIs write them (pkg/base/wire, held to
 // docs/openapi.yaml).
 type (
 	// Order is an order as the API shows it.

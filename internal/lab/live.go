@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/stack"
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/process"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/compose/process"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
 // The chapter's pitfalls that the experiment table names only in passing:

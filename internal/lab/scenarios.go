@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/wrongway"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
 )
 
 // Scenario is one experiment of the chapter's table.

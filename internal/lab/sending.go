@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
 // StepKind names what a Step reports.

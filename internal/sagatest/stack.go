@@ -25,12 +25,12 @@ import (
 	"github.com/relmsg/ordersaga/internal/contract"
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/testutil"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
-	"github.com/relmsg/ordersaga/pkg/tracing"
-	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 	"github.com/relmsg/ordersaga/services/order/ordersvc"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
@@ -95,7 +95,7 @@ func Start(t testing.TB, opts ...Option) *Stack {
 
 // StartWithSpans is Start with every span of the four processes recorded
 // in spans (the SDK's in-memory exporter, tracetest), each under its
-// service's name (pkg/tracing, WithExporter).
+// service's name (pkg/base/tracing, WithExporter).
 func StartWithSpans(t testing.TB, spans sdktrace.SpanExporter, opts ...Option) *Stack {
 	t.Helper()
 	return start(t, spans, opts)

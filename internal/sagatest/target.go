@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/lab"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/web"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // serviceHealth is one service at a glance, read from its own endpoints.

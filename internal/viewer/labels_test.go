@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/relmsg/ordersaga/internal/lab"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
 
 	// The services register their own failpoints at init.
 	_ "github.com/relmsg/ordersaga/services/inventory/inventorysvc"

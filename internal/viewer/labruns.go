@@ -9,7 +9,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/relmsg/ordersaga/internal/lab"
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 )
 
 // keepRuns is how many runs the viewer remembers (and keeps in

@@ -1,6 +1,6 @@
 package viewer
 
-import "github.com/relmsg/ordersaga/pkg/events"
+import "github.com/relmsg/ordersaga/pkg/base/events"
 
 // queueRoute is one saga queue: the consumer that reads it (its inbox key)
 // and the routing keys bound to it. The page's step-through counts, at each

@@ -5,7 +5,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 )
 
 // Handler lists every route of the viewer: the page, and the API the page

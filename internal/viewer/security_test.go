@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/relmsg/ordersaga/internal/viewer"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
 // upstream stands for every service: it records what reaches it.

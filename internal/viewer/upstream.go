@@ -12,7 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 )
 
 // maxForwardBody bounds what the viewer reads from the page before

@@ -15,7 +15,7 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
 	"github.com/relmsg/ordersaga/internal/viewer"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
 // startViewer serves a viewer of stack s on a free port and returns its

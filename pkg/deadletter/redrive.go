@@ -89,7 +89,7 @@ type RedriveResult struct {
 // exchange: the other consumers bound to that event type already processed
 // it, and a redrive is about this consumer only. The row does not store its
 // queue; QueueOf maps the consumer name (the inbox key, a constant) to the
-// queue this service consumes it from (pkg/process registers both in
+// queue this service consumes it from (pkg/compose/process registers both in
 // Runtime.Consume), so a renamed or namespaced queue is found as it is now.
 //
 // The message is the original: message_id = event_id, type, content type,

@@ -12,14 +12,14 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/ordering"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
 // Handle is the rabbit.Handler of this consumer: validate, process, and turn

@@ -94,5 +94,5 @@
 // Traps checked on MariaDB here: INSERT IGNORE silently truncated an
 // over-long event id outside strict mode (we use a plain INSERT and strict
 // mode); SET SESSION leaks to whoever gets the pooled connection next
-// (session settings live in the DSN, pkg/sqldb).
+// (session settings live in the DSN, pkg/base/sqldb).
 package inbox

@@ -14,9 +14,9 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/instance"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/instance"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 )
 
 // Table is the inbox table, for callers that must name it (metric labels,

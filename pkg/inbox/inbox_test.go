@@ -15,12 +15,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
-	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -301,7 +301,7 @@ func TestTransientFailureIsRetriedAfterADelay(t *testing.T) {
 				t.Fatalf("attempts = %d, want 3", len(attempts))
 			}
 			// Backoff base 300ms: the n-th wait is at least half its bound
-			// min(cap, base*2^(n-1)) (equal jitter, pkg/retry).
+			// min(cap, base*2^(n-1)) (equal jitter, pkg/base/retry).
 			if gap := attempts[1].Sub(attempts[0]); gap < 150*time.Millisecond {
 				t.Fatalf("first retry came after %v, want >= 150ms (a delayed retry, not an instant requeue)", gap)
 			}

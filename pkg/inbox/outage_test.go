@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
-	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 // The chapter's 死信不是垃圾桶 when even the dead-letter table is out of

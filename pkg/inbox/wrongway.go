@@ -6,14 +6,14 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
-// The wrong ways of this package, for the lab (pkg/wrongway, demo mode
+// The wrong ways of this package, for the lab (pkg/aids/wrongway, demo mode
 // only). None is reached from the chapter's path: they are handlers of
 // their own, which the process wires in place of Handle while their switch
 // is on (WrongWays). The right way is commit: the inbox row and the effect

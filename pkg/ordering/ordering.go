@@ -33,7 +33,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
 // Steps are the consumer's two ways of taking an event inside its

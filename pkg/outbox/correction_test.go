@@ -8,11 +8,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/outbox"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 // A replay and a correction, from the producer's outbox through the broker

@@ -13,13 +13,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/tracing"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // Publisher sends one batch and reports, per message, whether the broker
@@ -120,7 +120,7 @@ type markFunc func(ctx context.Context, db sqlx.ExecerContext, token string, ids
 func DefaultConfirmTimeout(lease time.Duration) time.Duration { return min(5*time.Second, lease/3) }
 
 // New returns a dispatcher; Run starts it. It panics on a ConfirmTimeout
-// longer than a third of the Lease (pkg/process refuses such settings).
+// longer than a third of the Lease (pkg/compose/process refuses such settings).
 func New(db *sqlx.DB, cfg Config) *Dispatcher {
 	cfg.setDefaults()
 	if cfg.ConfirmTimeout > cfg.Lease/3 {
@@ -325,7 +325,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 	for i, r := range rows {
 		ids[i] = r.EventID
 		// The send span of each message: child of its create span, whose
-		// context the row kept, and linked to it (pkg/tracing).
+		// context the row kept, and linked to it (pkg/base/tracing).
 		spans[i] = tracing.StartSend(ctx, d.cfg.Exchange, tracing.Parse(r.Traceparent.String),
 			tracing.Message{ID: r.EventID, RoutingKey: r.EventType, ConversationID: strconv.FormatUint(r.AggregateID, 10)},
 			r.Attempts)

@@ -50,7 +50,7 @@
 // index and stops after LIMIT rows, with no filesort, whatever the backlog.
 // Semantically it is "oldest due first": a fresh event has next_attempt_at
 // = created_at, and a retried one waits its turn at its retry time.
-// Sessions run READ COMMITTED (pkg/sqldb), so the locking read takes no gap
+// Sessions run READ COMMITTED (pkg/base/sqldb), so the locking read takes no gap
 // locks and never blocks the INSERT of a new event.
 //
 // # Failure windows and who handles them
@@ -73,7 +73,7 @@
 //
 // # Tracing
 //
-// Add starts a create span per event (pkg/tracing), child of the span in
+// Add starts a create span per event (pkg/base/tracing), child of the span in
 // ctx (the request's, the message's) or of Event.Parent, and stores its
 // context in the row's traceparent column: the outbox is where a
 // producer's context must be kept, because the code that publishes runs

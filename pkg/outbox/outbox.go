@@ -10,9 +10,9 @@ import (
 	"github.com/jmoiron/sqlx"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/tracing"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
 )
 
 // Event is one event to write, in the caller's transaction.
@@ -46,7 +46,7 @@ type Event struct {
 // of evs go in one INSERT: a consumer batch (pkg/inbox/batch) hands over the
 // result events of its whole transaction at once.
 //
-// Each event gets a create span (pkg/tracing), child of its Parent or of
+// Each event gets a create span (pkg/base/tracing), child of its Parent or of
 // ctx's span; the span's context is the event's creation context, stored
 // in the traceparent column and sent as the message's traceparent header,
 // so the consumers' spans continue this trace and link to this span.

@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/instance"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/instance"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 )
 
 // claimed is one row this dispatcher holds under its claim token.

@@ -6,11 +6,11 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/wrongway"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
 )
 
 // The wrong way of this package, for the lab's lease-expiry experiment
-// (pkg/wrongway; demo mode only): the dispatcher's mark-sent step is picked
+// (pkg/aids/wrongway; demo mode only): the dispatcher's mark-sent step is picked
 // per batch (Dispatcher.mark), the right way being markSent in store.go.
 
 var wrongWays = []wrongway.Alt[markFunc]{{Switch: wrongway.MarkSentWithoutToken, Way: markSentIgnoringClaim}}

@@ -18,12 +18,12 @@ import (
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/testutil"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 // On a three-node cluster an event fails once and waits in its retry tier,

@@ -20,7 +20,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
 )
 
 // Conn owns one AMQP connection and replaces it when it is lost. Publishers

@@ -12,8 +12,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/tracing"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
 )
 
 // Headers the retry path adds to a message it re-publishes for later.
@@ -59,7 +59,7 @@ type Decision struct {
 }
 
 // Creation is the message's creation context, from its traceparent
-// header: the span of the producer that wrote it (pkg/tracing).
+// header: the span of the producer that wrote it (pkg/base/tracing).
 func (d Delivery) Creation() trace.SpanContext {
 	tp, _ := d.Headers[tracing.Header].(string)
 	return tracing.Parse(tp)

@@ -14,7 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relmsg/ordersaga/internal/testutil"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )

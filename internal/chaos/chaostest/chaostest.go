@@ -24,8 +24,8 @@ import (
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/sagatest"
 	"github.com/relmsg/ordersaga/internal/stack"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 // Options shape the stack.

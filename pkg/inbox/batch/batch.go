@@ -10,13 +10,13 @@ import (
 	"github.com/jmoiron/sqlx"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
 // Handler applies one event through a service's store S: the same
@@ -110,7 +110,7 @@ type item[S any] struct {
 	h     Handler[S]         // nil for an external event until its call is made
 	ext   ExternalHandler[S] // the event's external call, if it has one
 	// span is the delivery's process span while a run of several holds it
-	// (pkg/tracing): child of the producer's create span, linked to the
+	// (pkg/base/tracing): child of the producer's create span, linked to the
 	// run's transaction span.
 	span trace.Span
 }
@@ -259,7 +259,7 @@ func (c *Consumer[S]) run(ctx context.Context, run []item[S], ts *takes) {
 // startSpans starts the span of a run's transaction, linked to every
 // message's creation context, and each delivery's process span, child of
 // its producer's and linked to the run's: the conventions' batch
-// processing (pkg/tracing). The transaction's work runs under the
+// processing (pkg/base/tracing). The transaction's work runs under the
 // returned context.
 func (c *Consumer[S]) startSpans(ctx context.Context, run []item[S]) (context.Context, trace.Span) {
 	ds := make([]tracing.Delivery, len(run))

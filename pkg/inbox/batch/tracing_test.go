@@ -7,8 +7,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
-	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
 // A batch transaction is a span of its own, linked to every message it

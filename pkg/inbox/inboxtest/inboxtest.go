@@ -19,14 +19,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
-	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -178,7 +178,7 @@ func ConsumeBatch(t testing.TB, h rabbit.BatchHandler, workers, batch int) *Brok
 }
 
 // ConsumeDead runs h (the consumer's HandleBrokerDeadLetter) on the queue's
-// broker-side dead-letter queue until the test ends, as pkg/process does.
+// broker-side dead-letter queue until the test ends, as pkg/compose/process does.
 func (b *Broker) ConsumeDead(t testing.TB, h rabbit.Handler) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())

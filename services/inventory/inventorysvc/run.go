@@ -9,8 +9,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/compose/process"
 	"github.com/relmsg/ordersaga/pkg/inbox"
-	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
@@ -98,7 +98,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	router := rt.Router(inventoryhttp.AdminRoutes(app, rt.Log))
 	inventoryhttp.Routes(router, app, rt.Log)
 	if cfg.DemoMode {
-		// sync-reserve's synchronous call (pkg/wrongway), behind ADMIN_TOKEN
+		// sync-reserve's synchronous call (pkg/aids/wrongway), behind ADMIN_TOKEN
 		// when set, as every /debug route.
 		inventoryhttp.DemoRoutes(router.With(process.DebugToken(cfg)), app, rt.Log)
 	}

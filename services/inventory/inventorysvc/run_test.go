@@ -16,10 +16,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/relmsg/ordersaga/internal/testutil"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 )

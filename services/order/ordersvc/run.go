@@ -10,8 +10,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/endpoints"
-	"github.com/relmsg/ordersaga/pkg/process"
+	"github.com/relmsg/ordersaga/pkg/base/endpoints"
+	"github.com/relmsg/ordersaga/pkg/compose/process"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"

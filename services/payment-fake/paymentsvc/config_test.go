@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/process"
+	"github.com/relmsg/ordersaga/pkg/compose/process"
 )
 
 func TestLoadPSPConfig(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/endpoints"
-	"github.com/relmsg/ordersaga/pkg/process"
-	"github.com/relmsg/ordersaga/pkg/tracing"
+	"github.com/relmsg/ordersaga/pkg/base/endpoints"
+	"github.com/relmsg/ordersaga/pkg/base/tracing"
+	"github.com/relmsg/ordersaga/pkg/compose/process"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenthttp"

@@ -15,10 +15,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/relmsg/ordersaga/internal/testutil"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"

@@ -24,8 +24,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/process"
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/compose/process"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 

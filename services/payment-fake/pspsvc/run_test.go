@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/testutil"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 	"github.com/relmsg/ordersaga/services/payment-fake/pspsvc"
 )

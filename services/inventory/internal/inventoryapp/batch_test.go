@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"

@@ -11,12 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"pgregory.net/rapid"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch/batchtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 )

@@ -18,8 +18,8 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
 )

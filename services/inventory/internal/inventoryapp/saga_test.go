@@ -8,12 +8,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 )

@@ -7,16 +7,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
 )
 
-// The wrong ways of this package, for the lab (pkg/wrongway; demo mode
+// The wrong ways of this package, for the lab (pkg/aids/wrongway; demo mode
 // only). The out-of-order experiment's are handlers of their own, wired
 // around the right ones by WrongWays; the right handlers know nothing of
 // them. ReserveNow serves the order service's sync-reserve switch (the

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 

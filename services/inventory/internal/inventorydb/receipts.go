@@ -7,7 +7,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 )
 

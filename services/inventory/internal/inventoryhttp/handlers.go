@@ -9,8 +9,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/relmsg/ordersaga/pkg/web"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 )

@@ -15,10 +15,10 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryhttp"

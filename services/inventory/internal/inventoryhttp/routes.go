@@ -7,7 +7,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 )
 

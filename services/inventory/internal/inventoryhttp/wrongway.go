@@ -6,13 +6,13 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 )
 
 // DemoRoutes lists the inventory's demo-mode route: the synchronous reserve
-// call of the order service's wrong way sync-reserve (pkg/wrongway). Only
+// call of the order service's wrong way sync-reserve (pkg/aids/wrongway). Only
 // run.go mounts it, and only in demo mode.
 func DemoRoutes(r chi.Router, app *inventoryapp.App, log *slog.Logger) {
 	h, e := &handlers{app: app}, edge(log)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )

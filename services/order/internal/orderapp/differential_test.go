@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"pgregory.net/rapid"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch/batchtest"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 )

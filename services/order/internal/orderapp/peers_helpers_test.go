@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/relmsg/ordersaga/pkg/failpoint"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 )

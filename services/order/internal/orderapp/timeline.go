@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )

@@ -10,13 +10,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/events"
-	"github.com/relmsg/ordersaga/pkg/web"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
+	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/web"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )
 
-// The wrong ways of Create, for the lab (pkg/wrongway; demo mode only):
+// The wrong ways of Create, for the lab (pkg/aids/wrongway; demo mode only):
 // createWays other than rightCreate, which WrongWay wires in. Each writes
 // the history row and no outbox row inside the transaction (historyOnly),
 // and gets OrderCreated to inventory its own wrong way.

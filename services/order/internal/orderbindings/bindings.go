@@ -3,7 +3,7 @@
 package orderbindings
 
 import (
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
@@ -31,7 +31,7 @@ func Topology(ns rabbit.Namespace) rabbit.Topology {
 
 // Handlers maps each consumed event type to its use case, written against
 // orderapp.Store: run one event per transaction by the chapter's consumer,
-// several by the batch layer (pkg/process.ConsumeWith).
+// several by the batch layer (pkg/compose/process.ConsumeWith).
 func Handlers(app *orderapp.App) batch.Handlers[orderapp.Store] {
 	return batch.Handlers[orderapp.Store]{
 		Direct:  orderapp.Direct,

@@ -12,8 +12,8 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/relmsg/ordersaga/migrations"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )
 

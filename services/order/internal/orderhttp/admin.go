@@ -4,8 +4,8 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/relmsg/ordersaga/pkg/web"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 )
 

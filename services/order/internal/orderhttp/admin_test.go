@@ -10,8 +10,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/relmsg/ordersaga/pkg/admin"
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/compose/admin"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
 )

@@ -26,10 +26,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/endpoints"
+	"github.com/relmsg/ordersaga/pkg/base/endpoints"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/pkg/outbox"
-	"github.com/relmsg/ordersaga/pkg/wire"
 )
 
 // The services the order service talks to.
@@ -81,7 +81,7 @@ func (a Answer) Answered() bool {
 }
 
 // The records the other services answer with, as their APIs write them
-// (pkg/wire, held to docs/openapi.yaml).
+// (pkg/base/wire, held to docs/openapi.yaml).
 type (
 	// Reservation is inventory's record of an order (GET /reservations/{order_id}).
 	Reservation = wire.Reservation

@@ -8,11 +8,11 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/endpoints"
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/endpoints"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
-// ReserveNow is the wrong way sync-reserve's call (pkg/wrongway; demo mode
+// ReserveNow is the wrong way sync-reserve's call (pkg/aids/wrongway; demo mode
 // only): it asks inventory to reserve an order's stock synchronously
 // (POST /debug/reservations, the OrderCreated payload) and returns the
 // reservation's status, or an error when no answer came within timeout.

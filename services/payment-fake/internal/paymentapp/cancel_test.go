@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"

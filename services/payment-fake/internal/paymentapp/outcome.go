@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"

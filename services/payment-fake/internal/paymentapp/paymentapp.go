@@ -47,9 +47,9 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/relmsg/ordersaga/pkg/failpoint"
-	"github.com/relmsg/ordersaga/pkg/retry"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"

@@ -10,9 +10,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/outbox"
-	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 )

@@ -10,9 +10,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/relmsg/ordersaga/pkg/endpoints"
-	"github.com/relmsg/ordersaga/pkg/web"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/endpoints"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 )

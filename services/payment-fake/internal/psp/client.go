@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/endpoints"
+	"github.com/relmsg/ordersaga/pkg/base/endpoints"
 )
 
 // ErrOutcomeUnknown marks a call whose outcome the caller cannot know: a

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 )
 
 // The PSP's writes are behind their keys: a charge or a refund wants

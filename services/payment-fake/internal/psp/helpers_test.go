@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 )
 
 // testPSP is one PSP on its own database, served the way the payment-fake

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 // Charge statuses.
@@ -26,7 +26,7 @@ const (
 const MaxAmountCents = 500000
 
 // The PSP's records and requests, as its API writes and reads them: the
-// JSON is declared once, in pkg/wire, for the PSP and its clients alike.
+// JSON is declared once, in pkg/base/wire, for the PSP and its clients alike.
 type (
 	// Charge is the PSP's record of one charge attempt. DeclineCode is
 	// empty unless Status is StatusDeclined.

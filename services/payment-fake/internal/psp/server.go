@@ -9,9 +9,9 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/failpoint"
-	"github.com/relmsg/ordersaga/pkg/web"
-	"github.com/relmsg/ordersaga/pkg/wire"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/web"
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 const (

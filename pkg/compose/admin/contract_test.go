@@ -1,0 +1,26 @@
+package admin_test
+
+import (
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/relmsg/ordersaga/internal/contract"
+	"github.com/relmsg/ordersaga/pkg/compose/admin"
+)
+
+// TestRoutesAreInTheContract: every /admin route of the messaging tables
+// is an operation docs/openapi.yaml gives to each service.
+func TestRoutesAreInTheContract(t *testing.T) {
+	r := chi.NewRouter()
+	(&admin.Handler{}).Routes(r)
+	for _, svc := range []string{"order", "inventory", "payment"} {
+		diffs, err := contract.RouteMismatches(svc, "/admin", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range diffs {
+			t.Error(d)
+		}
+	}
+}
