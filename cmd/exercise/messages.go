@@ -123,9 +123,9 @@ var messages = map[string]struct{ en, zh string }{
 		"Exercise %d: %s\nChapter section: 「%s」 (docs/course-map.md has each section's code, tests and lab command)\n",
 		"练习 %d：%s\n课文章节：「%s」（每一节的代码、测试和实验命令见 docs/zh/course-map.md）\n",
 	},
-	msgGradeHead:      {"Grading exercise %d: %s", "评分：练习 %d，%s"},
-	msgGradeElsewhere: {"  (you are on %s, not %s: grading the code as it is here)", "  （当前在 %s 分支，不在 %s：按这里的代码评分）"},
-	msgGradeTest:      {"test", "测试"},
+	msgGradeHead:       {"Grading exercise %d: %s", "评分：练习 %d，%s"},
+	msgGradeElsewhere:  {"  (you are on %s, not %s: grading the code as it is here)", "  （当前在 %s 分支，不在 %s：按这里的代码评分）"},
+	msgGradeTest:       {"test", "测试"},
 	"status." + "pass": {"passed", "通过"},
 	"status." + "fail": {"failed", "失败"},
 	"status." + "skip": {
