@@ -150,7 +150,7 @@ func start(p printer, root string, e exercise.Exercise) error {
 		return err
 	}
 	p.say(msgStarted, e.Number, e.Title.In(p.lang), st.Branch, st.From)
-	p.printf("\n  %s\n\n", e.Symptom.In(p.lang))
+	p.printf("\n%s\n\n", wrap(e.Symptom.In(p.lang), "  ", 100))
 	p.say(msgStartedLook, e.Look.In(p.lang), e.Section)
 	p.say(msgStartedNext, e.Number, e.Number, e.Number, st.From, e.Name)
 	return nil

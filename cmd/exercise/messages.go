@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
+	"unicode"
 )
 
 // printer writes the command's messages in one language.
@@ -169,4 +171,60 @@ var messages = map[string]struct{ en, zh string }{
 		"保留了分支 %s：上面有你的 %d 个提交。不再需要时删除：git branch -D %s",
 	},
 	msgResetDeleted: {"The branch %s is deleted.", "分支 %s 已删除。"},
+}
+
+// wrap breaks text into lines of at most width columns, each after indent:
+// at spaces between words, and between any two wide (CJK) characters,
+// which take two columns each and need no space to break.
+func wrap(text, indent string, width int) string {
+	var b strings.Builder
+	col := 0
+	space := false // a space is owed before the next word on this line
+	var word []rune
+	wordCols := 0
+	flush := func() {
+		if len(word) == 0 {
+			return
+		}
+		gap := 0
+		if space && col > 0 {
+			gap = 1
+		}
+		if col > 0 && col+gap+wordCols > width {
+			b.WriteString("\n")
+			col, gap = 0, 0
+		}
+		if col == 0 {
+			b.WriteString(indent)
+			col = len(indent)
+		}
+		if gap == 1 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(string(word))
+		col += gap + wordCols
+		word, wordCols, space = word[:0], 0, false
+	}
+	for _, r := range text {
+		switch {
+		case r == ' ':
+			flush()
+			space = true
+		case wide(r):
+			flush()
+			word, wordCols = append(word, r), 2
+			flush()
+		default:
+			word = append(word, r)
+			wordCols++
+		}
+	}
+	flush()
+	return b.String()
+}
+
+// wide: a character that takes two columns in a terminal (CJK, full-width
+// punctuation).
+func wide(r rune) bool {
+	return unicode.Is(unicode.Han, r) || (r >= 0x3000 && r <= 0x303f) || (r >= 0xff00 && r <= 0xffef)
 }
