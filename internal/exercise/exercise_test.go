@@ -1,6 +1,7 @@
 package exercise
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -194,4 +195,68 @@ func readFile(t *testing.T, rel string) string {
 func isDetail(err, want error) bool {
 	d, ok := err.(*Detail)
 	return ok && d.Err == want
+}
+
+// The exercise pages list every exercise under a heading "## N. title",
+// with its chapter section, its start and grade commands and the tests
+// grade runs; the learning path sends the reader to it from its unit. In
+// both languages.
+func TestThePagesListEveryExercise(t *testing.T) {
+	all, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, lang := range []struct{ code, page, path, unit string }{
+		{"en", "docs/exercises.md", "docs/learning-path.md", "## Unit %d:"},
+		{"zh", "docs/zh/exercises.md", "docs/zh/learning-path.md", "## 第 %d 单元"},
+	} {
+		page := headed(readFile(t, lang.page))
+		path := headed(readFile(t, lang.path))
+		for _, e := range all {
+			heading := fmt.Sprintf("## %d. %s", e.Number, e.Title.In(lang.code))
+			body, ok := page[heading]
+			if !ok {
+				t.Errorf("%s: no heading %q", lang.page, heading)
+				continue
+			}
+			want := []string{e.Section, fmt.Sprintf("`scripts/exercise.sh start %d`", e.Number),
+				fmt.Sprintf("`scripts/exercise.sh grade %d`", e.Number)}
+			for _, s := range e.Grade {
+				for _, name := range s.Tests {
+					want = append(want, "`"+name+"`")
+				}
+			}
+			for _, w := range want {
+				if !strings.Contains(body, w) {
+					t.Errorf("%s, %s: %s is not named", lang.page, heading, w)
+				}
+			}
+			unit := ""
+			for h, b := range path {
+				if strings.HasPrefix(h, fmt.Sprintf(lang.unit, e.Unit)) {
+					unit = b
+				}
+			}
+			if start := fmt.Sprintf("`scripts/exercise.sh start %d`", e.Number); !strings.Contains(unit, start) {
+				t.Errorf("%s, unit %d: does not send the reader to exercise %d (%s)", lang.path, e.Unit, e.Number, start)
+			}
+		}
+	}
+}
+
+// headed splits a markdown page at its "## " headings: heading -> body.
+func headed(text string) map[string]string {
+	out := map[string]string{}
+	cur := ""
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "## ") {
+			cur = strings.TrimSpace(line)
+			out[cur] = ""
+			continue
+		}
+		if cur != "" {
+			out[cur] += line + "\n"
+		}
+	}
+	return out
 }
