@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -176,11 +177,11 @@ func grade(ctx context.Context, p printer, root string, e exercise.Exercise) err
 	p.printf("  (%s, %s)\n", rep.Command, rep.Elapsed.Round(100_000_000))
 	for _, r := range rep.Failed() {
 		p.printf("\n  %s %s (%s): %s\n", p.t(msgGradeTest), r.Test, r.Package, p.t("status."+r.Status))
-		printTail(p, r.Output, 30)
+		printHead(p, essential(withoutLogs(r.Output), 40), 40)
 	}
 	if !rep.Passed() && len(rep.BuildOutput) > 0 {
 		p.printf("\n")
-		printTail(p, rep.BuildOutput, 40)
+		printHead(p, rep.BuildOutput, 40)
 	}
 	if rep.Passed() {
 		p.say(msgGradePass, e.Number, e.Section, e.Number)
@@ -190,14 +191,55 @@ func grade(ctx context.Context, p printer, root string, e exercise.Exercise) err
 	return errGradeFailed
 }
 
-func printTail(p printer, lines []string, max int) {
+// printHead prints the first max lines, and how many more there are: a
+// test says what failed first, then why.
+func printHead(p printer, lines []string, max int) {
+	more := 0
 	if len(lines) > max {
-		p.printf("    ... (%d lines before)\n", len(lines)-max)
-		lines = lines[len(lines)-max:]
+		more, lines = len(lines)-max, lines[:max]
 	}
 	for _, l := range lines {
-		p.printf("    %s\n", strings.TrimLeft(l, " \t"))
+		p.printf("    %s\n", strings.TrimPrefix(l, "    "))
 	}
+	if more > 0 {
+		p.printf("    ... (%d more lines: run the go test command above to see them)\n", more)
+	}
+}
+
+// essential is lines when they are few; else the lines that say what
+// failed: a test's own messages (file_test.go:NN: ...), the lab's failed
+// checks and verdicts (an experiment's report is long).
+func essential(lines []string, max int) []string {
+	if len(lines) <= max {
+		return lines
+	}
+	var key []string
+	for _, l := range lines {
+		if keyLine.MatchString(l) {
+			key = append(key, l)
+		}
+	}
+	if len(key) == 0 {
+		return lines
+	}
+	return append(key, fmt.Sprintf("    (%d lines in all: run the go test command above to see them)", len(lines)))
+}
+
+var keyLine = regexp.MustCompile(`\[FAIL\] |^\s*verdict \(|_test\.go:[0-9]+: \S`)
+
+// withoutLogs drops the services' log lines (JSON) and their headings
+// from a test's output: an experiment's test logs its stack's last lines
+// after the report that says what failed.
+func withoutLogs(lines []string) []string {
+	var out []string
+	for _, l := range lines {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "{") || strings.Contains(t, "---- last log lines of") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 func reset(p printer, root string, n int) error {
