@@ -357,6 +357,9 @@ func TestComposeNamesAreAllowedHosts(t *testing.T) {
 			t.Errorf("%v call %s, which is no compose service", callers, host)
 			continue
 		}
+		if svc.Build == nil {
+			continue // an image of its own (Jaeger): no web.Guard to pass
+		}
 		allowed := strings.Split(environment(p, svc.Name)["ALLOWED_HOSTS"], ",")
 		if !slices.Contains(allowed, host) {
 			t.Errorf("%v call %s, whose ALLOWED_HOSTS %v does not name it", callers, host, allowed)

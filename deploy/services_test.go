@@ -26,7 +26,7 @@ import (
 
 func TestComposeServices(t *testing.T) {
 	p := loadCompose(t, nil)
-	want := []string{"inventory", "mysql", "order", "payment-fake", "psp", "rabbitmq", "viewer"}
+	want := []string{"inventory", "jaeger", "mysql", "order", "payment-fake", "psp", "rabbitmq", "viewer"}
 	var got []string
 	for name, s := range p.Services {
 		if len(s.Profiles) == 0 { // optional profiles (observability) do not start by default
@@ -162,6 +162,7 @@ func TestComposeAppsWaitForHealthyInfrastructure(t *testing.T) {
 func TestComposePorts(t *testing.T) {
 	p := loadCompose(t, nil)
 	want := []string{
+		"jaeger 16686->16686",   // Jaeger's UI and query API (docs/tracing.md)
 		"rabbitmq 15672->15672", // management UI
 		"rabbitmq 5672->5672",   // AMQP: the failure lab publishes duplicates
 	}

@@ -107,7 +107,8 @@ var checked = []string{
 	"docs/failure-windows.md", "docs/operations.md", "docs/walkthrough.md",
 	"docs/zh/course-map.md", "docs/zh/questions.md", "docs/zh/glossary.md", "docs/zh/departures.md",
 	"docs/learning-path.md", "docs/zh/learning-path.md", "docs/alternatives.md", "docs/zh/alternatives.md",
-	"docs/security.md", "docs/zh/security.md", "docs/exercises.md", "docs/zh/exercises.md",
+	"docs/security.md", "docs/zh/security.md", "docs/tracing.md", "docs/zh/tracing.md",
+	"docs/exercises.md", "docs/zh/exercises.md",
 }
 
 // The other documents, whose links are followed too.

@@ -11,6 +11,14 @@
 #   scripts/up.sh -d -n 2 --rabbit-cluster 3
 #                        two instances of every service and a local
 #                        three-node RabbitMQ cluster (either flag alone works)
+#   scripts/up.sh -d --tracing
+#                        also run Jaeger (bin/jaeger, built from
+#                        tools/jaeger; the first build takes minutes):
+#                        every service exports its spans to it over
+#                        OTLP/HTTP (:4318), its query API answers on :16686
+#                        and the viewer draws each order's trace from it
+#                        (docs/tracing.md); UP_TRACING=true in the
+#                        environment does the same (scripts/loadrun.sh)
 #   scripts/up.sh down   stop what up.sh started, broker nodes included
 #                        (SIGTERM, SIGKILL after 25 s)
 #   scripts/up.sh setup  only create the schemas and the MySQL/RabbitMQ users
@@ -76,7 +84,7 @@ cd "$(dirname "$0")/.."
 
 # usage [STATUS]: the usage lines at the top of this file.
 usage() {
-	sed -n '6,31p' "$0" | sed 's/^# \{0,1\}//' >&2
+	sed -n '6,39p' "$0" | sed 's/^# \{0,1\}//' >&2
 	exit "${1:-2}"
 }
 
@@ -102,7 +110,7 @@ setup() {
 	log "RabbitMQ: users $ORDER_AMQP_USER, $INVENTORY_AMQP_USER, $PAYMENT_AMQP_USER are ready"
 }
 
-detach=false quiet=false instances=1 cluster=0
+detach=false quiet=false instances=1 cluster=0 tracing=${UP_TRACING:-false}
 # The long option first (getopts has none), then the short ones.
 rest=()
 while (($#)); do
@@ -114,6 +122,10 @@ while (($#)); do
 		;;
 	--rabbit-cluster=*)
 		cluster=${1#*=}
+		shift
+		;;
+	--tracing)
+		tracing=true
 		shift
 		;;
 	--help) usage 0 ;;
@@ -167,6 +179,13 @@ ensure_go
 log "go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer"
 go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer
 args=(-n "$instances" -rabbit-cluster "$cluster")
+if [[ $tracing == true ]]; then
+	# A module of its own: Jaeger's dependencies stay out of go.mod.
+	log "go build -o bin/jaeger (tools/jaeger; the first build takes minutes)"
+	(cd tools/jaeger && go build -o ../../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger) ||
+		die "building Jaeger failed (tools/jaeger)"
+	args+=(-tracing)
+fi
 if [[ $detach == true ]]; then args+=(-d); fi
 if [[ $quiet == true ]]; then args+=(-q); fi
 export MYSQL_HOST MYSQL_PORT RABBITMQ_HOST RABBITMQ_PORT

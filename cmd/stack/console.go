@@ -91,6 +91,10 @@ func (c *console) banner(cfg config) {
 		if p.Service == stack.Viewer.Name {
 			continue
 		}
+		if p.Service == stack.Jaeger.Name {
+			fmt.Fprintf(&b, "  %-15s %s/api/traces/<trace id>   spans over OTLP/HTTP on :%d (docs/tracing.md)\n", p.Name, p.URL, stack.OTLPPort)
+			continue
+		}
 		fmt.Fprintf(&b, "  %-15s %s   log .run/%s.log\n", p.Name, p.URL, p.Name)
 	}
 	if cfg.instances > 1 {

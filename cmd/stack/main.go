@@ -19,6 +19,12 @@
 //	                deploy/provision.sh, and point every service at all of
 //	                them (AMQP_URL lists the nodes, rotated per instance);
 //	                the machine's broker is left alone
+//	stack up -tracing
+//	                first start Jaeger (bin/jaeger, built from tools/jaeger):
+//	                spans over OTLP/HTTP on :4318, kept in memory, its query
+//	                API on :16686; every process gets
+//	                OTEL_EXPORTER_OTLP_ENDPOINT and the viewer JAEGER_URL
+//	                (docs/tracing.md)
 //	stack down      stop what up started, broker nodes included
 //
 // The supervisor starts a process or a broker node again when it dies by
@@ -79,9 +85,10 @@ type config struct {
 	// ones the banner shows.
 	made map[string]string
 
-	instances   int // of every service (-n)
-	clusterSize int // nodes of the local RabbitMQ cluster (-rabbit-cluster); 0: the machine's broker
-	clusterPort int // AMQP port of node 1 (stack.ClusterPort; tests use free ones)
+	tracing     bool // -tracing: run Jaeger (bin/jaeger) and send it every process's spans
+	instances   int  // of every service (-n)
+	clusterSize int  // nodes of the local RabbitMQ cluster (-rabbit-cluster); 0: the machine's broker
+	clusterPort int  // AMQP port of node 1 (stack.ClusterPort; tests use free ones)
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -153,6 +160,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	detach := fs.Bool("d", false, "detach: return once every service is ready")
 	quiet := fs.Bool("q", false, "do not copy the services' logs to the terminal")
 	fs.IntVar(&cfg.instances, "n", 1, "instances of every service (1-9)")
+	fs.BoolVar(&cfg.tracing, "tracing", false, "run Jaeger (bin/jaeger, OTLP/HTTP on :4318, query API on :16686) and export every process's spans to it")
 	fs.IntVar(&cfg.clusterSize, "rabbit-cluster", 0, "start a local RabbitMQ cluster of this many nodes (1-9) on 5701..., and use it instead of the machine's broker")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -178,5 +186,5 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	case cmd == "down":
 		return down(cfg, con)
 	}
-	return errors.New("usage: stack up [-d] [-q] [-n N] [-rabbit-cluster N] | stack down (run it through scripts/up.sh)")
+	return errors.New("usage: stack up [-d] [-q] [-n N] [-rabbit-cluster N] [-tracing] | stack down (run it through scripts/up.sh)")
 }

@@ -37,6 +37,7 @@ type supervisor struct {
 // proc is one row of the table and the process that runs it now.
 type proc struct {
 	stack.Process
+	ready   string // the path that answers 200 once it is ready ("/readyz")
 	env     []string
 	cmd     *exec.Cmd
 	running bool
@@ -63,6 +64,7 @@ func table(cfg config) []*proc {
 			list = append(list, k+"="+env[k])
 		}
 		procs = append(procs, &proc{
+			ready: "/readyz",
 			Process: stack.Process{
 				Name: name, Service: svc, Instance: k, URL: url,
 				Exe:     filepath.Join(cfg.root, "bin", svc),
@@ -73,15 +75,30 @@ func table(cfg config) []*proc {
 			done: make(chan struct{}),
 		})
 	}
-	add(stack.PSP.Name, stack.PSP.Name, 1, stack.PSP.URL(), stack.PSPEnv(cfg.getenv, cfg.httpHost))
+	// -tracing: Jaeger first, then every process sends it its spans.
+	traced := func(env map[string]string) map[string]string {
+		if cfg.tracing {
+			env["OTEL_EXPORTER_OTLP_ENDPOINT"] = stack.OTLPEndpoint()
+		}
+		return env
+	}
+	if cfg.tracing {
+		add(stack.Jaeger.Name, stack.Jaeger.Name, 1, stack.Jaeger.URL(), nil)
+		procs[len(procs)-1].ready = "/api/services" // its query API
+	}
+	add(stack.PSP.Name, stack.PSP.Name, 1, stack.PSP.URL(), traced(stack.PSPEnv(cfg.getenv, cfg.httpHost)))
 	for k := 1; k <= cfg.instances; k++ {
 		for _, svc := range stack.Services {
 			in := svc.InstanceOf(k, cfg.instances)
-			add(in.Name(), svc.Name, k, in.URL(), in.Env(cfg.getenv, cfg.httpHost, cfg.brokers()))
+			add(in.Name(), svc.Name, k, in.URL(), traced(in.Env(cfg.getenv, cfg.httpHost, cfg.brokers())))
 		}
 	}
 	if stack.DemoMode(cfg.getenv) {
-		add(stack.Viewer.Name, stack.Viewer.Name, 1, stack.Viewer.URL(), stack.ViewerEnv(cfg.getenv, cfg.httpHost, cfg.brokers()))
+		env := stack.ViewerEnv(cfg.getenv, cfg.httpHost, cfg.brokers())
+		if cfg.tracing {
+			env["JAEGER_URL"] = stack.Jaeger.URL() // each order's trace, from its query API
+		}
+		add(stack.Viewer.Name, stack.Viewer.Name, 1, stack.Viewer.URL(), env)
 	}
 	return procs
 }
@@ -224,7 +241,7 @@ func (s *supervisor) waitReady(ctx context.Context) error {
 				s.con.tail(p.Log)
 				return errors.New("the services did not become ready")
 			}
-			code := readyz(ctx, client, p.URL)
+			code := readyz(ctx, client, p.URL+p.ready)
 			if code == http.StatusOK {
 				s.con.say("%s is ready (%s)", p.Name, time.Since(start).Round(time.Second))
 				continue
@@ -256,9 +273,10 @@ func (s *supervisor) waitReady(ctx context.Context) error {
 	}
 }
 
-// readyz is the HTTP status of url/readyz (0 when nothing answers).
+// readyz is the HTTP status of url (a process's /readyz; 0 when nothing
+// answers).
 func readyz(ctx context.Context, client *http.Client, url string) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0
 	}

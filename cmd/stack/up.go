@@ -91,7 +91,8 @@ func upDetached(cfg config, con *console) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(exe, "supervise", "-n", strconv.Itoa(cfg.instances), "-rabbit-cluster", strconv.Itoa(cfg.clusterSize))
+	cmd := exec.Command(exe, "supervise", "-n", strconv.Itoa(cfg.instances), "-rabbit-cluster", strconv.Itoa(cfg.clusterSize),
+		"-tracing="+strconv.FormatBool(cfg.tracing))
 	cmd.Dir = cfg.root
 	cmd.Env = os.Environ()
 	for k, v := range cfg.made {

@@ -13,7 +13,10 @@
 // duplicates through the broker), VIEWER_TOKEN (what the page's API wants;
 // ADMIN_TOKEN when unset, else one made at start and logged with the URL
 // to open), ADMIN_TOKEN (sent to the services), ALLOWED_HOSTS (Host names
-// besides this machine's), DEMO_MODE (must be true), LOG_LEVEL.
+// besides this machine's), DEMO_MODE (must be true), LOG_LEVEL, JAEGER_URL
+// (Jaeger's query API: each order's trace is drawn from it; scripts/up.sh
+// --tracing sets it) and JAEGER_UI_URL (Jaeger's own UI, linked from the
+// page: docker compose sets it).
 package main
 
 import (
@@ -27,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -80,7 +84,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	runsDir := filepath.Join(env.String("STACK_RUN_DIR", ".run"), "lab-runs")
 	srv := viewer.New(viewer.Config{Target: target, Token: token, AdminToken: getenv("ADMIN_TOKEN"),
-		AllowedHosts: hosts, Log: log, Patience: *patience, RunsDir: runsDir})
+		AllowedHosts: hosts, Log: log, Patience: *patience, RunsDir: runsDir,
+		JaegerURL: strings.TrimRight(getenv("JAEGER_URL"), "/"), JaegerUIURL: strings.TrimRight(getenv("JAEGER_UI_URL"), "/")})
 	defer srv.Close()
 
 	ln, err := net.Listen("tcp", *addr)

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/relmsg/ordersaga/internal/contract"
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/testutil"
@@ -27,6 +29,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 	"github.com/relmsg/ordersaga/services/order/ordersvc"
@@ -48,7 +51,8 @@ type Service struct {
 	t       testing.TB
 	run     RunFunc
 	logs    *logBuffer
-	checker *contract.Checker // nil: no contract checks
+	checker *contract.Checker     // nil: no contract checks
+	spans   sdktrace.SpanExporter // nil: the environment's tracing
 
 	mu     sync.Mutex
 	cancel context.CancelFunc
@@ -86,6 +90,19 @@ func WithEnv(service, key, value string) Option {
 // each is ready.
 func Start(t testing.TB, opts ...Option) *Stack {
 	t.Helper()
+	return start(t, nil, opts)
+}
+
+// StartWithSpans is Start with every span of the four processes recorded
+// in spans (the SDK's in-memory exporter, tracetest), each under its
+// service's name (pkg/tracing, WithExporter).
+func StartWithSpans(t testing.TB, spans sdktrace.SpanExporter, opts ...Option) *Stack {
+	t.Helper()
+	return start(t, spans, opts)
+}
+
+func start(t testing.TB, spans sdktrace.SpanExporter, opts []Option) *Stack {
+	t.Helper()
 	ns := rabbittest.Namespace(t)
 	s := &Stack{NS: ns}
 	// Delete the namespace's exchanges and queues at the end. Registered
@@ -119,6 +136,7 @@ func Start(t testing.TB, opts ...Option) *Stack {
 	}
 	for _, svc := range []*Service{s.PSP, s.Inventory, s.Payment, s.Order} {
 		svc.checker = s.checker
+		svc.spans = spans
 		svc.Start()
 	}
 	return s
@@ -168,6 +186,9 @@ func (s *Service) Start() {
 	ctx, cancel := context.WithCancel(failpoint.WithRegistry(context.Background(), s.Failpoints))
 	if s.checker != nil {
 		ctx = web.WithObserver(ctx, s.checker.Middleware(s.Name))
+	}
+	if s.spans != nil {
+		ctx = tracing.WithExporter(ctx, s.spans)
 	}
 	s.cancel = cancel
 	s.done = make(chan error, 1)

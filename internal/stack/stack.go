@@ -243,6 +243,18 @@ func PSPEnv(getenv func(string) string, httpHost string) map[string]string {
 	}
 }
 
+// Jaeger stores the spans of scripts/up.sh --tracing in memory and answers
+// its query API (GET /api/traces/{id}) on this port; it receives OTLP/HTTP
+// on OTLPPort. Built from tools/jaeger (docs/tracing.md).
+var Jaeger = Service{Name: "jaeger", Port: 16686}
+
+// OTLPPort is where Jaeger receives spans over OTLP/HTTP.
+const OTLPPort = 4318
+
+// OTLPEndpoint is the OTEL_EXPORTER_OTLP_ENDPOINT the processes of a
+// stack with tracing get.
+func OTLPEndpoint() string { return "http://127.0.0.1:" + strconv.Itoa(OTLPPort) }
+
 // Viewer is the saga viewer (cmd/viewer): the page that draws each order's
 // journey and runs the failure lab. It drives the services over HTTP and
 // the broker, like scripts/experiment.sh, and runs on demo stacks only.

@@ -29,6 +29,7 @@ func (s *Server) Handler() http.Handler {
 		api.Get("/orders/{id}", s.pass("order", "/orders/{id}"))                                       //
 		api.Post("/orders/{id}/cancel", s.pass("order", "/orders/{id}/cancel"))                        // header Idempotency-Key
 		api.Get("/orders/{id}/story", s.story)                                                         // the timeline and what it lacks
+		api.Get("/orders/{id}/trace", s.orderTrace)                                                    // its traces, from Jaeger (traces.go)
 		api.Get("/stock", s.pass("inventory", "/stock"))                                               // SKUs for the create form
 		api.Get("/health", s.health)                                                                   // every service at a glance
 		api.Get("/switches", s.switches)                                                               // PSP mode, wrong ways, failpoints

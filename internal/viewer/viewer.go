@@ -57,6 +57,11 @@ type Config struct {
 	// address (#/lab/runs/ID) still opens after the viewer restarts
 	// (cmd/viewer: STACK_RUN_DIR/lab-runs). Empty: in memory only.
 	RunsDir string
+	// JaegerURL is Jaeger's query API (JAEGER_URL), where each order's
+	// trace is read from (traces.go); empty: no traces. JaegerUIURL is
+	// the address of Jaeger's own UI for the reader's browser
+	// (JAEGER_UI_URL), linked from the page when set.
+	JaegerURL, JaegerUIURL string
 }
 
 // Server is the viewer's HTTP server: the page and its API.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/pkg/deadletter"
 	"github.com/relmsg/ordersaga/pkg/events"
@@ -50,6 +52,10 @@ func (c *Consumer) HandleArrived(ctx context.Context, d rabbit.Delivery) rabbit.
 // handle is HandleArrived with the transaction step given: the chapter's
 // (commit), or one of the wrong ways of wrongway.go.
 func (c *Consumer) handle(ctx context.Context, d rabbit.Delivery, step commitStep) (dec rabbit.Decision) {
+	// The delivery's process span continues the producer's trace: this
+	// handler's logs and the events it writes carry its trace_id.
+	ctx, span := c.StartProcess(ctx, d)
+	defer span.End()
 	e, err := d.Envelope() // validate the structure
 	defer func() {
 		if p := recover(); p != nil {
@@ -59,12 +65,25 @@ func (c *Consumer) handle(ctx context.Context, d rabbit.Delivery, step commitSte
 		}
 	}()
 	if err == nil {
-		// Continue the producer's trace: this handler's logs and the
-		// events it writes carry the same trace_id (pkg/tracing).
-		ctx = tracing.With(ctx, tracing.Child(e.Traceparent))
 		err = c.process(ctx, e, d.KnownSince(), step)
 	}
 	return c.Decide(ctx, d, err)
+}
+
+// StartProcess starts the process span of d in this consumer: child of
+// and linked to the producer's create span (the message's traceparent),
+// plus links (the batch layer's transaction). End it once d is decided.
+func (c *Consumer) StartProcess(ctx context.Context, d rabbit.Delivery, links ...trace.Link) (context.Context, trace.Span) {
+	key := d.Type // the event type is the routing key it was published with
+	if key == "" {
+		key = d.RoutingKey
+	}
+	conv, _ := d.Headers[events.HeaderCorrelationID].(string)
+	return tracing.StartProcess(ctx, tracing.Delivery{
+		Message: tracing.Message{ID: d.MessageId, RoutingKey: key, ConversationID: conv},
+		Queue:   d.Queue, Consumer: c.cfg.Name, DeliveryTag: d.DeliveryTag, Redelivered: d.Redelivered,
+		Attempt: d.Attempt, Creation: d.Creation(),
+	}, links...)
 }
 
 // ErrPanic wraps what a handler panicked with: a failed attempt, retried
@@ -78,9 +97,70 @@ var ErrPanic = errors.New("handler panicked")
 func (c *Consumer) Decide(ctx context.Context, d rabbit.Delivery, err error) rabbit.Decision {
 	e, _ := d.Envelope()
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
-		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(tracing.From(ctx)))
-	return c.decision(ctx, log, d, e, err)
+		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(ctx))
+	dec := c.decision(ctx, log, d, e, err)
+	out := outcome(err, dec)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(tracing.Outcome.String(out))
+		if err != nil && out != OutcomeDuplicate && out != OutcomeParked {
+			tracing.Fail(span, out, err)
+		}
+	}
+	settle(ctx, d, dec, out)
+	return dec
 }
+
+// outcome names what became of a delivery, from the error of its
+// processing and the decision made of it.
+func outcome(err error, dec rabbit.Decision) string {
+	switch {
+	case dec.Abandoned():
+		return OutcomeAbandoned
+	case dec != rabbit.Ack():
+		return OutcomeRetry
+	case err == nil:
+		return OutcomeProcessed
+	case errors.Is(err, ErrAlreadyProcessed):
+		return OutcomeDuplicate
+	case errors.Is(err, ordering.ErrParked):
+		return OutcomeParked
+	case errors.Is(err, ErrPayloadMismatch):
+		return OutcomeMismatch
+	default:
+		return OutcomeDeadLetter
+	}
+}
+
+// settle records the settle span of a decided delivery: a child of its
+// process span (or, without one, of its creation context), named by what
+// the consume loop tells the broker right after (ack; retry: a delayed
+// copy, then an ack; abandon: the channel closed unacked), with the
+// outcome.
+func settle(ctx context.Context, d rabbit.Delivery, dec rabbit.Decision, out string) {
+	parent := trace.SpanContextFromContext(ctx)
+	if !parent.IsValid() {
+		parent = d.Creation()
+	}
+	op := "ack"
+	switch out {
+	case OutcomeRetry:
+		op = "retry"
+	case OutcomeAbandoned:
+		op = "abandon"
+	}
+	tracing.StartSettle(ctx, parent, d.Queue, op, out).End()
+}
+
+// The outcomes of a delivery, on its process and settle spans.
+const (
+	OutcomeProcessed  = "processed"
+	OutcomeDuplicate  = "duplicate"
+	OutcomeParked     = "parked"
+	OutcomeMismatch   = "payload_mismatch"
+	OutcomeDeadLetter = "dead_letter"
+	OutcomeRetry      = "retry"
+	OutcomeAbandoned  = "abandoned"
+)
 
 // decision turns the outcome of processing d (err, nil for committed) into
 // ack, delayed retry or dead letter.
@@ -154,6 +234,10 @@ type commitStep func(ctx context.Context, e events.Envelope, h Handler) error
 // says; COMMIT.
 func (c *Consumer) commit(ctx context.Context, e events.Envelope, h Handler) error {
 	var res ordering.Result
+	// The inbox transaction as a child span of the process span: what of
+	// the delivery's time is spent holding it (an external call is not).
+	ctx, span := tracing.Tracer(ctx).Start(ctx, "transaction "+c.cfg.Name)
+	defer span.End()
 	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) (err error) {
 		// The event's ordering strategy says when apply runs: now, or for a
 		// delta ahead of a gap later, with its parked successors.
@@ -163,6 +247,9 @@ func (c *Consumer) commit(ctx context.Context, e events.Envelope, h Handler) err
 		})
 		return err
 	})
+	if err != nil {
+		span.SetAttributes(attribute.Bool("ordersaga.rolled_back", true))
+	}
 	switch {
 	case errors.Is(err, ordering.ErrAlreadyParked):
 		return ErrAlreadyProcessed
@@ -257,7 +344,9 @@ func (c *Consumer) deadLetter(ctx context.Context, log *slog.Logger, d rabbit.De
 // letter of this consumer is in one searchable table.
 func (c *Consumer) HandleBrokerDeadLetter(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type)
-	return c.deadLetter(ctx, log, d, "broker dead-lettered the message: "+d.DeathReason())
+	dec := c.deadLetter(ctx, log, d, "broker dead-lettered the message: "+d.DeathReason())
+	settle(ctx, d, dec, outcome(ErrBrokerDeadLettered, dec))
+	return dec
 }
 
 // Handler applies one event inside the consumer's transaction: the business
@@ -288,6 +377,10 @@ func isPermanent(err error) bool {
 	var p permanentError
 	return errors.As(err, &p) || errors.Is(err, events.ErrInvalid) || errors.Is(err, ErrTooOld)
 }
+
+// ErrBrokerDeadLettered is the cause of a message the broker
+// dead-lettered (its delivery limit), as the drain records it.
+var ErrBrokerDeadLettered = errors.New("dead-lettered by the broker")
 
 // ErrTooOld means the event is older than the inbox replay window: its row
 // may have been deleted, so the inbox cannot say whether it was applied. A

@@ -58,6 +58,15 @@
 //     the broker, retried at the capped backoff until the database takes it;
 //     never rejected or dropped (pkg/deadletter, "When the database is down").
 //
+// # Tracing
+//
+// Each delivery gets a process span (Consumer.StartProcess), child of and
+// linked to the producer's create span from its traceparent header, with
+// its transaction as a child span; its decision is a settle span (ack,
+// retry, abandon) whose outcome is processed, duplicate, parked,
+// payload_mismatch, dead_letter or retry. A redelivered copy is a second
+// process span settled duplicate (docs/tracing.md).
+//
 // # Retention and the replay window
 //
 // pkg/retention deletes inbox rows older than the replay window

@@ -11,12 +11,14 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
@@ -319,8 +321,14 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 
 	msgs := make([]rabbit.Message, len(rows))
 	ids := make([]string, len(rows))
+	spans := make([]trace.Span, len(rows))
 	for i, r := range rows {
 		ids[i] = r.EventID
+		// The send span of each message: child of its create span, whose
+		// context the row kept, and linked to it (pkg/tracing).
+		spans[i] = tracing.StartSend(ctx, d.cfg.Exchange, tracing.Parse(r.Traceparent.String),
+			tracing.Message{ID: r.EventID, RoutingKey: r.EventType, ConversationID: strconv.FormatUint(r.AggregateID, 10)},
+			r.Attempts)
 		msgs[i] = rabbit.FromEnvelope(d.cfg.Exchange, events.Envelope{
 			EventID:          r.EventID,
 			Type:             r.EventType,
@@ -337,6 +345,12 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 	stopRenewing := d.renewWhilePublishing(ctx, token, ids)
 	errs := pub.Publish(ctx, msgs, d.cfg.ConfirmTimeout)
 	stopRenewing()
+	for i, span := range spans {
+		if errs[i] != nil {
+			tracing.Fail(span, publishResult(errs[i]), errs[i])
+		}
+		span.End()
+	}
 
 	// Window: the broker has the messages, our table still says 'sending'.
 	// A crash here re-sends them after the lease expires: consumers see the

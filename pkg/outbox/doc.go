@@ -71,6 +71,17 @@
 // outbox.dispatch.after-publish-before-confirm,
 // outbox.dispatch.after-confirm-before-mark.
 //
+// # Tracing
+//
+// Add starts a create span per event (pkg/tracing), child of the span in
+// ctx (the request's, the message's) or of Event.Parent, and stores its
+// context in the row's traceparent column: the outbox is where a
+// producer's context must be kept, because the code that publishes runs
+// later, elsewhere. The dispatcher's send span of each message is a child
+// of that context and links to it, and the message's traceparent header is
+// that context, which every consumer's process span continues and links to
+// (docs/tracing.md).
+//
 // # Latency without a hot loop
 //
 // After a commit that wrote events, the caller calls Dispatcher.Wake; the

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
@@ -21,10 +23,11 @@ type Event struct {
 	Type             events.Type
 	SchemaVersion    int // 0 means events.CurrentSchemaVersion
 	Payload          any // marshalled to JSON; json.RawMessage passes through
-	// Traceparent is the trace the event continues; empty: the one of the
-	// ctx given to Add. Set when one Add writes the events of several
-	// messages (a consumer batch), each caused by its own.
-	Traceparent string
+	// Parent is the span that caused the event, which its create span
+	// continues; zero: the span of the ctx given to Add. Set when one Add
+	// writes the events of several messages (a consumer batch), each
+	// caused by its own message's process span.
+	Parent trace.SpanContext
 	// Corrects is set on a correction only: the event_id of the event it
 	// corrects, stored in corrects_event_id and sent as the header of that
 	// name. A correction is a new decision about an event already issued
@@ -42,12 +45,23 @@ type Event struct {
 // commit, call Dispatcher.Wake so the events leave within milliseconds. All
 // of evs go in one INSERT: a consumer batch (pkg/inbox/batch) hands over the
 // result events of its whole transaction at once.
+//
+// Each event gets a create span (pkg/tracing), child of its Parent or of
+// ctx's span; the span's context is the event's creation context, stored
+// in the traceparent column and sent as the message's traceparent header,
+// so the consumers' spans continue this trace and link to this span.
 func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 	if len(evs) == 0 {
 		return nil, nil
 	}
 	rows := make([][]any, len(evs))
 	ids := make([]string, len(evs))
+	spans := make([]trace.Span, 0, len(evs))
+	defer func() {
+		for _, s := range spans {
+			s.End()
+		}
+	}()
 	for i, e := range evs {
 		if e.EventID == "" {
 			// UUIDv7 is time ordered: new primary keys land at the end of
@@ -75,16 +89,14 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("outbox: payload of %s: %w", e.Type, err)
 		}
-		if e.Traceparent == "" {
-			// The trace of the request or message being handled travels
-			// with the events it causes (pkg/tracing).
-			e.Traceparent = tracing.From(ctx)
+		span := tracing.StartCreate(ctx, e.Parent, tracing.Message{ID: e.EventID, RoutingKey: e.Type,
+			ConversationID: strconv.FormatUint(e.AggregateID, 10)})
+		spans = append(spans, span)
+		var tp any // NULL without a trace
+		if s := tracing.Format(span.SpanContext()); s != "" {
+			tp = s
 		}
-		var trace any
-		if tracing.Valid(e.Traceparent) {
-			trace = e.Traceparent
-		}
-		rows[i] = []any{e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, trace, corrects}
+		rows[i] = []any{e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, tp, corrects}
 		ids[i] = e.EventID
 	}
 	const q = `INSERT INTO outbox_events
@@ -95,6 +107,9 @@ VALUES `
 		args = append(args, r...)
 	}
 	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, ?, ?, ?, ?, ?)", len(rows)), args...); err != nil {
+		for _, s := range spans {
+			tracing.Fail(s, "insert", err)
+		}
 		return nil, fmt.Errorf("outbox: insert %d events: %w", len(rows), err)
 	}
 	return ids, nil

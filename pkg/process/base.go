@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/migrations"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
@@ -26,7 +27,7 @@ import (
 // (Start) or the fake PSP (pspsvc), which has no broker.
 
 // NewLogger returns the JSON logger: a record logged with a context that
-// carries a traceparent gets its trace_id, so one order can be followed
+// carries a span gets its trace_id, so one order can be followed
 // across services, and every line names the service and the instance
 // (with several instances of a service, a line says which one logged it).
 func NewLogger(cfg Config, stdout io.Writer) *slog.Logger {
@@ -64,6 +65,24 @@ func WithFailpoints(ctx context.Context, cfg Config, log *slog.Logger) (context.
 	return ctx, reg, nil
 }
 
+// StartTracing builds the process's tracer provider (pkg/tracing): spans
+// exported to OTEL_EXPORTER_OTLP_ENDPOINT when it is set, recorded
+// nowhere otherwise. The returned context carries it, for the spans of
+// work that no request or message started; Shutdown it last.
+func StartTracing(ctx context.Context, cfg Config, log *slog.Logger) (context.Context, *tracing.Provider, error) {
+	tp, err := tracing.Setup(ctx, tracing.Config{Service: cfg.Name, Instance: cfg.InstanceID, Endpoint: cfg.OTLPEndpoint})
+	if err != nil {
+		return ctx, nil, err
+	}
+	switch {
+	case cfg.OTLPEndpoint != "":
+		log.Info("tracing: spans exported", "otel_exporter_otlp_endpoint", MaskURL(cfg.OTLPEndpoint))
+	case tp.Exporting():
+		log.Info("tracing: spans recorded by the test's exporter")
+	}
+	return tracing.WithProvider(ctx, tp.TracerProvider()), tp, nil
+}
+
 // OpenDB opens the database and applies the migrations of migrationsDir
 // (the folder under migrations/), within a minute.
 func OpenDB(ctx context.Context, cfg Config, migrationsDir string, log *slog.Logger) (*sqlx.DB, error) {
@@ -84,15 +103,16 @@ func OpenDB(ctx context.Context, cfg Config, migrationsDir string, log *slog.Log
 	return db, nil
 }
 
-// BaseRouter returns a router with what every process serves: /healthz,
+// BaseRouter returns a router with what every process serves: a server
+// span per request of tp (pkg/tracing), /healthz,
 // /readyz (ready), /metrics, in demo mode /debug/failpoints, and problem
 // documents for an unknown path or method. Every route is behind web.Guard
 // (this machine's Host or ALLOWED_HOSTS, no state change from another
 // site's page, clean paths); /debug wants ADMIN_TOKEN when one is set.
 func BaseRouter(cfg Config, started time.Time, ready func(context.Context) error, metrics *prometheus.Registry,
-	failpoints *failpoint.Registry) chi.Router {
+	failpoints *failpoint.Registry, tp trace.TracerProvider) chi.Router {
 	mux := chi.NewRouter()
-	mux.Use(middleware.Recoverer, web.Guard{Hosts: cfg.AllowedHosts}.Wrap, tracing.Middleware)
+	mux.Use(middleware.Recoverer, web.Guard{Hosts: cfg.AllowedHosts}.Wrap, tracing.Middleware(tp))
 	web.Health(mux, started, ready)
 	mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{Registry: metrics}))
 	if cfg.DemoMode {

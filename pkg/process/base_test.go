@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/web"
@@ -18,7 +19,7 @@ import (
 func baseServer(t *testing.T, cfg Config) (*httptest.Server, *failpoint.Registry) {
 	t.Helper()
 	fps := failpoint.NewRegistry()
-	mux := BaseRouter(cfg, time.Now(), func(context.Context) error { return nil }, prometheus.NewRegistry(), fps)
+	mux := BaseRouter(cfg, time.Now(), func(context.Context) error { return nil }, prometheus.NewRegistry(), fps, noop.NewTracerProvider())
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
 	return ts, fps

@@ -166,6 +166,10 @@ type Config struct {
 	// versions of its aggregate before it is alerted on (PARK_DEADLINE).
 	ParkDeadline   time.Duration
 	RetentionBatch int // RETENTION_BATCH: rows per DELETE
+	// OTLPEndpoint is where spans are exported over OTLP/HTTP
+	// (OTEL_EXPORTER_OTLP_ENDPOINT, http://127.0.0.1:4318 for a local
+	// Jaeger); empty: none exported (pkg/tracing, docs/tracing.md).
+	OTLPEndpoint string
 }
 
 // Load reads the shared settings. defaultAddr and defaultDB are the
@@ -200,6 +204,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		KeyRetention:      env.Duration("IDEMPOTENCY_KEY_RETENTION", 24*time.Hour),
 		RetentionInterval: env.Duration("RETENTION_INTERVAL", time.Minute),
 		RetentionBatch:    env.Int("RETENTION_BATCH", 1000, 1, 10000),
+		OTLPEndpoint:      env.String("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
 	}
 	// The wait for confirms fits the lease (outbox.Config): at most a third.
 	c.OutboxConfirmTimeout = env.Duration("OUTBOX_CONFIRM_TIMEOUT", outbox.DefaultConfirmTimeout(c.OutboxLease))
@@ -218,6 +223,10 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 	if err := c.LogLevel.UnmarshalText([]byte(env.String("LOG_LEVEL", "info"))); err != nil {
 		env.errs = append(env.errs, fmt.Errorf("LOG_LEVEL: want debug, info, warn or error"))
 	}
+	if u, err := url.Parse(c.OTLPEndpoint); c.OTLPEndpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		env.errs = append(env.errs, fmt.Errorf("OTEL_EXPORTER_OTLP_ENDPOINT=%q: want the base URL of an OTLP/HTTP receiver, such as http://127.0.0.1:4318",
+			MaskURL(c.OTLPEndpoint)))
+	}
 	if _, err := mysql.ParseDSN(c.MySQLDSN); err != nil {
 		env.errs = append(env.errs, fmt.Errorf("MYSQL_DSN: %v", err))
 	}
@@ -235,6 +244,7 @@ func (c Config) Masked() Config {
 		c.MySQLDSN = mc.FormatDSN()
 	}
 	c.AMQPURL = MaskURL(c.AMQPURL)
+	c.OTLPEndpoint = MaskURL(c.OTLPEndpoint)
 	if c.AdminToken != "" {
 		c.AdminToken = "*****"
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retention"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
@@ -43,6 +44,9 @@ type Runtime struct {
 	Inbox      *inbox.Metrics
 	Batch      *batch.Metrics
 	Failpoints *failpoint.Registry
+	// Tracing is the process's tracer provider (pkg/tracing); Serve shuts
+	// it down last, sending the spans still waiting.
+	Tracing *tracing.Provider
 	// Journal keeps the latest log records about each event, order and
 	// claim, for /debug/journal (demo mode only; nil otherwise).
 	Journal *Journal
@@ -87,6 +91,9 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		return ctx, nil, err
 	}
 	r.Failpoints = fps
+	if ctx, r.Tracing, err = StartTracing(ctx, cfg, log); err != nil {
+		return ctx, nil, err
+	}
 	db, err := OpenDB(ctx, cfg, migrationsDir, log)
 	if err != nil {
 		return ctx, nil, err
@@ -243,7 +250,7 @@ func (r *Runtime) Ready(ctx context.Context) error {
 // admin routes, behind ADMIN_TOKEN) and, in demo mode only,
 // /debug/failpoints, /debug/wrong-way and /debug/journal.
 func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
-	mux := BaseRouter(r.Cfg, r.started, r.Ready, r.Metrics, r.Failpoints)
+	mux := BaseRouter(r.Cfg, r.started, r.Ready, r.Metrics, r.Failpoints, r.Tracing.TracerProvider())
 	mux.Route("/admin", func(ar chi.Router) {
 		ar.Use(AdminToken(r.Cfg))
 		(&admin.Handler{DB: r.DB, Log: r.Log, Service: r.Cfg.Name, Instance: r.Cfg.InstanceID, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
@@ -342,6 +349,9 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 	r.redrive.Close()
 	stopBroker()
 	brokerWG.Wait()
+	if err := r.Tracing.Shutdown(ctx); err != nil {
+		r.Log.Warn("tracing: spans not sent at shutdown", "err", err)
+	}
 	r.Log.Info("stopped")
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return errors.Join(cause, shutdownErr)

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/pkg/retry"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
 // Headers the retry path adds to a message it re-publishes for later.
@@ -54,6 +56,13 @@ type Decision struct {
 	kind   decisionKind
 	delay  time.Duration
 	Reason string
+}
+
+// Creation is the message's creation context, from its traceparent
+// header: the span of the producer that wrote it (pkg/tracing).
+func (d Delivery) Creation() trace.SpanContext {
+	tp, _ := d.Headers[tracing.Header].(string)
+	return tracing.Parse(tp)
 }
 
 type decisionKind int
@@ -294,7 +303,7 @@ func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger,
 		return c.settle(ctx, cfg, log, pub, dels, decisions)
 	}
 	if len(dels) == 1 {
-		returnToQueue(log, dels[0], err)
+		returnToQueue(ctx, log, dels[0], err)
 		return false
 	}
 	log.Error("batch handler failed; handling its deliveries one at a time", "size", len(dels), "err", err)
@@ -302,7 +311,7 @@ func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger,
 		one := []Delivery{d}
 		decisions, err := call(ctx, cfg.HandlerTimeout, handle, one)
 		if err != nil {
-			returnToQueue(log, d, err)
+			returnToQueue(ctx, log, d, err)
 			continue
 		}
 		if c.settle(ctx, cfg, log, pub, one, decisions) {
@@ -355,7 +364,10 @@ func call(ctx context.Context, timeout time.Duration, handle BatchHandler, dels 
 // is immediate but bounded: the quorum queue's delivery limit caps how
 // often it happens to one message, then dead-letters it (有限重试与死信),
 // so it is not the endless instant requeue the chapter forbids.
-func returnToQueue(log *slog.Logger, d Delivery, err error) {
+func returnToQueue(ctx context.Context, log *slog.Logger, d Delivery, err error) {
+	span := tracing.StartSettle(ctx, d.Creation(), d.Queue, "nack", "returned")
+	defer span.End()
+	tracing.Fail(span, "handler_failed", err)
 	attrs := []any{"message_id", d.MessageId, "err", err}
 	if p, ok := err.(*handlerPanic); ok {
 		attrs = append(attrs, "stack", string(p.stack))

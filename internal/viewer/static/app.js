@@ -407,6 +407,7 @@ function selectOrder(id) {
   renderTimeline();
   if (state.storyTimer) clearTimeout(state.storyTimer);
   pollStory();
+  if (window.showTrace) showTrace(id); // its trace, when tracing is on (trace.js)
 }
 
 async function pollStory() {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
@@ -108,7 +109,19 @@ type item[S any] struct {
 	e     events.Envelope
 	h     Handler[S]         // nil for an external event until its call is made
 	ext   ExternalHandler[S] // the event's external call, if it has one
-	trace string             // the producer's trace, continued (pkg/tracing)
+	// span is the delivery's process span while a run of several holds it
+	// (pkg/tracing): child of the producer's create span, linked to the
+	// run's transaction span.
+	span trace.Span
+}
+
+// in returns ctx carrying the item's process span: the handler's logs and
+// the events it emits continue the producer's trace.
+func (it *item[S]) in(ctx context.Context) context.Context {
+	if it.span == nil {
+		return ctx
+	}
+	return trace.ContextWithSpan(ctx, it.span)
 }
 
 // HandleBatch is the rabbit.BatchHandler: it cuts ds into runs (doc.go),
@@ -171,7 +184,7 @@ func (c *Consumer[S]) item(i int, d rabbit.Delivery) (item[S], bool) {
 	if since := d.KnownSince(); !since.IsZero() && time.Since(since) > c.in.ReplayWindow {
 		return item[S]{}, false
 	}
-	it := item[S]{index: i, d: d, e: e, trace: tracing.Child(e.Traceparent)}
+	it := item[S]{index: i, d: d, e: e}
 	if ext, ok := c.hs.External[e.Type]; ok { // as the inbox: the external call wins
 		it.ext = ext
 		return it, true
@@ -219,22 +232,57 @@ func (c *Consumer[S]) run(ctx context.Context, run []item[S], ts *takes) {
 		}
 		return
 	}
+	bctx, bspan := c.startSpans(ctx, run)
+	defer bspan.End()
 	run, later := c.callOut(ctx, run, ts)
 	if len(run) > 0 {
-		b, err := c.transact(ctx, run)
+		b, err := c.transact(bctx, run)
 		if err == nil {
 			c.committed(ctx, b, run, ts)
 		} else {
 			c.opt.Metrics.fallbacks.WithLabelValues(c.in.Name).Inc()
 			c.in.Log.Info("batch rolled back; its deliveries go one at a time", "consumer", c.in.Name,
 				"events", len(run), "err", err)
+			tracing.Fail(bspan, "rolled_back", err)
+			endSpans(run, "rolled back with its batch: processed again alone")
 			for _, it := range run {
 				ts.decide(it.index, c.alone(ctx, it.d))
 			}
 		}
 	}
+	endSpans(later, "processed alone after its batch")
 	for _, it := range later {
 		ts.decide(it.index, c.alone(ctx, it.d))
+	}
+}
+
+// startSpans starts the span of a run's transaction, linked to every
+// message's creation context, and each delivery's process span, child of
+// its producer's and linked to the run's: the conventions' batch
+// processing (pkg/tracing). The transaction's work runs under the
+// returned context.
+func (c *Consumer[S]) startSpans(ctx context.Context, run []item[S]) (context.Context, trace.Span) {
+	ds := make([]tracing.Delivery, len(run))
+	for i, it := range run {
+		ds[i] = tracing.Delivery{Message: tracing.Message{ID: it.e.EventID, RoutingKey: it.e.Type,
+			ConversationID: it.e.CorrelationID}, Creation: it.d.Creation()}
+	}
+	bctx, bspan := tracing.StartBatch(ctx, run[0].d.Queue, c.in.Name, ds)
+	link := trace.Link{SpanContext: bspan.SpanContext()}
+	for i := range run {
+		_, run[i].span = c.inbox.StartProcess(ctx, run[i].d, link)
+	}
+	return bctx, bspan
+}
+
+// endSpans ends the process spans of items that leave the run undecided
+// (the chapter's path then gives each a process span of its own).
+func endSpans[S any](items []item[S], why string) {
+	for _, it := range items {
+		if it.span != nil {
+			it.span.AddEvent(why)
+			it.span.End()
+		}
 	}
 }
 
@@ -253,7 +301,8 @@ func (c *Consumer[S]) committed(ctx context.Context, b *Tx, run []item[S], ts *t
 	for _, it := range run {
 		// Window: committed, not acked. A crash here redelivers every
 		// message of the run; their inbox rows make them duplicates.
-		d := c.inbox.Decide(tracing.With(ctx, it.trace), it.d, nil)
+		d := c.inbox.Decide(it.in(ctx), it.d, nil)
+		it.span.End()
 		abandon = abandon || d.Abandoned()
 		ts.decide(it.index, d)
 	}
@@ -291,7 +340,7 @@ func (c *Consumer[S]) transact(ctx context.Context, run []item[S]) (b *Tx, err e
 		s := c.hs.Batched(b)
 		for i, it := range run {
 			b.current = i
-			if err := it.h(tracing.With(ctx, it.trace), s, it.e); err != nil {
+			if err := it.h(it.in(ctx), s, it.e); err != nil {
 				return fmt.Errorf("event %s (%s): %w", it.e.EventID, it.e.Type, err)
 			}
 		}
@@ -359,7 +408,8 @@ func (c *Consumer[S]) callOut(ctx context.Context, run []item[S], ts *takes) (ke
 		case errors.Is(errs[i], errLater):
 			later = append(later, it)
 		default:
-			ts.decide(it.index, c.inbox.Decide(tracing.With(ctx, it.trace), it.d, errs[i]))
+			ts.decide(it.index, c.inbox.Decide(it.in(ctx), it.d, errs[i]))
+			it.span.End()
 		}
 	}
 	return kept, later
@@ -371,7 +421,7 @@ var errLater = errors.New("processed on its own")
 // call makes one external call with its own time bound; a panic is a
 // failed call.
 func (c *Consumer[S]) call(ctx context.Context, it *item[S]) (h Handler[S], err error) {
-	ctx, cancel := context.WithTimeout(tracing.With(ctx, it.trace), c.opt.Timeout)
+	ctx, cancel := context.WithTimeout(it.in(ctx), c.opt.Timeout)
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {

@@ -57,6 +57,16 @@
 // stock of the batch's holds is not there) fails the batch, and the
 // chapter's path then decides each event alone.
 //
+// # Tracing
+//
+// A run of several deliveries has a span of its own for its transaction,
+// linked to every message's creation context (the messaging conventions'
+// batch processing), and each delivery its own process span, child of
+// its producer's create span and linked to the run's span; the events a
+// handler emits keep that delivery's span as their create span's parent
+// (Tx.Emit). A run that rolls back ends its deliveries' spans, and the
+// chapter's path gives each a process span of its own (docs/tracing.md).
+//
 // Every delivery has its own time bound (Config.Timeout): each external
 // call, the batch transaction, and each delivery of a fallback. Counters
 // and log lines of the batch's work are written after its COMMIT (Tx.Log,

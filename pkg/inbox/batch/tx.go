@@ -5,10 +5,10 @@ import (
 	"log/slog"
 
 	"github.com/jmoiron/sqlx"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/outbox"
-	"github.com/relmsg/ordersaga/pkg/tracing"
 )
 
 // Tx is one batch's transaction as the handlers of its events see it,
@@ -26,11 +26,12 @@ type Tx struct {
 
 // Emit keeps result events of the handler running; every handler's go into
 // the outbox in one INSERT after the shared writes, before COMMIT. Each
-// keeps the trace of the message that caused it.
+// keeps the span of the message that caused it (ctx's: the delivery's
+// process span), which its create span continues.
 func (b *Tx) Emit(ctx context.Context, evs ...outbox.Event) {
 	for _, e := range evs {
-		if e.Traceparent == "" {
-			e.Traceparent = tracing.From(ctx)
+		if !e.Parent.IsValid() {
+			e.Parent = trace.SpanContextFromContext(ctx)
 		}
 		b.emitted = append(b.emitted, e)
 	}

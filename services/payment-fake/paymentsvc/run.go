@@ -12,6 +12,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/process"
+	"github.com/relmsg/ordersaga/pkg/tracing"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenthttp"
@@ -39,8 +40,10 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		"sweep_grace", scfg.App.Grace, "sweep_batch", scfg.App.SweepBatch, "cancel_settle", scfg.App.CancelSettle,
 		"retry_base", scfg.App.Backoff.Base, "retry_cap", scfg.App.Backoff.Cap)
 
-	// The one PSP every instance shares, reached only over HTTP.
-	pspClient := psp.NewClient(pcfg.URL, &http.Client{Timeout: pcfg.Timeout}).WithToken(pcfg.Token)
+	// The one PSP every instance shares, reached only over HTTP; each call
+	// is a client span of the message's process span.
+	pspClient := psp.NewClient(pcfg.URL, &http.Client{Timeout: pcfg.Timeout,
+		Transport: tracing.Transport(nil, rt.Tracing.TracerProvider())}).WithToken(pcfg.Token)
 	scfg.App.Wake = rt.Outbox.Wake
 	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics, scfg.App)
 

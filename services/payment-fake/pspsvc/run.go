@@ -36,7 +36,7 @@ const DefaultAddr = ":8084"
 // Run runs the PSP until ctx ends. It reads the shared settings it needs
 // (HTTP_ADDR, MYSQL_DSN, MYSQL_CREATE_DATABASE, MYSQL_MAX_CONNS, DEMO_MODE,
 // ADMIN_TOKEN, ALLOWED_HOSTS, FAILPOINTS, LOG_LEVEL, INSTANCE_ID,
-// SHUTDOWN_TIMEOUT) and its own PSP_TOKEN; it has no broker.
+// SHUTDOWN_TIMEOUT, OTEL_EXPORTER_OTLP_ENDPOINT) and its own PSP_TOKEN; it has no broker.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	env := process.NewEnv(getenv)
 	cfg := process.Load(env, "psp", DefaultAddr, "payment_service")
@@ -52,6 +52,11 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
+	ctx, tp, err := process.StartTracing(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tp.Shutdown(ctx) }()
 	// The payment schema's migrations (the PSP's tables are among them);
 	// the payment service applies the same set, under the same lock.
 	db, err := process.OpenDB(ctx, cfg, "payment", log)
@@ -61,7 +66,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	defer db.Close()
 
 	server := psp.NewServer(db, log)
-	mux := process.BaseRouter(cfg, time.Now().UTC(), db.PingContext, process.NewMetrics(cfg), fps)
+	mux := process.BaseRouter(cfg, time.Now().UTC(), db.PingContext, process.NewMetrics(cfg), fps, tp.TracerProvider())
 	access := psp.Access{Demo: cfg.DemoMode, AdminToken: cfg.AdminToken, Token: token}
 	mux.Mount("/psp", http.StripPrefix("/psp", psp.Guard(server.Handler(), access, log)))
 
