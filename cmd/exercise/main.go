@@ -34,14 +34,20 @@ func main() {
 	switch {
 	case errors.Is(err, errGradeFailed):
 		os.Exit(1)
+	case errors.Is(err, errRefused):
+		os.Exit(2)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "exercise:", err)
 		os.Exit(2)
 	}
 }
 
-// errGradeFailed: grade said fail (already printed).
-var errGradeFailed = errors.New("grade failed")
+// errGradeFailed: grade said fail; errRefused: start or reset refused
+// and changed nothing. Both are explained already.
+var (
+	errGradeFailed = errors.New("grade failed")
+	errRefused     = errors.New("refused; nothing was changed")
+)
 
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
 	lang := language(getenv)
@@ -136,17 +142,20 @@ func start(p printer, root string, e exercise.Exercise) error {
 		for _, l := range d.Lines {
 			p.printf("    %s\n", l)
 		}
-		return errors.New("nothing was changed")
+		return errRefused
 	case errors.Is(err, exercise.ErrOnExercise):
 		n := strings.TrimPrefix(d.Branch, "exercise-")
 		p.say(msgOnExercise, d.Branch, n)
-		return errors.New("nothing was changed")
+		return errRefused
 	case errors.Is(err, exercise.ErrBranchExists):
 		p.say(msgBranchExists, d.Branch, d.Branch, e.Number)
-		return errors.New("nothing was changed")
+		return errRefused
 	case errors.Is(err, exercise.ErrDoesNotApply):
 		p.say(msgDoesNotApply, e.Number)
-		return err
+		for _, l := range d.Lines {
+			p.printf("    %s\n", l)
+		}
+		return errRefused
 	case err != nil:
 		return err
 	}
@@ -247,10 +256,10 @@ func reset(p printer, root string, n int) error {
 	switch {
 	case errors.Is(err, exercise.ErrNotStarted):
 		p.say(msgNotStarted, n, res.Branch)
-		return errors.New("nothing was changed")
+		return errRefused
 	case errors.Is(err, exercise.ErrNoOrigin):
 		p.say(msgNoOrigin, res.Branch, res.Branch)
-		return errors.New("nothing was changed")
+		return errRefused
 	case err != nil:
 		return err
 	}
