@@ -196,8 +196,22 @@ func grade(ctx context.Context, p printer, root string, e exercise.Exercise) err
 		p.say(msgGradePass, e.Number, e.Section, e.Number)
 		return nil
 	}
+	if len(rep.BuildOutput) > 0 && !anyRan(rep) {
+		p.say(msgGradeNoBuild)
+		return errGradeFailed
+	}
 	p.say(msgGradeFail, e.Section, e.Number)
 	return errGradeFailed
+}
+
+// anyRan: some test the exercise names ran (passed, failed or skipped).
+func anyRan(rep exercise.Report) bool {
+	for _, r := range rep.Results {
+		if r.Status != exercise.StatusMissing {
+			return true
+		}
+	}
+	return false
 }
 
 // printHead prints the first max lines, and how many more there are: a

@@ -46,6 +46,7 @@ const (
 	msgGradeTest      = "grade.test"
 	msgGradePass      = "grade.pass"
 	msgGradeFail      = "grade.fail"
+	msgGradeNoBuild   = "grade.no-build"
 	msgNotStarted     = "reset.not-started"
 	msgNoOrigin       = "reset.no-origin"
 	msgReset          = "reset.done"
@@ -148,6 +149,10 @@ var messages = map[string]struct{ en, zh string }{
 		"\nFAIL: the defect is still there. Read the chapter section 「%s」 again;\n" +
 			"scripts/exercise.sh hint %d gives a hint.",
 		"\n未通过：缺陷还在。请重读课文「%s」一节；scripts/exercise.sh hint %d 给出提示。",
+	},
+	msgGradeNoBuild: {
+		"\nFAIL: the code does not build (go's words above); make it build, then grade again.",
+		"\n未通过：代码编译不通过（见上面 go 的输出）；先让它编译通过，再评分。",
 	},
 	msgNotStarted: {
 		"Exercise %d is not started: there is no branch %s. Nothing was changed.",
