@@ -19,6 +19,8 @@
 //   - a lab command (`scripts/experiment.sh -wrong-way lease-expiry`): an
 //     experiment internal/lab registers, with a wrong-way switch when the
 //     command asks for one;
+//   - an exercise command (`scripts/exercise.sh grade 3`): an exercise of
+//     that number in exercises/;
 //   - a link ([the lab](failure-lab.md#the-experiments)): the target file
 //     exists and so does the heading the anchor names.
 package docs_test
@@ -32,10 +34,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
 
+	"github.com/relmsg/ordersaga/internal/exercise"
 	"github.com/relmsg/ordersaga/internal/lab"
 )
 
@@ -104,6 +108,7 @@ var checked = []string{
 	"docs/zh/course-map.md", "docs/zh/questions.md", "docs/zh/glossary.md", "docs/zh/departures.md",
 	"docs/learning-path.md", "docs/zh/learning-path.md", "docs/alternatives.md", "docs/zh/alternatives.md",
 	"docs/security.md", "docs/zh/security.md", "docs/tracing.md", "docs/zh/tracing.md",
+	"docs/exercises.md", "docs/zh/exercises.md",
 }
 
 // The other documents, whose links are followed too.
@@ -239,9 +244,10 @@ func TestQuestionsAreAnsweredInOrder(t *testing.T) {
 }
 
 var (
-	repoPath   = regexp.MustCompile(`^(pkg|services|internal|cmd|e2e|experiments|migrations|deploy|scripts|docs|bench)/[^\s*{}<>]*$`)
+	repoPath   = regexp.MustCompile(`^(pkg|services|internal|cmd|e2e|experiments|exercises|migrations|deploy|scripts|docs|bench)/[^\s*{}<>]*$`)
 	testName   = regexp.MustCompile(`^(Test|Example|Benchmark)[A-Za-z0-9_]*$`)
 	labCommand = regexp.MustCompile(`^scripts/experiment\.sh (-wrong-way )?([a-z0-9-]+)$`)
+	exCommand  = regexp.MustCompile(`^scripts/exercise\.sh (start|hint|grade|reset) ([0-9]+)( -zh)?$`)
 	identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
 )
 
@@ -301,6 +307,11 @@ func checkSpan(t *testing.T, where, sp string, tests map[string]bool) {
 			t.Errorf("%s: `%s`: internal/lab registers no experiment %q", where, sp, name)
 		case wrong && s.WrongWay == "":
 			t.Errorf("%s: `%s`: experiment %q has no wrong-way switch", where, sp, name)
+		}
+	case exCommand.MatchString(sp):
+		n, _ := strconv.Atoi(exCommand.FindStringSubmatch(sp)[2])
+		if _, err := exercise.Find(root, n); err != nil {
+			t.Errorf("%s: `%s`: %v", where, sp, err)
 		}
 	case strings.HasPrefix(sp, "go test ") || strings.HasPrefix(sp, "scripts/test.sh "):
 		for _, f := range strings.Fields(sp) {

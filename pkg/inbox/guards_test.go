@@ -350,3 +350,37 @@ func TestPanickingHandlerIsAFailedAttempt(t *testing.T) {
 		t.Fatalf("inbox rows = %d, want 0", got)
 	}
 }
+
+// The wait before a retry is the chapter's: min(cap, base*2^(attempt-1))
+// is its bound and a random wait inside [bound/2, bound] the jitter
+// (有限重试与死信: 退避可按 min(cap, base × 2^attempt) 计算上限后加入随机抖动), so a
+// burst of failures does not come back in lockstep and no wait exceeds the
+// cap, however many attempts a message has had.
+func TestRetryWaitsAreCappedAndJittered(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	failing := func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
+	}
+	b := retry.Backoff{Base: 100 * time.Millisecond, Cap: time.Second}
+	c := inbox.NewConsumer(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Backoff: b,
+		MaxAttempts: 100, MaxRetryAge: time.Hour,
+		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: failing}})
+	ctx := context.Background()
+	for _, attempt := range []int{1, 2, 4, 6, 9} {
+		bound := min(b.Cap, b.Base<<(attempt-1))
+		seen := map[time.Duration]bool{}
+		for range 8 {
+			dec := c.Handle(ctx, delivery(inboxtest.Event(events.OrderCreated), attempt, time.Now()))
+			w := dec.Delay()
+			if w < bound/2 || w > bound {
+				t.Fatalf("attempt %d: retry in %v (%q), want a wait within [%v, %v]: min(cap %v, base %v*2^(attempt-1)), jitter inside it",
+					attempt, w, dec.Reason, bound/2, bound, b.Cap, b.Base)
+			}
+			seen[w] = true
+		}
+		if len(seen) < 4 {
+			t.Errorf("attempt %d: 8 retries waited only %d distinct times: the jitter is missing, failures come back in lockstep", attempt, len(seen))
+		}
+	}
+}

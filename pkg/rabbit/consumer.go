@@ -83,6 +83,9 @@ func RetryAfter(delay time.Duration, reason string) Decision {
 	return Decision{kind: decideRetry, delay: delay, Reason: reason}
 }
 
+// Delay is the wait of a RetryAfter decision, 0 for the others.
+func (d Decision) Delay() time.Duration { return d.delay }
+
 // Abandon: neither ack nor reject; close the channel so the broker redelivers
 // every unacked message of it. This is the "ACK lost" window of the chapter,
 // reachable only through a failpoint.
