@@ -45,6 +45,7 @@ var Checks = []struct{ Name, Asserts string }{
 	{CheckLeftovers, "no outbox row pending, sending or failed, no dead letter, parked event, open gap, needs_attention, pending payment or refund; rest reached"},
 	{CheckDoubleEffect, "one history row per consumed event, one outbox event per order and type, no status regression"},
 	{CheckAnswers, "no 5xx answer, no unexpected status, every request settled by a definite answer"},
+	{CheckFaults, "every fault reached its path (copies in one take, a retry in flight, deliveries past their budget, none lost); no process exited unkilled"},
 }
 
 // Rules lists every rule Check can report, by check; the selftest plants
@@ -58,6 +59,7 @@ var Rules = map[string][]string{
 	CheckLeftovers:    {"outbox", "dead-letter", "parked", "gap", "needs-attention", "payment-pending", "refund-pending", "rest"},
 	CheckDoubleEffect: {"history-event", "outbox-event", "status-regression"},
 	CheckAnswers:      {"5xx", "unexpected", "no-answer"},
+	CheckFaults:       {"restart", "copy-take", "retry-in-flight", "give-up"},
 }
 
 // Order statuses (the order service's contract).
@@ -103,6 +105,7 @@ func Check(s Snapshot) []Violation {
 	}
 	c.stock()
 	c.leftovers()
+	c.faults()
 	slices.SortStableFunc(c.out, func(a, b Violation) int {
 		return cmp.Or(cmp.Compare(checkIndex(a.Check), checkIndex(b.Check)), cmp.Compare(a.Rule, b.Rule), compareSubjects(a.Subject, b.Subject))
 	})

@@ -25,27 +25,37 @@ const (
 	FaultDBKill        FaultKind = "db-kill"        // KILL every database session of a service
 	FaultDBLock        FaultKind = "db-lock"        // FLUSH TABLES ... WITH READ LOCK, held for the hold, then UNLOCK TABLES
 	FaultPSP           FaultKind = "psp"            // the fake PSP loses answers, fails or is slow for a few calls
-	FaultNodeKill      FaultKind = "node-kill"      // SIGKILL of the cluster node leading the busiest quorum queue; it is started again
+	FaultCopyTake      FaultKind = "copy-take"      // at every consumer, a delivery and its copy in one take (copytake.go)
+	FaultDBOutage      FaultKind = "db-outage"      // a service's database account locked until deliveries exceed their retry budget (outage.go)
+	FaultNodeKill      FaultKind = "node-kill"      // SIGKILL of a cluster node: the one leading a retry tier with a retry waiting, or the busiest queue's leader
 )
 
-// FaultKinds lists every kind a stack on one broker can take, in report
-// order.
-var FaultKinds = []FaultKind{FaultKill, FaultStop, FaultBrokerClose, FaultBrokerRestart, FaultDBKill, FaultDBLock, FaultPSP}
+// FaultKinds lists every kind a stack on one broker can take in seconds,
+// in report order: the chaos run of the test suite takes each of them.
+var FaultKinds = []FaultKind{FaultKill, FaultStop, FaultBrokerClose, FaultBrokerRestart, FaultDBKill, FaultDBLock, FaultPSP, FaultCopyTake}
+
+// SlowFaultKinds take a minute or more each (a database outage outlasts
+// the consumers' retry budget): in the command's runs, at most one of
+// each per run, not in the test suite's.
+var SlowFaultKinds = []FaultKind{FaultDBOutage}
 
 // ClusterFaultKinds are the kinds only a broker of several nodes that the
 // run owns can take (see Cluster).
 var ClusterFaultKinds = []FaultKind{FaultNodeKill}
 
+// AllFaultKinds lists every kind, in report order.
+func AllFaultKinds() []FaultKind { return slices.Concat(FaultKinds, SlowFaultKinds, ClusterFaultKinds) }
+
 // ParseFaultKinds reads "kill,stop,db-lock" ("all": every kind the stack
 // can take, the cluster's with a cluster; "none": no faults).
 func ParseFaultKinds(s string, cluster bool) ([]FaultKind, error) {
-	known := slices.Concat(FaultKinds, ClusterFaultKinds)
+	known := AllFaultKinds()
 	switch strings.TrimSpace(s) {
 	case "all":
 		if cluster {
 			return known, nil
 		}
-		return slices.Clone(FaultKinds), nil
+		return slices.Concat(FaultKinds, SlowFaultKinds), nil
 	case "", "none":
 		return nil, nil
 	}
@@ -137,10 +147,14 @@ func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
 		instances = Services
 	}
 	svcTurn := rng.IntN(len(Services))
-	nodeTurn := 0
+	nodeTurn, killTurn := 0, 0
+	slow := map[FaultKind]bool{}
 	for at := lead; ; at += fs.Every {
 		if len(turn) == 0 {
-			turn = slices.Clone(fs.Kinds)
+			turn = slices.DeleteFunc(slices.Clone(fs.Kinds), func(k FaultKind) bool { return slow[k] })
+			if len(turn) == 0 {
+				break
+			}
 			rng.Shuffle(len(turn), func(i, j int) { turn[i], turn[j] = turn[j], turn[i] })
 		}
 		f := Fault{Kind: turn[0], At: at + time.Duration(rng.Int64N(int64(fs.Every/4)+1))}
@@ -158,7 +172,18 @@ func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
 				nodeTurn++
 			}
 		case FaultNodeKill:
-			f.Target = "leader"
+			// A retry in flight first, then the busiest queue's leader, in turn.
+			f.Target = []string{"retry:inventory", "leader"}[killTurn%2]
+			killTurn++
+		case FaultCopyTake:
+			f.Target = "all"
+		case FaultDBOutage:
+			// payment: its orders may wait ten minutes (PAYMENT_DEADLINE);
+			// inventory's two (PARTICIPANT_DEADLINE) are too close to the
+			// outage and the return of the deliveries that gave up, and the
+			// order service's answers to clients would be 5xx.
+			f.Target, f.Hold = "payment", outageCap
+			slow[f.Kind] = true
 		case FaultDBLock:
 			f.Target = "all"
 		case FaultBrokerClose:
@@ -211,11 +236,16 @@ type Cluster interface {
 	// Nodes names the nodes.
 	Nodes() []string
 	// KillNode sends SIGKILL to a node's VM ("leader": the node leading
-	// the busiest quorum queue; "leader:<queue>": the node leading that
-	// queue) and returns once it serves again, started by the stack's
+	// the busiest consumer queue; "leader:<queue>": the node leading that
+	// queue), calls killed (if not nil) once the signal is sent, and
+	// returns once the node serves again, started by the stack's
 	// supervisor or by KillNode itself; the detail says which node, which
 	// queue, which pids.
-	KillNode(ctx context.Context, node string) (string, error)
+	KillNode(ctx context.Context, node string, killed func()) (string, error)
+	// RetryLeader finds the retry tier of queue that holds the most
+	// retries with at least a second left to wait (tier 2 and up), and
+	// the node leading it; n is 0 when no such tier holds one.
+	RetryLeader(ctx context.Context, queue string) (node, tier string, n int, err error)
 }
 
 // Database is what the run may do to the database server.
@@ -226,6 +256,10 @@ type Database interface {
 	// ReadLock holds a read lock on the stack's tables (or the whole
 	// server) for hold, and says what it locked.
 	ReadLock(ctx context.Context, hold time.Duration) (detail string, err error)
+	// LockAccount takes the database away from the service (its account
+	// locked, its sessions killed) until unlock is called; unlock may be
+	// called more than once.
+	LockAccount(ctx context.Context, service string) (detail string, unlock func(context.Context) error, err error)
 }
 
 // FaultRecord is a fault as it happened.
@@ -235,6 +269,10 @@ type FaultRecord struct {
 	Took    time.Duration `json:"took_ns"`         // until the fault was over (the service back, the lock released)
 	Detail  string        `json:"detail"`          // what it did: pids, sessions, connections
 	Error   string        `json:"error,omitempty"` // it could not be injected
+	// What a fault reached, which the checks read (faults rules):
+	CopyTakes []CopyTake     `json:"copy_takes,omitempty"` // copy-take: each consumer's copies
+	Retry     *RetryInFlight `json:"retry,omitempty"`      // node-kill of a retry tier's leader: the retries waiting there
+	Outage    *Outage        `json:"outage,omitempty"`     // db-outage: the deliveries that reached their give-up
 }
 
 // injector carries out faults against a stack.
@@ -248,10 +286,27 @@ type injector struct {
 	// their supply only outside it.
 	zone *sync.Mutex
 
-	mu      sync.Mutex
-	stopped map[int]bool // pids we SIGSTOPped and not yet continued
-	locked  string       // the node whose broker app is stopped ("" none)
-	psp     bool         // the PSP's switch was set
+	bus    *Bus        // the broker over AMQP (copy-take, node-kill of a retry tier)
+	copier *copyTaker  // copy-take
+	orders orderLister // db-outage: the run's orders, whose journals it reads
+
+	mu       sync.Mutex
+	stopped  map[int]bool                  // pids we SIGSTOPped and not yet continued
+	locked   string                        // the node whose broker app is stopped ("" none)
+	psp      bool                          // the PSP's switch was set
+	armed    map[[2]string]bool            // (service, failpoint) armed by a fault, for the heal to disarm
+	accounts []func(context.Context) error // unlocks of database accounts a fault locked
+}
+
+// noteArmed records a failpoint armed on svc's instances: the heal
+// disarms it whatever happened to the fault.
+func (in *injector) noteArmed(svc, point string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.armed == nil {
+		in.armed = map[[2]string]bool{}
+	}
+	in.armed[[2]string{svc, point}] = true
 }
 
 // run injects the planned faults in order, each at its time or as soon as
@@ -272,15 +327,20 @@ func (in *injector) run(ctx context.Context, faults []Fault) []FaultRecord {
 		if ctx.Err() != nil {
 			return out
 		}
-		in.zone.Lock()
+		zoned := quietZone(f)
+		if zoned {
+			in.zone.Lock()
+		}
 		rec := FaultRecord{Fault: f, Started: time.Since(in.start)}
 		began := time.Now()
-		detail, err := in.inject(ctx, f)
-		rec.Took, rec.Detail = time.Since(began), detail
+		err := in.inject(ctx, &rec)
+		rec.Took = time.Since(began)
 		if notReady != nil {
 			rec.Detail += " (injected on a stack " + notReady.Error() + ")"
 		}
-		in.zone.Unlock()
+		if zoned {
+			in.zone.Unlock()
+		}
 		if err != nil {
 			rec.Error = err.Error()
 		}
@@ -289,7 +349,44 @@ func (in *injector) run(ctx context.Context, faults []Fault) []FaultRecord {
 	return out
 }
 
-func (in *injector) inject(ctx context.Context, f Fault) (string, error) {
+// quietZone reports whether the scarce waves wait for f to end before
+// they book their supply: every fault but an outage of the payment
+// service's database, which lasts a minute and leaves the inventory's
+// answers alone.
+func quietZone(f Fault) bool { return !(f.Kind == FaultDBOutage && f.Target == "payment") }
+
+// inject carries out rec's fault and fills in what it did.
+func (in *injector) inject(ctx context.Context, rec *FaultRecord) error {
+	f := rec.Fault
+	switch f.Kind {
+	case FaultCopyTake:
+		if in.copier == nil {
+			return errors.New("copy-take needs the stack's broker over AMQP")
+		}
+		takes, err := in.copier.run(ctx)
+		rec.CopyTakes, rec.Detail = takes, describeCopyTakes(takes)
+		if err == nil {
+			rec.Detail += "; every process the same"
+		}
+		return err
+	case FaultDBOutage:
+		out, err := in.dbOutage(ctx, f.Target, f.Hold)
+		rec.Outage, rec.Detail = out, out.String()
+		return err
+	case FaultNodeKill:
+		if strings.HasPrefix(f.Target, "retry:") {
+			r, detail, err := in.killRetryLeader(ctx, strings.TrimPrefix(f.Target, "retry:"))
+			rec.Retry, rec.Detail = r, detail
+			return err
+		}
+	}
+	var err error
+	rec.Detail, err = in.injectPlain(ctx, f)
+	return err
+}
+
+// injectPlain carries out the faults whose record is their detail.
+func (in *injector) injectPlain(ctx context.Context, f Fault) (string, error) {
 	switch f.Kind {
 	case FaultKill:
 		return in.kill(ctx, f.Target)
@@ -305,7 +402,7 @@ func (in *injector) inject(ctx context.Context, f Fault) (string, error) {
 		if !ok {
 			return "", errors.New("node-kill needs a broker of several nodes that the run owns")
 		}
-		return c.KillNode(ctx, f.Target)
+		return c.KillNode(ctx, f.Target, nil)
 	case FaultDBKill:
 		n, err := in.db.KillSessions(ctx, f.Target)
 		return fmt.Sprintf("%d sessions killed", n), err
@@ -414,6 +511,16 @@ func (in *injector) heal(ctx context.Context) error {
 	in.mu.Unlock()
 	for _, pid := range pids {
 		errs = append(errs, in.cont(pid))
+	}
+	in.mu.Lock()
+	armed, accounts := in.armed, in.accounts
+	in.armed, in.accounts = nil, nil
+	in.mu.Unlock()
+	for _, unlock := range accounts {
+		errs = append(errs, unlock(ctx))
+	}
+	for sp := range armed {
+		errs = append(errs, in.obs.disarm(ctx, sp[0], sp[1]))
 	}
 	if locked != "" {
 		errs = append(errs, in.broker.StartApp(ctx, locked))

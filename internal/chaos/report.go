@@ -41,6 +41,8 @@ type Report struct {
 
 	Checks     []CheckResult `json:"checks"`
 	Violations []Violation   `json:"violations"`
+
+	live *runner // the run, for PlantLive
 }
 
 // CheckResult is one row of the consistency table.

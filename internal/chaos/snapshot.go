@@ -23,6 +23,12 @@ type Snapshot struct {
 
 	Services map[string]Leftovers `json:"services"` // by service: order, inventory, payment
 	Rest     Rest                 `json:"rest"`
+
+	// Faults are the faults as they happened, with what each reached.
+	Faults []FaultRecord `json:"faults,omitempty"`
+	// Processes counts the processes each instance ran during the run
+	// (1: it never started again), seen by its /healthz start time.
+	Processes map[string]int `json:"processes,omitempty"`
 }
 
 // Kind is what a request of the load tests; it decides the outcome the

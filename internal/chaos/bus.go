@@ -1,0 +1,313 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/events"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+)
+
+// Consumer is one inbox consumer of the stack, as the messaging contract
+// names it (docs/contract.md): its service, its queue (without the
+// stack's namespace) and the failpoint that fails its transaction after
+// the effect (a transient failure: the delivery goes to a retry tier).
+type Consumer struct {
+	Name, Service, Queue string
+	Keys                 []events.Type // the event types bound to its queue
+	// Fail is armed with error on the service's instances to send the
+	// consumer's deliveries to their retry tiers.
+	Fail string
+}
+
+// Consumers are the stack's five consumers, in the saga's order.
+var Consumers = []Consumer{
+	{Name: "inventory", Service: "inventory", Queue: "inventory.order-events", Fail: "inbox.after-effect-before-commit",
+		Keys: []events.Type{events.OrderCreated, events.OrderConfirmed, events.OrderCancelled}},
+	{Name: "payment", Service: "payment", Queue: "payment.saga-events", Fail: "inbox.after-effect-before-commit",
+		Keys: []events.Type{events.InventoryReserved, events.OrderCancelled}},
+	{Name: "payment-psp", Service: "payment", Queue: "payment.psp-commands", Fail: "payment.charge.after-psp-before-record",
+		Keys: []events.Type{events.PaymentChargeRequested}},
+	{Name: "payment-refunds", Service: "payment", Queue: "payment.refund-commands", Fail: "payment.refund.after-psp-before-record",
+		Keys: []events.Type{events.PaymentRefundRequested}},
+	{Name: "order", Service: "order", Queue: "order.saga-results", Fail: "inbox.after-effect-before-commit",
+		Keys: []events.Type{events.InventoryReserved, events.InventoryRejected, events.InventoryReservationExpired,
+			events.InventoryCommitFailed, events.PaymentSucceeded, events.PaymentFailed, events.PaymentRefunded}},
+}
+
+// takes reports whether the consumer's queue gets messages of d's type.
+func (c Consumer) takes(d amqp.Delivery) bool {
+	return slices.ContainsFunc(c.Keys, func(k events.Type) bool { return string(k) == d.Type })
+}
+
+// consumerNamed is the consumer of that name.
+func consumerNamed(name string) (Consumer, bool) {
+	for _, c := range Consumers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Consumer{}, false
+}
+
+// Bus is the stack's broker as the run reaches it over AMQP: to read how
+// many messages wait in a queue, to take one out of a retry tier and to
+// publish copies of messages straight to a consumer's queue. Only the
+// copy-take and node-kill faults use it.
+type Bus struct {
+	URLs string           // every node, comma-separated (rabbit.ParseURLs)
+	NS   rabbit.Namespace // the stack's namespace ("" for scripts/up.sh)
+
+	once sync.Once
+	conn *rabbit.Conn
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// open connects on first use and waits for the connection.
+func (b *Bus) open(ctx context.Context) (*rabbit.Conn, error) {
+	b.once.Do(func() {
+		topo := rabbit.Topology{Exchange: b.NS.Exchange(), DeadLetterExchange: b.NS.DeadLetterExchange()}
+		b.conn = rabbit.New(b.URLs, topo, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		var run context.Context
+		run, b.stop = context.WithCancel(context.Background())
+		b.done = make(chan struct{})
+		go func() { defer close(b.done); _ = b.conn.Run(run) }()
+	})
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := b.conn.WaitConnected(wctx); err != nil {
+		return nil, fmt.Errorf("the stack's broker over AMQP: %w", err)
+	}
+	return b.conn, nil
+}
+
+// Close drops the connection, if one was opened.
+func (b *Bus) Close() {
+	if b.stop != nil {
+		b.stop()
+		<-b.done
+	}
+}
+
+// Queue is a queue's name in the stack's namespace.
+func (b *Bus) Queue(name string) string { return b.NS.Queue(name) }
+
+// Waiting is how many messages of queue wait to be delivered (ready, not
+// in a consumer's hands); a queue that does not exist has none.
+func (b *Bus) Waiting(ctx context.Context, queue string) (int, error) {
+	conn, err := b.open(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+		return 0, nil
+	}
+	return q.Messages, err
+}
+
+// Publish sends msgs to queue (through the default exchange, so no other
+// queue gets them), one after the other in one pipelined batch, and waits
+// for the broker's confirms.
+func (b *Bus) Publish(ctx context.Context, queue string, msgs ...amqp.Publishing) error {
+	conn, err := b.open(ctx)
+	if err != nil {
+		return err
+	}
+	pub := conn.NewPublisher()
+	defer pub.Close()
+	out := make([]rabbit.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = rabbit.Message{Exchange: "", RoutingKey: queue, Publishing: m}
+	}
+	return errors.Join(pub.Publish(ctx, out, 10*time.Second)...)
+}
+
+// Held is a message the run took out of a queue and has not acked: until
+// Ack, the broker keeps it, and gives it back to the queue if the run's
+// connection ends.
+type Held struct {
+	amqp.Delivery
+	ch   *amqp.Channel
+	done *sync.Once
+}
+
+// Ack removes the held message for good; Return gives it back to its
+// queue. Only the first of them acts.
+func (h Held) Ack() error    { return h.settle(func() error { return h.Delivery.Ack(false) }) }
+func (h Held) Return() error { return h.settle(func() error { return h.Delivery.Nack(false, true) }) }
+
+func (h Held) held() bool { return h.ch != nil }
+
+func (h Held) settle(f func() error) error {
+	if h.ch == nil {
+		return nil
+	}
+	var err error
+	h.done.Do(func() { err = f(); h.ch.Close() })
+	return err
+}
+
+// TakeFirst polls queues until one of them has a message accepted by
+// want, and holds it (unacked); the messages want refuses go back at
+// once. It gives up after patience.
+func (b *Bus) TakeFirst(ctx context.Context, queues []string, want func(amqp.Delivery) bool, patience time.Duration) (Held, error) {
+	conn, err := b.open(ctx)
+	if err != nil {
+		return Held{}, err
+	}
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			ch.Close()
+		}
+	}()
+	deadline := time.Now().Add(patience)
+	for {
+		for _, q := range queues {
+			if ch == nil || ch.IsClosed() {
+				if ch, err = conn.Channel(ctx); err != nil {
+					return Held{}, err
+				}
+			}
+			d, ok, err := ch.Get(q, false) // a tier not declared yet closes the channel: it is opened again
+			switch {
+			case err == nil && ok && want(d):
+				held := Held{Delivery: d, ch: ch, done: &sync.Once{}}
+				ch = nil
+				return held, nil
+			case err == nil && ok:
+				_ = d.Nack(false, true)
+			}
+		}
+		if time.Now().After(deadline) {
+			return Held{}, fmt.Errorf("no message in %s within %s", strings.Join(queues, ", "), patience)
+		}
+		select {
+		case <-ctx.Done():
+			return Held{}, ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// Fresh is the message as its producer published it: d without what the
+// retry path and the broker added on the way (the retry headers, the
+// dead-letter history, the expiry of its retry tier). Republished to the
+// consumer's queue, it is a copy of the original delivery: same
+// message_id, body and producer headers.
+func Fresh(d amqp.Delivery) amqp.Publishing {
+	headers := amqp.Table{}
+	for k, v := range d.Headers {
+		if k == rabbit.HeaderRetryAttempt || k == rabbit.HeaderFirstFailedAt || strings.HasPrefix(k, "x-") {
+			continue
+		}
+		headers[k] = v
+	}
+	return amqp.Publishing{Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, CorrelationId: d.CorrelationId, MessageId: d.MessageId, Timestamp: d.Timestamp,
+		Type: d.Type, AppId: d.AppId, Body: d.Body}
+}
+
+// Filler is a copy of a message its consumer has processed, made so that
+// every path drops it as a duplicate on its own: marked as a later
+// attempt (the batch layer takes no retry into a shared transaction) and
+// dated beyond any inbox replay window (neither does the layer of earlier
+// versions, and the inbox looks the event up before refusing it as too
+// old: a duplicate). The copy-take fault keeps workers busy with them.
+func Filler(p amqp.Publishing) amqp.Publishing {
+	h := amqp.Table{}
+	for k, v := range p.Headers {
+		h[k] = v
+	}
+	h[rabbit.HeaderRetryAttempt] = int64(1)
+	h[rabbit.HeaderFirstFailedAt] = time.Now().UnixMilli()
+	p.Headers = h
+	p.Timestamp = time.Now().Add(-400 * 24 * time.Hour)
+	return p
+}
+
+// retryTiers are the names of queue's retry tiers, the longest first.
+func retryTiers(queue string) []string {
+	var out []string
+	for tier := 8; tier >= 0; tier-- {
+		out = append(out, rabbit.RetryQueue(queue, tier))
+	}
+	return out
+}
+
+// eventOf reads the envelope of a delivery (its id, type and order).
+func eventOf(d amqp.Delivery) (events.Envelope, error) {
+	return rabbit.Delivery{Delivery: d}.Envelope()
+}
+
+// Capture binds a queue of the run's own to the stack's exchange with the
+// consumer's event types: it keeps a copy of the latest events published
+// to the consumer, exactly as published (the copy-take fault's fillers).
+// The broker deletes it once unused for ten minutes.
+func (b *Bus) Capture(ctx context.Context, c Consumer, tag string) (string, error) {
+	conn, err := b.open(ctx)
+	if err != nil {
+		return "", err
+	}
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer ch.Close()
+	name := b.NS.Queue("chaos.capture." + c.Name + "." + tag)
+	args := amqp.Table{"x-max-length": int64(captured), "x-overflow": "drop-head", "x-expires": int64(10 * time.Minute / time.Millisecond)}
+	if _, err := ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+		return "", fmt.Errorf("declare %s: %w", name, err)
+	}
+	for _, k := range c.Keys {
+		if err := ch.QueueBind(name, string(k), b.NS.Exchange(), false, nil); err != nil {
+			return "", fmt.Errorf("bind %s to %s: %w", name, k, err)
+		}
+	}
+	return name, nil
+}
+
+// captured is how many of a consumer's latest events its capture keeps.
+const captured = 20
+
+// Drain takes every message waiting in queue (acked: they are gone).
+func (b *Bus) Drain(ctx context.Context, queue string) ([]amqp.Delivery, error) {
+	conn, err := b.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer ch.Close()
+	var out []amqp.Delivery
+	for range 10 * captured {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			return out, fmt.Errorf("get from %s: %w", queue, err)
+		}
+		if !ok {
+			break
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}

@@ -1,0 +1,413 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/pkg/rabbit"
+)
+
+// The copy-take fault: at every consumer of the stack, a delivery and its
+// copy in one take of the consume loop, the case a lost publisher confirm
+// makes ordinary (the dispatcher publishes the batch again). In a batch
+// (CONSUMER_BATCH > 1) both copies then reach the batch layer together,
+// where an event with an external call once crashed the process (issue
+// 20). For each consumer:
+//
+//  1. an event new to it: its service's failpoint after the effect is armed
+//     with error until one of its deliveries waits in a retry tier, which
+//     the run takes out (its transaction rolled back: the consumer has not
+//     applied it);
+//  2. every worker of every service is held with a take of its own
+//     (rabbit.consume.before-handle, pause), the consumer's workers with
+//     fillers: copies of an event it has applied, which every path drops
+//     as a duplicate;
+//  3. the new event is published to the consumer's queue, as it was first
+//     published, once per instance and once more, back to back: an
+//     instance gets two copies behind its held workers;
+//  4. the workers are let go, and rabbit.consume.copy-in-take (pause) holds
+//     each take that has a delivery and its copy: seen, then let go.
+//
+// What must hold: no process exits (every instance is the process it was),
+// and the event is applied once (one inbox row); the end-to-end checks
+// then find every order where it should be.
+
+// fillersPerInstance fill an instance's workers (CONSUMER_WORKERS, 4 by
+// default; up to 8 are covered) and leave one or more waiting behind them.
+const fillersPerInstance = 9
+
+// CopyTake is what a copy-take fault did at one consumer.
+type CopyTake struct {
+	Consumer string `json:"consumer"`
+	EventID  string `json:"event_id"` // the event whose copies were sent, new to the consumer
+	Type     string `json:"event_type"`
+	Copies   int    `json:"copies"`
+	Fillers  int    `json:"fillers"`
+	// Seen: a take of the consumer's service held a delivery and its copy
+	// (rabbit.consume.copy-in-take), one for each of its consumers.
+	Seen bool `json:"seen"`
+	// Applied is how many inbox rows the consumer has for the event after
+	// the copies were handled: one.
+	Applied int `json:"applied"`
+}
+
+// copyTaker carries out copy-take faults; captures are the capture queue
+// of each consumer (Bus.Capture), made when the run starts.
+type copyTaker struct {
+	obs      *observer
+	bus      *Bus
+	captures map[string]string
+	armed    func(svc, point string) // notes a point the heal must disarm
+}
+
+// prepared is one consumer's part: a filler and the held new event.
+type prepared struct {
+	c      Consumer
+	filler amqp.Publishing
+	event  Held
+}
+
+// run makes the copy-take at every consumer and returns what it did; an
+// error means it could not be carried out (the heal releases anything
+// still held).
+func (t *copyTaker) run(ctx context.Context) ([]CopyTake, error) {
+	before, err := t.processes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := t.prepare(ctx)
+	defer func() {
+		for _, p := range parts {
+			_ = p.event.Return() // one not sent goes back to its tier (a sent one is acked already)
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	out, err := t.take(ctx, parts)
+	if err != nil {
+		return out, err
+	}
+	if err := t.settle(ctx, out); err != nil {
+		return out, err
+	}
+	after, err := t.processes(ctx)
+	if err != nil {
+		return out, err
+	}
+	if changed := changedProcesses(before, after); len(changed) > 0 {
+		return out, fmt.Errorf("processes changed while the copies were handled: %s", strings.Join(changed, ", "))
+	}
+	return out, nil
+}
+
+// prepare finds each consumer's filler and takes a new event of its out of
+// a retry tier: order and inventory at once, payment's three consumers in
+// turn (the saga consumer's failpoint fails the other two as well).
+func (t *copyTaker) prepare(ctx context.Context) ([]prepared, error) {
+	parts := make([]prepared, len(Consumers))
+	errs := make([]error, len(Consumers))
+	var wg sync.WaitGroup
+	for _, svc := range Services {
+		wg.Go(func() {
+			for _, name := range []string{"payment-psp", "payment-refunds", "payment", "inventory", "order"} {
+				i := slices.IndexFunc(Consumers, func(c Consumer) bool { return c.Name == name })
+				if Consumers[i].Service != svc {
+					continue
+				}
+				parts[i], errs[i] = t.prepareOne(ctx, Consumers[i])
+				if errs[i] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var got []prepared
+	for _, p := range parts {
+		if p.event.held() {
+			got = append(got, p)
+		}
+	}
+	return got, errors.Join(errs...)
+}
+
+func (t *copyTaker) prepareOne(ctx context.Context, c Consumer) (prepared, error) {
+	p := prepared{c: c}
+	var err error
+	if p.filler, err = t.fillerOf(ctx, c); err != nil {
+		return p, err
+	}
+	p.event, err = t.newEvent(ctx, c)
+	return p, err
+}
+
+// fillerOf is a copy of the latest captured event the consumer applied.
+func (t *copyTaker) fillerOf(ctx context.Context, c Consumer) (amqp.Publishing, error) {
+	var seen []amqp.Delivery
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ds, err := t.bus.Drain(ctx, t.captures[c.Name])
+		if err != nil {
+			return amqp.Publishing{}, err
+		}
+		seen = append(seen, ds...)
+		if len(seen) > captured {
+			seen = seen[len(seen)-captured:]
+		}
+		ids := make([]string, len(seen))
+		for i, d := range seen {
+			ids[i] = d.MessageId
+		}
+		applied, err := t.obs.applied(ctx, c, ids)
+		if err != nil {
+			return amqp.Publishing{}, err
+		}
+		for i := len(seen) - 1; i >= 0; i-- {
+			if applied[seen[i].MessageId] > 0 {
+				return Filler(Fresh(seen[i])), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return amqp.Publishing{}, fmt.Errorf("%s has applied none of the %d events of its kinds seen in 30s: nothing to fill its workers with", c.Name, len(seen))
+		}
+		select {
+		case <-ctx.Done():
+			return amqp.Publishing{}, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// newEvent fails the consumer's transactions (its failpoint armed with
+// error) until one of its deliveries waits in a retry tier, and holds it:
+// the consumer rolled it back, so it has not applied it.
+func (t *copyTaker) newEvent(ctx context.Context, c Consumer) (Held, error) {
+	if err := t.obs.arm(ctx, c.Service, c.Fail, "error", 0); err != nil {
+		return Held{}, err
+	}
+	t.armed(c.Service, c.Fail)
+	q := t.bus.Queue(c.Queue)
+	held, err := t.bus.TakeFirst(ctx, retryTiers(q), c.takes, 30*time.Second)
+	if derr := t.obs.disarm(context.WithoutCancel(ctx), c.Service, c.Fail); derr != nil && err == nil {
+		err = derr
+	}
+	if err != nil {
+		return Held{}, fmt.Errorf("%s: an event of its in a retry tier (failpoint %s): %w", c.Name, c.Fail, err)
+	}
+	applied, err := t.obs.applied(ctx, c, []string{held.MessageId})
+	if err == nil && applied[held.MessageId] > 0 {
+		err = fmt.Errorf("%s: the event %s taken from its retry tier is applied already", c.Name, held.MessageId)
+	}
+	if err != nil {
+		_ = held.Return()
+		return Held{}, err
+	}
+	return held, nil
+}
+
+// take holds every worker, fills the consumers' workers, sends the copies,
+// lets the workers go and sees the takes with a delivery and its copy.
+func (t *copyTaker) take(ctx context.Context, parts []prepared) ([]CopyTake, error) {
+	out := make([]CopyTake, len(parts))
+	for _, svc := range Services {
+		if err := t.obs.arm(ctx, svc, rabbit.FailpointBeforeHandle, "pause", 0); err != nil {
+			return out, err
+		}
+		t.armed(svc, rabbit.FailpointBeforeHandle)
+	}
+	release := func() error {
+		var errs []error
+		for _, svc := range Services {
+			errs = append(errs, t.obs.disarm(context.WithoutCancel(ctx), svc, rabbit.FailpointBeforeHandle))
+		}
+		return errors.Join(errs...)
+	}
+	if err := t.fill(ctx, parts, out); err != nil {
+		return out, errors.Join(err, release())
+	}
+	for _, svc := range Services {
+		if err := t.obs.arm(ctx, svc, rabbit.FailpointCopyInTake, "pause", 0); err != nil {
+			return out, errors.Join(err, release())
+		}
+		t.armed(svc, rabbit.FailpointCopyInTake)
+	}
+	if err := release(); err != nil {
+		return out, err
+	}
+	seen := t.seen(ctx, parts)
+	var errs []error
+	for _, svc := range Services {
+		errs = append(errs, t.obs.disarm(context.WithoutCancel(ctx), svc, rabbit.FailpointCopyInTake))
+	}
+	for i := range out {
+		out[i].Seen = seen[parts[i].c.Service]
+	}
+	return out, errors.Join(errs...)
+}
+
+// fill gives every worker of each consumer a filler, one at a time (an
+// idle worker takes it alone, and is held), leaves fillers waiting behind
+// them, then sends the copies of the new event back to back.
+func (t *copyTaker) fill(ctx context.Context, parts []prepared, out []CopyTake) error {
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		wg.Go(func() {
+			q := t.bus.Queue(p.c.Queue)
+			n := len(t.obs.instances[p.c.Service])
+			out[i] = CopyTake{Consumer: p.c.Name, EventID: p.event.MessageId, Type: p.event.Type, Copies: n + 1, Fillers: n * fillersPerInstance}
+			for range out[i].Fillers {
+				if errs[i] = t.bus.Publish(ctx, q, p.filler); errs[i] != nil {
+					return
+				}
+				if errs[i] = t.delivered(ctx, q); errs[i] != nil {
+					return
+				}
+				time.Sleep(30 * time.Millisecond) // an idle worker takes it and is held
+			}
+			copies := make([]amqp.Publishing, out[i].Copies)
+			for k := range copies {
+				copies[k] = Fresh(p.event.Delivery)
+			}
+			if errs[i] = t.bus.Publish(ctx, q, copies...); errs[i] != nil {
+				return
+			}
+			errs[i] = errors.Join(p.event.Ack(), t.delivered(ctx, q))
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// delivered waits until nothing waits in q: the broker gave it all to the
+// consumers.
+func (t *copyTaker) delivered(ctx context.Context, q string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := t.bus.Waiting(ctx, q)
+		if err != nil || n == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d messages still wait in %s after 10s: do its consumers hold their prefetch?", n, q)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// seen waits until every service holds at rabbit.consume.copy-in-take one
+// take per consumer it got copies for (or 10 s pass), and says which did.
+func (t *copyTaker) seen(ctx context.Context, parts []prepared) map[string]bool {
+	want := map[string]int{}
+	for _, p := range parts {
+		want[p.c.Service]++
+	}
+	got := map[string]bool{}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < len(want) && time.Now().Before(deadline) && ctx.Err() == nil {
+		for svc, n := range want {
+			if held, err := t.obs.held(ctx, svc, rabbit.FailpointCopyInTake); err == nil && held >= n {
+				got[svc] = true
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return got
+}
+
+// settle waits until each consumer has applied its event, and counts the
+// inbox rows.
+func (t *copyTaker) settle(ctx context.Context, out []CopyTake) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for i := range out {
+		c, _ := consumerNamed(out[i].Consumer)
+		for {
+			applied, err := t.obs.applied(ctx, c, []string{out[i].EventID})
+			if err != nil {
+				return err
+			}
+			if out[i].Applied = applied[out[i].EventID]; out[i].Applied > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%s has not applied %s within 60s of its copies", c.Name, out[i].EventID)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// describeCopyTakes is a copy-take's detail: each consumer's copies.
+func describeCopyTakes(takes []CopyTake) string {
+	var parts []string
+	for _, t := range takes {
+		seen := "seen in one take"
+		if !t.Seen {
+			seen = "NOT seen in one take"
+		}
+		parts = append(parts, fmt.Sprintf("%s %dx %s (%s, applied %d)", t.Consumer, t.Copies, short(t.EventID), seen, t.Applied))
+	}
+	if len(parts) == 0 {
+		return "no consumer reached"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func short(id string) string { return clip(id, 8) }
+
+// processes identifies every instance's process (its start time).
+func (t *copyTaker) processes(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	for _, in := range t.obs.all() {
+		s, err := t.obs.startedAt(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("%s /healthz: %w", in, err)
+		}
+		out[in] = s
+	}
+	return out, nil
+}
+
+func changedProcesses(before, after map[string]string) []string {
+	var out []string
+	for _, in := range sortedKeys(before) {
+		if after[in] != before[in] {
+			out = append(out, fmt.Sprintf("%s started again (%s, was %s)", in, after[in], before[in]))
+		}
+	}
+	return out
+}
+
+// applied counts the consumer's inbox rows of each event, read from its
+// service (GET /admin/inbox, at most 200 ids a request).
+func (o *observer) applied(ctx context.Context, c Consumer, ids []string) (map[string]int, error) {
+	out := map[string]int{}
+	for start := 0; start < len(ids); start += 200 {
+		part := ids[start:min(start+200, len(ids))]
+		var rows struct {
+			Inbox []struct {
+				Consumer string `json:"consumer"`
+				EventID  string `json:"event_id"`
+			} `json:"inbox"`
+		}
+		if err := o.lab.Get(ctx, c.Service, "/admin/inbox?event_id="+url.QueryEscape(strings.Join(part, ",")), &rows); err != nil {
+			return nil, err
+		}
+		for _, r := range rows.Inbox {
+			if r.Consumer == c.Name {
+				out[r.EventID]++
+			}
+		}
+	}
+	return out, nil
+}
