@@ -166,7 +166,8 @@ func (h Held) settle(f func() error) error {
 
 // TakeFirst polls queues until one of them has a message accepted by
 // want, and holds it (unacked); the messages want refuses go back at
-// once. It gives up after patience.
+// once. A queue that does not exist yet (a retry tier no delivery has
+// needed) is asked again a second later. It gives up after patience.
 func (b *Bus) TakeFirst(ctx context.Context, queues []string, want func(amqp.Delivery) bool, patience time.Duration) (Held, error) {
 	conn, err := b.open(ctx)
 	if err != nil {
@@ -178,16 +179,23 @@ func (b *Bus) TakeFirst(ctx context.Context, queues []string, want func(amqp.Del
 			ch.Close()
 		}
 	}()
+	missing := map[string]time.Time{}
 	deadline := time.Now().Add(patience)
 	for {
 		for _, q := range queues {
+			if time.Since(missing[q]) < time.Second {
+				continue
+			}
 			if ch == nil || ch.IsClosed() {
 				if ch, err = conn.Channel(ctx); err != nil {
 					return Held{}, err
 				}
 			}
-			d, ok, err := ch.Get(q, false) // a tier not declared yet closes the channel: it is opened again
+			d, ok, err := ch.Get(q, false)
+			var ae *amqp.Error
 			switch {
+			case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+				missing[q] = time.Now() // the broker closed the channel: opened again above
 			case err == nil && ok && want(d):
 				held := Held{Delivery: d, ch: ch, done: &sync.Once{}}
 				ch = nil
@@ -202,7 +210,7 @@ func (b *Bus) TakeFirst(ctx context.Context, queues []string, want func(amqp.Del
 		select {
 		case <-ctx.Done():
 			return Held{}, ctx.Err()
-		case <-time.After(25 * time.Millisecond):
+		case <-time.After(40 * time.Millisecond):
 		}
 	}
 }
@@ -243,10 +251,11 @@ func Filler(p amqp.Publishing) amqp.Publishing {
 	return p
 }
 
-// retryTiers are the names of queue's retry tiers, the longest first.
-func retryTiers(queue string) []string {
+// firstTiers are the retry tiers of queue a delivery waits in after its
+// first few failures (0.25 to 4 s), the shortest first.
+func firstTiers(queue string) []string {
 	var out []string
-	for tier := 8; tier >= 0; tier-- {
+	for tier := range 4 {
 		out = append(out, rabbit.RetryQueue(queue, tier))
 	}
 	return out

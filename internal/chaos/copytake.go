@@ -196,7 +196,7 @@ func (t *copyTaker) newEvent(ctx context.Context, c Consumer) (Held, error) {
 	}
 	t.armed(c.Service, c.Fail)
 	q := t.bus.Queue(c.Queue)
-	held, err := t.bus.TakeFirst(ctx, retryTiers(q), c.takes, 30*time.Second)
+	held, err := t.bus.TakeFirst(ctx, firstTiers(q), c.takes, 30*time.Second)
 	if derr := t.obs.disarm(context.WithoutCancel(ctx), c.Service, c.Fail); derr != nil && err == nil {
 		err = derr
 	}

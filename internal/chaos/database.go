@@ -275,3 +275,21 @@ func (m *MySQL) userOf(ctx context.Context, service string) (string, error) {
 func quoteString(s string) string {
 	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
 }
+
+// SetReservationStatus implements Planter on the inventory's schema
+// (Sessions["inventory"].Schema): the self-test's wrong row.
+func (m *MySQL) SetReservationStatus(ctx context.Context, orderID, from, to string) error {
+	schema := m.Sessions["inventory"].Schema
+	if schema == "" {
+		return errors.New("the inventory's schema is not known (-db-schemas)")
+	}
+	q := `UPDATE ` + sqldb.QuoteIdent(schema) + `.reservations SET status = ? WHERE order_id = ? AND status = ?`
+	res, err := m.Root.ExecContext(ctx, q, to, orderID, from)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("reservation of order %s: %d rows from %s to %s (%v)", orderID, n, from, to, err)
+	}
+	return nil
+}

@@ -204,7 +204,31 @@ func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
 		turn = turn[1:]
 		out = append(out, f)
 	}
-	return out
+	return slowLast(out)
+}
+
+// slowLast moves the slow faults to the end of the plan, the moments kept
+// in order: faults run one after the other, and one behind an outage of a
+// minute or more would find the load over, with no traffic to act on.
+func slowLast(fs []Fault) []Fault {
+	at := make([]time.Duration, len(fs))
+	for i, f := range fs {
+		at[i] = f.At
+	}
+	slices.SortStableFunc(fs, func(a, b Fault) int {
+		sa, sb := slices.Contains(SlowFaultKinds, a.Kind), slices.Contains(SlowFaultKinds, b.Kind)
+		switch {
+		case sa == sb:
+			return 0
+		case sa:
+			return 1
+		}
+		return -1
+	})
+	for i := range fs {
+		fs[i].At = at[i]
+	}
+	return fs
 }
 
 // Processes finds the process of each instance, for signals: StackFile
@@ -349,11 +373,14 @@ func (in *injector) run(ctx context.Context, faults []Fault) []FaultRecord {
 	return out
 }
 
-// quietZone reports whether the scarce waves wait for f to end before
-// they book their supply: every fault but an outage of the payment
-// service's database, which lasts a minute and leaves the inventory's
-// answers alone.
-func quietZone(f Fault) bool { return !(f.Kind == FaultDBOutage && f.Target == "payment") }
+// quietZone reports whether the scarce waves (and the load, which waits
+// for them) wait for f to end before they book their supply: every fault
+// that can leave the inventory's answer to a receipt unknown, so not a
+// copy-take (it holds consumers, not the HTTP answers) nor an outage of
+// the payment service's database.
+func quietZone(f Fault) bool {
+	return f.Kind != FaultCopyTake && !(f.Kind == FaultDBOutage && f.Target == "payment")
+}
 
 // inject carries out rec's fault and fills in what it did.
 func (in *injector) inject(ctx context.Context, rec *FaultRecord) error {

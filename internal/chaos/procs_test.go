@@ -176,7 +176,8 @@ func TestParseFaultKinds(t *testing.T) {
 	}
 }
 
-// A database outage lasts a minute or more: one per run, however long.
+// A database outage lasts a minute or more: one per run, however long,
+// and the last.
 func TestPlanHasOneOutageAtMost(t *testing.T) {
 	load := Load{Rate: 10, Duration: 10 * time.Minute, WaveSize: 6, WaveSupply: 2}
 	p := NewPlan(5, load, FaultSchedule{Kinds: []FaultKind{FaultKill, FaultDBOutage}, Every: 6 * time.Second})
@@ -191,5 +192,14 @@ func TestPlanHasOneOutageAtMost(t *testing.T) {
 	}
 	if outages != 1 || len(p.Faults) < 50 {
 		t.Errorf("%d outages in %d faults over 10 minutes, want one among the kills", outages, len(p.Faults))
+	}
+	// Last, so that no fault waits behind it until the load is over.
+	if last := p.Faults[len(p.Faults)-1]; last.Kind != FaultDBOutage {
+		t.Errorf("the last fault is %v, want the outage", last)
+	}
+	for i := 1; i < len(p.Faults); i++ {
+		if p.Faults[i].At < p.Faults[i-1].At {
+			t.Errorf("fault %d at %s before fault %d at %s", i, p.Faults[i].At, i-1, p.Faults[i-1].At)
+		}
 	}
 }
