@@ -128,7 +128,7 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	args := []string{
 		"-order-url", stack.Order.URL, "-inventory-url", stack.Inventory.URL, "-payment-url", stack.Payment.URL, "-psp-url", stack.PSP.URL,
 		"-seed", "5", "-duration", "6s", "-rate", "5", "-wave-size", "3", "-wave-supply", "1",
-		"-faults", "broker-close,db-kill,psp,copy-take", "-fault-every", "1500ms", "-quiet", "2s", "-rest-timeout", "60s",
+		"-faults", "broker-close,db-kill,psp,copy-take", "-fault-every", "1200ms", "-quiet", "2s", "-rest-timeout", "60s",
 		"-exchange", stack.NS.Exchange(), "-amqp-url", rabbittest.URL(), "-mysql-root-dsn", sqldbtest.ServerDSN(),
 		"-db-schemas", fmt.Sprintf("order=%s,inventory=%s,payment=%s", stack.Order.DB.Name, stack.Inventory.DB.Name, stack.Payment.DB.Name),
 		"-json",

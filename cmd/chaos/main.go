@@ -248,7 +248,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if o.selftest {
 		return selftest(ctx, o, stdout, stderr)
 	}
-	st, closeStack, err := o.stack(ctx, needsDB(o.cfg.Faults.Kinds))
+	st, closeStack, err := o.stack(ctx, false)
 	if err != nil {
 		return err
 	}
@@ -274,7 +274,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // stack is the stack of the flags and stack.json, with the database's root
-// connection when withDB; closeStack lets go of its connections.
+// connection when withDB or a fault kind needs it; closeStack lets go of
+// its connections.
 func (o *options) stack(ctx context.Context, withDB bool) (st chaos.Stack, closeStack func(), err error) {
 	st = chaos.Stack{AdminToken: o.token}
 	if err := o.topology(&st); err != nil {
@@ -286,7 +287,7 @@ func (o *options) stack(ctx context.Context, withDB bool) (st chaos.Stack, close
 			c()
 		}
 	}
-	if !withDB {
+	if !withDB && !needsDB(o.cfg.Faults.Kinds) {
 		return st, closeStack, nil
 	}
 	db, err := sql.Open("mysql", o.rootDSN)

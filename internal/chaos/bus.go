@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -62,40 +61,59 @@ func consumerNamed(name string) (Consumer, bool) {
 // Bus is the stack's broker as the run reaches it over AMQP: to read how
 // many messages wait in a queue, to take one out of a retry tier and to
 // publish copies of messages straight to a consumer's queue. Only the
-// copy-take and node-kill faults use it.
+// copy-take and node-kill faults use it. Its connection is named
+// "chaos run" (no exchange in the name: the broker-close fault closes the
+// stack's connections, not the run's), and is dialed again when lost.
 type Bus struct {
-	URLs string           // every node, comma-separated (rabbit.ParseURLs)
+	URLs string           // every node, comma-separated (rabbit.SplitURLs)
 	NS   rabbit.Namespace // the stack's namespace ("" for scripts/up.sh)
 
-	once sync.Once
-	conn *rabbit.Conn
-	stop context.CancelFunc
-	done chan struct{}
+	mu   sync.Mutex
+	conn *amqp.Connection
 }
 
-// open connects on first use and waits for the connection.
-func (b *Bus) open(ctx context.Context) (*rabbit.Conn, error) {
-	b.once.Do(func() {
-		topo := rabbit.Topology{Exchange: b.NS.Exchange(), DeadLetterExchange: b.NS.DeadLetterExchange()}
-		b.conn = rabbit.New(b.URLs, topo, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		var run context.Context
-		run, b.stop = context.WithCancel(context.Background())
-		b.done = make(chan struct{})
-		go func() { defer close(b.done); _ = b.conn.Run(run) }()
-	})
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := b.conn.WaitConnected(wctx); err != nil {
-		return nil, fmt.Errorf("the stack's broker over AMQP: %w", err)
+// channel opens a channel, dialing the first node that answers when the
+// connection is lost.
+func (b *Bus) channel(ctx context.Context) (*amqp.Channel, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for try := 0; try < 2; try++ {
+		if b.conn == nil || b.conn.IsClosed() {
+			var errs []error
+			b.conn = nil
+			for _, u := range rabbit.SplitURLs(b.URLs) {
+				c, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second),
+					Properties: amqp.Table{"connection_name": fmt.Sprintf("chaos run pid %d", os.Getpid())}})
+				if err == nil {
+					b.conn = c
+					break
+				}
+				errs = append(errs, err)
+			}
+			if b.conn == nil {
+				return nil, fmt.Errorf("the stack's broker over AMQP: %w", errors.Join(errs...))
+			}
+		}
+		ch, err := b.conn.Channel()
+		if err == nil {
+			return ch, nil
+		}
+		b.conn.Close()
+		b.conn = nil
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
-	return b.conn, nil
+	return nil, errors.New("the stack's broker over AMQP: no channel")
 }
 
 // Close drops the connection, if one was opened.
 func (b *Bus) Close() {
-	if b.stop != nil {
-		b.stop()
-		<-b.done
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn != nil {
+		b.conn.Close()
+		b.conn = nil
 	}
 }
 
@@ -105,11 +123,7 @@ func (b *Bus) Queue(name string) string { return b.NS.Queue(name) }
 // Waiting is how many messages of queue wait to be delivered (ready, not
 // in a consumer's hands); a queue that does not exist has none.
 func (b *Bus) Waiting(ctx context.Context, queue string) (int, error) {
-	conn, err := b.open(ctx)
-	if err != nil {
-		return 0, err
-	}
-	ch, err := conn.Channel(ctx)
+	ch, err := b.channel(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -123,20 +137,37 @@ func (b *Bus) Waiting(ctx context.Context, queue string) (int, error) {
 }
 
 // Publish sends msgs to queue (through the default exchange, so no other
-// queue gets them), one after the other in one pipelined batch, and waits
-// for the broker's confirms.
+// queue gets them), one after the other, and waits for the broker's
+// confirms; a message no queue took is an error.
 func (b *Bus) Publish(ctx context.Context, queue string, msgs ...amqp.Publishing) error {
-	conn, err := b.open(ctx)
+	ch, err := b.channel(ctx)
 	if err != nil {
 		return err
 	}
-	pub := conn.NewPublisher()
-	defer pub.Close()
-	out := make([]rabbit.Message, len(msgs))
-	for i, m := range msgs {
-		out[i] = rabbit.Message{Exchange: "", RoutingKey: queue, Publishing: m}
+	defer ch.Close()
+	if err := ch.Confirm(false); err != nil {
+		return err
 	}
-	return errors.Join(pub.Publish(ctx, out, 10*time.Second)...)
+	returned := ch.NotifyReturn(make(chan amqp.Return, len(msgs)))
+	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
+	for i, m := range msgs {
+		if confirms[i], err = ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, m); err != nil {
+			return fmt.Errorf("publish to %s: %w", queue, err)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, c := range confirms {
+		if ok, err := c.WaitContext(wctx); err != nil || !ok {
+			return fmt.Errorf("publish to %s: not confirmed (%v)", queue, err)
+		}
+	}
+	select {
+	case r := <-returned:
+		return fmt.Errorf("publish to %s: returned: %s", queue, r.ReplyText)
+	default:
+		return nil
+	}
 }
 
 // Held is a message the run took out of a queue and has not acked: until
@@ -169,11 +200,8 @@ func (h Held) settle(f func() error) error {
 // once. A queue that does not exist yet (a retry tier no delivery has
 // needed) is asked again a second later. It gives up after patience.
 func (b *Bus) TakeFirst(ctx context.Context, queues []string, want func(amqp.Delivery) bool, patience time.Duration) (Held, error) {
-	conn, err := b.open(ctx)
-	if err != nil {
-		return Held{}, err
-	}
 	var ch *amqp.Channel
+	var err error
 	defer func() {
 		if ch != nil {
 			ch.Close()
@@ -187,7 +215,7 @@ func (b *Bus) TakeFirst(ctx context.Context, queues []string, want func(amqp.Del
 				continue
 			}
 			if ch == nil || ch.IsClosed() {
-				if ch, err = conn.Channel(ctx); err != nil {
+				if ch, err = b.channel(ctx); err != nil {
 					return Held{}, err
 				}
 			}
@@ -271,11 +299,7 @@ func eventOf(d amqp.Delivery) (events.Envelope, error) {
 // to the consumer, exactly as published (the copy-take fault's fillers).
 // The broker deletes it once unused for ten minutes.
 func (b *Bus) Capture(ctx context.Context, c Consumer, tag string) (string, error) {
-	conn, err := b.open(ctx)
-	if err != nil {
-		return "", err
-	}
-	ch, err := conn.Channel(ctx)
+	ch, err := b.channel(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -298,11 +322,7 @@ const captured = 20
 
 // Drain takes every message waiting in queue (acked: they are gone).
 func (b *Bus) Drain(ctx context.Context, queue string) ([]amqp.Delivery, error) {
-	conn, err := b.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel(ctx)
+	ch, err := b.channel(ctx)
 	if err != nil {
 		return nil, err
 	}

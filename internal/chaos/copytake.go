@@ -26,10 +26,10 @@ import (
 //     with error until one of its deliveries waits in a retry tier, which
 //     the run takes out (its transaction rolled back: the consumer has not
 //     applied it);
-//  2. every worker of every service is held with a take of its own
-//     (rabbit.consume.before-handle, pause), the consumer's workers with
-//     fillers: copies of an event it has applied, which every path drops
-//     as a duplicate;
+//  2. service by service, every worker of the service is held with a take
+//     of its own (rabbit.consume.before-handle, pause), the consumer's
+//     idle workers with fillers: copies of an event it has applied, which
+//     every path drops as a duplicate;
 //  3. the new event is published to the consumer's queue, as it was first
 //     published, once per instance and once more, back to back: an
 //     instance gets two copies behind its held workers;
@@ -214,114 +214,110 @@ func (t *copyTaker) newEvent(ctx context.Context, c Consumer) (Held, error) {
 	return held, nil
 }
 
-// take holds every worker, fills the consumers' workers, sends the copies,
-// lets the workers go and sees the takes with a delivery and its copy.
+// take does each service in turn (holding one service's consumers for a
+// second or so, not the whole saga): its workers held, its consumers'
+// workers filled and the copies sent, the workers let go, and the takes
+// with a delivery and its copy seen.
 func (t *copyTaker) take(ctx context.Context, parts []prepared) ([]CopyTake, error) {
 	out := make([]CopyTake, len(parts))
 	for _, svc := range Services {
-		if err := t.obs.arm(ctx, svc, rabbit.FailpointBeforeHandle, "pause", 0); err != nil {
+		var idx []int
+		for i, p := range parts {
+			if p.c.Service == svc {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			continue
+		}
+		if err := t.takeAt(ctx, svc, parts, idx, out); err != nil {
 			return out, err
 		}
-		t.armed(svc, rabbit.FailpointBeforeHandle)
 	}
-	release := func() error {
-		var errs []error
-		for _, svc := range Services {
-			errs = append(errs, t.obs.disarm(context.WithoutCancel(ctx), svc, rabbit.FailpointBeforeHandle))
-		}
-		return errors.Join(errs...)
-	}
-	if err := t.fill(ctx, parts, out); err != nil {
-		return out, errors.Join(err, release())
-	}
-	for _, svc := range Services {
-		if err := t.obs.arm(ctx, svc, rabbit.FailpointCopyInTake, "pause", 0); err != nil {
-			return out, errors.Join(err, release())
-		}
-		t.armed(svc, rabbit.FailpointCopyInTake)
-	}
-	if err := release(); err != nil {
-		return out, err
-	}
-	seen := t.seen(ctx, parts)
-	var errs []error
-	for _, svc := range Services {
-		errs = append(errs, t.obs.disarm(context.WithoutCancel(ctx), svc, rabbit.FailpointCopyInTake))
-	}
-	for i := range out {
-		out[i].Seen = seen[parts[i].c.Service]
-	}
-	return out, errors.Join(errs...)
+	return out, nil
 }
 
-// fill gives every worker of each consumer a filler, one at a time (an
-// idle worker takes it alone, and is held), leaves fillers waiting behind
-// them, then sends the copies of the new event back to back.
-func (t *copyTaker) fill(ctx context.Context, parts []prepared, out []CopyTake) error {
-	errs := make([]error, len(parts))
+// takeAt is take at one service, for the parts idx names.
+func (t *copyTaker) takeAt(ctx context.Context, svc string, parts []prepared, idx []int, out []CopyTake) error {
+	if err := t.obs.arm(ctx, svc, rabbit.FailpointBeforeHandle, "pause", 0); err != nil {
+		return err
+	}
+	t.armed(svc, rabbit.FailpointBeforeHandle)
+	release := func() error { return t.obs.disarm(context.WithoutCancel(ctx), svc, rabbit.FailpointBeforeHandle) }
+	errs := make([]error, len(idx))
 	var wg sync.WaitGroup
-	for i, p := range parts {
-		wg.Go(func() {
-			q := t.bus.Queue(p.c.Queue)
-			n := len(t.obs.instances[p.c.Service])
-			out[i] = CopyTake{Consumer: p.c.Name, EventID: p.event.MessageId, Type: p.event.Type, Copies: n + 1, Fillers: n * fillersPerInstance}
-			for range out[i].Fillers {
-				if errs[i] = t.bus.Publish(ctx, q, p.filler); errs[i] != nil {
-					return
-				}
-				if errs[i] = t.delivered(ctx, q); errs[i] != nil {
-					return
-				}
-				time.Sleep(30 * time.Millisecond) // an idle worker takes it and is held
-			}
-			copies := make([]amqp.Publishing, out[i].Copies)
-			for k := range copies {
-				copies[k] = Fresh(p.event.Delivery)
-			}
-			if errs[i] = t.bus.Publish(ctx, q, copies...); errs[i] != nil {
-				return
-			}
-			errs[i] = errors.Join(p.event.Ack(), t.delivered(ctx, q))
-		})
+	for k, i := range idx {
+		wg.Go(func() { out[i], errs[k] = t.fill(ctx, parts[i]) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return errors.Join(err, release())
+	}
+	if err := t.obs.arm(ctx, svc, rabbit.FailpointCopyInTake, "pause", 0); err != nil {
+		return errors.Join(err, release())
+	}
+	t.armed(svc, rabbit.FailpointCopyInTake)
+	if err := release(); err != nil {
+		return err
+	}
+	seen := t.seen(ctx, svc, len(idx))
+	for _, i := range idx {
+		out[i].Seen = seen
+	}
+	return t.obs.disarm(context.WithoutCancel(ctx), svc, rabbit.FailpointCopyInTake)
 }
 
-// delivered waits until nothing waits in q: the broker gave it all to the
-// consumers.
-func (t *copyTaker) delivered(ctx context.Context, q string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, err := t.bus.Waiting(ctx, q)
-		if err != nil || n == 0 {
-			return err
+// fill gives every worker of the part's consumer a filler, one at a time
+// (an idle worker takes it alone, and is held), leaves fillers waiting
+// behind them, then sends the copies of its new event back to back. A
+// filler the broker keeps means the consumer holds all the messages its
+// prefetch allows (live ones): its workers are all held already.
+func (t *copyTaker) fill(ctx context.Context, p prepared) (CopyTake, error) {
+	q := t.bus.Queue(p.c.Queue)
+	n := len(t.obs.instances[p.c.Service])
+	ct := CopyTake{Consumer: p.c.Name, EventID: p.event.MessageId, Type: p.event.Type, Copies: n + 1}
+	for range n * fillersPerInstance {
+		if err := t.bus.Publish(ctx, q, p.filler); err != nil {
+			return ct, err
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d messages still wait in %s after 10s: do its consumers hold their prefetch?", n, q)
+		ct.Fillers++
+		if !t.delivered(ctx, q) {
+			break
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(30 * time.Millisecond) // an idle worker takes it and is held
 	}
+	copies := make([]amqp.Publishing, ct.Copies)
+	for k := range copies {
+		copies[k] = Fresh(p.event.Delivery)
+	}
+	if err := t.bus.Publish(ctx, q, copies...); err != nil {
+		return ct, err
+	}
+	t.delivered(ctx, q)
+	return ct, p.event.Ack()
 }
 
-// seen waits until every service holds at rabbit.consume.copy-in-take one
-// take per consumer it got copies for (or 10 s pass), and says which did.
-func (t *copyTaker) seen(ctx context.Context, parts []prepared) map[string]bool {
-	want := map[string]int{}
-	for _, p := range parts {
-		want[p.c.Service]++
-	}
-	got := map[string]bool{}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(got) < len(want) && time.Now().Before(deadline) && ctx.Err() == nil {
-		for svc, n := range want {
-			if held, err := t.obs.held(ctx, svc, rabbit.FailpointCopyInTake); err == nil && held >= n {
-				got[svc] = true
-			}
+// delivered waits up to two seconds until nothing waits in q: the broker
+// gave it all to the consumers.
+func (t *copyTaker) delivered(ctx context.Context, q string) bool {
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(10 * time.Millisecond) {
+		if n, err := t.bus.Waiting(ctx, q); err == nil && n == 0 {
+			return true
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	return got
+	return false
+}
+
+// seen waits until svc holds at rabbit.consume.copy-in-take n takes, one
+// per consumer it got copies for (or 15 s pass: copies that waited on the
+// broker behind a backlog come out with it).
+func (t *copyTaker) seen(ctx context.Context, svc string, n int) bool {
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
+		if held, err := t.obs.held(ctx, svc, rabbit.FailpointCopyInTake); err == nil && held >= n {
+			return true
+		}
+	}
+	return false
 }
 
 // settle waits until each consumer has applied its event, and counts the
@@ -363,7 +359,9 @@ func describeCopyTakes(takes []CopyTake) string {
 	return strings.Join(parts, "; ")
 }
 
-func short(id string) string { return clip(id, 8) }
+// short is the end of an event id: UUIDv7s made close together share
+// their start.
+func short(id string) string { return "…" + id[max(0, len(id)-8):] }
 
 // processes identifies every instance's process (its start time).
 func (t *copyTaker) processes(ctx context.Context) (map[string]string, error) {
