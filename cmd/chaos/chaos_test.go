@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -17,7 +18,7 @@ import (
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+	"github.com/relmsg/ordersaga/internal/stack"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
@@ -118,8 +119,8 @@ func TestChaosRun(t *testing.T) {
 // broker, where broker-close must close only this stack's connections,
 // db-kill finds the sessions by schema, and the JSON report comes out on
 // stdout. kill and stop need scripts/up.sh's pid files, db-lock and
-// broker-restart are covered by TestChaosRun. copy-take reaches the
-// stack's queues in its namespace, named by -exchange, through -amqp-url.
+// broker-restart are covered by TestChaosRun, and so is copy-take (the
+// broker over AMQP that it needs is TestStackOfTheFlags's).
 func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: runs a stack (run without -short)")
@@ -128,8 +129,8 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	args := []string{
 		"-order-url", stack.Order.URL, "-inventory-url", stack.Inventory.URL, "-payment-url", stack.Payment.URL, "-psp-url", stack.PSP.URL,
 		"-seed", "5", "-duration", "6s", "-rate", "5", "-wave-size", "3", "-wave-supply", "1",
-		"-faults", "broker-close,db-kill,psp,copy-take", "-fault-every", "1200ms", "-quiet", "2s", "-rest-timeout", "60s",
-		"-exchange", stack.NS.Exchange(), "-amqp-url", rabbittest.URL(), "-mysql-root-dsn", sqldbtest.ServerDSN(),
+		"-faults", "broker-close,db-kill,psp", "-fault-every", "1500ms", "-quiet", "2s", "-rest-timeout", "60s",
+		"-exchange", stack.NS.Exchange(), "-mysql-root-dsn", sqldbtest.ServerDSN(),
 		"-db-schemas", fmt.Sprintf("order=%s,inventory=%s,payment=%s", stack.Order.DB.Name, stack.Inventory.DB.Name, stack.Payment.DB.Name),
 		"-json",
 	}
@@ -150,7 +151,7 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	if rep.Seed != 5 {
 		t.Errorf("report seed %d, want 5", rep.Seed)
 	}
-	for _, k := range []chaos.FaultKind{chaos.FaultBrokerClose, chaos.FaultDBKill, chaos.FaultPSP, chaos.FaultCopyTake} {
+	for _, k := range []chaos.FaultKind{chaos.FaultBrokerClose, chaos.FaultDBKill, chaos.FaultPSP} {
 		if rep.FaultsByKind[k] == 0 {
 			t.Errorf("no %s fault was injected: %+v", k, rep.Faults)
 		}
@@ -163,6 +164,41 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	}
 	for _, v := range rep.Violations {
 		t.Errorf("violation: %s", v)
+	}
+}
+
+// TestStackOfTheFlags: the broker over AMQP (copy-take, node-kill of a
+// retry tier's leader) is the stack's: the namespace of -exchange, the
+// machine's broker at -amqp-url, or every node of the stack's own
+// cluster in stack.json.
+func TestStackOfTheFlags(t *testing.T) {
+	dir := t.TempDir()
+	o, err := parseFlags([]string{"-run-dir", dir, "-exchange", "t-abc.saga.events", "-amqp-url", "amqp://u:p@10.0.0.1:5672/"},
+		func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, closeStack, err := o.stack(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStack()
+	if st.Bus.NS != "t-abc." || st.Bus.Queue("payment.psp-commands") != "t-abc.payment.psp-commands" || st.Bus.URLs != "amqp://u:p@10.0.0.1:5672/" {
+		t.Errorf("bus %q %q, want the namespace t-abc. and the broker of -amqp-url", st.Bus.NS, st.Bus.URLs)
+	}
+	f := stack.File{Nodes: []stack.Node{{Name: "ordersaga-1@localhost", Port: 5701}, {Name: "ordersaga-2@localhost", Port: 5702}}}
+	if err := stack.Write(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	o, _ = parseFlags([]string{"-run-dir", dir}, func(string) string { return "" }, io.Discard)
+	if st, _, err = o.stack(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if want := "amqp://guest:guest@127.0.0.1:5701/,amqp://guest:guest@127.0.0.1:5702/"; st.Bus.URLs != want || st.Bus.NS != "" {
+		t.Errorf("bus of a cluster: %q %q, want %q and no namespace", st.Bus.URLs, st.Bus.NS, want)
+	}
+	if _, ok := st.Broker.(chaos.Cluster); !ok {
+		t.Errorf("broker %T, want the stack's cluster", st.Broker)
 	}
 }
 
