@@ -260,7 +260,11 @@ func (t *copyTaker) takeAt(ctx context.Context, svc string, parts []prepared, id
 	if err := release(); err != nil {
 		return err
 	}
-	seen := t.seen(ctx, svc, len(idx))
+	var mine []prepared
+	for _, i := range idx {
+		mine = append(mine, parts[i])
+	}
+	seen := t.seen(ctx, svc, mine)
 	for _, i := range idx {
 		out[i].Seen = seen
 	}
@@ -308,13 +312,32 @@ func (t *copyTaker) delivered(ctx context.Context, q string) bool {
 	return false
 }
 
-// seen waits until svc holds at rabbit.consume.copy-in-take n takes, one
-// per consumer it got copies for (or 15 s pass: copies that waited on the
-// broker behind a backlog come out with it).
-func (t *copyTaker) seen(ctx context.Context, svc string, n int) bool {
-	for end := time.Now().Add(15 * time.Second); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
-		if held, err := t.obs.held(ctx, svc, rabbit.FailpointCopyInTake); err == nil && held >= n {
+// seen waits until svc holds at rabbit.consume.copy-in-take one take per
+// consumer it got copies for. Copies that queued on the broker behind a
+// backlog (a consumer holding all its prefetch allows already) come out
+// with it, so the wait is long: 60 s. With one instance it ends early once
+// every event is applied, which both copies in one take held there would
+// prevent.
+func (t *copyTaker) seen(ctx context.Context, svc string, parts []prepared) bool {
+	single := len(t.obs.instances[svc]) == 1
+	end := time.Now().Add(60 * time.Second)
+	for check := time.Now(); time.Now().Before(end) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
+		held, err := t.obs.held(ctx, svc, rabbit.FailpointCopyInTake)
+		if err == nil && held >= len(parts) {
 			return true
+		}
+		if !single || err != nil || time.Since(check) < time.Second {
+			continue
+		}
+		check = time.Now()
+		done := 0 // applied: its copies were not both in a held take
+		for _, p := range parts {
+			if applied, err := t.obs.applied(ctx, p.c, []string{p.event.MessageId}); err == nil && applied[p.event.MessageId] > 0 {
+				done++
+			}
+		}
+		if held+done >= len(parts) {
+			return false
 		}
 	}
 	return false

@@ -83,8 +83,8 @@ func (o *Outage) String() string {
 	return s
 }
 
-// orderLister lists the run's orders created since a moment.
-type orderLister func(ctx context.Context, since time.Time) ([]string, error)
+// orderLister lists the run's orders.
+type orderLister func(ctx context.Context) ([]string, error)
 
 // dbOutage locks svc's database account until a delivery gives up (or
 // limit), unlocks it, and redrives what became a dead letter meanwhile.
@@ -113,7 +113,7 @@ func (in *injector) dbOutage(ctx context.Context, svc string, limit time.Duratio
 		case <-time.After(wait):
 		}
 		var gave []GaveUp
-		if gave, watchErr = in.gaveUp(ctx, svc, began.Add(-30*time.Second)); watchErr == nil {
+		if gave, watchErr = in.gaveUp(ctx, svc); watchErr == nil {
 			out.GaveUp = gave
 		}
 		if len(out.GaveUp) > 0 {
@@ -127,7 +127,7 @@ func (in *injector) dbOutage(ctx context.Context, svc string, limit time.Duratio
 	if err := in.obs.waitReady(ctx, 60*time.Second); err != nil {
 		return out, fmt.Errorf("after the outage: %w", err)
 	}
-	if gave, err := in.gaveUp(ctx, svc, began.Add(-30*time.Second)); err == nil && len(gave) >= len(out.GaveUp) {
+	if gave, err := in.gaveUp(ctx, svc); err == nil && len(gave) >= len(out.GaveUp) {
 		out.GaveUp = gave // what was logged as the database came back
 	}
 	out.DeadLetters, out.Redriven, err = in.redriveSince(ctx, svc, began)
@@ -138,10 +138,11 @@ func (in *injector) dbOutage(ctx context.Context, svc string, limit time.Duratio
 }
 
 // gaveUp reads the journal of every instance of svc for the run's orders
-// created since: the deliveries whose dead letter was refused or
+// (any of them: on a stack that lags, a delivery failing now may be of an
+// order of a minute ago): the deliveries whose dead letter was refused or
 // recorded, by consumer and event, with the highest attempt.
-func (in *injector) gaveUp(ctx context.Context, svc string, since time.Time) ([]GaveUp, error) {
-	ids, err := in.orders(ctx, since)
+func (in *injector) gaveUp(ctx context.Context, svc string) ([]GaveUp, error) {
+	ids, err := in.orders(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +223,8 @@ func (in *injector) redriveSince(ctx context.Context, svc string, since time.Tim
 // settleOutages fills in what became of each delivery that gave up during
 // an outage: applied by its consumer, or a dead letter, or neither.
 func (o *observer) settleOutages(ctx context.Context, recs []FaultRecord) error {
-	for _, r := range recs {
+	for i := range recs {
+		r := &recs[i]
 		if r.Outage == nil {
 			continue
 		}
@@ -253,6 +255,11 @@ func (o *observer) settleOutages(ctx context.Context, recs []FaultRecord) error 
 				g.Settled = "dead letter"
 			}
 		}
+		settled := map[string]int{}
+		for _, g := range r.Outage.GaveUp {
+			settled[g.Settled]++
+		}
+		r.Detail += fmt.Sprintf("; at rest %d of them applied, %d dead letters, %d neither", settled["applied"], settled["dead letter"], settled[""])
 	}
 	return nil
 }

@@ -198,7 +198,7 @@ func (r *runner) drive(ctx context.Context) {
 	r.rep.Started = t0
 	var quietZone sync.Mutex
 	inj := &injector{obs: r.obs, procs: r.st.Processes, broker: r.st.Broker, db: r.st.Database, bus: r.st.Bus, start: t0,
-		stopped: map[int]bool{}, zone: &quietZone, orders: r.ordersSince}
+		stopped: map[int]bool{}, zone: &quietZone, orders: r.orders}
 	if r.captures != nil {
 		inj.copier = &copyTaker{obs: r.obs, bus: r.st.Bus, captures: r.captures, armed: inj.noteArmed}
 	}
@@ -276,16 +276,16 @@ func (r *runner) read(ctx context.Context) error {
 	return nil
 }
 
-// ordersSince lists the run's orders created since a moment (newest
-// first), for the db-outage fault's look at the journals.
-func (r *runner) ordersSince(ctx context.Context, since time.Time) ([]string, error) {
+// orders lists the ids of the run's orders so far, for the db-outage
+// fault's look at the journals.
+func (r *runner) orders(ctx context.Context) ([]string, error) {
 	list, err := r.obs.ordersAfter(ctx, r.watermark)
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	for _, o := range list {
-		if ofRun(o.Customer, r.cfg.Tag) && !o.CreatedAt.Before(since) {
+		if ofRun(o.Customer, r.cfg.Tag) {
 			ids = append(ids, o.ID)
 		}
 	}
