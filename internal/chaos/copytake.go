@@ -66,6 +66,7 @@ type copyTaker struct {
 	bus      *Bus
 	captures map[string]string
 	armed    func(svc, point string) // notes a point the heal must disarm
+	traffic  trafficFunc             // orders that go through every consumer, while it prepares
 }
 
 // prepared is one consumer's part: a filler and the held new event.
@@ -83,7 +84,9 @@ func (t *copyTaker) run(ctx context.Context) ([]CopyTake, error) {
 	if err != nil {
 		return nil, err
 	}
+	stop := t.traffic(ctx)
 	parts, err := t.prepare(ctx)
+	stop()
 	defer func() {
 		for _, p := range parts {
 			_ = p.event.Return() // one not sent goes back to its tier (a sent one is acked already)

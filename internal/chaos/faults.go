@@ -310,9 +310,10 @@ type injector struct {
 	// their supply only outside it.
 	zone *sync.Mutex
 
-	bus    *Bus        // the broker over AMQP (copy-take, node-kill of a retry tier)
-	copier *copyTaker  // copy-take
-	orders orderLister // db-outage: the run's orders, whose journals it reads
+	bus     *Bus        // the broker over AMQP (copy-take, node-kill of a retry tier)
+	copier  *copyTaker  // copy-take
+	orders  orderLister // db-outage: the run's orders, whose journals it reads
+	traffic trafficFunc // extra requests while a fault waits for deliveries
 
 	mu       sync.Mutex
 	stopped  map[int]bool                  // pids we SIGSTOPped and not yet continued
@@ -321,6 +322,11 @@ type injector struct {
 	armed    map[[2]string]bool            // (service, failpoint) armed by a fault, for the heal to disarm
 	accounts []func(context.Context) error // unlocks of database accounts a fault locked
 }
+
+// trafficFunc sends extra requests of the run until stop is called
+// (loader.traffic): a fault that needs deliveries to act on has them even
+// once the load is over.
+type trafficFunc func(ctx context.Context) (stop func())
 
 // noteArmed records a failpoint armed on svc's instances: the heal
 // disarms it whatever happened to the fault.

@@ -102,6 +102,11 @@ func (in *injector) dbOutage(ctx context.Context, svc string, limit time.Duratio
 	in.mu.Lock()
 	in.accounts = append(in.accounts, unlock)
 	in.mu.Unlock()
+	// Deliveries to fail from the start, the load on or over: orders sent
+	// in the outage's first seconds reach the payment service's consumers
+	// while its database refuses.
+	stop := in.traffic(ctx)
+	time.AfterFunc(5*time.Second, stop)
 	var watchErr error
 	for time.Since(began) < limit && ctx.Err() == nil {
 		wait := 3 * time.Second

@@ -42,6 +42,8 @@ func (in *injector) killRetryLeader(ctx context.Context, consumer string) (*Retr
 	}
 	in.noteArmed(c.Service, c.Fail)
 	disarm := func() error { return in.obs.disarm(context.WithoutCancel(ctx), c.Service, c.Fail) }
+	stop := in.traffic(ctx) // deliveries to fail, the load on or over
+	defer stop()
 	r := &RetryInFlight{Consumer: c.Name}
 	queue := in.bus.Queue(c.Queue)
 	deadline := time.Now().Add(30 * time.Second)
@@ -57,7 +59,11 @@ func (in *injector) killRetryLeader(ctx context.Context, consumer string) (*Retr
 		time.Sleep(200 * time.Millisecond)
 	}
 	var disarmErr error
-	detail, err := cl.KillNode(ctx, r.Node, func() { disarmErr = disarm() })
+	killed := false
+	detail, err := cl.KillNode(ctx, r.Node, func() { killed, disarmErr = true, disarm() })
+	if !killed {
+		disarmErr = disarm()
+	}
 	detail = fmt.Sprintf("%s (leader of %s, %d retries waiting; %s failed meanwhile)", detail, r.Tier, r.Waiting, c.Fail)
 	return r, detail, errors.Join(err, disarmErr)
 }

@@ -197,12 +197,13 @@ func (r *runner) drive(ctx context.Context) {
 	t0 := time.Now()
 	r.rep.Started = t0
 	var quietZone sync.Mutex
+	r.drv = &loader{obs: r.obs, tag: r.cfg.Tag, start: t0, settle: t0.Add(r.cfg.Load.Duration + 2*r.cfg.RestTimeout),
+		next: len(r.plan.Requests)}
 	inj := &injector{obs: r.obs, procs: r.st.Processes, broker: r.st.Broker, db: r.st.Database, bus: r.st.Bus, start: t0,
-		stopped: map[int]bool{}, zone: &quietZone, orders: r.orders}
+		stopped: map[int]bool{}, zone: &quietZone, orders: r.orders, traffic: r.drv.traffic}
 	if r.captures != nil {
-		inj.copier = &copyTaker{obs: r.obs, bus: r.st.Bus, captures: r.captures, armed: inj.noteArmed}
+		inj.copier = &copyTaker{obs: r.obs, bus: r.st.Bus, captures: r.captures, armed: inj.noteArmed, traffic: r.drv.traffic}
 	}
-	r.drv = &loader{obs: r.obs, tag: r.cfg.Tag, start: t0, settle: t0.Add(r.cfg.Load.Duration + 2*r.cfg.RestTimeout)}
 	wave := func(ctx context.Context, w int) {
 		quietZone.Lock()
 		defer quietZone.Unlock()
@@ -224,6 +225,7 @@ func (r *runner) drive(ctx context.Context) {
 	}
 	r.healed = time.Now()
 	loadDone.Wait()
+	r.drv.extras.Wait()
 	r.rep.Notes = append(r.rep.Notes, r.waveNotes...)
 	r.say("load over: %d keys sent; waiting for rest (quiet %s, at most %s)", len(r.drv.requests()), r.cfg.Quiet, r.cfg.RestTimeout)
 	rest := r.obs.waitRest(ctx, r.watermark, r.cfg.Tag, r.stockStart, r.cfg.Quiet, r.cfg.RestTimeout)
