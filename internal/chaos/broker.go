@@ -262,7 +262,8 @@ func (b ClusterBroker) KillNode(ctx context.Context, node string, killed func())
 // leaderOf finds the node leading queue, or ("") the busiest consumer
 // queue: the one with the most messages waiting, else the most consumers,
 // else the first by name. Retry tiers (<queue>.delay.<n>) and dead queues
-// (<queue>.dead) are left out on purpose: a tier also holds messages, and
+// (<queue>.dead) are left out on purpose, and so are the run's own capture
+// queues: a tier also holds messages, and
 // would often be the busiest, but killing its leader is the retry kind of
 // node-kill (RetryLeader), which makes sure a retry is waiting there.
 // Killing the node leading a consumer queue makes it elect a new leader
@@ -279,7 +280,8 @@ func (b ClusterBroker) leaderOf(ctx context.Context, queue string) (node, name s
 			if queue != "" {
 				return q.Leader == "" || q.Name != queue
 			}
-			return q.Leader == "" || strings.Contains(q.Name, ".delay.") || strings.HasSuffix(q.Name, ".dead")
+			return q.Leader == "" || strings.Contains(q.Name, ".delay.") || strings.HasSuffix(q.Name, ".dead") ||
+				strings.Contains(q.Name, "chaos.capture.") // the run's own (Bus.Capture)
 		})
 		if len(qs) == 0 {
 			continue

@@ -297,7 +297,8 @@ func eventOf(d amqp.Delivery) (events.Envelope, error) {
 // Capture binds a queue of the run's own to the stack's exchange with the
 // consumer's event types: it keeps a copy of the latest events published
 // to the consumer, exactly as published (the copy-take fault's fillers).
-// The broker deletes it once unused for ten minutes.
+// A quorum queue, so that a node kill does not take it away; the broker
+// deletes it once unused for ten minutes. Declaring it again is harmless.
 func (b *Bus) Capture(ctx context.Context, c Consumer, tag string) (string, error) {
 	ch, err := b.channel(ctx)
 	if err != nil {
@@ -305,8 +306,9 @@ func (b *Bus) Capture(ctx context.Context, c Consumer, tag string) (string, erro
 	}
 	defer ch.Close()
 	name := b.NS.Queue("chaos.capture." + c.Name + "." + tag)
-	args := amqp.Table{"x-max-length": int64(captured), "x-overflow": "drop-head", "x-expires": int64(10 * time.Minute / time.Millisecond)}
-	if _, err := ch.QueueDeclare(name, false, false, false, false, args); err != nil {
+	args := amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-max-length": int64(captured), "x-overflow": "drop-head",
+		"x-expires": int64(10 * time.Minute / time.Millisecond)}
+	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
 		return "", fmt.Errorf("declare %s: %w", name, err)
 	}
 	for _, k := range c.Keys {

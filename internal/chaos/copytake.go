@@ -64,6 +64,7 @@ type CopyTake struct {
 type copyTaker struct {
 	obs      *observer
 	bus      *Bus
+	tag      string
 	captures map[string]string
 	armed    func(svc, point string) // notes a point the heal must disarm
 	traffic  trafficFunc             // orders that go through every consumer, while it prepares
@@ -159,6 +160,10 @@ func (t *copyTaker) fillerOf(ctx context.Context, c Consumer) (amqp.Publishing, 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ds, err := t.bus.Drain(ctx, t.captures[c.Name])
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			_, err = t.bus.Capture(ctx, c, t.tag) // gone with a node or a broker restart: bound again
+		}
 		if err != nil {
 			return amqp.Publishing{}, err
 		}

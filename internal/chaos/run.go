@@ -202,7 +202,7 @@ func (r *runner) drive(ctx context.Context) {
 	inj := &injector{obs: r.obs, procs: r.st.Processes, broker: r.st.Broker, db: r.st.Database, bus: r.st.Bus, start: t0,
 		stopped: map[int]bool{}, zone: &quietZone, orders: r.orders, traffic: r.drv.traffic}
 	if r.captures != nil {
-		inj.copier = &copyTaker{obs: r.obs, bus: r.st.Bus, captures: r.captures, armed: inj.noteArmed, traffic: r.drv.traffic}
+		inj.copier = &copyTaker{obs: r.obs, bus: r.st.Bus, tag: r.cfg.Tag, captures: r.captures, armed: inj.noteArmed, traffic: r.drv.traffic}
 	}
 	wave := func(ctx context.Context, w int) {
 		quietZone.Lock()
