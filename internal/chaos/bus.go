@@ -342,3 +342,43 @@ func (b *Bus) Drain(ctx context.Context, queue string) ([]amqp.Delivery, error) 
 	}
 	return out, nil
 }
+
+// Backlog is what waits on the broker for the stack's consumers: ready
+// messages in each consumer's queue, its dead queue and its retry tiers
+// (up to the one of a minute, the longest wait of inbox.Config's
+// backoff), by queue; queues that hold none are left out.
+func (b *Bus) Backlog(ctx context.Context) (map[string]int, error) {
+	var names []string
+	for _, c := range Consumers {
+		q := b.Queue(c.Queue)
+		names = append(names, q, rabbit.Queue{Name: q}.DeadQueue())
+		for tier := range rabbit.RetryTier(time.Minute) + 1 {
+			names = append(names, rabbit.RetryQueue(q, tier))
+		}
+	}
+	out := map[string]int{}
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			ch.Close()
+		}
+	}()
+	for _, name := range names {
+		if ch == nil || ch.IsClosed() {
+			var err error
+			if ch, err = b.channel(ctx); err != nil {
+				return nil, err
+			}
+		}
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		var ae *amqp.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound: // never declared: holds none (the channel is closed)
+		case err != nil:
+			return nil, fmt.Errorf("%s: %w", name, err)
+		case q.Messages > 0:
+			out[name] = q.Messages
+		}
+	}
+	return out, nil
+}

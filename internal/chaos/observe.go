@@ -23,6 +23,7 @@ import (
 type observer struct {
 	lab       *lab.Lab
 	instances map[string][]string // service -> its instances ("order", "order-2")
+	bus       *Bus                // what waits on the broker (nil: not looked at)
 
 	mu       sync.Mutex
 	minAvail map[string]int

@@ -141,6 +141,7 @@ func prepare(ctx context.Context, cfg Config, st Stack) (*runner, error) {
 		cfg.Tag = newTag()
 	}
 	r := &runner{cfg: cfg, st: st, obs: newObserver(st.URLs, st.AdminToken), receipts: map[string]int{}, uncertain: map[string]int{}}
+	r.obs.bus = st.Bus
 	if len(r.cfg.Faults.Instances) == 0 {
 		r.cfg.Faults.Instances = r.obs.all()
 	}
@@ -330,8 +331,9 @@ func ofRun(customer, tag string) bool {
 
 // waitRest waits until the system is at rest: every service ready, every
 // order of the run finished with no refund under way, no outbox row
-// pending or sending, the reserved stock back where it started, and no
-// delivery and no restart for the quiet window.
+// pending or sending, the reserved stock back where it started, nothing
+// waiting on the broker for a consumer (its queue, its dead queue, its
+// retry tiers), and no delivery and no restart for the quiet window.
 func (o *observer) waitRest(ctx context.Context, watermark uint64, tag string, start map[string]Stock, quiet, timeout time.Duration) Rest {
 	deadline := time.Now().Add(timeout)
 	var quietSince time.Time
@@ -422,6 +424,21 @@ func (o *observer) restSignature(ctx context.Context, watermark uint64, tag stri
 	if len(held) > 0 {
 		slices.Sort(held)
 		return "", "reserved stock to be released or committed (" + strings.Join(held, ", ") + ")"
+	}
+	if o.bus != nil {
+		// A delivery waiting in a retry tier (up to a minute after an
+		// outage) moves nothing until it comes back: not at rest yet.
+		backlog, err := o.bus.Backlog(ctx)
+		if err != nil {
+			return "", "the broker to answer (" + err.Error() + ")"
+		}
+		if len(backlog) > 0 {
+			var waiting []string
+			for _, q := range sortedKeys(backlog) {
+				waiting = append(waiting, fmt.Sprintf("%s %d", q, backlog[q]))
+			}
+			return "", "messages waiting on the broker (" + strings.Join(waiting, ", ") + ")"
+		}
 	}
 	return strings.Join(sig, " "), ""
 }
