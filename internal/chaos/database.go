@@ -224,12 +224,7 @@ func (m *MySQL) LockAccount(ctx context.Context, service string) (string, func(c
 	if err := alter(ctx, "LOCK"); err != nil {
 		return "", nil, errors.Join(err, unlock(context.WithoutCancel(ctx)))
 	}
-	n, err := m.KillSessions(ctx, service)
-	if err == nil {
-		var k int
-		k, err = m.kill(ctx, `USER = ?`, user)
-		n += k
-	}
+	n, err := m.kill(ctx, `USER = ?`, user)
 	if err != nil {
 		return "", nil, errors.Join(err, unlock(context.WithoutCancel(ctx)))
 	}
@@ -237,12 +232,13 @@ func (m *MySQL) LockAccount(ctx context.Context, service string) (string, func(c
 }
 
 // userOf is the database user of the service: Session.User, else the one
-// its sessions on its schema use now.
+// its sessions on its schema use now, the run's own user (root) left out.
 func (m *MySQL) userOf(ctx context.Context, service string) (string, error) {
 	s := m.Sessions[service]
 	user := s.User
 	if user == "" && s.Schema != "" {
-		const q = `SELECT DISTINCT USER FROM information_schema.PROCESSLIST WHERE DB = ? AND ID <> CONNECTION_ID()`
+		const q = `SELECT DISTINCT USER FROM information_schema.PROCESSLIST
+WHERE DB = ? AND ID <> CONNECTION_ID() AND USER <> SUBSTRING_INDEX(CURRENT_USER(), '@', 1)`
 		var users []string
 		rows, err := m.Root.QueryContext(ctx, q, s.Schema)
 		if err != nil {
@@ -257,10 +253,14 @@ func (m *MySQL) userOf(ctx context.Context, service string) (string, error) {
 			users = append(users, u)
 		}
 		rows.Close()
-		if len(users) != 1 {
+		switch len(users) {
+		case 0:
+			return "", fmt.Errorf("%s has no session on %s but as root, which the run uses itself and cannot lock: db-outage needs the service's own database user (scripts/up.sh and docker compose give each service one; -db-users names it)", service, s.Schema)
+		case 1:
+			user = users[0]
+		default:
 			return "", fmt.Errorf("%s's sessions on %s use %d users (%v): name its own with -db-users", service, s.Schema, len(users), users)
 		}
-		user = users[0]
 	}
 	switch user {
 	case "":
