@@ -34,7 +34,7 @@ func BenchmarkSagaCost(b *testing.B) {
 	s := sagatest.Start(b, proxied)
 	n := b.N
 	for _, sku := range []string{"SKU-1", "SKU-2", "SKU-4"} {
-		if code := s.Inventory.Do(http.MethodPost, "/stock/"+sku+"/receipts", nil,
+		if code := s.Inventory.Do(http.MethodPost, "/stock/"+sku+"/receipts", map[string]string{"Idempotency-Key": "bench-restock-" + sku},
 			map[string]int{"quantity": 2*n + 10}, nil); code != http.StatusOK {
 			b.Fatalf("restock %s: %d", sku, code)
 		}

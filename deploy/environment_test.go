@@ -328,3 +328,38 @@ func TestLoadSettings(t *testing.T) {
 		t.Errorf("with .env: %q, want %q", out, want)
 	}
 }
+
+// Every name one container uses to reach another (the URLs in their
+// environment, Prometheus's targets) is in the target's ALLOWED_HOSTS:
+// the services refuse any other Host than this machine's and those
+// (web.Guard), so a missing name would break the stack in compose only.
+func TestComposeNamesAreAllowedHosts(t *testing.T) {
+	p := loadCompose(t, nil)
+	urlish := regexp.MustCompile(`https?://([a-z0-9-]+):\d+`)
+	targets := regexp.MustCompile(`"([a-z0-9-]+):\d+"`)
+	seen := map[string][]string{} // host -> who calls it
+	for name := range p.Services {
+		for _, v := range environment(p, name) {
+			for _, m := range urlish.FindAllStringSubmatch(v, -1) {
+				seen[m[1]] = append(seen[m[1]], name)
+			}
+		}
+	}
+	for _, m := range targets.FindAllStringSubmatch(readFile(t, "deploy/prometheus/prometheus.yml"), -1) {
+		seen[m[1]] = append(seen[m[1]], "prometheus")
+	}
+	if len(seen) < 6 {
+		t.Fatalf("found only %v: the patterns no longer match the files", seen)
+	}
+	for host, callers := range seen {
+		svc, ok := p.Services[host]
+		if !ok {
+			t.Errorf("%v call %s, which is no compose service", callers, host)
+			continue
+		}
+		allowed := strings.Split(environment(p, svc.Name)["ALLOWED_HOSTS"], ",")
+		if !slices.Contains(allowed, host) {
+			t.Errorf("%v call %s, whose ALLOWED_HOSTS %v does not name it", callers, host, allowed)
+		}
+	}
+}

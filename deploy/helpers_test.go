@@ -38,6 +38,7 @@ var composeOnly = map[string]struct{ def, why string }{
 	"RABBITMQ_ADMIN_USER":     {"guest", "management UI user (the local broker has guest already)"},
 	"RABBITMQ_ADMIN_PASSWORD": {"guest", "management UI password"},
 	"RABBITMQ_CLUSTER_COOKIE": {"ordersaga-demo-cookie", "Erlang cookie of the ha profile's nodes (scripts/up.sh's cluster makes its own)"},
+	"PSP_TOKEN":               {"compose-demo-psp-key", "the PSP's key for charges and refunds, shared by psp and payment-fake (scripts/up.sh makes a fresh one per start)"},
 }
 
 // loadCompose loads docker-compose.yml as docker compose does, with env as

@@ -224,12 +224,16 @@ func TestSagaPaymentDeclinedCancelsAndReleases(t *testing.T) {
 }
 
 // Twenty concurrent POSTs with one key: one order, one OrderCreated, one
-// charge, confirmed once.
+// charge, confirmed once. Each caller gets the order (202, created or
+// replayed) or, while the first request with the key is still being
+// processed, 409 idempotency-key-in-flight (the IETF draft); a retry after
+// that gets the order.
 func TestConcurrentCreatesWithOneKeyEndToEnd(t *testing.T) {
 	t.Parallel()
 	s := sagatest.Start(t)
 	const n = 20
 	ids := make([]string, n)
+	codes := make([]int, n)
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	body := map[string]any{"customer_id": "c-7", "items": []map[string]any{{"sku": "SKU-2", "quantity": 1}}}
@@ -238,20 +242,34 @@ func TestConcurrentCreatesWithOneKeyEndToEnd(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			var o orderJSON
-			if code := s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "one-key"}, body, &o); code != 202 {
-				t.Errorf("POST %d: %d", i, code)
+			var o map[string]any // an order, or a problem document
+			codes[i] = s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "one-key"}, body, &o)
+			switch typ, _ := o["type"].(string); {
+			case codes[i] == 202:
+				ids[i], _ = o["order_id"].(string)
+			case codes[i] != 409 || !strings.HasSuffix(typ, "#problem-idempotency-key-in-flight"):
+				t.Errorf("POST %d: %d %v, want 202 or 409 idempotency-key-in-flight", i, codes[i], o)
 			}
-			ids[i] = o.OrderID
 		}()
 	}
 	close(start)
 	wg.Wait()
+	var first string
 	for i := range ids {
-		if ids[i] != ids[0] {
-			t.Fatalf("caller %d got order %q, caller 0 got %q", i, ids[i], ids[0])
+		switch {
+		case ids[i] == "":
+		case first == "":
+			first = ids[i]
+		case ids[i] != first:
+			t.Fatalf("caller %d got order %q, another %q", i, ids[i], first)
 		}
 	}
+	var again orderJSON
+	if code := s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "one-key"}, body, &again); code != 202 ||
+		(first != "" && again.OrderID != first) {
+		t.Fatalf("the retry after them: %d order %q, want 202 and order %q (codes %v)", code, again.OrderID, first, codes)
+	}
+	ids[0] = again.OrderID
 	waitStatus(t, s, ids[0], "confirmed")
 	var orders, created int
 	s.Order.DB.Get(&orders, `SELECT COUNT(*) FROM orders`)

@@ -2,17 +2,20 @@ package experiments
 
 import (
 	"context"
-	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
@@ -42,11 +45,15 @@ func TestExperimentConcurrentDuplicateDoubleEffect(t *testing.T) {
 			if tc.wrong {
 				ww = wrongway.NewSet(map[wrongway.Switch]bool{wrongway.NoInbox: true})
 			}
-			c := inbox.NewConsumer(inbox.Config{Name: "notifier", DB: db.DB, WrongWay: ww,
+			reg := prometheus.NewRegistry()
+			c := inbox.NewConsumer(inbox.Config{Name: "notifier", DB: db.DB, Log: slog.New(slog.DiscardHandler), Metrics: inbox.NewMetrics(reg),
 				Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
 					_, err := tx.ExecContext(ctx, `UPDATE counters SET n = n + 1 WHERE name = 'effects'`)
 					return err
 				}}})
+			// The process wires the wrong ways around the right one, as a
+			// service in demo mode does (pkg/process).
+			handle := wrongway.Pick(ww, rabbit.Handler(c.Handle), c.WrongWays()...)
 			// Both deliveries stop right after their "claim" (the inbox
 			// INSERT, or the wrong way's SELECT) until both are there.
 			fp := failpoint.NewRegistry()
@@ -57,12 +64,12 @@ func TestExperimentConcurrentDuplicateDoubleEffect(t *testing.T) {
 			gate := fp.Pause("inbox.after-claim", paused)
 			ctx := failpoint.WithRegistry(context.Background(), fp)
 			e := events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: 1,
-				AggregateVersion: 1, SchemaVersion: 1, Payload: []byte(`{}`)}
+				AggregateVersion: 1, SchemaVersion: 1, Payload: []byte(`{"order_id":"1"}`)}
 			var wg sync.WaitGroup
-			errs := make([]error, 2)
-			for i := range errs {
+			decisions := make([]rabbit.Decision, 2)
+			for i := range decisions {
 				wg.Add(1)
-				go func() { defer wg.Done(); errs[i] = c.Process(ctx, e) }()
+				go func() { defer wg.Done(); decisions[i] = handle()(ctx, inboxtest.Delivery("notifier.q", e)) }()
 			}
 			deadline := time.Now().Add(10 * time.Second)
 			for {
@@ -83,14 +90,12 @@ func TestExperimentConcurrentDuplicateDoubleEffect(t *testing.T) {
 			var n, rows int
 			db.Get(&n, `SELECT n FROM counters WHERE name = 'effects'`)
 			db.Get(&rows, `SELECT COUNT(*) FROM consumer_inbox WHERE event_id = ?`, e.EventID)
-			dups := 0
-			for _, err := range errs {
-				if errors.Is(err, inbox.ErrAlreadyProcessed) {
-					dups++
-				} else if err != nil {
-					t.Fatalf("delivery failed: %v", err)
+			for i, d := range decisions {
+				if d != rabbit.Ack() {
+					t.Fatalf("delivery %d: decision %+v, want ack", i, d)
 				}
 			}
+			dups := int(inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "notifier"))
 			if n != tc.effects || rows != 1 {
 				t.Fatalf("effects = %d, inbox rows = %d (duplicates reported: %d); want %d effect(s) and 1 row", n, rows, dups, tc.effects)
 			}

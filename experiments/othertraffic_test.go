@@ -41,8 +41,9 @@ func TestExperimentVerdictsIgnoreOtherTraffic(t *testing.T) {
 	}()
 	go func() { // a warehouse receiving the experiments' SKU
 		defer wg.Done()
-		for ctx.Err() == nil {
-			_, _ = s.Inventory.TryDo("POST", "/stock/SKU-2/receipts", nil, map[string]int{"quantity": 1}, nil)
+		for i := 0; ctx.Err() == nil; i++ {
+			key := map[string]string{"Idempotency-Key": fmt.Sprint("warehouse-", i)} // each receipt booked once
+			_, _ = s.Inventory.TryDo("POST", "/stock/SKU-2/receipts", key, map[string]int{"quantity": 1}, nil)
 			sleep(ctx, 50*time.Millisecond)
 		}
 	}()

@@ -16,8 +16,9 @@ import (
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 )
 
-// Three rules of the chapter that no experiment of the lab shows, each on
-// the real database (docs/course-map.md, "Three more rules").
+// Rules of the chapter that no experiment of the lab shows, each on the
+// real database (docs/course-map.md, "Four more rules"); the fourth, a
+// correction gets a new event ID, is in correction_test.go.
 
 // 去重解决不了乱序: "自增事件 ID 不等于事务提交顺序". An id is handed out
 // when a row is written, a transaction becomes visible when it commits, and

@@ -51,7 +51,13 @@
 #      when it dies by itself (the failure lab crashes them, as docker
 #      compose's restart policy does), and writes .run/stack.json, every
 #      process and node with its pid, URL or port and log, for the tools
-#      that read it.
+#      that read it; and prints the viewer's URL with its token.
+#
+# Tokens (docs/security.md): unless set, a fresh viewer token (VIEWER_TOKEN,
+# or ADMIN_TOKEN when that is set) and a fresh PSP key (PSP_TOKEN, given to
+# the PSP and the payment service only) are made at each start; the
+# banner's viewer URL carries the token (http://127.0.0.1:8080/?token=...),
+# and .run/stack.json, readable by you only, keeps it (viewer_url).
 #
 # Services listen on $UP_HTTP_HOST:8081/8082/8083 (the viewer on :8080),
 # UP_HTTP_HOST defaulting to 127.0.0.1 because demo mode exposes fault-injection endpoints

@@ -307,6 +307,8 @@ func (r *runner) restock(ctx context.Context) error {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost,
 				r.cfg.inventoryURL+"/stock/"+url.PathEscape(sku)+"/receipts", bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
+			// A receipt wants a key of its own (one per receipt of this run).
+			req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-restock-%s-%d", r.cfg.keyPrefix, sku, left))
 			resp, err := r.client.Do(req)
 			if err != nil {
 				return fmt.Errorf("restock %s at %s (use -no-restock to skip): %w", sku, r.cfg.inventoryURL, err)

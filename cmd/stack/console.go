@@ -97,7 +97,8 @@ func (c *console) banner(cfg config) {
 		fmt.Fprintf(&b, "  %-15s one for every payment instance: its switches apply to every caller\n", "")
 	}
 	if stack.DemoMode(cfg.getenv) {
-		fmt.Fprintf(&b, "  %-15s %s/   the saga viewer and the failure lab in the browser (docs/viewer.md)\n", "viewer", stack.Viewer.URL())
+		fmt.Fprintf(&b, "  %-15s %s\n  %-15s the saga viewer and the failure lab in the browser (docs/viewer.md);\n  %-15s the link carries its token: keep it to yourself (docs/security.md)\n",
+			"viewer", stack.ViewerURL(cfg.getenv), "", "")
 	}
 	if n := cfg.nodeConfigs(); len(n) > 0 {
 		for _, node := range n {

@@ -30,6 +30,11 @@
 // SIGINT, SIGTERM or SIGHUP stops every process with SIGTERM, then SIGKILL
 // after UP_STOP_TIMEOUT, then the broker nodes the same way.
 //
+// Tokens: the viewer's (VIEWER_TOKEN, else ADMIN_TOKEN) and the PSP's key
+// (PSP_TOKEN, given to the PSP and the payment instances only) are made
+// here, at random, when not set, once per start; the banner prints the
+// viewer's URL with its token, and .run/stack.json (mode 0600) keeps it.
+//
 // Settings (environment): UP_HTTP_HOST, the interface the services listen
 // on (127.0.0.1: demo mode exposes fault injection); UP_READY_TIMEOUT,
 // seconds to wait for /readyz (60); UP_STOP_TIMEOUT, seconds a service has
@@ -39,6 +44,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -66,6 +73,11 @@ type config struct {
 	readyTimeout time.Duration
 	stopTimeout  time.Duration
 	getenv       func(string) string
+
+	// made are the tokens made at start (madeTokens); getenv answers them.
+	// A detached supervisor gets them in its environment, so it uses the
+	// ones the banner shows.
+	made map[string]string
 
 	instances   int // of every service (-n)
 	clusterSize int // nodes of the local RabbitMQ cluster (-rabbit-cluster); 0: the machine's broker
@@ -96,7 +108,34 @@ func loadConfig(getenv func(string) string) (config, error) {
 	var err1, err2 error
 	c.readyTimeout, err1 = seconds("UP_READY_TIMEOUT", 60)
 	c.stopTimeout, err2 = seconds("UP_STOP_TIMEOUT", 25)
+	c.made = madeTokens(getenv)
+	c.getenv = func(k string) string {
+		if v, ok := c.made[k]; ok {
+			return v
+		}
+		return getenv(k)
+	}
 	return c, errors.Join(err1, err2)
+}
+
+// madeTokens makes the tokens the environment does not set: the viewer's
+// (unless VIEWER_TOKEN or ADMIN_TOKEN is set) and the PSP's key.
+func madeTokens(getenv func(string) string) map[string]string {
+	made := map[string]string{}
+	if stack.ViewerToken(getenv) == "" {
+		made["VIEWER_TOKEN"] = randomToken()
+	}
+	if getenv("PSP_TOKEN") == "" {
+		made["PSP_TOKEN"] = randomToken()
+	}
+	return made
+}
+
+// randomToken is 256 random bits, URL-safe.
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read does not fail (it panics first)
+	return base64.RawURLEncoding.EncodeToString(b)
 }
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) error {

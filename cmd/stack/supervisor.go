@@ -193,6 +193,9 @@ func (s *supervisor) keep(p *proc) {
 // writeStackLocked replaces .run/stack.json (s.mu held).
 func (s *supervisor) writeStackLocked() error {
 	f := stack.File{Supervisor: s.self, StartedAt: s.started}
+	if stack.DemoMode(s.cfg.getenv) {
+		f.ViewerURL = stack.ViewerURL(s.cfg.getenv)
+	}
 	for _, p := range s.procs {
 		f.Processes = append(f.Processes, p.Process)
 	}

@@ -275,3 +275,31 @@ func TestSupervisorRestartsAKilledNode(t *testing.T) {
 		t.Errorf("stack.json left behind (%v)", err)
 	}
 }
+
+// The tokens the settings do not set are made at start, once: getenv
+// answers them, the banner shows the viewer's URL with its token, and a
+// token that is set is used as it is.
+func TestTokensMadeAtStart(t *testing.T) {
+	env := map[string]string{"DEMO_MODE": "true"}
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, p := cfg.getenv("VIEWER_TOKEN"), cfg.getenv("PSP_TOKEN")
+	if len(v) < 40 || len(p) < 40 || v == p || cfg.getenv("VIEWER_TOKEN") != v {
+		t.Fatalf("made VIEWER_TOKEN %q, PSP_TOKEN %q: want two distinct random tokens, stable", v, p)
+	}
+	var out strings.Builder
+	newConsole(&out, io.Discard).banner(cfg)
+	if !strings.Contains(out.String(), "http://127.0.0.1:8080/?token="+v) {
+		t.Errorf("banner does not show the viewer's URL with its token:\n%s", out.String())
+	}
+	if again, _ := loadConfig(func(k string) string { return env[k] }); again.getenv("VIEWER_TOKEN") == v {
+		t.Errorf("a second start made the same token")
+	}
+	env["ADMIN_TOKEN"], env["PSP_TOKEN"] = "adm", "psp-k"
+	cfg, _ = loadConfig(func(k string) string { return env[k] })
+	if cfg.getenv("VIEWER_TOKEN") != "" || cfg.getenv("PSP_TOKEN") != "psp-k" || stack.ViewerToken(cfg.getenv) != "adm" {
+		t.Errorf("with ADMIN_TOKEN and PSP_TOKEN set: VIEWER_TOKEN %q, PSP_TOKEN %q; want none made", cfg.getenv("VIEWER_TOKEN"), cfg.getenv("PSP_TOKEN"))
+	}
+}

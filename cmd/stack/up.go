@@ -93,6 +93,10 @@ func upDetached(cfg config, con *console) error {
 	}
 	cmd := exec.Command(exe, "supervise", "-n", strconv.Itoa(cfg.instances), "-rabbit-cluster", strconv.Itoa(cfg.clusterSize))
 	cmd.Dir = cfg.root
+	cmd.Env = os.Environ()
+	for k, v := range cfg.made {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -9,8 +9,10 @@
 // Environment: VIEWER_ADDR (127.0.0.1:8080), ORDER_URL, INVENTORY_URL,
 // PAYMENT_URL (the ports of scripts/up.sh), PSP_URL (the PSP process, 8084),
 // STACK_RUN_DIR (.run: the instances of scripts/up.sh -n N), LAB_AMQP_URL (the lab publishes
-// duplicates through the broker), ADMIN_TOKEN (sent to the services and
-// required from the page when set), DEMO_MODE (must be true), LOG_LEVEL.
+// duplicates through the broker), VIEWER_TOKEN (what the page's API wants;
+// ADMIN_TOKEN when unset, else one made at start and logged with the URL
+// to open), ADMIN_TOKEN (sent to the services), ALLOWED_HOSTS (Host names
+// besides this machine's), DEMO_MODE (must be true), LOG_LEVEL.
 package main
 
 import (
@@ -50,6 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	demo := env.Bool("DEMO_MODE", false)
+	hosts := env.List("ALLOWED_HOSTS")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(env.String("LOG_LEVEL", "info"))); err != nil {
 		return fmt.Errorf("LOG_LEVEL: want debug, info, warn or error")
@@ -66,7 +69,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	target := lab.NewLiveTarget(getenv)
 	defer target.Close()
-	srv := viewer.New(viewer.Config{Target: target, Token: getenv("ADMIN_TOKEN"), Log: log, Patience: *patience})
+	token, tokenFrom := env.String("VIEWER_TOKEN", getenv("ADMIN_TOKEN")), "VIEWER_TOKEN"
+	switch {
+	case token == "":
+		tokenFrom = "made at start"
+	case getenv("VIEWER_TOKEN") == "":
+		tokenFrom = "ADMIN_TOKEN"
+	}
+	srv := viewer.New(viewer.Config{Target: target, Token: token, AdminToken: getenv("ADMIN_TOKEN"),
+		AllowedHosts: hosts, Log: log, Patience: *patience})
 	defer srv.Close()
 
 	ln, err := net.Listen("tcp", *addr)
@@ -77,8 +88,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	for _, svc := range lab.Services {
 		urls[svc] = target.URL(svc)
 	}
-	log.Info("saga viewer started", "url", "http://"+ln.Addr().String()+"/", "services", urls,
+	// A token made here is told once, in the URL to open (as a notebook
+	// server does); a configured one is not repeated in the log.
+	open := "http://" + ln.Addr().String() + "/"
+	if token == "" {
+		open += "?token=" + srv.Token()
+	}
+	log.Info("saga viewer started", "url", open, "token", tokenFrom, "services", urls,
 		"amqp", process.MaskURL(env.String("LAB_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")),
-		"admin_token", getenv("ADMIN_TOKEN") != "")
+		"admin_token", getenv("ADMIN_TOKEN") != "", "allowed_hosts", hosts)
 	return web.Serve(ctx, ln, srv.Handler(), 5*time.Second)
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/pkg/events"
 )
@@ -150,11 +152,12 @@ func (o *observer) sampleStock(ctx context.Context) {
 	}
 }
 
-// receive books a goods receipt. ok is false when the answer leaves it
-// unknown whether the units were booked.
+// receive books a goods receipt, under a key of its own (the endpoint
+// wants an Idempotency-Key). ok is false when the answer leaves it unknown
+// whether the units were booked.
 func (o *observer) receive(ctx context.Context, sku string, n int) (ok bool, err error) {
-	code, _, err := o.lab.Do(ctx, "inventory", http.MethodPost, "/stock/"+url.PathEscape(sku)+"/receipts", nil,
-		map[string]int{"quantity": n}, nil)
+	code, _, err := o.lab.Do(ctx, "inventory", http.MethodPost, "/stock/"+url.PathEscape(sku)+"/receipts",
+		map[string]string{"Idempotency-Key": "chaos-receipt-" + uuid.NewString()}, map[string]int{"quantity": n}, nil)
 	switch {
 	case err == nil && code == http.StatusOK:
 		return true, nil

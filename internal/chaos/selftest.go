@@ -266,8 +266,8 @@ func Plants() []Plant {
 		{CheckAnswers, "5xx", "a create answered 500", func(s *Snapshot) {
 			req(s, "happy", func(r *Request) { r.Creates = append([]Answer{{Status: 500, Error: "internal error"}}, r.Creates...) })
 		}},
-		{CheckAnswers, "unexpected", "a cancel answered 409", func(s *Snapshot) {
-			req(s, "cancel", func(r *Request) { r.Cancels = append(r.Cancels, Answer{Status: 409}) })
+		{CheckAnswers, "unexpected", "a cancel answered 404", func(s *Snapshot) {
+			req(s, "cancel", func(r *Request) { r.Cancels = append(r.Cancels, Answer{Status: 404}) })
 		}},
 		{CheckAnswers, "no-answer", "a create never answered", func(s *Snapshot) {
 			req(s, "happy", func(r *Request) { r.Creates = []Answer{{Error: "connection refused"}, {Error: "timeout"}} })

@@ -1,6 +1,9 @@
 package chaos
 
-import "time"
+import (
+	"net/http"
+	"time"
+)
 
 // Snapshot is everything the checks look at: what the load sent and was
 // answered, and what the three services show once the system is at rest,
@@ -83,10 +86,13 @@ type Answer struct {
 	Result   string        `json:"result,omitempty"`   // cancel: cancelled, already_cancelled, already_rejected
 }
 
-// Definite reports whether the answer settles the request: any 2xx or 4xx.
-// No answer and 5xx leave the outcome unknown, so the load asks again with
-// the same key.
-func (a Answer) Definite() bool { return a.Status >= 200 && a.Status < 500 }
+// Definite reports whether the answer settles the request: any 2xx or 4xx
+// but 409. No answer and 5xx leave the outcome unknown, and 409 says the
+// first request with the key is still in flight (the Idempotency-Key
+// draft), so the load asks again with the same key.
+func (a Answer) Definite() bool {
+	return a.Status >= 200 && a.Status < 500 && a.Status != http.StatusConflict
+}
 
 // OrderIDs returns the distinct order ids the 2xx create answers named.
 func (r Request) OrderIDs() []string {

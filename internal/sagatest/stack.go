@@ -93,6 +93,14 @@ func Start(t testing.TB, opts ...Option) *Stack {
 	if _, set := s.Payment.Env["PSP_URL"]; !set {
 		s.Payment.Env["PSP_URL"] = s.PSP.URL + "/psp"
 	}
+	// The PSP's key, shared by the PSP and the payment service only, as
+	// scripts/up.sh makes one per start.
+	if _, set := s.PSP.Env["PSP_TOKEN"]; !set {
+		s.PSP.Env["PSP_TOKEN"] = fmt.Sprintf("psp-%x", rand.Uint64())
+	}
+	if _, set := s.Payment.Env["PSP_TOKEN"]; !set {
+		s.Payment.Env["PSP_TOKEN"] = s.PSP.Env["PSP_TOKEN"]
+	}
 	// The order service asks the others for their records (reconciler,
 	// timeline): point it at this stack's ports unless an option did.
 	for k, v := range map[string]string{"INVENTORY_URL": s.Inventory.URL, "PAYMENT_URL": s.Payment.URL} {
@@ -243,12 +251,22 @@ func (s *Service) TryDo(method, path string, headers map[string]string, body any
 		return 0, err
 	}
 	defer resp.Body.Close()
-	if out != nil {
+	// An error is a problem document (its "status" a number, where a
+	// resource's is a string): decoded only into what holds any JSON.
+	if out != nil && (resp.StatusCode < 400 || holdsAny(out)) {
 		if err := json.NewDecoder(resp.Body).Decode(out); err != nil && err != io.EOF {
 			return resp.StatusCode, fmt.Errorf("decode: %w", err)
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+func holdsAny(out any) bool {
+	switch out.(type) {
+	case *map[string]any, *any, *json.RawMessage:
+		return true
+	}
+	return false
 }
 
 // Eventually polls cond until it holds or the wait runs out
@@ -262,9 +280,16 @@ func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool)
 // up on Linux). A service keeps its port across a stop and a start; a port
 // from the ephemeral range could meanwhile be taken by any outgoing
 // connection of the test process (MySQL, AMQP, HTTP clients).
+//
+// A port is handed out once per test process: two services of this
+// process's stacks could otherwise draw the same free port before either
+// listens (with a hundred ports drawn from twelve thousand, that happens).
 func FreePort(t testing.TB) int {
 	for i := 0; i < 200; i++ {
 		port := 20000 + rand.IntN(12000)
+		if _, taken := handedOut.LoadOrStore(port, true); taken {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
@@ -275,6 +300,9 @@ func FreePort(t testing.TB) int {
 	t.Fatal("no free port in 20000-31999")
 	return 0
 }
+
+// handedOut are the ports FreePort has returned in this process.
+var handedOut sync.Map // int -> bool
 
 // logBuffer collects a service's JSON log lines.
 type logBuffer struct{ testutil.SyncBuffer }

@@ -158,8 +158,9 @@ func (i Instance) Env(getenv func(string) string, httpHost string, brokers []str
 		env["INVENTORY_URL"], env["PAYMENT_URL"] = inventory.URLs(n, i.K), payment.URLs(n, i.K)
 	case "payment-fake":
 		// The one PSP process every instance calls (its switches apply to
-		// every caller).
+		// every caller), with the key it charges with.
 		env["PSP_URL"] = PSP.URL() + "/psp"
+		env["PSP_TOKEN"] = getenv("PSP_TOKEN")
 	}
 	return env
 }
@@ -235,6 +236,10 @@ func PSPEnv(getenv func(string) string, httpHost string) map[string]string {
 		"FAILPOINTS":            getenv("PSP_FAILPOINTS"),
 		"DEMO_MODE":             get("DEMO_MODE", "true"),
 		"LOG_LEVEL":             get("LOG_LEVEL", "info"),
+		// Its charges and refunds want the payment service's key, its
+		// switch the admin token when one is set.
+		"PSP_TOKEN":   getenv("PSP_TOKEN"),
+		"ADMIN_TOKEN": getenv("ADMIN_TOKEN"),
 	}
 }
 
@@ -248,8 +253,12 @@ var Viewer = Service{Name: "viewer", Port: 8080}
 // lab publishes its duplicates with (LAB_AMQP_URL, as for
 // scripts/experiment.sh; on a local cluster, guest on every node: a fresh
 // node lets guest in from this machine).
+//
+// VIEWER_TOKEN is what the page's API wants (ViewerToken); ADMIN_TOKEN is
+// what the viewer sends the services.
 func ViewerEnv(getenv func(string) string, httpHost string, brokers []string) map[string]string {
-	env := map[string]string{"VIEWER_ADDR": net.JoinHostPort(httpHost, strconv.Itoa(Viewer.Port))}
+	env := map[string]string{"VIEWER_ADDR": net.JoinHostPort(httpHost, strconv.Itoa(Viewer.Port)),
+		"VIEWER_TOKEN": ViewerToken(getenv), "ADMIN_TOKEN": getenv("ADMIN_TOKEN")}
 	for _, s := range Services {
 		env[s.Key+"_URL"] = s.URL() // ORDER_URL, INVENTORY_URL, PAYMENT_URL
 	}
@@ -272,6 +281,26 @@ func ViewerEnv(getenv func(string) string, httpHost string, brokers []string) ma
 	return env
 }
 
+// ViewerToken is the token of the viewer's API: VIEWER_TOKEN, else
+// ADMIN_TOKEN (the viewer's own rule, cmd/viewer). cmd/stack makes a
+// VIEWER_TOKEN at start when neither is set.
+func ViewerToken(getenv func(string) string) string {
+	if v := getenv("VIEWER_TOKEN"); v != "" {
+		return v
+	}
+	return getenv("ADMIN_TOKEN")
+}
+
+// ViewerURL is the address to open the viewer at: its page, with the
+// token the page trades for its cookie.
+func ViewerURL(getenv func(string) string) string {
+	u := Viewer.URL() + "/"
+	if tok := ViewerToken(getenv); tok != "" {
+		u += "?token=" + url.QueryEscape(tok)
+	}
+	return u
+}
+
 // DemoMode reports whether the stack runs in demo mode (DEMO_MODE, true
 // unless set otherwise), the only mode with failpoints and the viewer.
 func DemoMode(getenv func(string) string) bool {
@@ -289,6 +318,10 @@ type File struct {
 	// Nodes are the broker nodes the stack started (--rabbit-cluster);
 	// none when the services use the machine's broker.
 	Nodes []Node `json:"nodes,omitempty"`
+	// ViewerURL is the viewer's address with its token (demo mode), for
+	// a tool or a person who lost the banner. It is why the file is
+	// readable by its owner only.
+	ViewerURL string `json:"viewer_url,omitempty"`
 }
 
 // Process is one running process of the stack.
@@ -334,14 +367,17 @@ func Read(runDir string) (File, error) {
 	return f, nil
 }
 
-// Write replaces runDir/stack.json at once (a reader never sees half of it).
+// Write replaces runDir/stack.json at once (a reader never sees half of
+// it), readable and writable by its owner only: it holds the viewer's
+// token.
 func Write(runDir string, f File) error {
 	b, err := json.MarshalIndent(f, "", "  ")
 	if err != nil {
 		return err
 	}
 	tmp := Path(runDir) + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	_ = os.Remove(tmp) // WriteFile keeps the mode of a file that exists
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, Path(runDir))

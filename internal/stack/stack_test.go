@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"net/url"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -151,9 +152,14 @@ func TestWriteRead(t *testing.T) {
 		Nodes: []Node{{Name: "ordersaga-1@localhost", PID: 12, Port: 5701, DistPort: 25701, Dir: "/r/.run/rabbit/ordersaga-1",
 			Exe: "/usr/lib/erlang/erts/bin/beam.smp", Log: "/r/.run/rabbit/ordersaga-1/log/ordersaga-1@localhost.log",
 			PIDFile: "/r/.run/rabbit/ordersaga-1/pid", Restarts: 1}},
+		ViewerURL: "http://127.0.0.1:8080/?token=t0k",
 	}
 	if err := Write(dir, want); err != nil {
 		t.Fatal(err)
+	}
+	// It holds the viewer's token: its owner's only.
+	if st, err := os.Stat(Path(dir)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("stack.json mode %v (%v), want 0600", st.Mode().Perm(), err)
 	}
 	got, err := Read(dir)
 	if err != nil {
@@ -161,5 +167,33 @@ func TestWriteRead(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Read = %+v, want %+v", got, want)
+	}
+}
+
+// The tokens: the PSP's key goes to the PSP and to payment, nowhere else;
+// the viewer gets its own token (VIEWER_TOKEN, else ADMIN_TOKEN), and its
+// URL carries it.
+func TestTokens(t *testing.T) {
+	settings := map[string]string{"PSP_TOKEN": "psp-k", "ADMIN_TOKEN": "adm"}
+	getenv := func(k string) string { return settings[k] }
+	payment, _ := Lookup("payment-fake")
+	if got := payment.Instance(2).Env(getenv, "127.0.0.1", nil)["PSP_TOKEN"]; got != "psp-k" {
+		t.Errorf("payment PSP_TOKEN = %q", got)
+	}
+	if env := PSPEnv(getenv, "127.0.0.1"); env["PSP_TOKEN"] != "psp-k" || env["ADMIN_TOKEN"] != "adm" {
+		t.Errorf("PSP env: PSP_TOKEN %q, ADMIN_TOKEN %q", env["PSP_TOKEN"], env["ADMIN_TOKEN"])
+	}
+	for _, svc := range []string{"order", "inventory"} {
+		s, _ := Lookup(svc)
+		if _, ok := s.Env(getenv, "127.0.0.1")["PSP_TOKEN"]; ok {
+			t.Errorf("%s gets the PSP's key", svc)
+		}
+	}
+	if got := ViewerEnv(getenv, "127.0.0.1", nil)["VIEWER_TOKEN"]; got != "adm" {
+		t.Errorf("viewer token without VIEWER_TOKEN = %q, want ADMIN_TOKEN's", got)
+	}
+	settings["VIEWER_TOKEN"] = "v t+"
+	if got := ViewerURL(getenv); got != "http://127.0.0.1:8080/?token=v+t%2B" {
+		t.Errorf("ViewerURL = %q", got)
 	}
 }

@@ -37,8 +37,16 @@ func TestViewerInTheBrowser(t *testing.T) {
 	base := startViewer(t, s, "")
 	b := newBrowser(t, chrome)
 
-	b.do(t, "open the page", chromedp.Navigate(base+"/"))
+	// The page without its token: it loads, and asks for the token.
+	b.do(t, "open the page without its token", chromedp.Navigate(base+"/"))
+	b.wait(t, "the page to ask for its token", `document.querySelector("#token-dialog").open === true`)
+	// The URL scripts/up.sh prints: the token is traded for a cookie no
+	// script can read, and leaves the address bar.
+	tok := tokenOf(base)
+	b.do(t, "open the URL with the token", chromedp.Navigate(base+"/?token="+tok))
 	b.wait(t, "the page to start", `document.body.dataset.ready === "true"`)
+	b.wait(t, "the token gone from the address and out of the script's reach",
+		`location.search === "" && !document.cookie.includes(`+strconv.Quote(tok)+`) && document.querySelector("#token-dialog").open === false`)
 
 	t.Run("the page loads with every service up", func(t *testing.T) {
 		b.wait(t, "three services up in the health strip", `document.querySelectorAll("#health .hcard[data-up=true]").length === 3`)

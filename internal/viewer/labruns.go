@@ -158,7 +158,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	s.runsDone.Add(1)
 	s.runsMu.Unlock()
 
-	l := lab.New(s.cfg.Target, s.cfg.Token, nil)
+	l := lab.New(s.cfg.Target, s.cfg.AdminToken, nil)
 	if s.cfg.Patience > 0 {
 		l.Patience = s.cfg.Patience
 	}

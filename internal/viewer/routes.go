@@ -5,7 +5,6 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/relmsg/ordersaga/pkg/admin"
 	"github.com/relmsg/ordersaga/pkg/web"
 )
 
@@ -14,8 +13,8 @@ import (
 // answered.
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(securityHeaders)
-	r.Get("/", s.index)
+	r.Use(securityHeaders, web.Guard{Hosts: s.cfg.AllowedHosts}.Wrap)
+	r.Get("/", s.index) // ?token=: traded for the cookie, then a redirect to /
 	r.Get("/static/*", s.staticFile)
 	// Liveness and readiness, like every service's, for scripts/up.sh and
 	// docker compose: the page needs nothing but its own process to load.
@@ -23,7 +22,7 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/readyz", ok)
 
 	r.Route("/api", func(api chi.Router) {
-		api.Use(admin.RequireToken(s.cfg.Token, true)) // open when no ADMIN_TOKEN is set
+		api.Use(s.requireToken) // the viewer's token: cookie or bearer
 		// Orders (pass: order).
 		api.Get("/orders", s.pass("order", "/orders"))                                                 // ?status=&limit=&before=
 		api.Post("/orders", s.pass("order", "/orders"))                                                // header Idempotency-Key
@@ -75,11 +74,6 @@ func securityHeaders(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		next.ServeHTTP(w, r)
 	})
-}
-
-func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Cache-Control", "no-cache")
-	http.ServeFileFS(w, r, s.static, "index.html")
 }
 
 func (s *Server) staticFile(w http.ResponseWriter, r *http.Request) {

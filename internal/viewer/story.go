@@ -66,7 +66,11 @@ func (s *Server) story(w http.ResponseWriter, r *http.Request) {
 			web.WriteError(w, r, nil, unreachable("order", orderAnswer.Err))
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
+		ct := "application/json"
+		if orderAnswer.Status >= 400 {
+			ct = web.ProblemContentType // the services' errors are problem documents
+		}
+		w.Header().Set("Content-Type", ct)
 		w.WriteHeader(orderAnswer.Status)
 		_, _ = w.Write(orderAnswer.Body)
 		return

@@ -65,9 +65,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, service, path s
 		web.WriteError(w, r, s.cfg.Log, err)
 		return
 	}
+	// Every value, so a service sees two Idempotency-Key lines as two
+	// (and refuses them) rather than the first alone.
 	for _, h := range forwardedHeaders {
-		if v := r.Header.Get(h); v != "" {
-			req.Header.Set(h, v)
+		for _, v := range r.Header.Values(h) {
+			req.Header.Add(h, v)
 		}
 	}
 	s.authorize(req)
@@ -100,8 +102,8 @@ func fillParams(r *http.Request, path string) string {
 }
 
 func (s *Server) authorize(req *http.Request) {
-	if s.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.cfg.Token)
+	if s.cfg.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.AdminToken)
 	}
 }
 
@@ -121,16 +123,21 @@ type answer struct {
 // ok reports whether the service answered 200.
 func (a answer) ok() bool { return a.Err == nil && a.Status == http.StatusOK }
 
-// problem describes a failed answer in one line, for warnings.
+// problem describes a failed answer in one line, for warnings: a problem
+// document's detail (or the "error" of an answer without one).
 func (a answer) problem(service, path string) string {
 	if a.Err != nil {
 		return fmt.Sprintf("%s %s: no answer: %v", service, path, a.Err)
 	}
 	var e struct {
-		Error string `json:"error"`
+		Detail string `json:"detail"`
+		Error  string `json:"error"`
 	}
 	_ = json.Unmarshal(a.Body, &e)
-	return fmt.Sprintf("%s %s: %d %s", service, path, a.Status, e.Error)
+	if e.Detail == "" {
+		e.Detail = e.Error
+	}
+	return fmt.Sprintf("%s %s: %d %s", service, path, a.Status, e.Detail)
 }
 
 // get asks a service and keeps its answer whatever the status.

@@ -8,8 +8,11 @@
 // token, /debug and /psp/switches in demo mode) and runs experiments through
 // internal/lab with a lab.Target. The services carry no code for it. Its own
 // API (/api/...) passes the services' answers through unchanged, so bad input
-// from the page gets the same JSON errors as curl, and answers its own
-// errors as JSON too. The page is plain HTML, CSS and JavaScript embedded in
+// from the page gets the same problem documents as curl, and answers its
+// own errors as problem documents too. The API wants the viewer's token
+// (auth.go), and every route is behind web.Guard: a page of another site
+// can neither read it through DNS rebinding nor post to it
+// (docs/security.md). The page is plain HTML, CSS and JavaScript embedded in
 // the binary: no build step, nothing fetched from outside, so it works
 // offline.
 package viewer
@@ -34,10 +37,18 @@ type Config struct {
 	// Target is the stack: its services' URLs, and what the lab needs to
 	// crash and publish.
 	Target lab.Target
-	// Token is ADMIN_TOKEN: sent to the services' /admin endpoints and,
-	// when set, required from the page on /api (the page asks for it once).
+	// Token is the viewer's own: every /api request wants it (the cookie
+	// the page trades it for, or a bearer token). Empty: New makes one
+	// (Server.Token tells it). cmd/viewer passes VIEWER_TOKEN, else
+	// ADMIN_TOKEN.
 	Token string
-	Log   *slog.Logger
+	// AdminToken is ADMIN_TOKEN: sent to the services' /admin and /debug
+	// endpoints, and by the lab.
+	AdminToken string
+	// AllowedHosts are the Host names the viewer answers besides this
+	// machine's (ALLOWED_HOSTS; web.Guard).
+	AllowedHosts []string
+	Log          *slog.Logger
 	// Patience bounds each wait of a lab experiment (0: the lab's default).
 	Patience time.Duration
 	// Timeout bounds each request to a service (0: 5s).
@@ -67,6 +78,9 @@ func New(cfg Config) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Token == "" {
+		cfg.Token = NewToken()
+	}
 	static, err := fs.Sub(staticFiles, "static")
 	if err != nil {
 		panic(err) // the directory is embedded above
@@ -75,6 +89,9 @@ func New(cfg Config) *Server {
 	return &Server{cfg: cfg, client: &http.Client{Timeout: cfg.Timeout}, static: static,
 		runCtx: ctx, stopRuns: cancel}
 }
+
+// Token is the token the API wants (the one given, or the one New made).
+func (s *Server) Token() string { return s.cfg.Token }
 
 // Close stops a lab run in progress (its cleanup still disarms what it
 // armed) and waits for it.

@@ -1,13 +1,12 @@
 // Package admin is the operator's view of the messaging tables every service
 // has: the outbox (summary, rows, retry of failed events), the inbox, the
-// dead letters (list, search, redrive) and the parked delta events.
+// dead letters (list, search, redrive, correct) and the parked delta events.
 // Services mount it under /admin behind a bearer token. It writes no SQL of
 // its own: each table's owner (pkg/outbox, pkg/inbox, pkg/deadletter,
 // pkg/ordering) answers.
 package admin
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -50,29 +49,14 @@ func (h *Handler) Routes(r chi.Router) {
 	r.Get("/dead-letters", handle(h.deadLetters))
 	r.Get("/parked", handle(h.parkedEvents))
 	r.Post("/dead-letters/redrive", handle(h.redrive))
+	r.Post("/dead-letters/{id}/correct", handle(h.correct))
 }
 
 // RequireToken guards next with "Authorization: Bearer <token>". An empty
 // token refuses everything unless open is true (demo mode on a laptop).
+// The answers are problem documents (web.RequireToken).
 func RequireToken(token string, open bool) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if token == "" {
-				if open {
-					next.ServeHTTP(w, r)
-					return
-				}
-				web.WriteJSON(w, http.StatusForbidden, map[string]string{"error": "admin endpoints are disabled: set ADMIN_TOKEN"})
-				return
-			}
-			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-				web.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
+	return web.RequireToken(token, open, "ADMIN_TOKEN")
 }
 
 func (h *Handler) outboxSummary(w http.ResponseWriter, r *http.Request) error {
@@ -113,7 +97,8 @@ func (h *Handler) outboxRows(w http.ResponseWriter, r *http.Request) error {
 }
 
 // outboxRetry gives a 'failed' event a new round of attempts, keeping its
-// event_id (consumers deduplicate on it).
+// event_id: a replay of the same fact, which consumers that already have
+// it deduplicate (outbox.Requeue), never a correction.
 func (h *Handler) outboxRetry(w http.ResponseWriter, r *http.Request) error {
 	id := chi.URLParam(r, "event_id")
 	done, err := outbox.Requeue(r.Context(), h.DB, id, outbox.StatusFailed)
@@ -208,6 +193,41 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request) error {
 		"outcomes":  counts,
 		"results":   results,
 	})
+	return nil
+}
+
+// correct sends a correction in place of one dead letter: body
+// {"payload": <the corrected JSON>, "reason": "..."}. The correction is a
+// new event (a new event_id, the header corrects_event_id naming the dead
+// one) on the consumer's queue; a redrive is the replay. 200 with the
+// result (its outcome says whether it was published and marked); 404 no
+// such dead letter; 409 not dead (redriven or corrected already); 422 a
+// correction refused (no reason, the same payload, an event_id that is
+// not a UUID).
+func (h *Handler) correct(w http.ResponseWriter, r *http.Request) error {
+	if h.Redriver == nil {
+		return web.Errorf(http.StatusServiceUnavailable, "redrive is not configured on this service")
+	}
+	id, err := strconv.ParseUint(chi.URLParam(r, "id"), 10, 64)
+	if err != nil || id == 0 {
+		return web.Errorf(http.StatusBadRequest, "id must be a dead letter id")
+	}
+	var c deadletter.Correction
+	if err := web.DecodeJSON(w, r, 1<<20, &c); err != nil {
+		return err
+	}
+	res, err := h.Redriver.Correct(r.Context(), id, c)
+	switch {
+	case errors.Is(err, deadletter.ErrBadCorrection):
+		return web.Errorf(http.StatusUnprocessableEntity, "%s", strings.TrimPrefix(err.Error(), deadletter.ErrBadCorrection.Error()+": "))
+	case err != nil:
+		return err
+	case res.Outcome == deadletter.OutcomeNotFound:
+		return web.Errorf(http.StatusNotFound, "dead letter not found")
+	case res.Outcome == deadletter.OutcomeNotDead:
+		return web.Errorf(http.StatusConflict, "dead letter is not dead: %s", res.Detail)
+	}
+	web.WriteJSON(w, http.StatusOK, res)
 	return nil
 }
 

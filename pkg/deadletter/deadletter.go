@@ -1,7 +1,8 @@
 // Package deadletter keeps the messages a consumer gave up on, and puts
 // them back. Dead letters are not a dustbin: each is kept in the consumer's
 // own database with the evidence an operator needs, searchable, until it is
-// redriven under its original event_id.
+// redriven under its original event_id, or corrected by a new event that
+// names it.
 //
 // # What a dead letter keeps
 //
@@ -72,6 +73,19 @@
 // drops. A redriven event that was already applied changes nothing, for the
 // same reason.
 //
+// # Correction
+//
+// A redrive is a replay of the same fact, so it keeps the event_id (重投仍使用
+// 原事件 ID). A message that can never be processed as it is (its payload is
+// wrong, and the producer is fixed since) needs a decision instead: Correct
+// (POST /admin/dead-letters/{id}/correct, a corrected payload and a reason)
+// sends a new event in its place, with an event_id of its own and the
+// header corrects_event_id = the dead event's id (如果确实需要发起新的纠正操作，应分配
+// 新事件 ID，并记录它与原事件的关系), to the same queue; the row becomes
+// 'corrected' with the correction's event_id and the reason. The new id is
+// derived from the dead event and the corrected payload, so sending the
+// same correction again (its mark failed) is a duplicate the inbox drops.
+//
 // # Failure windows and who handles them
 //
 //	window                              state left             handled by
@@ -118,23 +132,32 @@ type Letter struct {
 	// from before they were kept).
 	ContentType      *string    `db:"content_type" json:"content_type,omitempty"`
 	MessageTimestamp *time.Time `db:"message_timestamp" json:"message_timestamp,omitempty"`
+	// A corrected row: the event that corrected it and the operator's
+	// reason (Redriver.Correct).
+	CorrectionEventID *string `db:"correction_event_id" json:"correction_event_id,omitempty"`
+	CorrectionReason  *string `db:"correction_reason" json:"correction_reason,omitempty"`
 }
 
 // Dead-letter statuses.
 const (
 	StatusDead     = "dead"     // waiting for an operator
 	StatusRedriven = "redriven" // republished to its consumer's queue; a new failure makes it dead again
+	// StatusCorrected: an operator sent a correction in its place (a new
+	// event that names it); a new failure of the original makes it dead
+	// again.
+	StatusCorrected = "corrected"
 )
 
 const deadLetterColumns = `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts,
-  first_failed_at, last_failed_at, status, redriven_at, headers, payload, content_type, message_timestamp
+  first_failed_at, last_failed_at, status, redriven_at, headers, payload, content_type, message_timestamp,
+  correction_event_id, correction_reason
 FROM dead_letters`
 
 // Filter selects dead letters: every field set must match, the empty ones
 // match everything.
 type Filter struct {
 	Consumer    string
-	Status      string // StatusDead or StatusRedriven
+	Status      string // StatusDead, StatusRedriven or StatusCorrected
 	EventType   string
 	EventID     string
 	Query       string // a substring of the payload or the reason

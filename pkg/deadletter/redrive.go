@@ -73,9 +73,16 @@ type RedriveResult struct {
 	Queue     string `json:"queue,omitempty"`
 	Outcome   string `json:"outcome"`
 	Detail    string `json:"detail,omitempty"`
+	// CorrectionEventID is the event_id of a correction (Correct).
+	CorrectionEventID string `json:"correction_event_id,omitempty"`
 }
 
 // Redriver republishes dead letters to their consumer's queue.
+//
+// A redrive is a replay: the same event, under the same event_id, so the
+// consumer's inbox applies it once and drops any copy of it; an operator's
+// decision to send something else in its place is a correction, with an
+// event_id of its own (Correct).
 //
 // A dead letter goes back to the queue of the consumer that gave up on it,
 // through the default exchange (routing key = queue name), not to the topic
@@ -120,10 +127,7 @@ func (r *Redriver) Redrive(ctx context.Context, sel Selection) ([]RedriveResult,
 	if err != nil {
 		return nil, err
 	}
-	log := r.Log
-	if log == nil {
-		log = slog.Default()
-	}
+	log := r.logger()
 	results := make([]RedriveResult, 0, len(rows))
 	type pending struct {
 		idx int
@@ -194,6 +198,13 @@ func (r *Redriver) Redrive(ctx context.Context, sel Selection) ([]RedriveResult,
 	}
 	flush()
 	return results, nil
+}
+
+func (r *Redriver) logger() *slog.Logger {
+	if r.Log == nil {
+		return slog.Default()
+	}
+	return r.Log
 }
 
 // mark sets the row redriven if it is still the row that was published.

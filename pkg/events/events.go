@@ -50,6 +50,16 @@ const (
 	HeaderAggregateVersion = "aggregate_version"
 	HeaderSchemaVersion    = "schema_version"
 	HeaderCorrelationID    = "correlation_id"
+	// HeaderCorrectsEventID is set on a correction only: the event_id of the
+	// event it corrects. A correction is a new decision about an event
+	// already issued (a re-request after a status query, a reconciler's
+	// correction, a dead letter sent again with a fixed payload), so it has
+	// an event_id of its own and the consumer's inbox takes it as a new
+	// event. A replay of the same fact (a re-send, a requeue, a redrive)
+	// is not a correction: it keeps its event_id and its headers, and the
+	// inbox drops it where it was applied (the chapter, 有限重试与死信: 重投仍使用
+	// 原事件 ID；如果确实需要发起新的纠正操作，应分配新事件 ID，并记录它与原事件的关系).
+	HeaderCorrectsEventID = "corrects_event_id"
 )
 
 // Envelope is one event with its metadata, as written to the outbox and as
@@ -64,6 +74,9 @@ type Envelope struct {
 	OccurredAt       time.Time
 	Payload          json.RawMessage
 	Traceparent      string // W3C trace context of the writer, "" if none (pkg/tracing)
+	// CorrectsEventID is the event this one corrects (HeaderCorrectsEventID);
+	// "" for every event that is not a correction.
+	CorrectsEventID string
 }
 
 // ErrInvalid marks a payload or envelope that can never be processed: a

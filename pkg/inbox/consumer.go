@@ -18,7 +18,6 @@ import (
 	"github.com/relmsg/ordersaga/pkg/retry"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/tracing"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // Handle is the rabbit.Handler of this consumer: validate, process, and turn
@@ -44,10 +43,13 @@ func (c *Consumer) Arrived(d rabbit.Delivery) {
 // rolls the transaction back (sqldb.WithTx) and becomes a failed attempt
 // like any other: retried with backoff, a dead letter past the budget,
 // never a process exit.
-func (c *Consumer) HandleArrived(ctx context.Context, d rabbit.Delivery) (dec rabbit.Decision) {
-	if c.cfg.WrongWay.On(wrongway.AckBeforeCommit) {
-		return c.handleAckFirst(ctx, d) // the wrong way: wrongway.go
-	}
+func (c *Consumer) HandleArrived(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
+	return c.handle(ctx, d, c.commit)
+}
+
+// handle is HandleArrived with the transaction step given: the chapter's
+// (commit), or one of the wrong ways of wrongway.go.
+func (c *Consumer) handle(ctx context.Context, d rabbit.Delivery, step commitStep) (dec rabbit.Decision) {
 	e, err := d.Envelope() // validate the structure
 	defer func() {
 		if p := recover(); p != nil {
@@ -60,7 +62,7 @@ func (c *Consumer) HandleArrived(ctx context.Context, d rabbit.Delivery) (dec ra
 		// Continue the producer's trace: this handler's logs and the
 		// events it writes carry the same trace_id (pkg/tracing).
 		ctx = tracing.With(ctx, tracing.Child(e.Traceparent))
-		err = c.process(ctx, e, d.KnownSince())
+		err = c.process(ctx, e, d.KnownSince(), step)
 	}
 	return c.Decide(ctx, d, err)
 }
@@ -124,12 +126,13 @@ func (c *Consumer) decision(ctx context.Context, log *slog.Logger, d rabbit.Deli
 // ordering.ErrParked, an error wrapping ErrTooOld, or the error that rolled
 // the attempt back.
 func (c *Consumer) Process(ctx context.Context, e events.Envelope) error {
-	return c.process(ctx, e, e.OccurredAt)
+	return c.process(ctx, e, e.OccurredAt, c.commit)
 }
 
-// process is Process with the time the event is known to exist since: its
-// timestamp, or (a message without one) its first failure.
-func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Time) error {
+// process is Process with the time the event is known to exist since (its
+// timestamp, or, a message without one, its first failure) and the
+// transaction step.
+func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Time, step commitStep) error {
 	if err := events.CheckVersion(e.Type, e.SchemaVersion); err != nil {
 		return err
 	}
@@ -140,14 +143,18 @@ func (c *Consumer) process(ctx context.Context, e events.Envelope, since time.Ti
 	if err != nil {
 		return err
 	}
-	if c.cfg.WrongWay.On(wrongway.NoInbox) {
-		return c.processCheckThenInsert(ctx, e, h) // the wrong way: wrongway.go
-	}
-	if c.cfg.WrongWay.On(wrongway.DedupeOwnTx) {
-		return c.processDedupeFirst(ctx, e, h) // the wrong way: wrongway.go
-	}
+	return step(ctx, e, h)
+}
+
+// commitStep commits one event with its handler.
+type commitStep func(ctx context.Context, e events.Envelope, h Handler) error
+
+// commit is the chapter's transaction for one event: BEGIN; the inbox row
+// and the business change, in the order the event's ordering strategy
+// says; COMMIT.
+func (c *Consumer) commit(ctx context.Context, e events.Envelope, h Handler) error {
 	var res ordering.Result
-	err = sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) (err error) {
+	err := sqldb.WithTx(ctx, c.cfg.DB, func(tx *sqlx.Tx) (err error) {
 		// The event's ordering strategy says when apply runs: now, or for a
 		// delta ahead of a gap later, with its parked successors.
 		res, err = c.order.InOrder(ctx, tx, e, ordering.Steps{
@@ -309,7 +316,6 @@ type Config struct {
 	ReplayWindow time.Duration
 	Log          *slog.Logger
 	Metrics      *Metrics      // shared by the consumers of one service; nil: none
-	WrongWay     *wrongway.Set // deliberate mistakes for the lab (demo only)
 	ParkDeadline time.Duration // a delta's wait for its gap [ordering.DefaultParkDeadline = 5m]
 }
 

@@ -74,7 +74,7 @@ WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%')`
 			if waiting == n-1 {
 				break
 			}
-			if time.Since(start) > 4*time.Second {
+			if time.Since(start) > 20*time.Second {
 				return fmt.Errorf("only %d of %d rivals blocked on the inbox key", waiting, n-1)
 			}
 			time.Sleep(150 * time.Millisecond)

@@ -102,7 +102,15 @@ type Dispatcher struct {
 	// other worker (measured: 8.5 empty claims per order in the saga).
 	wake chan struct{}
 	m    *metrics
+	// mark is how a batch's confirmed rows are marked sent: markSent, the
+	// chapter's way; in demo mode, while its switch is on, the lab's wrong
+	// way (wrongway.go).
+	mark func() markFunc
 }
+
+// markFunc marks the rows ids of a claim sent and returns how many it
+// marked.
+type markFunc func(ctx context.Context, db sqlx.ExecerContext, token string, ids []string) (int64, error)
 
 // DefaultConfirmTimeout is the wait for confirms derived from the lease: a
 // third of it, at most 5 s (a broker that has not confirmed by then is
@@ -116,7 +124,8 @@ func New(db *sqlx.DB, cfg Config) *Dispatcher {
 	if cfg.ConfirmTimeout > cfg.Lease/3 {
 		panic(fmt.Sprintf("outbox: confirm timeout %s is more than a third of the lease %s", cfg.ConfirmTimeout, cfg.Lease))
 	}
-	return &Dispatcher{db: db, cfg: cfg, wake: make(chan struct{}, 1), m: newMetrics(db, cfg.Registerer)}
+	return &Dispatcher{db: db, cfg: cfg, wake: make(chan struct{}, 1), m: newMetrics(db, cfg.Registerer),
+		mark: wrongway.Pick(cfg.WrongWay, markFunc(markSent), wrongWays...)}
 }
 
 // Wake tells the workers that events were just committed. It never blocks.
@@ -322,6 +331,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 			OccurredAt:       r.CreatedAt,
 			Payload:          r.Payload,
 			Traceparent:      r.Traceparent.String,
+			CorrectsEventID:  r.CorrectsEventID.String,
 		})
 	}
 	stopRenewing := d.renewWhilePublishing(ctx, token, ids)
@@ -356,11 +366,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 		// Mark sent only under our claim token (chapter rule), and check the
 		// row count: fewer rows means a lease expired and another dispatcher
 		// owns those events now; we must not overwrite its state.
-		mark := markSent
-		if d.cfg.WrongWay.On(wrongway.MarkSentWithoutToken) {
-			mark = markSentIgnoringClaim // the wrong way: wrongway.go
-		}
-		n, err := mark(ctx, d.db, token, sent)
+		n, err := d.mark()(ctx, d.db, token, sent)
 		if err != nil {
 			return res, err
 		}

@@ -11,6 +11,12 @@
 //   - Every committed event is published at least once, with message_id =
 //     event_id, persistent, mandatory, with the contract's headers; re-sends keep
 //     the event_id, so consumers can deduplicate.
+//   - A replay is the same row: a re-send after a failed attempt, and
+//     Requeue (an operator's retry, the reconciler's resend) keep the
+//     event_id. A correction, a new decision about an event already issued,
+//     is a new row with a new event_id whose corrects_event_id names the
+//     event it corrects (Event.Corrects), sent as the header of that name;
+//     consumers take it as a new event.
 //   - A row becomes 'sent' only after a publisher confirm (ack, and no
 //     mandatory return) and only under the claim token that published it.
 //   - Retrying ends at the first of two bounds (有限次数、遵守总期限):

@@ -25,6 +25,15 @@ type Event struct {
 	// ctx given to Add. Set when one Add writes the events of several
 	// messages (a consumer batch), each caused by its own.
 	Traceparent string
+	// Corrects is set on a correction only: the event_id of the event it
+	// corrects, stored in corrects_event_id and sent as the header of that
+	// name. A correction is a new decision about an event already issued
+	// (asked again after a status query found nothing, applied again after
+	// a participant recorded the first without its effect), so it is a new
+	// event with an id of its own, which a consumer's inbox takes as new.
+	// A replay of the same fact is not written again at all: Requeue puts
+	// the same row, same event_id, back to pending.
+	Corrects string
 }
 
 // Add writes events into outbox_events on the caller's transaction, so the
@@ -55,6 +64,13 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 		if e.Type == "" || e.AggregateID == 0 || e.AggregateVersion == 0 {
 			return nil, fmt.Errorf("outbox: event %q needs a type, an aggregate id and a version", e.EventID)
 		}
+		var corrects any
+		if e.Corrects != "" {
+			if _, err := uuid.Parse(e.Corrects); err != nil || len(e.Corrects) != 36 || e.Corrects == e.EventID {
+				return nil, fmt.Errorf("outbox: event %q corrects %q, which is not the id of another event", e.EventID, e.Corrects)
+			}
+			corrects = e.Corrects
+		}
 		payload, err := marshal(e.Payload)
 		if err != nil {
 			return nil, fmt.Errorf("outbox: payload of %s: %w", e.Type, err)
@@ -68,17 +84,17 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 		if tracing.Valid(e.Traceparent) {
 			trace = e.Traceparent
 		}
-		rows[i] = []any{e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, trace}
+		rows[i] = []any{e.EventID, e.AggregateID, e.AggregateVersion, e.Type, e.SchemaVersion, payload, trace, corrects}
 		ids[i] = e.EventID
 	}
 	const q = `INSERT INTO outbox_events
-  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent)
+  (event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, traceparent, corrects_event_id)
 VALUES `
-	args := make([]any, 0, 7*len(rows))
+	args := make([]any, 0, 8*len(rows))
 	for _, r := range rows {
 		args = append(args, r...)
 	}
-	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, ?, ?, ?, ?)", len(rows)), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, ?, ?, ?, ?, ?)", len(rows)), args...); err != nil {
 		return nil, fmt.Errorf("outbox: insert %d events: %w", len(rows), err)
 	}
 	return ids, nil

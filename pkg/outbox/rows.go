@@ -50,12 +50,16 @@ type Row struct {
 	ClaimedBy *string `db:"claimed_by" json:"claimed_by"`
 	// FirstAttemptAt starts the deadline of the current round of attempts.
 	FirstAttemptAt *time.Time `db:"first_attempt_at" json:"first_attempt_at"`
+	// CorrectsEventID is the event this one corrects (Event.Corrects); nil
+	// for every event that is not a correction.
+	CorrectsEventID *string `db:"corrects_event_id" json:"corrects_event_id,omitempty"`
 	// Payload is left out by OfAggregate (empty here).
 	Payload json.RawMessage `db:"payload" json:"payload,omitempty"`
 }
 
 const rowColumns = `event_id, aggregate_id, aggregate_version, event_type, status, attempts, next_attempt_at,
-  claim_token, lease_until, created_at, sent_at, first_attempt_at, total_attempts, requeues, claimed_by`
+  claim_token, lease_until, created_at, sent_at, first_attempt_at, total_attempts, requeues, claimed_by,
+  corrects_event_id`
 
 // Filter selects outbox rows for List: every field set must match.
 type Filter struct {
@@ -158,11 +162,17 @@ FROM outbox_events WHERE status = 'pending'`
 // moved meanwhile, e.g. a dispatcher claimed it, or it was never in from).
 // A row that was not pending gets a fresh round of attempts (its history
 // stays: total_attempts, and requeues counts the round), and any claim is
-// dropped; its deadline starts again at its next attempt. No new row and no
-// new id: consumers that already processed the
-// event drop the copy by their inbox. Uses: an operator's retry of a failed
-// event (from = StatusFailed) and the reconciler's re-publish. Re-sending a
+// dropped; its deadline starts again at its next attempt. Re-sending a
 // sent event overwrites its sent_at when it is sent again.
+//
+// A requeue is a replay, never a correction: no new row and no new id,
+// because it sends the same fact again, and a consumer that already
+// applied it must drop the copy by its inbox (the chapter: 重投仍使用原事件
+// ID). Uses: an operator's retry of a failed event (from = StatusFailed)
+// and the reconciler's republish and resend, which send an event that did
+// not reach a participant or was not processed there. A decision to have
+// an event applied again where it was processed is a correction: a new
+// event whose Corrects names this one (Add).
 func Requeue(ctx context.Context, db sqlx.ExecerContext, eventID string, from ...string) (bool, error) {
 	q, args, err := sqlx.In(`UPDATE outbox_events
 SET attempts = IF(status = 'pending', attempts, 0), -- before status changes: SET runs left to right

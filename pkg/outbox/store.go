@@ -26,6 +26,7 @@ type claimed struct {
 	Attempts         int             `db:"attempts"` // after this claim's increment
 	CreatedAt        time.Time       `db:"created_at"`
 	Traceparent      sql.NullString  `db:"traceparent"`
+	CorrectsEventID  sql.NullString  `db:"corrects_event_id"`
 	ClaimToken       string          `db:"claim_token"` // read by lease recovery only
 }
 
@@ -39,7 +40,7 @@ func claim(ctx context.Context, db *sqlx.DB, limit int, lease time.Duration) (to
 	// the server reads the index in order and stops after LIMIT rows instead
 	// of sorting every due row; see doc.go.
 	const qSelect = `SELECT event_id, aggregate_id, aggregate_version, event_type, schema_version,
-       payload, attempts, created_at, traceparent
+       payload, attempts, created_at, traceparent, corrects_event_id
 FROM outbox_events
 WHERE status = 'pending' AND next_attempt_at <= NOW(6)
 ORDER BY next_attempt_at, created_at

@@ -5,11 +5,15 @@ import (
 	"fmt"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // The wrong way of this package, for the lab's lease-expiry experiment
-// (pkg/wrongway; demo mode only). DispatchOnce reaches it by one switch at
-// its mark-sent step; the right way is markSent in store.go.
+// (pkg/wrongway; demo mode only): the dispatcher's mark-sent step is picked
+// per batch (Dispatcher.mark), the right way being markSent in store.go.
+
+var wrongWays = []wrongway.Alt[markFunc]{{Switch: wrongway.MarkSentWithoutToken, Way: markSentIgnoringClaim}}
 
 // markSentIgnoringClaim is the wrong way (wrongway.MarkSentWithoutToken):
 // it marks by event id alone, without "status = 'sending' AND claim_token =

@@ -85,24 +85,36 @@ func OpenDB(ctx context.Context, cfg Config, migrationsDir string, log *slog.Log
 }
 
 // BaseRouter returns a router with what every process serves: /healthz,
-// /readyz (ready), /metrics, in demo mode /debug/failpoints, and JSON
-// answers for an unknown path or method.
+// /readyz (ready), /metrics, in demo mode /debug/failpoints, and problem
+// documents for an unknown path or method. Every route is behind web.Guard
+// (this machine's Host or ALLOWED_HOSTS, no state change from another
+// site's page, clean paths); /debug wants ADMIN_TOKEN when one is set.
 func BaseRouter(cfg Config, started time.Time, ready func(context.Context) error, metrics *prometheus.Registry,
 	failpoints *failpoint.Registry) chi.Router {
 	mux := chi.NewRouter()
-	mux.Use(middleware.Recoverer, tracing.Middleware)
+	mux.Use(middleware.Recoverer, web.Guard{Hosts: cfg.AllowedHosts}.Wrap, tracing.Middleware)
 	web.Health(mux, started, ready)
 	mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{Registry: metrics}))
 	if cfg.DemoMode {
-		h := http.StripPrefix("/debug/failpoints", failpoints.Handler())
+		h := DebugToken(cfg)(http.StripPrefix("/debug/failpoints", failpoints.Handler()))
 		mux.Handle("/debug/failpoints", h)
 		mux.Handle("/debug/failpoints/*", h)
 	}
-	mux.NotFound(func(w http.ResponseWriter, req *http.Request) {
-		web.WriteJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})
-	})
-	mux.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
-		web.WriteJSON(w, http.StatusMethodNotAllowed, map[string]string{"error": "method not allowed"})
-	})
+	mux.NotFound(web.NotFound)
+	mux.MethodNotAllowed(web.MethodNotAllowed)
 	return mux
+}
+
+// DebugToken guards the demo mode's /debug endpoints (failpoints, wrong
+// ways, profiles, the PSP's switch): with ADMIN_TOKEN set they want it, as
+// /admin does; without one they are open, as demo mode on a laptop is
+// (docs/security.md).
+func DebugToken(cfg Config) func(http.Handler) http.Handler {
+	return web.RequireToken(cfg.AdminToken, true, "ADMIN_TOKEN")
+}
+
+// AdminToken guards /admin: ADMIN_TOKEN when set; without one, open in
+// demo mode and refused (403) otherwise.
+func AdminToken(cfg Config) func(http.Handler) http.Handler {
+	return web.RequireToken(cfg.AdminToken, cfg.DemoMode, "ADMIN_TOKEN")
 }

@@ -73,6 +73,25 @@ func (e *Env) Bool(key string, def bool) bool {
 	return b
 }
 
+// List returns the variable as a comma-separated list of host names
+// (blanks around the commas ignored), reporting a name with a port, a
+// scheme or a blank in it.
+func (e *Env) List(key string) []string {
+	var out []string
+	for _, p := range strings.Split(e.getenv(key), ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if strings.ContainsAny(p, ":/ @") {
+			e.errs = append(e.errs, fmt.Errorf("%s: %q: want host names without ports or schemes, separated by commas", key, p))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // Duration returns the variable as a positive duration ("250ms", "30s").
 func (e *Env) Duration(key string, def time.Duration) time.Duration {
 	v := e.getenv(key)
@@ -98,9 +117,13 @@ type Config struct {
 	AMQPURL        string // AMQP_URL: one address, or a comma-separated list (the nodes of a cluster)
 	// AMQPNamespace prefixes exchange and queue names (AMQP_NAMESPACE);
 	// empty in production, set by tests to isolate them.
-	AMQPNamespace  string
-	DemoMode       bool   // DEMO_MODE: failpoint endpoints and lab switches
-	AdminToken     string // ADMIN_TOKEN: bearer token of /admin (open without one only in demo mode)
+	AMQPNamespace string
+	DemoMode      bool   // DEMO_MODE: failpoint endpoints and lab switches
+	AdminToken    string // ADMIN_TOKEN: bearer token of /admin and /debug (open without one only in demo mode)
+	// AllowedHosts are the Host names this process answers besides the
+	// machine's own (loopback addresses, localhost): ALLOWED_HOSTS, the
+	// names docker compose gives the services (web.Guard).
+	AllowedHosts   []string
 	Failpoints     string // FAILPOINTS: armed at start, see pkg/failpoint
 	LogLevel       slog.Level
 	OutboxWorkers  int           // OUTBOX_WORKERS
@@ -132,8 +155,12 @@ type Config struct {
 	// InboxRetention is the inbox replay window (INBOX_RETENTION): inbox
 	// rows are deleted after it, and consumers refuse (dead-letter) events
 	// older than it.
-	InboxRetention    time.Duration
-	OutboxRetention   time.Duration // OUTBOX_RETENTION: 'sent' outbox rows are deleted after it
+	InboxRetention  time.Duration
+	OutboxRetention time.Duration // OUTBOX_RETENTION: 'sent' outbox rows are deleted after it
+	// KeyRetention is how long the HTTP API's idempotency keys are kept
+	// (IDEMPOTENCY_KEY_RETENTION): a request with a key older than that is
+	// a new request (docs/contract.md, "Idempotency keys").
+	KeyRetention      time.Duration
 	RetentionInterval time.Duration // RETENTION_INTERVAL: how often the retention job runs
 	// ParkDeadline is how long a delta event may wait for the earlier
 	// versions of its aggregate before it is alerted on (PARK_DEADLINE).
@@ -155,6 +182,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		AMQPNamespace:     env.String("AMQP_NAMESPACE", ""),
 		DemoMode:          env.Bool("DEMO_MODE", false),
 		AdminToken:        env.String("ADMIN_TOKEN", ""),
+		AllowedHosts:      env.List("ALLOWED_HOSTS"),
 		Failpoints:        env.String("FAILPOINTS", ""),
 		OutboxWorkers:     env.Int("OUTBOX_WORKERS", 2, 1, 64),
 		OutboxBatch:       env.Int("OUTBOX_BATCH", 100, 1, 1000),
@@ -169,6 +197,7 @@ func Load(env *Env, name, defaultAddr, defaultDB string) Config {
 		InboxRetention:    env.Duration("INBOX_RETENTION", 168*time.Hour),
 		ParkDeadline:      env.Duration("PARK_DEADLINE", 5*time.Minute),
 		OutboxRetention:   env.Duration("OUTBOX_RETENTION", 72*time.Hour),
+		KeyRetention:      env.Duration("IDEMPOTENCY_KEY_RETENTION", 24*time.Hour),
 		RetentionInterval: env.Duration("RETENTION_INTERVAL", time.Minute),
 		RetentionBatch:    env.Int("RETENTION_BATCH", 1000, 1, 10000),
 	}

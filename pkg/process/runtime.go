@@ -28,6 +28,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/retention"
 	"github.com/relmsg/ordersaga/pkg/web"
+	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // Runtime holds a service's infrastructure.
@@ -50,11 +51,13 @@ type Runtime struct {
 	loops     []loop
 	started   time.Time
 	redrive   *rabbit.Publisher // the admin redrive's confirming publisher
+	cleaner   *retention.Cleaner
 }
 
 type consumer struct {
 	queue string
 	c     *inbox.Consumer
+	one   rabbit.Handler
 	batch rabbit.BatchHandler // nil: one delivery at a time only
 }
 
@@ -124,6 +127,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 		Registerer:   r.Metrics,
 	})
 	r.Loop("retention", cleaner.Run)
+	r.cleaner = cleaner
 	// Delta events parked past their deadline are alerted on once each,
 	// within a quarter of the deadline after it passed (every 30 s at most).
 	// Concurrent on every instance: the stamp is compare-and-set, so one
@@ -150,7 +154,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 // the replay window (INBOX_RETENTION) included.
 func (r *Runtime) InboxConfig(name string) inbox.Config {
 	return inbox.Config{Name: name, DB: r.DB, AfterCommit: r.Outbox.Wake, Log: r.Log,
-		Metrics: r.Inbox, WrongWay: r.Cfg.WrongWay, ReplayWindow: r.Cfg.InboxRetention, ParkDeadline: r.Cfg.ParkDeadline}
+		Metrics: r.Inbox, ReplayWindow: r.Cfg.InboxRetention, ParkDeadline: r.Cfg.ParkDeadline}
 }
 
 // PublishNow publishes one event straight to the broker and waits for its
@@ -167,8 +171,23 @@ func (r *Runtime) PublishNow(ctx context.Context, e events.Envelope) error {
 // registry the dead-letter redrive uses to find a consumer's queue, so call
 // it before Serve. bh is c's batch layer (pkg/inbox/batch), used when
 // CONSUMER_BATCH > 1; nil: c alone, one delivery at a time.
+//
+// In demo mode the lab's wrong ways of the inbox (inbox.Consumer.WrongWays)
+// are wired here, around the right ones: while one's switch is on, every
+// delivery takes it, one at a time.
 func (r *Runtime) Consume(queue string, c *inbox.Consumer, bh rabbit.BatchHandler) {
-	r.consumers = append(r.consumers, consumer{queue: r.NS.Queue(queue), c: c, batch: bh})
+	one := wrongway.Pick(r.Cfg.WrongWay, rabbit.Handler(c.Handle), c.WrongWays()...)
+	cs := consumer{queue: r.NS.Queue(queue), c: c,
+		one: func(ctx context.Context, d rabbit.Delivery) rabbit.Decision { return one()(ctx, d) }}
+	if bh != nil {
+		var alts []wrongway.Alt[rabbit.BatchHandler]
+		for _, a := range c.WrongWays() {
+			alts = append(alts, wrongway.Alt[rabbit.BatchHandler]{Switch: a.Switch, Way: rabbit.OneAtATime(a.Way)})
+		}
+		many := wrongway.Pick(r.Cfg.WrongWay, bh, alts...)
+		cs.batch = func(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision { return many()(ctx, ds) }
+	}
+	r.consumers = append(r.consumers, cs)
 }
 
 // ConsumeWith registers consumer name on queue (Consume): the chapter's
@@ -191,6 +210,16 @@ func (r *Runtime) QueueOf(consumerName string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// RetainKeys adds a table of the service's idempotency keys to the
+// retention job: forget removes (or forgets) at most batch keys older than
+// IDEMPOTENCY_KEY_RETENTION. Call it before Serve.
+func (r *Runtime) RetainKeys(table string, forget func(ctx context.Context, db sqlx.ExecerContext, retention time.Duration, batch int) (int64, error)) {
+	window := r.Cfg.KeyRetention
+	r.cleaner.Add(retention.Table{Name: table, Delete: func(ctx context.Context, db *sqlx.DB, batch int) (int64, error) {
+		return forget(ctx, db, window, batch)
+	}})
 }
 
 // Loop registers a background job that runs until ctx ends.
@@ -216,7 +245,7 @@ func (r *Runtime) Ready(ctx context.Context) error {
 func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 	mux := BaseRouter(r.Cfg, r.started, r.Ready, r.Metrics, r.Failpoints)
 	mux.Route("/admin", func(ar chi.Router) {
-		ar.Use(admin.RequireToken(r.Cfg.AdminToken, r.Cfg.DemoMode))
+		ar.Use(AdminToken(r.Cfg))
 		(&admin.Handler{DB: r.DB, Log: r.Log, Service: r.Cfg.Name, Instance: r.Cfg.InstanceID, Wake: r.Outbox.Wake, Redriver: &deadletter.Redriver{
 			DB: r.DB, Publisher: r.redrive, QueueOf: r.QueueOf, Log: r.Log.With("component", "redrive"), OnRedriven: r.Inbox.Redriven,
 		}}).Routes(ar)
@@ -225,14 +254,17 @@ func (r *Runtime) Router(adminRoutes ...func(chi.Router)) chi.Router {
 		}
 	})
 	if r.Cfg.DemoMode {
-		mux.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
-		mux.Handle("/debug/journal", r.Journal)
-		// Profiles for docs/performance.md (demo mode only).
-		mux.HandleFunc("/debug/pprof/*", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Group(func(dr chi.Router) {
+			dr.Use(DebugToken(r.Cfg))
+			dr.Handle("/debug/wrong-way", r.Cfg.WrongWay.Handler(r.Log))
+			dr.Handle("/debug/journal", r.Journal)
+			// Profiles for docs/performance.md (demo mode only).
+			dr.HandleFunc("/debug/pprof/*", pprof.Index)
+			dr.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			dr.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			dr.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			dr.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		})
 	}
 	return mux
 }
@@ -285,7 +317,7 @@ func (r *Runtime) Serve(ctx context.Context, handler http.Handler) error {
 			if cfg.Batch > 1 && c.batch != nil {
 				return r.Broker.ConsumeBatch(ctx, cfg, c.batch)
 			}
-			return r.Broker.Consume(ctx, cfg, c.c.Handle)
+			return r.Broker.Consume(ctx, cfg, c.one)
 		})
 		dead := rabbit.ConsumeConfig{Queue: rabbit.Queue{Name: c.queue}.DeadQueue(), Prefetch: 8, Workers: 1,
 			Log: r.Log.With("consumer", c.c.Name())}

@@ -106,19 +106,25 @@ func TestRetryOutlivesTheNodeHoldingIt(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []delivery{{1, false}, {2, true}}; !slices.Equal(got, want) {
-		t.Errorf("deliveries %+v, want %+v: the first one, then one from the retry tier after the kill", got, want)
+	// The first delivery, then the retry's from the tier after the kill
+	// (at-least-once dead-lettering may bring it twice: the inbox applies
+	// it once, as checked above); none from the tier before the kill, or
+	// the kill took nothing from it.
+	if len(got) < 2 || got[0] != (delivery{1, false}) || slices.ContainsFunc(got[1:], func(d delivery) bool {
+		return d != delivery{2, true}
+	}) {
+		t.Errorf("deliveries %+v, want the first one, then the retry tier's only after the kill", got)
 	}
 }
 
 // failingOnce is an inbox consumer named "probe" whose handler fails
 // (transient) the first time, then applies the event: a row in the test's
-// table "applied". Its retries wait 6 to 12 s in their tier, time enough to
-// find and kill the tier's leader.
+// table "applied". Its retries wait 10 to 20 s in their tier, time enough
+// to find and kill the tier's leader on a busy machine.
 func failingOnce(db *sqlx.DB) *inbox.Consumer {
 	var failed atomic.Bool
 	return inbox.NewConsumer(inbox.Config{Name: "probe", DB: db, Log: quiet,
-		Backoff: retry.Backoff{Base: 12 * time.Second, Cap: 12 * time.Second},
+		Backoff: retry.Backoff{Base: 20 * time.Second, Cap: 20 * time.Second},
 		Handlers: map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 			if !failed.Swap(true) {
 				return errors.New("simulated transient failure")

@@ -130,6 +130,18 @@ func (c *Conn) Consume(ctx context.Context, cfg ConsumeConfig, handle Handler) e
 	})
 }
 
+// OneAtATime is h as a BatchHandler that handles each delivery of a take
+// alone, in order.
+func OneAtATime(h Handler) BatchHandler {
+	return func(ctx context.Context, ds []Delivery) []Decision {
+		out := make([]Decision, len(ds))
+		for i, d := range ds {
+			out[i] = h(ctx, d)
+		}
+		return out
+	}
+}
+
 // ConsumeBatch is Consume with a handler that takes up to cfg.Batch
 // deliveries at once: under load, the ones already waiting.
 func (c *Conn) ConsumeBatch(ctx context.Context, cfg ConsumeConfig, handle BatchHandler) error {

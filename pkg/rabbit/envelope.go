@@ -12,7 +12,9 @@ import (
 
 // Envelope reads the event metadata of a delivery. A message without a UUID
 // message_id, a type or the contract's headers is invalid
-// (events.ErrInvalid): it can never be processed and goes to dead letters.
+// (events.ErrInvalid): it can never be processed and goes to dead letters;
+// so is one whose optional corrects_event_id header is not another event's
+// UUID.
 func (d Delivery) Envelope() (events.Envelope, error) {
 	e := events.Envelope{
 		EventID:    d.MessageId,
@@ -44,6 +46,16 @@ func (d Delivery) Envelope() (events.Envelope, error) {
 	e.CorrelationID, _ = d.Headers[events.HeaderCorrelationID].(string)
 	if tp, _ := d.Headers[tracing.Header].(string); tracing.Valid(tp) {
 		e.Traceparent = tp
+	}
+	if v, ok := d.Headers[events.HeaderCorrectsEventID]; ok {
+		// Optional, but when present it is the contract's: a UUID other
+		// than the message's own id. A producer that writes anything else
+		// is broken, and the relation it meant to record would be lost.
+		c, _ := v.(string)
+		if _, err := uuid.Parse(c); err != nil || len(c) != 36 || c == d.MessageId {
+			return e, fmt.Errorf("%w: header %s=%v is not the UUID of another event", events.ErrInvalid, events.HeaderCorrectsEventID, v)
+		}
+		e.CorrectsEventID = c
 	}
 	return e, nil
 }

@@ -72,7 +72,8 @@ type Message struct {
 }
 
 // FromEnvelope builds the message for an event: persistent, message_id =
-// event id, type = event type, the contract's headers, routed by its type.
+// event id, type = event type, the contract's headers (corrects_event_id
+// on a correction only), routed by its type.
 func FromEnvelope(exchange string, e events.Envelope) Message {
 	m := Message{
 		Exchange:   exchange,
@@ -94,6 +95,9 @@ func FromEnvelope(exchange string, e events.Envelope) Message {
 	}
 	if e.Traceparent != "" {
 		m.Publishing.Headers[tracing.Header] = e.Traceparent
+	}
+	if e.CorrectsEventID != "" {
+		m.Publishing.Headers[events.HeaderCorrectsEventID] = e.CorrectsEventID
 	}
 	return m
 }

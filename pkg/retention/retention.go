@@ -10,6 +10,10 @@
 //   - outbox rows in status 'sent' older than OUTBOX_RETENTION (default
 //     72h), kept that long for investigations only.
 //
+// A service adds its own expiring rows with Add (the idempotency keys of
+// its HTTP API, kept for IDEMPOTENCY_KEY_RETENTION): drained the same way,
+// counted under their table's name.
+//
 // It never deletes 'pending', 'sending' or 'failed' outbox rows, dead
 // letters, or any parked or service table (needs_attention, event_gaps):
 // those wait for an operator.
@@ -54,6 +58,21 @@ type Cleaner struct {
 	db      *sqlx.DB
 	cfg     Config
 	deleted *prometheus.CounterVec
+	extra   []Table
+}
+
+// Table is a service's own expiring rows: Delete removes (or forgets) at
+// most batch of them and says how many; the table's owner writes it.
+type Table struct {
+	Name   string
+	Delete func(ctx context.Context, db *sqlx.DB, batch int) (int64, error)
+}
+
+// Add drains t too, in every run after the messaging tables. Call it
+// before Run.
+func (c *Cleaner) Add(t Table) {
+	c.extra = append(c.extra, t)
+	c.deleted.WithLabelValues(t.Name) // export a zero
 }
 
 // New checks cfg and fills in defaults.
@@ -78,7 +97,7 @@ func New(db *sqlx.DB, cfg Config) *Cleaner {
 	}
 	c := &Cleaner{db: db, cfg: cfg, deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "retention_deleted_total",
-		Help: "Rows deleted by the retention job after their window (" + inbox.Table + ": replay window; " + outbox.Table + ": sent rows).",
+		Help: "Rows deleted by the retention job after their window (" + inbox.Table + ": replay window; " + outbox.Table + ": sent rows; a service's idempotency keys under their table).",
 	}, []string{"table"})}
 	for _, t := range []string{inbox.Table, outbox.Table} {
 		c.deleted.WithLabelValues(t) // export zeros
@@ -93,6 +112,7 @@ func New(db *sqlx.DB, cfg Config) *Cleaner {
 type Deleted struct {
 	Inbox  int64
 	Outbox int64
+	Added  int64 // in the tables of Add, together (logged per table)
 }
 
 // RunOnce runs one cleaning round: batches of each table until a short
@@ -113,6 +133,17 @@ func (c *Cleaner) RunOnce(ctx context.Context) (Deleted, error) {
 	})
 	d.Outbox = n
 	errs = append(errs, err)
+	for _, t := range c.extra {
+		n, err := c.drain(ctx, t.Name, func(ctx context.Context) (int64, bool, error) {
+			n, err := t.Delete(ctx, c.db, c.cfg.Batch)
+			return n, n == int64(c.cfg.Batch), err
+		})
+		d.Added += n
+		if n > 0 {
+			c.cfg.Log.Info("retention round", "table", t.Name, "deleted", n)
+		}
+		errs = append(errs, err)
+	}
 	return d, errors.Join(errs...)
 }
 

@@ -247,3 +247,24 @@ func TestRetentionDeletesUseAnIndex(t *testing.T) {
 		}
 	}
 }
+
+// A service's own table (Add) is drained like the messaging tables:
+// batches until a short one, counted under its name.
+func TestAddedTablesAreDrained(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	reg := prometheus.NewRegistry()
+	c := retention.New(db.DB, retention.Config{Batch: 10, Log: quiet, Registerer: reg})
+	left := 25
+	var batches []int
+	c.Add(retention.Table{Name: "keys", Delete: func(_ context.Context, _ *sqlx.DB, batch int) (int64, error) {
+		n := min(batch, left)
+		left -= n
+		batches = append(batches, n)
+		return int64(n), nil
+	}})
+	d, err := c.RunOnce(context.Background())
+	if err != nil || d.Added != 25 || fmt.Sprint(batches) != "[10 10 5]" {
+		t.Fatalf("RunOnce = %+v, %v, batches %v; want 25 deleted in [10 10 5]", d, err, batches)
+	}
+}

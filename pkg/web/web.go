@@ -1,35 +1,20 @@
-// Package web holds the few HTTP habits every service shares: strict JSON
-// decoding, JSON answers and errors, health endpoints and a server with
-// timeouts that shuts down gracefully.
+// Package web holds the few HTTP habits every server of the stack shares
+// (docs/contract.md, "Conventions"): strict JSON decoding (decode.go),
+// errors as RFC 9457 problem documents (problem.go), the Idempotency-Key
+// header (idempotency.go), the checks of who is asking (guard.go), health
+// endpoints and a server with timeouts that shuts down gracefully.
 package web
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
-
-// Error is an HTTP error with a message safe to show to the client.
-type Error struct {
-	Status  int
-	Message string
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("%d: %s", e.Status, e.Message) }
-
-// Errorf builds an *Error.
-func Errorf(status int, format string, args ...any) *Error {
-	return &Error{Status: status, Message: fmt.Sprintf(format, args...)}
-}
 
 // WriteJSON writes v as JSON with the given status.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
@@ -38,20 +23,6 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-// WriteError answers {"error": "..."}: the message of an *Error with its
-// status, or a generic 500 for anything else (logged once, here, at the edge).
-func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	var we *Error
-	if errors.As(err, &we) {
-		WriteJSON(w, we.Status, map[string]string{"error": we.Message})
-		return
-	}
-	if log != nil {
-		log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	}
-	WriteJSON(w, http.StatusInternalServerError, map[string]string{"error": "internal error"})
 }
 
 // HandlerFunc is an HTTP handler that returns its error instead of
@@ -110,53 +81,6 @@ func Limit(r *http.Request, def, most int) (int, error) {
 		return 0, Errorf(http.StatusBadRequest, "limit must be between 1 and %d", most)
 	}
 	return n, nil
-}
-
-// DecodeJSON reads a JSON body into v strictly: the content type must be JSON,
-// the body at most maxBytes (413 beyond), no unknown fields, one value only.
-func DecodeJSON(w http.ResponseWriter, r *http.Request, maxBytes int64, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
-		}
-	} else {
-		return Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/json")
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBytes)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
-	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		if err == nil {
-			return Errorf(http.StatusBadRequest, "body must hold a single JSON object")
-		}
-		return decodeError(err)
-	}
-	return nil
-}
-
-func decodeError(err error) error {
-	var maxErr *http.MaxBytesError
-	var syntaxErr *json.SyntaxError
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &maxErr):
-		return Errorf(http.StatusRequestEntityTooLarge, "body larger than %d bytes", maxErr.Limit)
-	case errors.Is(err, io.EOF):
-		return Errorf(http.StatusBadRequest, "empty body")
-	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		return Errorf(http.StatusBadRequest, "malformed JSON")
-	case errors.As(err, &typeErr):
-		return Errorf(http.StatusBadRequest, "field %q has the wrong type", typeErr.Field)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return Errorf(http.StatusBadRequest, "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
-	default:
-		return Errorf(http.StatusBadRequest, "invalid JSON: %v", err)
-	}
 }
 
 // Serve runs an HTTP server on l until ctx ends, then shuts it down, giving

@@ -58,12 +58,8 @@ func TestHandler(t *testing.T) {
     "no-inbox"
   ]`, "ack-before-commit,no-inbox"},
 		{http.MethodPut, `{"on":["no-inbox","typo"]}`, http.StatusBadRequest, `unknown wrong-way switch \"typo\"`, "ack-before-commit,no-inbox"},
-		{http.MethodPut, `{"on":`, http.StatusBadRequest, `{
-  "error": "malformed JSON"
-}`, "ack-before-commit,no-inbox"},
-		{http.MethodDelete, "", http.StatusMethodNotAllowed, `{
-  "error": "use GET or PUT"
-}`, "ack-before-commit,no-inbox"},
+		{http.MethodPut, `{"on":`, http.StatusBadRequest, `"error": "malformed JSON`, "ack-before-commit,no-inbox"},
+		{http.MethodDelete, "", http.StatusMethodNotAllowed, `"error": "use GET or PUT"`, "ack-before-commit,no-inbox"},
 		{http.MethodPut, `{"on":[]}`, http.StatusOK, `"on": []`, ""},
 	} {
 		code, body := call(c.method, c.body)
@@ -71,5 +67,26 @@ func TestHandler(t *testing.T) {
 			t.Errorf("%s %s = %d %s (set %q), want %d with %s (set %q)",
 				c.method, c.body, code, body, s, c.wantCode, c.wantBody, c.wantOn)
 		}
+	}
+}
+
+// A picker takes the wrong way while its switch is on, and the right way
+// otherwise; switching at run time takes effect at the next pick.
+func TestPickFollowsTheSwitchesAtRunTime(t *testing.T) {
+	s := NewSet(nil)
+	pick := Pick(s, "right", Alt[string]{NoInbox, "check-then-insert"}, Alt[string]{DedupeOwnTx, "dedupe first"})
+	if got := pick(); got != "right" {
+		t.Fatalf("no switch on: %q, want right", got)
+	}
+	s.Replace(map[Switch]bool{DedupeOwnTx: true})
+	if got := pick(); got != "dedupe first" {
+		t.Fatalf("dedupe-own-tx on: %q", got)
+	}
+	s.Replace(map[Switch]bool{DedupeOwnTx: true, NoInbox: true})
+	if got := pick(); got != "check-then-insert" {
+		t.Fatalf("both on: %q, want the first alternate", got)
+	}
+	if got := Pick[string](nil, "right", Alt[string]{NoInbox, "x"})(); got != "right" {
+		t.Fatalf("no set: %q, want right", got)
 	}
 }

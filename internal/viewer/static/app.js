@@ -7,7 +7,6 @@
 
 const state = {
   tab: "saga",
-  token: null,
   tokenAsk: null,
   stock: [],
   orders: [],
@@ -30,12 +29,13 @@ const state = {
 // --- the API ------------------------------------------------------------
 
 // api calls the viewer's API. It answers {status, data, headers}; data is
-// the JSON body (an {error} object for errors, as the services answer). On
-// 401 it asks for the admin token once and tries again.
+// the JSON body (a problem document for errors, as the services answer:
+// type, title, status, detail). The page's token travels in the HttpOnly
+// cookie the viewer set when the page was opened with ?token=; the script
+// never sees it. On 401 the page asks for the token (askToken).
 async function api(method, path, opts) {
   opts = opts || {};
   const headers = Object.assign({}, opts.headers || {});
-  if (state.token) headers["Authorization"] = "Bearer " + state.token;
   let body;
   if (opts.body !== undefined) {
     headers["Content-Type"] = "application/json";
@@ -47,10 +47,7 @@ async function api(method, path, opts) {
   } catch (err) {
     return { status: 0, data: { error: t("err.network", { error: err.message }) }, headers: new Headers() };
   }
-  if (resp.status === 401 && !opts.retried) {
-    await askToken(state.token !== null);
-    return api(method, path, Object.assign({}, opts, { retried: true }));
-  }
+  if (resp.status === 401) askToken();
   let data = null;
   const text = await resp.text();
   if (text) {
@@ -59,23 +56,19 @@ async function api(method, path, opts) {
   return { status: resp.status, data: data, headers: resp.headers };
 }
 
-function askToken(wrong) {
-  if (state.tokenAsk) return state.tokenAsk;
+// askToken shows where the token is (the URL scripts/up.sh printed) and
+// takes it pasted: the page then reopens itself with ?token=, which the
+// viewer trades for its cookie.
+function askToken() {
+  if (state.tokenAsk) return;
+  state.tokenAsk = true;
   const dlg = document.getElementById("token-dialog");
-  document.getElementById("token-wrong").hidden = !wrong;
-  state.tokenAsk = new Promise((resolve) => {
-    const form = document.getElementById("token-form");
-    form.onsubmit = (ev) => {
-      ev.preventDefault();
-      state.token = document.getElementById("token-input").value.trim();
-      try { sessionStorage.setItem("viewer.token", state.token); } catch (e) { /* storage off */ }
-      dlg.close();
-      state.tokenAsk = null;
-      resolve();
-    };
-    dlg.showModal();
-  });
-  return state.tokenAsk;
+  document.getElementById("token-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const v = document.getElementById("token-input").value.trim();
+    if (v) location.assign("/?token=" + encodeURIComponent(v));
+  };
+  dlg.showModal();
 }
 
 // --- small helpers --------------------------------------------------------
@@ -119,7 +112,7 @@ function age(iso) {
 }
 
 function errorBox(res) {
-  const msg = res.data && res.data.error !== undefined ? res.data : res.data || {};
+  const msg = res.data || {};
   return el("div", { class: "error" }, [
     el("span", { text: t("orders.failed", { code: res.status }) + " " }),
     el("code", { text: JSON.stringify(msg) }),
@@ -741,7 +734,6 @@ async function fpCall(method, svc, name, suffix, body) {
 // --- start ------------------------------------------------------------------
 
 function init() {
-  try { state.token = sessionStorage.getItem("viewer.token"); } catch (e) { /* storage off */ }
   LANG = pickLanguage();
   document.documentElement.lang = LANG === "zh" ? "zh-CN" : "en";
   applyI18n(document);

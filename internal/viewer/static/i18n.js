@@ -29,10 +29,9 @@ const I18N = {
     "health.attention": "needs attention",
     "health.unknown": "?",
 
-    "token.title": "Admin token",
-    "token.text": "This stack sets ADMIN_TOKEN. Enter it once; the page keeps it for this tab.",
+    "token.title": "Viewer token",
+    "token.text": "The viewer wants its token. Open the URL scripts/up.sh printed (it ends in /?token=...), or paste the token here: the page keeps it in a cookie no script can read.",
     "token.save": "Use token",
-    "token.wrong": "The token was refused.",
 
     "orders.title": "New order",
     "orders.customer": "Customer id",
@@ -259,10 +258,9 @@ const I18N = {
     "health.attention": "待人工处理",
     "health.unknown": "?",
 
-    "token.title": "管理令牌",
-    "token.text": "此环境设置了 ADMIN_TOKEN。输入一次即可，本标签页会记住它。",
+    "token.title": "查看器令牌",
+    "token.text": "查看器需要它的令牌。请打开 scripts/up.sh 打印的网址（以 /?token=... 结尾），或把令牌粘贴到这里：页面会把它存进脚本读不到的 Cookie。",
     "token.save": "使用令牌",
-    "token.wrong": "令牌被拒绝。",
 
     "orders.title": "新建订单",
     "orders.customer": "客户 ID",

@@ -16,7 +16,6 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/tracing"
-	"github.com/relmsg/ordersaga/pkg/wrongway"
 )
 
 // Handler applies one event through a service's store S: the same
@@ -159,12 +158,10 @@ func (t *takes) decide(i int, d rabbit.Decision) { t.decisions[i], t.decided[i] 
 
 // item says whether d can share a transaction and makes its item: a valid,
 // current state-transition event seen for the first time, with a handler,
-// inside the replay window, no wrong-way switch on. Everything else takes
-// the chapter's path, which knows every outcome.
+// inside the replay window. Everything else takes the chapter's path,
+// which knows every outcome.
 func (c *Consumer[S]) item(i int, d rabbit.Delivery) (item[S], bool) {
-	w := c.in.WrongWay
-	if w.On(wrongway.AckBeforeCommit) || w.On(wrongway.NoInbox) || w.On(wrongway.DedupeOwnTx) ||
-		d.Redelivered || d.Attempt > 1 {
+	if d.Redelivered || d.Attempt > 1 {
 		return item[S]{}, false
 	}
 	e, err := d.Envelope()

@@ -14,9 +14,9 @@
 // waiting for more). In delivery order, they are cut into runs:
 //
 //   - a delivery that needs more than the plain path (invalid, too old, a
-//     delta or snapshot event, a redelivery, a type without a handler, a
-//     wrong-way switch on) ends the run before it and goes down the
-//     chapter's path alone (inbox.Consumer.HandleArrived);
+//     delta or snapshot event, a redelivery, a type without a handler)
+//     ends the run before it and goes down the chapter's path alone
+//     (inbox.Consumer.HandleArrived);
 //   - a second copy of an event already in the run ends the run, and goes
 //     alone after it: the inbox key then finds it processed;
 //   - an event of an aggregate already in the run, where either of the two

@@ -13,6 +13,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/process"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
+	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryhttp"
 )
 
@@ -92,10 +93,14 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	})
 	rt.Metrics.MustRegister(app.Collector())
 
+	// The receipts' idempotency keys, kept IDEMPOTENCY_KEY_RETENTION.
+	rt.RetainKeys("stock_receipts", inventorydb.DeleteReceiptKeys)
 	router := rt.Router(inventoryhttp.AdminRoutes(app, rt.Log))
 	inventoryhttp.Routes(router, app, rt.Log)
 	if cfg.DemoMode {
-		inventoryhttp.DemoRoutes(router, app, rt.Log) // sync-reserve's synchronous call (pkg/wrongway)
+		// sync-reserve's synchronous call (pkg/wrongway), behind ADMIN_TOKEN
+		// when set, as every /debug route.
+		inventoryhttp.DemoRoutes(router.With(process.DebugToken(cfg)), app, rt.Log)
 	}
 	return rt.Serve(ctx, router)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
@@ -164,6 +165,9 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 		rt.Log.Warn("periodic reconciliation disabled (RECONCILE=off); POST /admin/reconciliation/run still works")
 	}
 
+	// The API's idempotency keys, kept IDEMPOTENCY_KEY_RETENTION.
+	rt.RetainKeys("orders.idempotency_key", orderdb.ForgetCreateKeys)
+	rt.RetainKeys("cancel_requests", orderdb.DeleteCancelKeys)
 	router := rt.Router(orderhttp.AdminRoutes(app, rt.Log))
 	orderhttp.Routes(router, app, rt.Log)
 	return rt.Serve(ctx, router)

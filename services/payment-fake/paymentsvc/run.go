@@ -33,14 +33,14 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	rt.Log.Info("psp client", "psp_url", process.MaskURL(pcfg.URL), "psp_timeout", pcfg.Timeout)
+	rt.Log.Info("psp client", "psp_url", process.MaskURL(pcfg.URL), "psp_timeout", pcfg.Timeout, "psp_token", pcfg.Token != "")
 	rt.Log.Info("payment deadlines and sweep", "payment_deadline", scfg.App.ChargeDeadline,
 		"refund_deadline", scfg.App.RefundDeadline, "sweep_interval", scfg.SweepInterval,
 		"sweep_grace", scfg.App.Grace, "sweep_batch", scfg.App.SweepBatch, "cancel_settle", scfg.App.CancelSettle,
 		"retry_base", scfg.App.Backoff.Base, "retry_cap", scfg.App.Backoff.Cap)
 
 	// The one PSP every instance shares, reached only over HTTP.
-	pspClient := psp.NewClient(pcfg.URL, &http.Client{Timeout: pcfg.Timeout})
+	pspClient := psp.NewClient(pcfg.URL, &http.Client{Timeout: pcfg.Timeout}).WithToken(pcfg.Token)
 	scfg.App.Wake = rt.Outbox.Wake
 	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics, scfg.App)
 
@@ -55,7 +55,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	rt.Loop("payment-sweep", func(ctx context.Context) error { return app.RunSweeper(ctx, scfg.SweepInterval) })
 
 	router := rt.Router(paymenthttp.AdminRoutes(app, rt.Log))
-	paymenthttp.Routes(router, app, endpoints.Must(pcfg.URL), rt.Log)
+	paymenthttp.Routes(router, app, endpoints.Must(pcfg.URL), process.AdminToken(cfg), rt.Log)
 	return rt.Serve(ctx, router)
 }
 
@@ -96,6 +96,7 @@ func loadSagaConfig(env *process.Env, pspTimeout time.Duration) (sagaConfig, err
 type pspConfig struct {
 	URL     string        // PSP_URL: one base URL or several separated by commas
 	Timeout time.Duration // PSP_TIMEOUT, per HTTP call
+	Token   string        // PSP_TOKEN: the key the PSP wants for charges and refunds
 }
 
 // DefaultPSPURL is where the PSP process (cmd/psp) listens by default.
@@ -110,6 +111,7 @@ func loadPSPConfig(env *process.Env) (pspConfig, error) {
 	c := pspConfig{
 		URL:     env.String("PSP_URL", DefaultPSPURL),
 		Timeout: env.Duration("PSP_TIMEOUT", 5*time.Second),
+		Token:   env.String("PSP_TOKEN", ""),
 	}
 	var errs []error
 	if c.Timeout > maxPSPTimeout {

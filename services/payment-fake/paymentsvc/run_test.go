@@ -41,9 +41,12 @@ func TestRunChargesReservedOrders(t *testing.T) {
 
 	addr, pspAddr := freeAddr(t), freeAddr(t)
 	base := "http://" + addr
-	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": db.DSN, "LOG_LEVEL": "warn", "INSTANCE_ID": "psp"})
+	// Outside demo mode the PSP charges only with its key (PSP_TOKEN),
+	// which the payment service sends.
+	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": db.DSN, "LOG_LEVEL": "warn", "INSTANCE_ID": "psp", "PSP_TOKEN": "k1"})
 	env := map[string]string{
 		"PSP_URL":              "http://" + pspAddr + "/psp",
+		"PSP_TOKEN":            "k1",
 		"HTTP_ADDR":            addr,
 		"MYSQL_DSN":            db.DSN,
 		"AMQP_URL":             rabbittest.URL(),
@@ -152,9 +155,10 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 
 	addr, pspAddr := freeAddr(t), freeAddr(t)
 	base := "http://" + addr
-	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": db.DSN, "LOG_LEVEL": "warn"})
+	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": db.DSN, "LOG_LEVEL": "warn", "PSP_TOKEN": "k2"})
 	env := map[string]string{
 		"PSP_URL":                "http://" + pspAddr + "/psp",
+		"PSP_TOKEN":              "k2",
 		"HTTP_ADDR":              addr,
 		"MYSQL_DSN":              db.DSN,
 		"AMQP_URL":               rabbittest.URL(),

@@ -35,15 +35,19 @@ const DefaultAddr = ":8084"
 
 // Run runs the PSP until ctx ends. It reads the shared settings it needs
 // (HTTP_ADDR, MYSQL_DSN, MYSQL_CREATE_DATABASE, MYSQL_MAX_CONNS, DEMO_MODE,
-// FAILPOINTS, LOG_LEVEL, INSTANCE_ID, SHUTDOWN_TIMEOUT); it has no broker.
+// ADMIN_TOKEN, ALLOWED_HOSTS, FAILPOINTS, LOG_LEVEL, INSTANCE_ID,
+// SHUTDOWN_TIMEOUT) and its own PSP_TOKEN; it has no broker.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {
 	env := process.NewEnv(getenv)
 	cfg := process.Load(env, "psp", DefaultAddr, "payment_service")
+	// PSP_TOKEN: the key charges and refunds need (the payment service's).
+	token := env.String("PSP_TOKEN", "")
 	if err := env.Err(); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	log := process.NewLogger(cfg, stdout)
-	log.Info("starting", "http_addr", cfg.HTTPAddr, "demo_mode", cfg.DemoMode)
+	log.Info("starting", "http_addr", cfg.HTTPAddr, "demo_mode", cfg.DemoMode, "psp_token", token != "",
+		"admin_token", cfg.AdminToken != "", "allowed_hosts", cfg.AllowedHosts)
 	ctx, fps, err := process.WithFailpoints(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -58,7 +62,8 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 
 	server := psp.NewServer(db, log)
 	mux := process.BaseRouter(cfg, time.Now().UTC(), db.PingContext, process.NewMetrics(cfg), fps)
-	mux.Mount("/psp", http.StripPrefix("/psp", psp.GuardSwitches(server.Handler(), cfg.DemoMode, log)))
+	access := psp.Access{Demo: cfg.DemoMode, AdminToken: cfg.AdminToken, Token: token}
+	mux.Mount("/psp", http.StripPrefix("/psp", psp.Guard(server.Handler(), access, log)))
 
 	l, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {

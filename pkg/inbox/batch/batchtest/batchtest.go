@@ -73,6 +73,49 @@ type System struct {
 	One  rabbit.Handler                               // the chapter's path (inbox.Consumer.Handle)
 	Many rabbit.BatchHandler                          // the batch layer (batch.Consumer.HandleBatch)
 	Act  func(ctx context.Context, name string) error // performs a Step's action
+	// Prepare resets the system's tables and seeds them, the same way in
+	// both runs.
+	Prepare func(ctx context.Context) error
+	// Rows reads what the comparison compares (see Rows).
+	Rows func(ctx context.Context) (map[string][]string, error)
+}
+
+// Same prepares both systems, runs steps one at a time in one and in
+// batches of size in many, side by side (they share nothing), and fails t
+// on the first difference in their rows or their decisions. It returns
+// the decisions.
+func Same(t TB, one, many System, steps []Step, size int) []string {
+	t.Helper()
+	ctx := context.Background()
+	type result struct {
+		decisions []string
+		rows      map[string][]string
+		err       error
+	}
+	run := func(s System, size int) (r result) {
+		if r.err = s.Prepare(ctx); r.err != nil {
+			return r
+		}
+		if r.decisions, r.err = Run(ctx, s, steps, size); r.err != nil {
+			return r
+		}
+		r.rows, r.err = s.Rows(ctx)
+		return r
+	}
+	done := make(chan result)
+	go func() { done <- run(many, size) }()
+	rOne := run(one, 1)
+	rMany := <-done
+	if rOne.err != nil || rMany.err != nil {
+		t.Fatalf("one at a time: %v; in batches: %v", rOne.err, rMany.err)
+	}
+	if diff := Diff(rOne.rows, rMany.rows); diff != "" {
+		t.Fatalf("batches of %d ended otherwise than one at a time:\n%ssteps: %v", size, diff, steps)
+	}
+	if !slices.Equal(rOne.decisions, rMany.decisions) {
+		t.Fatalf("decisions one at a time %v, in batches of %d %v\nsteps: %v", rOne.decisions, size, rMany.decisions, steps)
+	}
+	return rMany.decisions
 }
 
 // Run processes steps in sys: every take one delivery at a time through
@@ -122,6 +165,7 @@ func Decision(d rabbit.Decision) string {
 func Rows(ctx context.Context, db *sqlx.DB, queries map[string]string) (map[string][]string, error) {
 	out := make(map[string][]string, len(queries))
 	for name, q := range queries {
+		out[name] = []string{} // a table with no rows is compared too
 		rows, err := db.QueryxContext(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -153,8 +197,12 @@ func Rows(ctx context.Context, db *sqlx.DB, queries map[string]string) (map[stri
 func Diff(one, many map[string][]string) string {
 	var b strings.Builder
 	names := make([]string, 0, len(one))
-	for name := range one {
-		names = append(names, name)
+	for _, m := range []map[string][]string{one, many} {
+		for name := range m {
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
 	}
 	slices.Sort(names)
 	for _, name := range names {

@@ -271,6 +271,11 @@ var (
 	ErrNoGap = errors.New("gap not found")
 	// ErrGapResolved: the gap is already resolved.
 	ErrGapResolved = errors.New("gap already resolved")
+	// ErrNoReceipt: no goods receipt was recorded under this key.
+	ErrNoReceipt = errors.New("receipt not found")
+	// ErrKeyReused: the receipt's Idempotency-Key came with another SKU or
+	// quantity before (HTTP 422).
+	ErrKeyReused = errors.New("idempotency key already used for a different request")
 )
 
 var skuPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -51,73 +50,50 @@ func newInventorySystem(t *testing.T) *inventorySystem {
 // so that reservations compete.
 var differentialStock = map[string]int{"SKU-1": 2, "SKU-2": 2, "SKU-LIMITED": 1}
 
-func (s *inventorySystem) reset() {
+func (s *inventorySystem) reset(ctx context.Context) error {
 	for _, q := range []string{"DELETE FROM reservation_items", "DELETE FROM reservations", "DELETE FROM event_gaps",
 		"DELETE FROM consumer_inbox", "DELETE FROM outbox_events", "DELETE FROM dead_letters", "UPDATE stock SET reserved = 0"} {
-		s.db.MustExec(q)
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
+			return err
+		}
 	}
 	for sku, n := range differentialStock {
-		s.db.MustExec("UPDATE stock SET on_hand = ? WHERE sku = ?", n, sku)
+		if _, err := s.db.ExecContext(ctx, "UPDATE stock SET on_hand = ? WHERE sku = ?", n, sku); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 func (s *inventorySystem) system() batchtest.System {
-	return batchtest.System{One: s.c.Handle, Many: s.b.HandleBatch, Act: func(ctx context.Context, name string) error {
-		_, err := s.app.ExpireLeases(ctx, 100) // "sweep": every reservation held so far expires
-		return err
-	}}
-}
-
-// rows are what the comparison reads: every table the consumer writes,
-// without times and generated ids.
-func (s *inventorySystem) rows(t batchtest.TB) map[string][]string {
-	rows, err := batchtest.Rows(context.Background(), s.db.DB, map[string]string{
-		"reservations": `SELECT order_id, status, reason, aggregate_version FROM reservations ORDER BY order_id`,
-		"items":        `SELECT order_id, sku, quantity FROM reservation_items ORDER BY order_id, sku`,
-		"stock":        `SELECT sku, on_hand, reserved FROM stock ORDER BY sku`,
-		"gaps": `SELECT aggregate_id, event_id, event_type, received_version, expected_version, resolved_at IS NULL, resolution
+	return batchtest.System{One: s.c.Handle, Many: s.b.HandleBatch,
+		Act: func(ctx context.Context, name string) error {
+			_, err := s.app.ExpireLeases(ctx, 100) // "sweep": every reservation held so far expires
+			return err
+		},
+		Prepare: s.reset,
+		// Every table the consumer writes, without times and generated ids.
+		Rows: func(ctx context.Context) (map[string][]string, error) {
+			return batchtest.Rows(ctx, s.db.DB, map[string]string{
+				"reservations": `SELECT order_id, status, reason, aggregate_version FROM reservations ORDER BY order_id`,
+				"items":        `SELECT order_id, sku, quantity FROM reservation_items ORDER BY order_id, sku`,
+				"stock":        `SELECT sku, on_hand, reserved FROM stock ORDER BY sku`,
+				"gaps": `SELECT aggregate_id, event_id, event_type, received_version, expected_version, resolved_at IS NULL, resolution
 FROM event_gaps ORDER BY aggregate_id, expected_version`,
-		"inbox":        `SELECT consumer_name, event_id, payload_sha256 FROM consumer_inbox ORDER BY event_id`,
-		"outbox":       `SELECT aggregate_id, aggregate_version, event_type, payload FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
-		"dead letters": `SELECT event_id, event_type, reason, attempts FROM dead_letters ORDER BY event_id`,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rows
+				"inbox":        `SELECT consumer_name, event_id, payload_sha256 FROM consumer_inbox ORDER BY event_id`,
+				"outbox":       `SELECT aggregate_id, aggregate_version, event_type, payload FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
+				"dead letters": `SELECT event_id, event_type, reason, attempts FROM dead_letters ORDER BY event_id`,
+			})
+		}}
 }
 
 func TestInventoryBatchesDecideAsOneAtATime(t *testing.T) {
 	t.Parallel()
 	one, many := newInventorySystem(t), newInventorySystem(t)
 	rapid.Check(t, func(rt *rapid.T) {
-		steps := inventorySteps(rt)
-		checkSame(rt, one, many, steps, batchtest.Sizes(rt))
+		batchtest.Same(rt, one.system(), many.system(), inventorySteps(rt), batchtest.Sizes(rt))
 	})
 	batchtest.WantBatches(t, many.reg, inventorybindings.ConsumerName)
-}
-
-// checkSame runs steps one at a time in one and in batches of size in many
-// and fails on the first difference.
-func checkSame(t batchtest.TB, one, many *inventorySystem, steps []batchtest.Step, size int) {
-	t.Helper()
-	one.reset()
-	many.reset()
-	ctx := context.Background()
-	dOne, err := batchtest.Run(ctx, one.system(), steps, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dMany, err := batchtest.Run(ctx, many.system(), steps, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := batchtest.Diff(one.rows(t), many.rows(t)); diff != "" {
-		t.Fatalf("batches of %d ended otherwise than one at a time:\n%s", size, diff)
-	}
-	if !slices.Equal(dOne, dMany) {
-		t.Fatalf("decisions one at a time %v, in batches of %d %v", dOne, size, dMany)
-	}
 }
 
 // inventorySteps draws the saga's events for two or three orders: a
@@ -181,7 +157,7 @@ func TestBatchLateConfirmSeesTheReleaseBeforeIt(t *testing.T) {
 		{Take: deliveriesFor(a)},                        // A holds it
 		{Take: deliveriesFor(cancelA, confirmed(t, 2))}, // A gives it back, then B's late confirm takes it
 	}
-	checkSame(t, one, many, steps, 16)
+	batchtest.Same(t, one.system(), many.system(), steps, 16)
 	var status string
 	if err := many.db.Get(&status, "SELECT status FROM reservations WHERE order_id = 2"); err != nil || status != "committed" {
 		t.Fatalf("late confirm after the cancel in one batch: reservation %q (%v), want committed", status, err)

@@ -46,8 +46,9 @@ type Config struct {
 	// inbox consumer's to report (inbox.Config.AfterCommit).
 	Wake func()
 	// WrongWay holds the wrong-way switches (demo mode only; they can
-	// change at run time). This service reads wrongway.IgnoreOrder: see
-	// ignoringOrder. Nil: every switch off.
+	// change at run time). This service has a wrong way for
+	// wrongway.IgnoreOrder, wired around its handlers by WrongWays. Nil:
+	// every switch off.
 	WrongWay *wrongway.Set
 }
 
@@ -91,21 +92,28 @@ func (a *App) Reservation(ctx context.Context, orderID uint64) (inventory.Reserv
 	return inventorydb.GetReservation(ctx, a.db, orderID)
 }
 
-// Receive books a goods receipt: quantity more of sku on hand, in one
-// conditional UPDATE, and returns the new stock. An unknown SKU is
-// inventory.ErrUnknownSKU; a bad quantity, or one that would pass
-// inventory.MaxOnHand, is inventory.ErrInvalid. Neither writes anything.
-func (a *App) Receive(ctx context.Context, sku string, quantity int) (inventory.Stock, error) {
+// Receive books a goods receipt once per idempotency key: quantity more of
+// sku on hand, in one conditional UPDATE, in the transaction that records
+// the key, and returns the new stock. The same key with the same SKU and
+// quantity again changes nothing and answers the stock as it is now
+// (replayed); with another SKU or quantity it is inventory.ErrKeyReused.
+// An unknown SKU is inventory.ErrUnknownSKU; a bad quantity, or one that
+// would pass inventory.MaxOnHand, is inventory.ErrInvalid. None of these
+// writes anything.
+func (a *App) Receive(ctx context.Context, key, sku string, quantity int) (s inventory.Stock, replayed bool, err error) {
 	if err := inventory.ValidateReceipt(quantity); err != nil {
-		return inventory.Stock{}, err
+		return inventory.Stock{}, false, err
 	}
 	if !inventory.ValidSKU(sku) {
-		return inventory.Stock{}, inventory.ErrUnknownSKU
+		return inventory.Stock{}, false, inventory.ErrUnknownSKU
 	}
-	var s inventory.Stock
-	// Retried after a transient failure before COMMIT only: a receipt has
-	// no key, so a COMMIT with an unknown outcome is the caller's to check.
-	err := sqldb.WithTxRetry(ctx, a.db, sqldb.TxRetry{Log: a.log}, func(tx *sqlx.Tx) error {
+	rec := inventorydb.Receipt{Key: key, SKU: sku, Quantity: quantity}
+	// Idempotent by the key: after a COMMIT with an unknown outcome, the
+	// second run either books the receipt or finds its key (a replay).
+	err = sqldb.WithTxRetry(ctx, a.db, sqldb.TxRetry{Log: a.log, Idempotent: true}, func(tx *sqlx.Tx) error {
+		if err := inventorydb.InsertReceipt(ctx, tx, rec); err != nil {
+			return err
+		}
 		ok, err := inventorydb.Receive(ctx, tx, sku, quantity)
 		if err != nil {
 			return err
@@ -119,9 +127,25 @@ func (a *App) Receive(ctx context.Context, sku string, quantity int) (inventory.
 		}
 		return nil
 	})
+	if sqldb.IsDuplicateKey(err) {
+		return a.replayReceipt(ctx, rec)
+	}
 	if err != nil {
-		return inventory.Stock{}, err
+		return inventory.Stock{}, false, err
 	}
 	a.log.InfoContext(ctx, "goods received", "sku", sku, "quantity", quantity, "on_hand", s.OnHand)
-	return s, nil
+	return s, false, nil
+}
+
+// replayReceipt answers a receipt whose key was booked before.
+func (a *App) replayReceipt(ctx context.Context, rec inventorydb.Receipt) (inventory.Stock, bool, error) {
+	first, err := inventorydb.ReceiptByKey(ctx, a.db, rec.Key)
+	if err != nil {
+		return inventory.Stock{}, false, err
+	}
+	if first.SKU != rec.SKU || first.Quantity != rec.Quantity {
+		return inventory.Stock{}, false, inventory.ErrKeyReused
+	}
+	s, err := inventorydb.GetStock(ctx, a.db, rec.SKU)
+	return s, true, err
 }

@@ -65,12 +65,6 @@ func (a *App) OnOrderCreated(ctx context.Context, s Store, e events.Envelope) er
 		return inbox.Permanent(err)
 	}
 
-	if a.ignoringOrder() {
-		if err := forgetCancel(ctx, tx, p.OrderID); err != nil { // the wrong way: wrongway.go
-			return err
-		}
-	}
-
 	// The order id is not looked up first: the reservation's primary key
 	// decides, and the rare id already taken (a cancel's marker, a second
 	// create) costs a failed INSERT instead of a read in every reservation.
@@ -117,15 +111,24 @@ func (a *App) OnOrderCreated(ctx context.Context, s Store, e events.Envelope) er
 	if err != nil {
 		return err
 	}
-	if short == nil {
-		log.InfoContext(ctx, "stock reserved", "items", len(plan))
-		return nil
+	if short != nil {
+		return a.reject(ctx, s, log, p.OrderID, short)
 	}
+	log.InfoContext(ctx, "stock reserved", "items", len(plan))
+	return nil
+}
+
+// reject undoes a reservation one of whose lines was short (back to the
+// savepoint: reservation, items, event and the holds before it) and
+// records the rejection instead: a reservation row that holds nothing, so
+// has no lease, and InventoryRejected.
+func (a *App) reject(ctx context.Context, s Store, log *slog.Logger, orderID uint64, short *inventory.Shortage) error {
 	if err := s.RollbackTo(ctx, holdSavepoint); err != nil {
 		return err
 	}
 	// Read only to word the reason; Hold made the decision.
-	if short.Available, short.Known, err = inventorydb.Available(ctx, tx, short.SKU); err != nil {
+	var err error
+	if short.Available, short.Known, err = inventorydb.Available(ctx, s.Tx(), short.SKU); err != nil {
 		return err
 	}
 	reason := short.Reason()
@@ -133,12 +136,11 @@ func (a *App) OnOrderCreated(ctx context.Context, s Store, e events.Envelope) er
 	if !ok {
 		return fmt.Errorf("transition table: no %s from a missing reservation", inventory.Reject)
 	}
-	// A rejection holds no stock, so it has no lease.
-	if err := inventorydb.InsertReservation(ctx, tx, inventory.Reservation{OrderID: p.OrderID, Status: to, Reason: reason, Version: 1}, 0); err != nil {
+	if err := inventorydb.InsertReservation(ctx, s.Tx(), inventory.Reservation{OrderID: orderID, Status: to, Reason: reason, Version: 1}, 0); err != nil {
 		return err
 	}
-	rejected := outbox.Event{AggregateID: p.OrderID, AggregateVersion: 1, Type: events.InventoryRejected,
-		Payload: events.InventoryRejectedV1{OrderID: p.OrderID, Reason: inventory.ClipReason(reason)}}
+	rejected := outbox.Event{AggregateID: orderID, AggregateVersion: 1, Type: events.InventoryRejected,
+		Payload: events.InventoryRejectedV1{OrderID: orderID, Reason: inventory.ClipReason(reason)}}
 	if err := s.Emit(ctx, rejected); err != nil {
 		return err
 	}
@@ -279,9 +281,6 @@ func (a *App) OnOrderCancelled(ctx context.Context, s Store, e events.Envelope) 
 		err = inventorydb.InsertReservation(ctx, tx, marker, 0)
 		if err == nil {
 			log.WarnContext(ctx, "cancel arrived before create: nothing to release; marker left so a late create reserves nothing")
-			if a.ignoringOrder() {
-				return nil // the wrong way keeps no gap books: wrongway.go
-			}
 			return a.recordGap(ctx, tx, log, e)
 		}
 		if !errors.Is(err, inventorydb.ErrReservationExists) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/pkg/failpoint"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/wrongway"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
@@ -16,25 +17,50 @@ import (
 )
 
 // The wrong ways of this package, for the lab (pkg/wrongway; demo mode
-// only). The saga handlers reach the out-of-order experiment's by one
-// switch each: OnOrderCreated forgets the cancel's marker, OnOrderCancelled
-// keeps no gap books. ReserveNow serves the order service's sync-reserve
-// switch (the demo endpoint POST /debug/reservations).
+// only). The out-of-order experiment's are handlers of their own, wired
+// around the right ones by WrongWays; the right handlers know nothing of
+// them. ReserveNow serves the order service's sync-reserve switch (the
+// demo endpoint POST /debug/reservations).
 
-// ignoringOrder reports whether the wrong way of wrongway.IgnoreOrder is on:
-// OnOrderCreated then disregards the marker a cancel left for an order it
-// had not seen, so a create that arrives after its cancel reserves stock for
-// a cancelled order, and no later event will ever release it (a "hanging"
-// reservation). The cancel records no gap either: the wrong way does not
-// look at order at all. Each handler reads it once, so one event sees one
-// setting.
-func (a *App) ignoringOrder() bool { return a.cfg.WrongWay.On(wrongway.IgnoreOrder) }
+// WrongWays is hs with the wrong way of wrongway.IgnoreOrder wired in: while
+// the switch is on, a create first forgets the marker a cancel left for an
+// order it had not seen, so a create that arrives after its cancel
+// reserves stock for a cancelled order, and no later event will ever
+// release it (a "hanging" reservation); a cancel that finds no reservation
+// keeps no gap books. The wrong way does not look at order at all.
+func (a *App) WrongWays(hs map[events.Type]batch.Handler[Store]) map[events.Type]batch.Handler[Store] {
+	if a == nil || a.cfg.WrongWay == nil {
+		return hs
+	}
+	type h = func(context.Context, Store, events.Envelope) error
+	wrong := map[events.Type]h{events.OrderCreated: a.createIgnoringOrder, events.OrderCancelled: a.cancelIgnoringOrder}
+	out := make(map[events.Type]batch.Handler[Store], len(hs))
+	for t, right := range hs {
+		out[t] = right
+		if w, ok := wrong[t]; ok {
+			out[t] = wrongway.Route(a.cfg.WrongWay, h(right), wrongway.Alt[h]{Switch: wrongway.IgnoreOrder, Way: w})
+		}
+	}
+	return out
+}
 
-// forgetCancel is the wrong way of OnOrderCreated: it deletes the marker a
-// cancel left for this order, so the create that follows finds the order id
-// free and reserves, as if the cancel had never come.
-func forgetCancel(ctx context.Context, tx *sqlx.Tx, orderID uint64) error {
-	return inventorydb.DeleteMarker(ctx, tx, orderID)
+// createIgnoringOrder deletes the marker a cancel left for this order, so
+// the create that follows finds the order id free and reserves, as if the
+// cancel had never come.
+func (a *App) createIgnoringOrder(ctx context.Context, s Store, e events.Envelope) error {
+	if err := inventorydb.DeleteMarker(ctx, s.Tx(), e.AggregateID); err != nil {
+		return err
+	}
+	return a.OnOrderCreated(ctx, s, e)
+}
+
+// cancelIgnoringOrder is the cancel without its gap books: the gap the
+// right way records for a cancel that overtook its create is not kept.
+func (a *App) cancelIgnoringOrder(ctx context.Context, s Store, e events.Envelope) error {
+	if err := a.OnOrderCancelled(ctx, s, e); err != nil {
+		return err
+	}
+	return inventorydb.ForgetGap(ctx, s.Tx(), a.cfg.Consumer, e.EventID)
 }
 
 // FailpointSyncReserveAfterCommit is the window of the synchronous reserve

@@ -37,10 +37,10 @@ func Handlers(app *inventoryapp.App) batch.Handlers[inventoryapp.Store] {
 	return batch.Handlers[inventoryapp.Store]{
 		Direct:  inventoryapp.Direct,
 		Batched: inventoryapp.Batched,
-		Plain: map[events.Type]batch.Handler[inventoryapp.Store]{
+		Plain: app.WrongWays(map[events.Type]batch.Handler[inventoryapp.Store]{
 			events.OrderCreated:   app.OnOrderCreated,
 			events.OrderConfirmed: app.OnOrderConfirmed,
 			events.OrderCancelled: app.OnOrderCancelled,
-		},
+		}),
 	}
 }

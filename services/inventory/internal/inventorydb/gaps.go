@@ -175,3 +175,14 @@ func ReadCounts(ctx context.Context, db sqlx.QueryerContext) (Counts, error) {
 	}
 	return c, nil
 }
+
+// ForgetGap deletes the gap the event eventID recorded for consumer, in
+// the caller's transaction: only the lab's wrong way (wrongway.IgnoreOrder)
+// keeps no gap books.
+func ForgetGap(ctx context.Context, tx *sqlx.Tx, consumer, eventID string) error {
+	const q = `DELETE FROM event_gaps WHERE consumer_name = ? AND event_id = ? AND resolved_at IS NULL`
+	if _, err := tx.ExecContext(ctx, q, consumer, eventID); err != nil {
+		return fmt.Errorf("forget the gap of %s: %w", eventID, err)
+	}
+	return nil
+}

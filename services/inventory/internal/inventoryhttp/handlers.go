@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -14,7 +15,8 @@ import (
 )
 
 type handlers struct {
-	app *inventoryapp.App
+	app      *inventoryapp.App
+	inFlight *web.InFlight // receipt keys whose first request is being processed here
 }
 
 // maxBody bounds a receipt request: {"quantity":N} is a few bytes.
@@ -46,15 +48,30 @@ type receiptRequest struct {
 	Quantity int `json:"quantity"`
 }
 
-// receive books goods received: {"quantity":N} more on hand.
+// receive books goods received: {"quantity":N} more on hand, once per
+// Idempotency-Key (docs/contract.md, "Idempotency keys"): the same key
+// and request again answer the stock as it is now with Idempotent-Replayed,
+// and change nothing.
 func (h *handlers) receive(w http.ResponseWriter, r *http.Request) error {
+	key, err := web.IdempotencyKey(r)
+	if err != nil {
+		return err
+	}
 	var body receiptRequest
 	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
 		return err
 	}
-	s, err := h.app.Receive(r.Context(), chi.URLParam(r, "sku"), body.Quantity)
+	end, err := h.inFlight.Begin("receipt", key)
 	if err != nil {
 		return err
+	}
+	defer end()
+	s, replayed, err := h.app.Receive(r.Context(), key, chi.URLParam(r, "sku"), body.Quantity)
+	if err != nil {
+		return err
+	}
+	if replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	web.WriteJSON(w, http.StatusOK, toStockJSON(s))
 	return nil
@@ -114,6 +131,9 @@ func (h *handlers) listGaps(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// maxResolution is event_gaps.resolution's width.
+const maxResolution = 255
+
 type resolveRequest struct {
 	Resolution string `json:"resolution"`
 }
@@ -127,6 +147,9 @@ func (h *handlers) resolveGap(w http.ResponseWriter, r *http.Request) error {
 	var body resolveRequest
 	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
 		return err
+	}
+	if n := utf8.RuneCountInString(body.Resolution); n > maxResolution {
+		return web.Errorf(http.StatusUnprocessableEntity, "resolution longer than %d characters", maxResolution)
 	}
 	g, err := h.app.ResolveGap(r.Context(), id, body.Resolution)
 	if err != nil {
@@ -151,6 +174,11 @@ func httpError(err error) error {
 		return web.Errorf(http.StatusNotFound, "gap not found")
 	case errors.Is(err, inventory.ErrGapResolved):
 		return web.Errorf(http.StatusConflict, "gap already resolved")
+	case errors.Is(err, inventory.ErrKeyReused):
+		return web.Problemf(http.StatusUnprocessableEntity, web.TypeKeyReused, "%s", err.Error())
+	case errors.Is(err, inventory.ErrNoReceipt):
+		// The key's row went (retention) between the duplicate and its read.
+		return web.Errorf(http.StatusConflict, "the receipt's key changed while it was read: send it again")
 	}
 	return err
 }

@@ -48,8 +48,20 @@ func setup(t *testing.T) *fixture {
 	return &fixture{db: db, srv: srv, c: c}
 }
 
-// do sends a request and decodes the JSON answer into a generic value.
+// do sends a request and decodes the JSON answer into a generic value. A
+// receipt gets an Idempotency-Key of its own unless the test sends one
+// (doKey).
 func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int, map[string]any) {
+	t.Helper()
+	key := ""
+	if strings.HasSuffix(path, "/receipts") {
+		key = uuid.NewString()
+	}
+	status, v, _ := f.doKey(t, method, path, contentType, key, body)
+	return status, v
+}
+
+func (f *fixture) doKey(t *testing.T, method, path, contentType, key, body string) (int, map[string]any, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -58,19 +70,32 @@ func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int,
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("%s %s: Content-Type %q, want application/json", method, path, ct)
+	want := "application/json"
+	if resp.StatusCode >= 400 {
+		want = "application/problem+json"
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != want {
+		t.Errorf("%s %s: Content-Type %q, want %s", method, path, ct, want)
 	}
 	var v map[string]any
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		t.Fatalf("%s %s: decode answer: %v", method, path, err)
 	}
-	return resp.StatusCode, v
+	return resp.StatusCode, v, resp.Header
+}
+
+// notFound is the problem document of an unknown SKU at path.
+func notFound(path, detail string) map[string]any {
+	return map[string]any{"type": "https://github.com/relmsg/ordersaga/blob/main/docs/contract.md#problem-not-found",
+		"title": "Not found", "status": float64(404), "detail": detail, "instance": path, "error": detail}
 }
 
 func stockObject(sku string, onHand, reserved float64) map[string]any {
@@ -103,10 +128,10 @@ func TestGetStock(t *testing.T) {
 		want   map[string]any
 	}{
 		{"/stock/SKU-3", 200, stockObject("SKU-3", 20, 5)},
-		{"/stock/SKU-NOPE", 404, map[string]any{"error": "sku not found"}},
-		{"/stock/sku%20with%20spaces", 404, map[string]any{"error": "sku not found"}},
-		{"/stock/" + strings.Repeat("S", 65), 404, map[string]any{"error": "sku not found"}},
-		{"/stock/sku-1", 404, map[string]any{"error": "sku not found"}}, // SKUs are case sensitive
+		{"/stock/SKU-NOPE", 404, notFound("/stock/SKU-NOPE", "sku not found")},
+		{"/stock/sku%20with%20spaces", 404, notFound("/stock/sku%20with%20spaces", "sku not found")},
+		{"/stock/" + strings.Repeat("S", 65), 404, notFound("/stock/"+strings.Repeat("S", 65), "sku not found")},
+		{"/stock/sku-1", 404, notFound("/stock/sku-1", "sku not found")}, // SKUs are case sensitive
 	}
 	for _, tt := range tests {
 		status, v := f.do(t, "GET", tt.path, "", "")

@@ -13,10 +13,10 @@ import (
 
 // Routes lists every route of the inventory API.
 func Routes(r chi.Router, app *inventoryapp.App, log *slog.Logger) {
-	h, e := &handlers{app: app}, edge(log)
+	h, e := &handlers{app: app, inFlight: &web.InFlight{}}, edge(log)
 	r.Get("/stock", e.Handle(h.listStock))
 	r.Get("/stock/{sku}", e.Handle(h.getStock))
-	r.Post("/stock/{sku}/receipts", e.Handle(h.receive))
+	r.Post("/stock/{sku}/receipts", e.Handle(h.receive)) // header Idempotency-Key
 	r.Get("/reservations/{order_id}", e.Handle(h.getReservation))
 }
 

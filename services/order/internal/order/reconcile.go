@@ -22,6 +22,12 @@ const (
 	// NotConsumed: the event was sent, but the participant that should have
 	// acted on it has no record of it.
 	NotConsumed Classification = "not_consumed"
+	// NotApplied: the event was sent and the participant processed it (its
+	// inbox has the event_id), yet its record does not show the effect
+	// (a dedupe record committed without its business change, a handler
+	// that recorded the wrong state). Sending the same event_id again
+	// would be dropped by that inbox.
+	NotApplied Classification = "not_applied"
 	// ResultMissing: a participant has a result (reservation reserved or
 	// rejected, payment succeeded or failed, refund done) that the order
 	// does not reflect: the result event was lost or not consumed.
@@ -43,12 +49,12 @@ const (
 )
 
 // Classifications lists every classification.
-var Classifications = []Classification{EventNotSent, NotConsumed, ResultMissing, ReallyFailed, InProgress, Unknown, Consistent}
+var Classifications = []Classification{EventNotSent, NotConsumed, NotApplied, ResultMissing, ReallyFailed, InProgress, Unknown, Consistent}
 
 // Difference reports whether c is a difference between the services'
 // records (what reconciliation_differences_total counts).
 func (c Classification) Difference() bool {
-	return c == EventNotSent || c == NotConsumed || c == ResultMissing || c == ReallyFailed
+	return c == EventNotSent || c == NotConsumed || c == NotApplied || c == ResultMissing || c == ReallyFailed
 }
 
 // RepairAction is the idempotent entry point a repair goes through.
@@ -63,9 +69,21 @@ const (
 	RepublishEvent RepairAction = "republish_event"
 	// ResendEvent: our event was sent but the participant has no record of
 	// it: put the same row (same event_id) back to pending so it is
-	// published again. Safe because every consumer deduplicates on the
-	// event_id in its inbox.
+	// published again. A replay of the same fact, not a correction: a
+	// consumer that applied it drops the copy by its inbox, one that never
+	// got it applies it once.
 	ResendEvent RepairAction = "resend_event"
+	// CorrectEvent: the participant processed our event (its inbox has it)
+	// but its record does not show the effect, so a replay would be
+	// dropped. The reconciler decides to have it applied again: a
+	// correction, a new event of the same type and payload with a new
+	// event_id and the order's next version, whose corrects_event_id names
+	// the original (the chapter, 有限重试与死信: 需要发起新的纠正操作，应分配新事件 ID，
+	// 并记录它与原事件的关系). The participant's inbox takes it as a new event,
+	// and its handler applies it through the same state transition as any
+	// event (a conditional update on the legal prior states), so a record
+	// that moved on meanwhile takes nothing from it.
+	CorrectEvent RepairAction = "correct_event"
 	// ApplyResult: apply the participant's result to the order with the
 	// trigger its lost event would have fired, through the same transition
 	// the consumer uses (as if the event had arrived).
@@ -143,6 +161,14 @@ type Observation struct {
 	// EarlierRepairs counts the repairs already made for this finished
 	// order that did not close it (its audit rows with outcome repaired).
 	EarlierRepairs int
+
+	// Processed answers, for a sent event of ours the participant has no
+	// record of, whether the participant's inbox has it (GET /admin/inbox),
+	// keyed by event_id. It is asked only after a first Classify chose
+	// resend_event (Verdict.Service names whom to ask). An event that is
+	// not in the map was not asked about, or the participant could not
+	// answer: the replay, which is safe either way, stands.
+	Processed map[string]bool
 }
 
 // MaxRepairs bounds the automatic repairs of one finished order: a
@@ -159,8 +185,11 @@ type Verdict struct {
 	// For ApplyResult: the trigger and the status reason it records.
 	Trigger Trigger
 	Reason  string
-	// For RepublishEvent, ResendEvent, RepublishParticipantEvent: the event
-	// (by its id) and, for the last, the service that owns it.
+	// For RepublishEvent, ResendEvent, CorrectEvent,
+	// RepublishParticipantEvent: the event (by its id) and, but for the
+	// first, a service: for RepublishParticipantEvent the one that owns the
+	// event, for ResendEvent and CorrectEvent the participant that should
+	// have applied ours.
 	EventID string
 	Service string
 }
@@ -226,7 +255,7 @@ func classifyConfirmed(o Observation) Verdict {
 		// applied order.confirmed. Sent again, it commits the sale (or,
 		// after the expiry, takes the stock again or reports
 		// commit-failed).
-		return ownEvent(o, "order.confirmed", "inventory says "+o.Reservation)
+		return ownEvent(o, "order.confirmed", "inventory", "inventory says "+o.Reservation)
 	case ResCommitFailed:
 		return resultEvent(o, "inventory.commit-failed", "", Verdict{Classification: ResultMissing, Action: ApplyResult,
 			Trigger: InventoryCommitFailed, Reason: "stock gone after the reservation expired: " + o.ReservationReason,
@@ -264,7 +293,7 @@ func classifyCancelled(o Observation) Verdict {
 	case ResReserved, ResCommitted, ResExpired, "":
 		// Inventory never applied order.cancelled: stock still held or
 		// sold, or no record at all (not even the marker a cancel leaves).
-		return ownEvent(o, "order.cancelled", fmt.Sprintf("inventory says %q for a cancelled order", o.Reservation))
+		return ownEvent(o, "order.cancelled", "inventory", fmt.Sprintf("inventory says %q for a cancelled order", o.Reservation))
 	}
 	return report(fmt.Sprintf("the order is cancelled but inventory says %q", o.Reservation))
 }
@@ -364,7 +393,7 @@ func classifyPendingInventory(o Observation) Verdict {
 			Verdict{Classification: ResultMissing, Action: ApplyResult, Trigger: InventoryReserved,
 				Why: fmt.Sprintf("inventory says %s, the order is still pending_inventory", o.Reservation)})
 	case "":
-		return ownEvent(o, "order.created", "inventory has no reservation")
+		return ownEvent(o, "order.created", "inventory", "inventory has no reservation")
 	}
 	return report(fmt.Sprintf("inventory says %q although the order is still pending_inventory", o.Reservation))
 }
@@ -375,9 +404,11 @@ func participantEvent(o Observation, who string, fallback Verdict) Verdict {
 	return resultEvent(o, "inventory.reserved", " ("+who+")", fallback)
 }
 
-// ownEvent classifies by our latest event of type typ: not sent yet, or
-// sent and not consumed (what says the participant has no record).
-func ownEvent(o Observation, typ, missing string) Verdict {
+// ownEvent classifies by our latest event of type typ: not sent yet, sent
+// and not consumed (missing says what shows that participant has no
+// record), or, once the participant's inbox was asked (o.Processed),
+// processed there without its effect.
+func ownEvent(o Observation, typ, participant, missing string) Verdict {
 	var ev *EventState
 	for i := range o.OwnEvents {
 		if o.OwnEvents[i].Type == typ {
@@ -395,7 +426,12 @@ func ownEvent(o Observation, typ, missing string) Verdict {
 		return Verdict{Classification: InProgress, Action: NoAction,
 			Why: fmt.Sprintf("%s: our %s is being sent (a dispatcher holds its lease)", missing, typ)}
 	}
-	return Verdict{Classification: NotConsumed, Action: ResendEvent, EventID: ev.EventID,
+	if o.Processed[ev.EventID] {
+		return Verdict{Classification: NotApplied, Action: CorrectEvent, EventID: ev.EventID, Service: participant,
+			Why: fmt.Sprintf("%s although our %s was sent and %s's inbox has it: the same event_id would be dropped; "+
+				"a correction with a new event_id", missing, typ, participant)}
+	}
+	return Verdict{Classification: NotConsumed, Action: ResendEvent, EventID: ev.EventID, Service: participant,
 		Why: fmt.Sprintf("%s although our %s was sent: send the same event_id again", missing, typ)}
 }
 
@@ -413,7 +449,7 @@ func classifyRefund(o Observation) Verdict {
 	}
 	switch o.Payment {
 	case PaySucceeded:
-		return ownEvent(o, "order.cancelled", "payment has a succeeded charge and no refund")
+		return ownEvent(o, "order.cancelled", "payment", "payment has a succeeded charge and no refund")
 	case PayPending:
 		return Verdict{Classification: InProgress, Action: NoAction,
 			Why: "the charge is still pending at the payment service; the refund follows its outcome"}

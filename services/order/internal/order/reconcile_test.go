@@ -87,6 +87,12 @@ func TestClassify(t *testing.T) {
 		{"our OrderCreated being sent", with(open(PendingInventory), func(o *Observation) { o.OwnEvents = created(OutboxSending) }),
 			InProgress, NoAction, "", ""},
 		{"OrderCreated sent, no reservation", open(PendingInventory), NotConsumed, ResendEvent, "", "e-created"},
+		{"OrderCreated sent and in inventory's inbox, no reservation", with(open(PendingInventory), func(o *Observation) {
+			o.Processed = map[string]bool{"e-created": true}
+		}), NotApplied, CorrectEvent, "", "e-created"},
+		{"OrderCreated sent, inventory's inbox asked: not there", with(open(PendingInventory), func(o *Observation) {
+			o.Processed = map[string]bool{"e-created": false}
+		}), NotConsumed, ResendEvent, "", "e-created"},
 		{"no OrderCreated at all", with(open(PendingInventory), func(o *Observation) { o.OwnEvents = nil }),
 			ReallyFailed, Report, "", ""},
 		{"inventory rejected, order missed it", with(open(PendingInventory), func(o *Observation) {
@@ -143,6 +149,9 @@ func TestClassify(t *testing.T) {
 		{"payment never saw the cancel", Observation{Status: Cancelled, RefundStatus: RefundPending, OwnEvents: cancelled,
 			InventoryAnswered: true, PaymentAnswered: true, Payment: PaySucceeded},
 			NotConsumed, ResendEvent, "", "e-cancel"},
+		{"payment processed the cancel, no refund requested", Observation{Status: Cancelled, RefundStatus: RefundPending, OwnEvents: cancelled,
+			InventoryAnswered: true, PaymentAnswered: true, Payment: PaySucceeded, Processed: map[string]bool{"e-cancel": true}},
+			NotApplied, CorrectEvent, "", "e-cancel"},
 		{"our OrderCancelled failed", Observation{Status: Cancelled, RefundStatus: RefundPending,
 			OwnEvents:         []EventState{{EventID: "e-cancel", Type: "order.cancelled", Status: OutboxFailed}},
 			InventoryAnswered: true, PaymentAnswered: true, Payment: PaySucceeded},
@@ -155,6 +164,16 @@ func TestClassify(t *testing.T) {
 			NotConsumed, ResendEvent, "", "e-confirm"},
 		{"confirmed, the lease ran out waiting for order.confirmed", done(Confirmed, RefundNone, ResExpired, PaySucceeded),
 			NotConsumed, ResendEvent, "", "e-confirm"},
+		{"confirmed, inventory processed order.confirmed, still reserved", with(done(Confirmed, RefundNone, ResReserved, PaySucceeded), func(o *Observation) {
+			o.Processed = map[string]bool{"e-confirm": true}
+		}), NotApplied, CorrectEvent, "", "e-confirm"},
+		{"confirmed, a correction is the latest order.confirmed, not processed", with(done(Confirmed, RefundNone, ResReserved, PaySucceeded), func(o *Observation) {
+			o.OwnEvents = append(append([]EventState{}, finished...), EventState{EventID: "e-confirm-2", Type: "order.confirmed", Status: OutboxSent})
+			o.Processed = map[string]bool{"e-confirm": true}
+		}), NotConsumed, ResendEvent, "", "e-confirm-2"},
+		{"confirmed, corrections did not close it", with(done(Confirmed, RefundNone, ResReserved, PaySucceeded), func(o *Observation) {
+			o.Processed, o.EarlierRepairs = map[string]bool{"e-confirm": true}, MaxRepairs
+		}), ReallyFailed, Report, "", ""},
 		{"confirmed, our order.confirmed failed", with(done(Confirmed, RefundNone, ResReserved, PaySucceeded), func(o *Observation) {
 			o.OwnEvents = []EventState{{EventID: "e-confirm", Type: "order.confirmed", Status: OutboxFailed}}
 		}), EventNotSent, RepublishEvent, "", "e-confirm"},
@@ -179,6 +198,9 @@ func TestClassify(t *testing.T) {
 		{"cancelled, inventory had rejected", done(Cancelled, RefundNone, ResRejected, PayNone), Consistent, NoAction, "", ""},
 		{"cancelled after confirm, restocked and refunded", done(Cancelled, RefundRefunded, ResRestocked, PayRefunded), Consistent, NoAction, "", ""},
 		{"cancelled, stock still held", done(Cancelled, RefundNone, ResReserved, PayWithdrawn), NotConsumed, ResendEvent, "", "e-cancel"},
+		{"cancelled, inventory processed the cancel, stock still held", with(done(Cancelled, RefundNone, ResReserved, PayWithdrawn), func(o *Observation) {
+			o.Processed = map[string]bool{"e-cancel": true}
+		}), NotApplied, CorrectEvent, "", "e-cancel"},
 		{"cancelled, inventory has no record", done(Cancelled, RefundNone, "", PayNone), NotConsumed, ResendEvent, "", "e-cancel"},
 		{"cancelled, payment settling", done(Cancelled, RefundNone, ResReleased, PayPending), InProgress, NoAction, "", ""},
 		{"cancelled, a charge the order never heard of", done(Cancelled, RefundNone, ResReleased, PaySucceeded),
@@ -211,6 +233,43 @@ func TestClassify(t *testing.T) {
 			if !moves && Refund(tt.obs.Status, tt.obs.RefundStatus, got.Trigger) == tt.obs.RefundStatus {
 				t.Errorf("%s: trigger %s changes nothing from %s", tt.name, got.Trigger, tt.obs.Status)
 			}
+		}
+	}
+}
+
+// A sent event the participant has no record of is sent again as it is (a
+// replay, the same event_id) unless the participant's own inbox says it
+// processed it: then only a correction (a new event_id) reaches its
+// handler. Either way the verdict names the participant, whose inbox the
+// reconciler asks.
+func TestReplayOrCorrection(t *testing.T) {
+	t.Parallel()
+	confirmed := Observation{Status: Confirmed, RefundStatus: RefundNone, InventoryAnswered: true, PaymentAnswered: true,
+		Reservation: ResReserved, Payment: PaySucceeded,
+		OwnEvents: []EventState{{EventID: "e-confirm", Type: "order.confirmed", Status: OutboxSent}}}
+	refund := Observation{Status: Cancelled, RefundStatus: RefundPending, InventoryAnswered: true, PaymentAnswered: true,
+		Payment: PaySucceeded, OwnEvents: []EventState{{EventID: "e-cancel", Type: "order.cancelled", Status: OutboxSent}}}
+	for _, tt := range []struct {
+		name      string
+		obs       Observation
+		processed bool
+		action    RepairAction
+		service   string
+	}{
+		{"inventory never got order.confirmed", confirmed, false, ResendEvent, "inventory"},
+		{"inventory processed order.confirmed without its effect", confirmed, true, CorrectEvent, "inventory"},
+		{"payment never got order.cancelled", refund, false, ResendEvent, "payment"},
+		{"payment processed order.cancelled without its effect", refund, true, CorrectEvent, "payment"},
+	} {
+		first := Classify(tt.obs)
+		if first.Action != ResendEvent || first.Service != tt.service {
+			t.Fatalf("%s: before the inbox is asked: %s to %q, want %s to %q", tt.name, first.Action, first.Service, ResendEvent, tt.service)
+		}
+		tt.obs.Processed = map[string]bool{first.EventID: tt.processed}
+		got := Classify(tt.obs)
+		if got.Action != tt.action || got.Service != tt.service || got.EventID != first.EventID {
+			t.Errorf("%s: %s of %s to %q, want %s of %s to %q (%s)", tt.name, got.Action, got.EventID, got.Service,
+				tt.action, first.EventID, tt.service, got.Why)
 		}
 	}
 }

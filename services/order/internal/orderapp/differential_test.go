@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/google/uuid"
@@ -39,43 +38,43 @@ func newOrderSystem(t *testing.T) *orderSystem {
 }
 
 // reset empties the order tables and creates orders 1..n as the API does.
-func (s *orderSystem) reset(t batchtest.TB, n int) {
+func (s *orderSystem) reset(ctx context.Context, n int) error {
 	for _, q := range []string{"DELETE FROM order_history", "DELETE FROM order_items", "DELETE FROM cancel_requests",
 		"DELETE FROM orders", "ALTER TABLE orders AUTO_INCREMENT = 1", "DELETE FROM consumer_inbox",
 		"DELETE FROM outbox_events", "DELETE FROM dead_letters"} {
-		s.db.MustExec(q)
-	}
-	for i := 1; i <= n; i++ {
-		if _, _, err := s.app.Create(context.Background(), fmt.Sprint("diff-", i), twoKeyboards); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func (s *orderSystem) system() batchtest.System {
-	return batchtest.System{One: s.c.Handle, Many: s.c.HandleBatch, Act: func(ctx context.Context, name string) error {
-		var id uint64
-		if _, err := fmt.Sscanf(name, "cancel %d", &id); err != nil {
+		if _, err := s.db.ExecContext(ctx, q); err != nil {
 			return err
 		}
-		_, _, _, err := s.app.Cancel(ctx, name, id, "customer changed their mind")
-		return err
-	}}
+	}
+	for i := 1; i <= n; i++ {
+		if _, _, err := s.app.Create(ctx, fmt.Sprint("diff-", i), twoKeyboards); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func (s *orderSystem) rows(t batchtest.TB) map[string][]string {
-	rows, err := batchtest.Rows(context.Background(), s.db.DB, map[string]string{
-		"orders": `SELECT id, status, status_reason, refund_status, aggregate_version FROM orders ORDER BY id`,
-		"history": `SELECT order_id, from_status, to_status, refund_status, trigger_name, actor, reason, event_id,
+func (s *orderSystem) system(orders int) batchtest.System {
+	return batchtest.System{One: s.c.Handle, Many: s.c.HandleBatch,
+		Act: func(ctx context.Context, name string) error {
+			var id uint64
+			if _, err := fmt.Sscanf(name, "cancel %d", &id); err != nil {
+				return err
+			}
+			_, _, _, err := s.app.Cancel(ctx, name, id, "customer changed their mind")
+			return err
+		},
+		Prepare: func(ctx context.Context) error { return s.reset(ctx, orders) },
+		Rows: func(ctx context.Context) (map[string][]string, error) {
+			return batchtest.Rows(ctx, s.db.DB, map[string]string{
+				"orders": `SELECT id, status, status_reason, refund_status, aggregate_version FROM orders ORDER BY id`,
+				"history": `SELECT order_id, from_status, to_status, refund_status, trigger_name, actor, reason, event_id,
   emitted_event_id IS NULL FROM order_history ORDER BY order_id, id`,
-		"inbox":        `SELECT consumer_name, event_id, payload_sha256 FROM consumer_inbox ORDER BY event_id`,
-		"outbox":       `SELECT aggregate_id, aggregate_version, event_type, payload FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
-		"dead letters": `SELECT event_id, event_type, reason, attempts FROM dead_letters ORDER BY event_id`,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rows
+				"inbox":        `SELECT consumer_name, event_id, payload_sha256 FROM consumer_inbox ORDER BY event_id`,
+				"outbox":       `SELECT aggregate_id, aggregate_version, event_type, payload FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
+				"dead letters": `SELECT event_id, event_type, reason, attempts FROM dead_letters ORDER BY event_id`,
+			})
+		}}
 }
 
 func TestOrderBatchesDecideAsOneAtATime(t *testing.T) {
@@ -83,31 +82,9 @@ func TestOrderBatchesDecideAsOneAtATime(t *testing.T) {
 	one, many := newOrderSystem(t), newOrderSystem(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(2, 4).Draw(rt, "orders")
-		steps := orderSteps(rt, n)
-		checkOrdersSame(rt, one, many, n, steps, batchtest.Sizes(rt))
+		batchtest.Same(rt, one.system(n), many.system(n), orderSteps(rt, n), batchtest.Sizes(rt))
 	})
 	batchtest.WantBatches(t, many.reg, orderbindings.ConsumerName)
-}
-
-func checkOrdersSame(t batchtest.TB, one, many *orderSystem, n int, steps []batchtest.Step, size int) {
-	t.Helper()
-	one.reset(t, n)
-	many.reset(t, n)
-	ctx := context.Background()
-	dOne, err := batchtest.Run(ctx, one.system(), steps, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dMany, err := batchtest.Run(ctx, many.system(), steps, size)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := batchtest.Diff(one.rows(t), many.rows(t)); diff != "" {
-		t.Fatalf("batches of %d ended otherwise than one at a time:\n%s", size, diff)
-	}
-	if !slices.Equal(dOne, dMany) {
-		t.Fatalf("decisions one at a time %v, in batches of %d %v", dOne, size, dMany)
-	}
 }
 
 // orderSteps draws each order's results as the participants send them:

@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			m.differences.WithLabelValues(string(c))
 		}
 	}
-	for _, a := range []order.RepairAction{order.RepublishEvent, order.ResendEvent, order.ApplyResult, order.RepublishParticipantEvent} {
+	for _, a := range []order.RepairAction{order.RepublishEvent, order.ResendEvent, order.CorrectEvent, order.ApplyResult, order.RepublishParticipantEvent} {
 		for _, o := range []string{OutcomeRepaired, OutcomeStateChanged, OutcomeFailed} {
 			m.repairs.WithLabelValues(string(a), o)
 		}

@@ -39,9 +39,10 @@ type App struct {
 	cfg     Config
 	metrics *metrics
 
-	// publishNow and wrong serve the wrong-way switch publish-before-commit.
-	publishNow func(ctx context.Context, e events.Envelope) error
-	wrong      *wrongway.Set
+	// createWay picks how a create emits its event (rightCreate; the lab's
+	// wrong ways in demo mode, wrongway.go).
+	createWay  func() createWay
+	publishNow func(ctx context.Context, e events.Envelope) error // the wrong ways' own publish
 }
 
 // Config is the order service's business timing and its view of the other
@@ -117,8 +118,28 @@ func New(db *sqlx.DB, wake func(), log *slog.Logger, cfg Config) *App {
 	if cfg.Reconcile.FinishedBatch <= 0 {
 		cfg.Reconcile.FinishedBatch = DefaultReconcile.FinishedBatch
 	}
-	return &App{db: db, wake: wake, log: log, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
+	a := &App{db: db, wake: wake, log: log, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
+	a.createWay = wrongway.Pick(nil, rightCreate)
+	return a
 }
+
+// createWay is how a create gets its OrderCreated to inventory: inTx, in
+// the order's transaction right after the order row; emit, the history row
+// and the event at the transaction's end; afterCommit, once it committed.
+type createWay struct {
+	inTx        func(ctx context.Context, created events.OrderCreatedV1) error
+	emit        emitFunc
+	afterCommit func(ctx context.Context, created events.OrderCreatedV1) error
+}
+
+// emitFunc writes the history row of a create, and its event if any.
+type emitFunc func(ctx context.Context, tx *sqlx.Tx, change orderdb.Change, created events.OrderCreatedV1) error
+
+// rightCreate is the chapter's way: the event is an outbox row of the
+// order's own transaction, and the dispatcher sends it.
+var rightCreate = createWay{inTx: nothingYet, emit: insertCreated, afterCommit: nothingYet}
+
+func nothingYet(context.Context, events.OrderCreatedV1) error { return nil }
 
 // FailpointCreateAfterCommit is the window between the create's COMMIT and
 // the dispatcher's wake-up (or, the wrong way, the publish that follows).
@@ -179,39 +200,8 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 		o.DeadlineAt = now.Add(d)
 	}
 
-	wrong := a.createWrongWay() // "" in production: see wrongway.go
-	var event events.OrderCreatedV1
-	// Idempotent by the key: after a COMMIT with an unknown outcome, the
-	// second run either inserts the order or finds it (ErrDuplicateKey
-	// below, a replay).
-	err = sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
-		id, err := orderdb.InsertOrder(ctx, tx, key, hash, o)
-		if err != nil {
-			return err
-		}
-		o.ID = id
-		event = events.OrderCreatedV1{OrderID: id, CustomerID: req.CustomerID, Items: eventItems(items),
-			TotalCents: total, Currency: currency}
-		var emit emitFunc = insertCreated // the event is a row of this transaction
-		if wrong != "" {
-			if emit, err = a.emitWrongWay(ctx, wrong, event); err != nil { // the wrong ways: wrongway.go
-				return err
-			}
-		}
-		// Window: the order row exists in the transaction, its event not
-		// yet. An error or crash here must leave neither (atomic commit).
-		if err := failpoint.Inject(ctx, "order.create.after-order-insert"); err != nil {
-			return err
-		}
-		if err := orderdb.InsertItems(ctx, tx, id, items); err != nil {
-			return err
-		}
-		// The history row goes before the outbox row, so that the
-		// timeline shows the order before its event.
-		change := orderdb.Change{OrderID: id, To: string(order.PendingInventory), RefundStatus: string(order.RefundNone),
-			Trigger: TriggerCreated, Actor: ActorAPI}
-		return emit(ctx, tx, change, event)
-	})
+	way := a.createWay() // rightCreate; in demo mode a wrong way while its switch is on (wrongway.go)
+	event, err := a.insertOrder(ctx, key, hash, &o, way)
 	if errors.Is(err, orderdb.ErrDuplicateKey) {
 		// A concurrent request with the same key won the unique key.
 		var existing order.Order
@@ -234,14 +224,47 @@ func (a *App) Create(ctx context.Context, key string, req order.Request) (o orde
 	if err := failpoint.Inject(ctx, FailpointCreateAfterCommit); err != nil {
 		return order.Order{}, false, err
 	}
-	if wrong != "" {
-		if err := a.afterCommitWrongWay(ctx, wrong, event); err != nil { // the wrong ways: wrongway.go
-			return order.Order{}, false, err
-		}
+	if err := way.afterCommit(ctx, event); err != nil {
+		return order.Order{}, false, err
 	}
 	a.wake()
 	a.log.InfoContext(ctx, "order accepted", "order_id", o.ID, "total_cents", total)
 	return o, true, nil
+}
+
+// insertOrder is the create's transaction: the order and its lines, the
+// history row and OrderCreated (way.emit), one COMMIT. Idempotent by the
+// key: after a COMMIT with an unknown outcome, the second run either
+// inserts the order or finds it (orderdb.ErrDuplicateKey, a replay). It
+// sets o.ID and returns the event.
+func (a *App) insertOrder(ctx context.Context, key, hash string, o *order.Order, way createWay) (events.OrderCreatedV1, error) {
+	var event events.OrderCreatedV1
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
+		id, err := orderdb.InsertOrder(ctx, tx, key, hash, *o)
+		if err != nil {
+			return err
+		}
+		o.ID = id
+		event = events.OrderCreatedV1{OrderID: id, CustomerID: o.CustomerID, Items: eventItems(o.Items),
+			TotalCents: o.TotalCents, Currency: o.Currency}
+		if err := way.inTx(ctx, event); err != nil {
+			return err
+		}
+		// Window: the order row exists in the transaction, its event not
+		// yet. An error or crash here must leave neither (atomic commit).
+		if err := failpoint.Inject(ctx, "order.create.after-order-insert"); err != nil {
+			return err
+		}
+		if err := orderdb.InsertItems(ctx, tx, id, o.Items); err != nil {
+			return err
+		}
+		// The history row goes before the outbox row, so that the
+		// timeline shows the order before its event.
+		change := orderdb.Change{OrderID: id, To: string(order.PendingInventory), RefundStatus: string(order.RefundNone),
+			Trigger: TriggerCreated, Actor: ActorAPI}
+		return way.emit(ctx, tx, change, event)
+	})
+	return event, err
 }
 
 // txRetry is how the use cases retry their transaction

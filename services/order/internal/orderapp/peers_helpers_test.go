@@ -41,6 +41,7 @@ type peer struct {
 	status   map[string]int    // order id -> forced HTTP status (500: broken)
 	outbox   map[string][]map[string]any
 	inbox    []map[string]any
+	inboxErr int // set: GET /admin/inbox answers this status
 	retried  []string
 	hits     map[string]int
 	psp      atomic.Int32
@@ -81,6 +82,10 @@ func (p *peer) serve(w http.ResponseWriter, r *http.Request) {
 			}
 			write(http.StatusOK, map[string]any{"events": rows})
 		case r.Method == http.MethodGet && r.URL.Path == "/admin/inbox":
+			if p.inboxErr != 0 {
+				write(p.inboxErr, map[string]string{"error": "internal error"})
+				return
+			}
 			want := map[string]bool{}
 			for _, id := range strings.Split(r.URL.Query().Get("event_id"), ",") {
 				want[id] = true
@@ -165,6 +170,12 @@ func (p *peer) setOutbox(orderID uint64, rows ...map[string]any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.outbox[itoa(orderID)] = rows
+}
+
+func (p *peer) failInbox(code int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inboxErr = code
 }
 
 func (p *peer) hit(key string) int {

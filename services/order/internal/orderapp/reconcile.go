@@ -41,8 +41,12 @@ import (
 //     not_consumed, result_missing, really_failed, in_progress, unknown.
 //  4. repair only through idempotent entry points, never by charging:
 //     - republish_event / resend_event: our original event back to
-//     pending, same row, same event_id (consumers drop what they already
-//     processed by their inbox);
+//     pending, same row, same event_id: a replay (consumers drop what they
+//     already processed by their inbox);
+//     - correct_event: the participant's inbox has our event but its
+//     record lacks the effect, so a replay would be dropped: a correction,
+//     a new event_id whose corrects_event_id names the original
+//     (replay.go);
 //     - apply_result: the participant's result through the same decision
 //     a consumer makes when the lost event arrives (decide), emitting the
 //     same events;
@@ -116,13 +120,16 @@ type Evidence struct {
 		DeadlineAt   *time.Time `json:"deadline_at"`
 		AgeSeconds   float64    `json:"seconds_since_last_change"`
 	} `json:"order"`
-	OrderOutbox     []outbox.Row         `json:"order_outbox"`
-	Reservation     *peerclient.Answer   `json:"inventory_reservation"`
-	Payment         *peerclient.Answer   `json:"payment"`
-	InventoryOutbox *peerclient.Answer   `json:"inventory_outbox"`
-	Classification  order.Classification `json:"classification"`
-	Action          order.RepairAction   `json:"action"`
-	Why             string               `json:"why"`
+	OrderOutbox     []outbox.Row       `json:"order_outbox"`
+	Reservation     *peerclient.Answer `json:"inventory_reservation"`
+	Payment         *peerclient.Answer `json:"payment"`
+	InventoryOutbox *peerclient.Answer `json:"inventory_outbox"`
+	// ParticipantInbox: asked before a replay, whether the participant
+	// processed our event (replay.go).
+	ParticipantInbox *InboxCheck          `json:"participant_inbox,omitempty"`
+	Classification   order.Classification `json:"classification"`
+	Action           order.RepairAction   `json:"action"`
+	Why              string               `json:"why"`
 }
 
 // ReconcilerLease is the reconciler's database lease (sqldb.TryLease):
@@ -247,7 +254,7 @@ func (a *App) reconcileOrder(ctx context.Context, log *slog.Logger, lease *sqldb
 			return order.Verdict{Classification: order.Unknown}, nil, err
 		}
 	}
-	v := order.Classify(obs)
+	v := a.classifyWithInbox(ctx, obs, order.Classify(obs), &ev)
 	ev.Classification, ev.Action, ev.Why = v.Classification, v.Action, v.Why
 	if v.Classification == order.Consistent {
 		return v, nil, orderdb.RecordCheck(ctx, a.db, c.ID, c.UpdatedAt, orderdb.CheckConsistent, "")
@@ -291,6 +298,8 @@ func (a *App) repair(ctx context.Context, log *slog.Logger, c orderdb.Candidate,
 		repairErr = a.requeue(ctx, c, v, &audit, order.OutboxPending, order.OutboxFailed)
 	case order.ResendEvent:
 		repairErr = a.requeue(ctx, c, v, &audit, order.OutboxSent)
+	case order.CorrectEvent:
+		repairErr = a.correct(ctx, c, v, &audit)
 	case order.RepublishParticipantEvent:
 		repairErr = a.retryParticipantEvent(ctx, c, v, &audit)
 	case order.Report:
@@ -441,37 +450,8 @@ func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candi
 	})
 }
 
-// requeue puts our own event back to pending (same row, same event_id) if
-// the order and the event are both still as the scan saw them.
-func (a *App) requeue(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit, from ...string) error {
-	return sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
-		o, err := orderdb.Lock(ctx, tx, c.ID)
-		if err != nil {
-			return err
-		}
-		if !c.Same(o) {
-			audit.Outcome = OutcomeStateChanged
-			audit.Detail = fmt.Sprintf("the order moved during the scan (now %s): event %s left alone", o.Status, v.EventID)
-			return orderdb.InsertAudit(ctx, tx, *audit)
-		}
-		done, err := outbox.Requeue(ctx, tx, v.EventID, from...)
-		if err != nil {
-			return err
-		}
-		if !done {
-			audit.Outcome = OutcomeStateChanged
-			audit.Detail = fmt.Sprintf("event %s is no longer %v (a dispatcher took it meanwhile): left alone", v.EventID, from)
-		} else {
-			audit.Outcome = OutcomeRepaired
-			audit.Detail = fmt.Sprintf("event %s put back to pending from %v, same event_id: the dispatcher publishes it again",
-				v.EventID, from)
-		}
-		return orderdb.InsertAudit(ctx, tx, *audit)
-	})
-}
-
 // retryParticipantEvent asks the participant to retry its failed event by
-// its event_id. There is no local transaction to join: the order is
+// its event_id: a replay, the event never left. There is no local transaction to join: the order is
 // re-read first, and the participant's endpoint itself only acts on a
 // failed event (409 otherwise).
 func (a *App) retryParticipantEvent(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {

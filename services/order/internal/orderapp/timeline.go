@@ -319,9 +319,11 @@ func outboxEntries(outboxes map[string][]peerclient.OutboxEvent) []TimelineEntry
 	var written, sent []TimelineEntry
 	for _, svc := range timelineServices {
 		for _, e := range outboxes[svc] {
-			written = append(written, entry(e.CreatedAt, svc, KindOutboxWritten, map[string]any{"event_id": e.EventID,
+			w := map[string]any{"event_id": e.EventID,
 				"event_type": e.EventType, "aggregate_version": e.AggregateVersion, "status": e.Status, "attempts": e.Attempts,
-				"total_attempts": e.TotalAttempts, "requeues": e.Requeues}))
+				"total_attempts": e.TotalAttempts, "requeues": e.Requeues}
+			setIf(w, "corrects_event_id", e.CorrectsEventID) // a correction: the event it corrects
+			written = append(written, entry(e.CreatedAt, svc, KindOutboxWritten, w))
 			if e.SentAt != nil {
 				d := map[string]any{"event_id": e.EventID, "event_type": e.EventType}
 				setIf(d, "instance", e.ClaimedBy) // the dispatcher that sent it

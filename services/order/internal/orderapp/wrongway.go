@@ -16,86 +16,52 @@ import (
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )
 
-// The wrong ways of Create, for the lab (pkg/wrongway; demo mode only).
-// Create reaches them by one switch read once per request
-// (createWrongWay): emitWrongWay replaces the outbox row inside the
-// transaction, afterCommitWrongWay does what the wrong way does after
-// COMMIT. The right way is insertCreated: the event is an outbox row of the
-// order's own transaction, and the dispatcher sends it.
+// The wrong ways of Create, for the lab (pkg/wrongway; demo mode only):
+// createWays other than rightCreate, which WrongWay wires in. Each writes
+// the history row and no outbox row inside the transaction (historyOnly),
+// and gets OrderCreated to inventory its own wrong way.
 
-// WrongWay wires the wrong-way switches and the direct publish the
-// publish-before-commit and publish-after-commit switches use.
+// WrongWay wires the lab's wrong ways of Create, taken while their switch
+// of set is on, and the direct publish two of them use.
 func (a *App) WrongWay(set *wrongway.Set, publish func(ctx context.Context, e events.Envelope) error) {
-	a.wrong, a.publishNow = set, publish
-}
-
-// createWrongWay returns the wrong way Create takes, "" for none.
-func (a *App) createWrongWay() wrongway.Switch {
-	for _, sw := range []wrongway.Switch{wrongway.PublishBeforeCommit, wrongway.PublishAfterCommit, wrongway.SyncReserve} {
-		if a.wrong.On(sw) {
-			return sw
-		}
+	a.publishNow = publish
+	historyOnly := func(ctx context.Context, tx *sqlx.Tx, change orderdb.Change, _ events.OrderCreatedV1) error {
+		return orderdb.InsertChange(ctx, tx, change)
 	}
-	return ""
+	a.createWay = wrongway.Pick(set, rightCreate,
+		// publish-before-commit sends OrderCreated to the broker inside the
+		// transaction, before we know the order will commit; if the
+		// transaction then rolls back, the saga runs for an order that
+		// does not exist.
+		wrongway.Alt[createWay]{Switch: wrongway.PublishBeforeCommit, Way: createWay{inTx: a.publishCreated, emit: historyOnly, afterCommit: nothingYet}},
+		// publish-after-commit publishes it right after the COMMIT. A crash
+		// between the COMMIT and this publish (the failpoint before it)
+		// leaves an order that inventory never hears of: nothing in any
+		// table says an event is owed (面试问答 1: 先写库).
+		wrongway.Alt[createWay]{Switch: wrongway.PublishAfterCommit, Way: createWay{inTx: nothingYet, emit: historyOnly, afterCommit: a.publishCreated}},
+		wrongway.Alt[createWay]{Switch: wrongway.SyncReserve, Way: createWay{inTx: nothingYet, emit: historyOnly, afterCommit: a.reserveNow}},
+	)
 }
 
-// emitFunc writes the history row of a create, and its event if any.
-type emitFunc func(ctx context.Context, tx *sqlx.Tx, change orderdb.Change, created events.OrderCreatedV1) error
-
-// historyOnly is what every wrong way writes instead of insertCreated: the
-// history row, no outbox row.
-func historyOnly(ctx context.Context, tx *sqlx.Tx, change orderdb.Change, _ events.OrderCreatedV1) error {
-	return orderdb.InsertChange(ctx, tx, change)
-}
-
-// emitWrongWay is the wrong ways' part inside the create's transaction: no
-// outbox row. publish-before-commit (wrongway.PublishBeforeCommit) sends
-// OrderCreated to the broker now, before we know the order will commit; if
-// the transaction then rolls back, the saga runs for an order that does
-// not exist.
-func (a *App) emitWrongWay(ctx context.Context, sw wrongway.Switch, p events.OrderCreatedV1) (emitFunc, error) {
-	if sw == wrongway.PublishBeforeCommit {
-		e, err := createdEnvelope(p)
-		if err != nil {
-			return nil, err
-		}
-		if err := a.publishNow(ctx, e); err != nil {
-			return nil, err
-		}
+// publishCreated publishes OrderCreated straight to the broker, with no
+// outbox row: what the publishing wrong ways do instead of insertCreated.
+func (a *App) publishCreated(ctx context.Context, p events.OrderCreatedV1) error {
+	e, err := createdEnvelope(p)
+	if err != nil {
+		return err
 	}
-	return historyOnly, nil
-}
-
-// afterCommitWrongWay is the wrong ways' part after the create's COMMIT:
-//
-//   - publish-after-commit (wrongway.PublishAfterCommit) publishes
-//     OrderCreated itself now. A crash between the COMMIT and this publish
-//     (the failpoint before it) leaves an order that inventory never hears
-//     of: nothing in any table says an event is owed (面试问答 1: 先写库).
-//   - sync-reserve (wrongway.SyncReserve) asks inventory to reserve by a
-//     synchronous HTTP call and waits for the answer, at most
-//     syncReserveTimeout. When the answer is late the caller is told the
-//     order failed, though inventory may have reserved (面试问答 7: 超时和
-//     部分成功仍然存在).
-func (a *App) afterCommitWrongWay(ctx context.Context, sw wrongway.Switch, p events.OrderCreatedV1) error {
-	switch sw {
-	case wrongway.PublishAfterCommit:
-		e, err := createdEnvelope(p)
-		if err != nil {
-			return err
-		}
-		return a.publishNow(ctx, e)
-	case wrongway.SyncReserve:
-		return a.reserveNow(ctx, p)
-	}
-	return nil
+	return a.publishNow(ctx, e)
 }
 
 // syncReserveTimeout is the wrong way's client timeout: shorter than a slow
 // inventory's answer.
 const syncReserveTimeout = time.Second
 
-// reserveNow is sync-reserve's call. A timeout or any failure is answered as
+// reserveNow is sync-reserve's call (wrongway.SyncReserve): the order
+// service asks inventory to reserve by a synchronous HTTP call and waits
+// for the answer, at most syncReserveTimeout. When the answer is late the
+// caller is told the order failed, though inventory may have reserved
+// (面试问答 7: 超时和部分成功仍然存在). A timeout or any failure is answered as
 // the naive caller answers it: 504, "the order was not placed". Its order
 // row stays pending_inventory, and what inventory did is only known by
 // asking it (GET /reservations/{order_id}).

@@ -19,7 +19,7 @@ var ErrDuplicateKey = errors.New("idempotency key already used")
 
 type orderRow struct {
 	ID             uint64     `db:"id"`
-	IdempotencyKey string     `db:"idempotency_key"`
+	IdempotencyKey *string    `db:"idempotency_key"` // NULL once forgotten (ForgetCreateKeys)
 	RequestHash    string     `db:"request_hash"`
 	CustomerID     string     `db:"customer_id"`
 	Status         string     `db:"status"`
@@ -231,6 +231,18 @@ func List(ctx context.Context, db sqlx.QueryerContext, status order.Status, befo
 		out[i] = r.domain()
 	}
 	return out, nil
+}
+
+// AdvanceVersion records that the order emitted an event without a change
+// of status (the reconciler's correction): the version only, under the
+// row lock the caller holds; compare-and-set on the version read. updated_at
+// stays, because it is the time of the last status change, which the
+// reconciler's grace, its closed checks and its count of repairs are
+// measured from.
+func AdvanceVersion(ctx context.Context, tx *sqlx.Tx, id, from, to uint64) (bool, error) {
+	const q = `UPDATE orders SET aggregate_version = ? WHERE id = ? AND aggregate_version = ?`
+	res, err := tx.ExecContext(ctx, q, to, id, from)
+	return sqldb.Changed(res, err, "order %d version %d -> %d", id, from, to)
 }
 
 // Transition moves an order from one status to another, records the

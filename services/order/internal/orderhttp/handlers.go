@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 
@@ -15,13 +16,17 @@ import (
 
 type handlers struct {
 	app *orderapp.App
+	// inFlight holds the create and cancel keys whose first request this
+	// instance is still processing: a second one gets 409 at once.
+	inFlight *web.InFlight
 }
 
 // maxBody bounds a create request: 50 lines fit in a few KiB.
 const maxBody = 64 << 10
 
-// maxKeyLen matches orders.idempotency_key.
-const maxKeyLen = 128
+// maxReason is the longest cancel reason, in characters (the column
+// order_history.reason holds it).
+const maxReason = 200
 
 type createRequest struct {
 	CustomerID string `json:"customer_id"`
@@ -32,14 +37,19 @@ type createRequest struct {
 }
 
 func (h *handlers) create(w http.ResponseWriter, r *http.Request) error {
-	key := r.Header.Get("Idempotency-Key")
-	if err := checkKey(key); err != nil {
+	key, err := web.IdempotencyKey(r)
+	if err != nil {
 		return err
 	}
 	var body createRequest
 	if err := web.DecodeJSON(w, r, maxBody, &body); err != nil {
 		return err
 	}
+	end, err := h.inFlight.Begin("create", key)
+	if err != nil {
+		return err
+	}
+	defer end()
 	req := order.Request{CustomerID: body.CustomerID}
 	for _, it := range body.Items {
 		req.Lines = append(req.Lines, order.Line{SKU: it.SKU, Quantity: it.Quantity})
@@ -54,21 +64,6 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Location", "/orders/"+strconv.FormatUint(o.ID, 10))
 	// 202: accepted, not done. The saga continues asynchronously.
 	web.WriteJSON(w, http.StatusAccepted, toJSON(o))
-	return nil
-}
-
-func checkKey(key string) error {
-	if key == "" {
-		return web.Errorf(http.StatusBadRequest, "the Idempotency-Key header is required")
-	}
-	if len(key) > maxKeyLen {
-		return web.Errorf(http.StatusBadRequest, "Idempotency-Key longer than %d characters", maxKeyLen)
-	}
-	for _, c := range key {
-		if c < 0x21 || c > 0x7e {
-			return web.Errorf(http.StatusBadRequest, "Idempotency-Key must be printable ASCII without spaces")
-		}
-	}
 	return nil
 }
 
@@ -96,8 +91,8 @@ type cancelRequest struct {
 // get the first answer again (Idempotent-Replayed: true), the same key with
 // another order or reason 422.
 func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) error {
-	key := r.Header.Get("Idempotency-Key")
-	if err := checkKey(key); err != nil {
+	key, err := web.IdempotencyKey(r)
+	if err != nil {
 		return err
 	}
 	id, err := pathID(r)
@@ -106,16 +101,23 @@ func (h *handlers) cancel(w http.ResponseWriter, r *http.Request) error {
 	}
 	body := cancelRequest{Reason: "cancelled by the customer"}
 	if r.ContentLength != 0 {
+		// The decoder refuses control characters and invalid UTF-8; the
+		// length is counted in characters, as the contract states it.
 		if err := web.DecodeJSON(w, r, 4<<10, &body); err != nil {
 			return err
 		}
-		if len(body.Reason) > 200 {
-			return web.Errorf(http.StatusUnprocessableEntity, "reason longer than 200 characters")
+		if utf8.RuneCountInString(body.Reason) > maxReason {
+			return web.Errorf(http.StatusUnprocessableEntity, "reason longer than %d characters", maxReason)
 		}
 		if body.Reason == "" {
 			body.Reason = "cancelled by the customer"
 		}
 	}
+	end, err := h.inFlight.Begin("cancel", key)
+	if err != nil {
+		return err
+	}
+	defer end()
 	o, result, replayed, err := h.app.Cancel(r.Context(), key, id, body.Reason)
 	if err != nil {
 		return err
@@ -177,7 +179,7 @@ func httpError(err error) error {
 	case errors.Is(err, order.ErrNotFound):
 		return web.Errorf(http.StatusNotFound, "order not found")
 	case errors.Is(err, order.ErrIdempotencyConflict):
-		return web.Errorf(http.StatusUnprocessableEntity, "%s", err.Error())
+		return web.Problemf(http.StatusUnprocessableEntity, web.TypeKeyReused, "%s", err.Error())
 	}
 	return err
 }

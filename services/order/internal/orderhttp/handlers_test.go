@@ -1,18 +1,24 @@
 package orderhttp_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/relmsg/ordersaga/pkg/failpoint"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 	"github.com/relmsg/ordersaga/services/order/internal/orderhttp"
 )
 
@@ -109,6 +115,17 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"unknown field", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":1}],"coupon":"x"}`, 400, "unknown field"},
 		{"wrong type", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":"2"}]}`, 400, "wrong type"},
 		{"two objects", "application/json", "k", good + good, 400, "single JSON object"},
+		{"a key twice (the last would win)", "application/json", "k", `{"customer_id":"a","customer_id":"b","items":[{"sku":"SKU-1","quantity":1}]}`, 400, "appears twice"},
+		{"keys differing only in case", "application/json", "k", `{"customer_id":"a","Customer_ID":"b","items":[{"sku":"SKU-1","quantity":1}]}`, 400, "differ only in case"},
+		{"a key matching only by case", "application/json", "k", `{"CUSTOMER_ID":"a","items":[{"sku":"SKU-1","quantity":1}]}`, 400, "case-sensitive"},
+		{"a nested key twice", "application/json", "k", `{"customer_id":"a","items":[{"sku":"SKU-1","quantity":1,"quantity":9}]}`, 400, "appears twice"},
+		{"trailing garbage", "application/json", "k", good + ` x`, 400, "single JSON object"},
+		{"a control character", "application/json", "k", `{"customer_id":"c\u0007","items":[{"sku":"SKU-1","quantity":1}]}`, 400, "control character"},
+		{"invalid UTF-8", "application/json", "k", "{\"customer_id\":\"c\xff\",\"items\":[{\"sku\":\"SKU-1\",\"quantity\":1}]}", 400, "UTF-8"},
+		{"an overflowing quantity", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":1e400}]}`, 400, "wrong type"},
+		{"a key list", "application/json", "k1,k2", good, 400, "one Idempotency-Key"},
+		{"a quoted key list", "application/json", `"k1", "k2"`, good, 400, "one Idempotency-Key"},
+		{"an empty quoted key", "application/json", `""`, good, 400, "empty"},
 		{"empty items", "application/json", "k", `{"customer_id":"c-1","items":[]}`, 422, "must not be empty"},
 		{"zero quantity", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":0}]}`, 422, "quantity"},
 		{"negative quantity", "application/json", "k", `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":-3}]}`, 422, "quantity"},
@@ -120,10 +137,20 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 	}
 	for _, tt := range tests {
 		code, body, _ := do(t, "POST", srv.URL+"/orders", tt.ct, tt.key, tt.body)
-		msg, _ := body["error"].(string)
-		if code != tt.want || !strings.Contains(msg, tt.msg) {
-			t.Errorf("%s: %d %q, want %d with an error mentioning %q", tt.name, code, msg, tt.want, tt.msg)
+		msg, _ := body["detail"].(string)
+		if code != tt.want || !strings.Contains(msg, tt.msg) || body["type"] == nil || body["title"] == nil || body["instance"] != "/orders" {
+			t.Errorf("%s: %d %v, want a %d problem document whose detail mentions %q", tt.name, code, body, tt.want, tt.msg)
 		}
+	}
+	// Two Idempotency-Key header lines are two keys.
+	req, _ := http.NewRequest("POST", srv.URL+"/orders", strings.NewReader(good))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Add("Idempotency-Key", "k1")
+	req.Header.Add("Idempotency-Key", "k2")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("two Idempotency-Key lines: %v %v, want 400", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	var orders, events int
 	db.Get(&orders, "SELECT COUNT(*) FROM orders")
@@ -136,8 +163,9 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		t.Fatal(code)
 	}
 	other := `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":3}]}`
-	if code, body, _ := do(t, "POST", srv.URL+"/orders", "application/json", "k2", other); code != 422 || !strings.Contains(body["error"].(string), "idempotency key") {
-		t.Fatalf("key reuse: %d %v, want 422", code, body)
+	if code, body, _ := do(t, "POST", srv.URL+"/orders", "application/json", "k2", other); code != 422 || !strings.Contains(body["error"].(string), "idempotency key") ||
+		!strings.HasSuffix(body["type"].(string), "#problem-idempotency-key-reused") {
+		t.Fatalf("key reuse: %d %v, want 422 idempotency-key-reused", code, body)
 	}
 	for _, path := range []string{"/orders/999", "/orders/abc", "/orders/0"} {
 		if code, body, _ := do(t, "GET", srv.URL+path, "", "", ""); code != 404 || body["error"] == nil {
@@ -194,5 +222,137 @@ func TestCancelHonoursItsIdempotencyKey(t *testing.T) {
 	}
 	if statusB != "pending_inventory" || cancels != 1 {
 		t.Fatalf("order B is %s and %d order.cancelled events were written, want B untouched and one event", statusB, cancels)
+	}
+}
+
+// The draft's quoted form of the key (a structured-field string) names the
+// same key as the bare form: either one replays the other.
+func TestQuotedIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	srv, db := server(t)
+	code, first, hdr := do(t, "POST", srv.URL+"/orders", "application/json", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`, good)
+	if code != http.StatusAccepted || hdr.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("quoted key: %d %v, want 202", code, first)
+	}
+	code, again, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "8e03978e-40d5-43e8-bc93-6894a57f9324", good)
+	if code != http.StatusAccepted || again["order_id"] != first["order_id"] || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same key bare: %d %v %v, want the first order replayed", code, again, hdr)
+	}
+	var stored string
+	if err := db.Get(&stored, "SELECT idempotency_key FROM orders"); err != nil || stored != "8e03978e-40d5-43e8-bc93-6894a57f9324" {
+		t.Errorf("stored key %q (%v), want it without its quotes", stored, err)
+	}
+}
+
+// A second request with a key whose first request is still being
+// processed gets 409 at once (the draft's "in flight"), and writes
+// nothing; once the first is answered the key replays it.
+func TestKeyInFlightIs409(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "order")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	r := chi.NewRouter()
+	orderhttp.Routes(r, orderapp.New(db.DB, func() {}, log, orderapp.Config{}), log)
+	fps := failpoint.NewRegistry()
+	srv := httptest.NewUnstartedServer(r)
+	srv.Config.BaseContext = func(net.Listener) context.Context { return failpoint.WithRegistry(context.Background(), fps) }
+	srv.Start()
+	t.Cleanup(srv.Close)
+	gate := fps.Pause("order.create.after-order-insert", 1)
+	type result struct {
+		code int
+		body map[string]any
+		hdr  http.Header
+	}
+	firstc := make(chan result, 1)
+	go func() {
+		code, body, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "busy-1", good)
+		firstc <- result{code, body, hdr}
+	}()
+	<-gate.Reached() // the first create holds its order row, uncommitted
+	code, body, _ := do(t, "POST", srv.URL+"/orders", "application/json", `"busy-1"`, good)
+	if code != http.StatusConflict || !strings.HasSuffix(fmt.Sprint(body["type"]), "#problem-idempotency-key-in-flight") {
+		t.Errorf("second request while the first is in flight: %d %v, want 409 idempotency-key-in-flight", code, body)
+	}
+	// Cancel keys are a space of their own (an unknown order: 404, not 409).
+	if code, body, _ := do(t, "POST", srv.URL+"/orders/999/cancel", "application/json", "busy-1", ""); code != http.StatusNotFound {
+		t.Errorf("a cancel with the same key: %d %v, want 404 (its own key space)", code, body)
+	}
+	gate.Release()
+	first := <-firstc
+	if first.code != http.StatusAccepted {
+		t.Fatalf("first create: %d %v", first.code, first.body)
+	}
+	code, again, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "busy-1", good)
+	if code != http.StatusAccepted || again["order_id"] != first.body["order_id"] || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("after the first was answered: %d %v, want its replay", code, again)
+	}
+	var orders int
+	if err := db.Get(&orders, "SELECT COUNT(*) FROM orders"); err != nil || orders != 1 {
+		t.Errorf("%d orders (%v), want 1", orders, err)
+	}
+}
+
+// The cancel reason is text: no control characters, at most 200
+// characters (counted as characters, not bytes); a refused cancel changes
+// nothing.
+func TestCancelReasonIsChecked(t *testing.T) {
+	t.Parallel()
+	srv, db := server(t)
+	_, o, _ := do(t, "POST", srv.URL+"/orders", "application/json", "order-r", good)
+	cancel := srv.URL + "/orders/" + o["order_id"].(string) + "/cancel"
+	for _, tt := range []struct {
+		name, body string
+		want       int
+	}{
+		{"a control character", `{"reason":"bad\u001b[31m"}`, 400},
+		{"a newline", `{"reason":"a\nb"}`, 400},
+		{"201 characters", `{"reason":"` + strings.Repeat("x", 201) + `"}`, 422},
+		{"a reason twice", `{"reason":"a","reason":"b"}`, 400},
+		{"invalid UTF-8", "{\"reason\":\"\xc3\"}", 400},
+	} {
+		if code, body, _ := do(t, "POST", cancel, "application/json", "c-"+strings.ReplaceAll(tt.name, " ", "-"), tt.body); code != tt.want {
+			t.Errorf("%s: %d %v, want %d", tt.name, code, body, tt.want)
+		}
+	}
+	var cancels int
+	if err := db.Get(&cancels, "SELECT COUNT(*) FROM cancel_requests"); err != nil || cancels != 0 {
+		t.Fatalf("%d cancel requests recorded (%v) by refused cancels, want 0", cancels, err)
+	}
+	// 200 characters of two bytes each are 200 characters.
+	if code, body, _ := do(t, "POST", cancel, "application/json", "c-ok", `{"reason":"`+strings.Repeat("é", 200)+`"}`); code != http.StatusAccepted {
+		t.Errorf("200 two-byte characters: %d %v, want 202", code, body)
+	}
+}
+
+// Keys are kept IDEMPOTENCY_KEY_RETENTION, then forgotten by the retention
+// job (orderdb.ForgetCreateKeys, DeleteCancelKeys): a create's key again is
+// a new order, a cancel's key again a new cancel. Younger keys stay.
+func TestKeysAreForgottenAfterTheirRetention(t *testing.T) {
+	t.Parallel()
+	srv, db := server(t)
+	ctx := context.Background()
+	_, old, _ := do(t, "POST", srv.URL+"/orders", "application/json", "old-key", good)
+	_, young, _ := do(t, "POST", srv.URL+"/orders", "application/json", "young-key", good)
+	do(t, "POST", srv.URL+"/orders/"+old["order_id"].(string)+"/cancel", "application/json", "old-cancel", "")
+	db.MustExec(`UPDATE orders SET created_at = created_at - INTERVAL 25 HOUR WHERE id = ?`, old["order_id"])
+	db.MustExec(`UPDATE cancel_requests SET created_at = created_at - INTERVAL 25 HOUR`)
+	if n, err := orderdb.ForgetCreateKeys(ctx, db.DB, 24*time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("ForgetCreateKeys = %d, %v; want the one old key", n, err)
+	}
+	if n, err := orderdb.DeleteCancelKeys(ctx, db.DB, 24*time.Hour, 100); err != nil || n != 1 {
+		t.Fatalf("DeleteCancelKeys = %d, %v; want the one old key", n, err)
+	}
+	code, again, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "old-key", good)
+	if code != http.StatusAccepted || again["order_id"] == old["order_id"] || hdr.Get("Idempotent-Replayed") != "" {
+		t.Errorf("a forgotten key again: %d %v %v, want a new order", code, again, hdr)
+	}
+	code, same, hdr := do(t, "POST", srv.URL+"/orders", "application/json", "young-key", good)
+	if code != http.StatusAccepted || same["order_id"] != young["order_id"] || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a kept key again: %d %v, want the replay", code, same)
+	}
+	code, c, hdr := do(t, "POST", srv.URL+"/orders/"+old["order_id"].(string)+"/cancel", "application/json", "old-cancel", "")
+	if code != http.StatusOK || c["result"] != "already_cancelled" || hdr.Get("Idempotent-Replayed") != "" {
+		t.Errorf("a forgotten cancel key again: %d %v, want a new cancel (already_cancelled)", code, c)
 	}
 }

@@ -13,11 +13,11 @@ import (
 
 // Routes lists every route of the order API.
 func Routes(r chi.Router, app *orderapp.App, log *slog.Logger) {
-	h, e := &handlers{app: app}, edge(log)
-	r.Post("/orders", e.Handle(h.create))
-	r.Get("/orders", e.Handle(h.list))
-	r.Get("/orders/{id}", e.Handle(h.get))
-	r.Post("/orders/{id}/cancel", e.Handle(h.cancel))
+	h, e := &handlers{app: app, inFlight: &web.InFlight{}}, edge(log)
+	r.Post("/orders", e.Handle(h.create))             // header Idempotency-Key
+	r.Get("/orders", e.Handle(h.list))                // ?status=&limit=&before=
+	r.Get("/orders/{id}", e.Handle(h.get))            //
+	r.Post("/orders/{id}/cancel", e.Handle(h.cancel)) // header Idempotency-Key
 }
 
 // AdminRoutes lists the order service's own operator routes, relative to

@@ -162,7 +162,8 @@ func (c *Client) Payment(ctx context.Context, orderID uint64) (*Payment, Answer,
 // is the one question that can take up to the PSP's timeout.
 func (c *Client) PaymentOutcome(ctx context.Context, orderID uint64) (*PaymentOutcome, Answer, error) {
 	var p PaymentOutcome
-	a, err := c.get(ctx, PaymentService, "/payments/"+strconv.FormatUint(orderID, 10)+"/outcome", false, &p)
+	// Behind the admin token (payment's GET .../outcome may ask the PSP).
+	a, err := c.get(ctx, PaymentService, "/payments/"+strconv.FormatUint(orderID, 10)+"/outcome", true, &p)
 	if err != nil || !a.Found() {
 		return nil, a, err
 	}

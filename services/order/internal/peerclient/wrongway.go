@@ -30,6 +30,9 @@ func (c *Client) ReserveNow(ctx context.Context, p events.OrderCreatedV1, timeou
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/debug/reservations", bytes.NewReader(body))
 		if err == nil {
 			req.Header.Set("Content-Type", "application/json")
+			if c.token != "" { // /debug wants ADMIN_TOKEN when one is set
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
 		}
 		return req, err
 	})

@@ -194,6 +194,11 @@ type Payment struct {
 	LastError    string    // the last of them
 	ParkedReason string    // why it was parked as needs_attention
 
+	// RequestEventID is the event_id of the latest payment.charge-requested
+	// ("" for a marker, and for rows from before it was kept): what a new
+	// request corrects.
+	RequestEventID string
+
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }

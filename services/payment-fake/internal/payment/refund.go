@@ -70,6 +70,10 @@ type Refund struct {
 	LastError    string    // the last of them
 	ParkedReason string
 
+	// RequestEventID is the event_id of the latest payment.refund-requested
+	// ("" for rows from before it was kept): what a new request corrects.
+	RequestEventID string
+
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }

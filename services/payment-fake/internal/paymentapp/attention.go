@@ -44,7 +44,9 @@ type Retried struct {
 // Retry puts an order's parked payment or refund back for another round:
 // a new deadline window from now, the sweep's backoff restarted, and a new
 // request event with the same idempotency key, so the consumer tries again
-// at once (the PSP still charges or refunds at most once). A parked charge
+// at once (the PSP still charges or refunds at most once). The request is
+// an operator's decision, so a correction: a new event id that names the
+// request before it (addChargeRequest, addRefundRequest). A parked charge
 // of a cancelled order gets no new charge: the sweep queries the PSP and
 // either records what it finds or closes the payment at the new deadline.
 // The evidence (attempts, last error, parked reason) stays on the row.

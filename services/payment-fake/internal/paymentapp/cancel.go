@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/relmsg/ordersaga/pkg/events"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
@@ -50,23 +51,8 @@ func (a *App) OnOrderCancelled(ctx context.Context, s Store, e events.Envelope) 
 		reason += ": " + ev.Reason
 	}
 
-	p, err := s.LockPayment(ctx, ev.OrderID)
-	if errors.Is(err, payment.ErrNotFound) {
-		to, _ := payment.Next(payment.NoPayment, payment.Cancel)
-		m := payment.Marker(ev.OrderID, "cancelled before inventory.reserved arrived ("+reason+")")
-		m.Status = to
-		err = paymentdb.InsertMarker(ctx, tx, m)
-		if err == nil {
-			log.WarnContext(ctx, "cancel arrived before inventory.reserved: nothing to refund; marker left so a late inventory.reserved charges nothing")
-			return nil
-		}
-		if !errors.Is(err, paymentdb.ErrExists) {
-			return err
-		}
-		// inventory.reserved committed its payment since we looked.
-		p, err = paymentdb.Lock(ctx, tx, ev.OrderID)
-	}
-	if err != nil {
+	p, found, err := a.paymentOrMarker(ctx, s, log, ev.OrderID, reason)
+	if err != nil || !found {
 		return err
 	}
 	if p.CancelTrigger() == payment.Withdraw {
@@ -86,6 +72,39 @@ func (a *App) OnOrderCancelled(ctx context.Context, s Store, e events.Envelope) 
 		log.InfoContext(ctx, "cancel: nothing to compensate", "status", p.Status)
 		return nil
 	}
+	return a.requestCancel(ctx, s, log, p, reason)
+}
+
+// paymentOrMarker locks the order's payment; found is false when there is
+// none yet (the cancel overtook inventory.reserved): then a marker row in
+// status cancelled_before_charge is left, so that the late
+// inventory.reserved finds the order id taken and charges nothing.
+func (a *App) paymentOrMarker(ctx context.Context, s Store, log *slog.Logger, orderID uint64, reason string) (payment.Payment, bool, error) {
+	p, err := s.LockPayment(ctx, orderID)
+	if !errors.Is(err, payment.ErrNotFound) {
+		return p, err == nil, err
+	}
+	to, _ := payment.Next(payment.NoPayment, payment.Cancel)
+	m := payment.Marker(orderID, "cancelled before inventory.reserved arrived ("+reason+")")
+	m.Status = to
+	err = paymentdb.InsertMarker(ctx, s.Tx(), m)
+	if err == nil {
+		log.WarnContext(ctx, "cancel arrived before inventory.reserved: nothing to refund; marker left so a late inventory.reserved charges nothing")
+		return payment.Payment{}, false, nil
+	}
+	if !errors.Is(err, paymentdb.ErrExists) {
+		return payment.Payment{}, false, err
+	}
+	// inventory.reserved committed its payment since we looked.
+	p, err = paymentdb.Lock(ctx, s.Tx(), orderID)
+	return p, err == nil, err
+}
+
+// requestCancel remembers the cancel of a payment whose charge is in
+// flight, decided or parked, and requests the refund of a succeeded one
+// (a refunds row and payment.refund-requested, in this transaction).
+func (a *App) requestCancel(ctx context.Context, s Store, log *slog.Logger, p payment.Payment, reason string) error {
+	tx := s.Tx()
 	if p.CancelRequested {
 		log.InfoContext(ctx, "cancel recorded already; nothing changed", "status", p.Status)
 		return nil

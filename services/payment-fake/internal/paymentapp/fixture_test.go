@@ -139,11 +139,23 @@ type outboxRow struct {
 	EventType        string          `db:"event_type"`
 	SchemaVersion    int             `db:"schema_version"`
 	Payload          json.RawMessage `db:"payload"`
+	CorrectsEventID  *string         `db:"corrects_event_id"`
+}
+
+// envelope is the row as the dispatcher publishes it and a consumer reads it.
+func (r outboxRow) envelope() events.Envelope {
+	e := events.Envelope{EventID: r.EventID, Type: r.EventType, AggregateID: r.AggregateID,
+		AggregateVersion: r.AggregateVersion, SchemaVersion: r.SchemaVersion,
+		CorrelationID: strconv.FormatUint(r.AggregateID, 10), Payload: r.Payload}
+	if r.CorrectsEventID != nil {
+		e.CorrectsEventID = *r.CorrectsEventID
+	}
+	return e
 }
 
 func (f *fixture) outbox(t *testing.T) []outboxRow {
 	t.Helper()
-	const q = `SELECT event_id, aggregate_id, aggregate_version, event_type, schema_version, payload
+	const q = `SELECT event_id, aggregate_id, aggregate_version, event_type, schema_version, payload, corrects_event_id
 FROM outbox_events ORDER BY aggregate_id, aggregate_version, created_at`
 	var rows []outboxRow
 	if err := f.db.SelectContext(context.Background(), &rows, q); err != nil {
@@ -165,10 +177,7 @@ func (f *fixture) outboxEvent(t *testing.T, orderID uint64, typ events.Type) eve
 	if len(found) != 1 {
 		t.Fatalf("outbox has %d %s events for order %d, want 1", len(found), typ, orderID)
 	}
-	r := found[0]
-	return events.Envelope{EventID: r.EventID, Type: r.EventType, AggregateID: r.AggregateID,
-		AggregateVersion: r.AggregateVersion, SchemaVersion: r.SchemaVersion,
-		CorrelationID: strconv.FormatUint(r.AggregateID, 10), Payload: r.Payload}
+	return found[0].envelope()
 }
 
 func (f *fixture) payment(t *testing.T, orderID uint64) payment.Payment {
@@ -257,9 +266,7 @@ func (f *fixture) outboxEvents(t *testing.T, orderID uint64, typ events.Type) []
 	var out []events.Envelope
 	for _, r := range f.outbox(t) {
 		if r.AggregateID == orderID && r.EventType == typ {
-			out = append(out, events.Envelope{EventID: r.EventID, Type: r.EventType, AggregateID: r.AggregateID,
-				AggregateVersion: r.AggregateVersion, SchemaVersion: r.SchemaVersion,
-				CorrelationID: strconv.FormatUint(r.AggregateID, 10), Payload: r.Payload})
+			out = append(out, r.envelope())
 		}
 	}
 	return out

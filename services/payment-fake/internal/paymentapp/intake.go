@@ -38,6 +38,10 @@ func (a *App) OnInventoryReserved(ctx context.Context, s Store, e events.Envelop
 		// Retrying cannot make these facts chargeable: dead letter.
 		return fmt.Errorf("%w: %w", events.ErrInvalid, err)
 	}
+	// The request's id is kept on the payment: a later request corrects it.
+	if p.RequestEventID, err = newEventID(); err != nil {
+		return err
+	}
 	err = paymentdb.Insert(ctx, tx, p, a.cfg.ChargeDeadline, a.cfg.Grace)
 	if errors.Is(err, paymentdb.ErrExists) {
 		existing, gerr := paymentdb.Lock(ctx, tx, p.OrderID)
@@ -49,7 +53,7 @@ func (a *App) OnInventoryReserved(ctx context.Context, s Store, e events.Envelop
 	if err != nil {
 		return err
 	}
-	err = s.Emit(ctx, outbox.Event{
+	err = s.Emit(ctx, outbox.Event{EventID: p.RequestEventID,
 		AggregateID: p.OrderID, AggregateVersion: p.Version, Type: events.PaymentChargeRequested,
 		Payload: events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
 			AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey},

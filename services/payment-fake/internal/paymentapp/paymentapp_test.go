@@ -30,7 +30,8 @@ func TestInventoryReservedCreatesPendingPaymentAndChargeRequest(t *testing.T) {
 
 	p := f.payment(t, order)
 	want := payment.Payment{OrderID: order, CustomerID: "c-1", AmountCents: 1500, Currency: "EUR",
-		Status: payment.Pending, IdempotencyKey: "charge-42", Version: 1}
+		Status: payment.Pending, IdempotencyKey: "charge-42", Version: 1,
+		RequestEventID: cmd.EventID} // a later request corrects this one
 	// The deadline of the charge's outcome is set with the payment
 	// (ChargeDeadline from now, database time).
 	if d := p.DeadlineAt.Sub(p.CreatedAt); d < 59*time.Minute || d > 61*time.Minute {

@@ -36,7 +36,11 @@ func (a *App) requestRefund(ctx context.Context, s Store, log *slog.Logger, p pa
 		return nil, fmt.Errorf("payment %d: no charge to refund", p.OrderID)
 	}
 	f := payment.NewRefund(p, p.CancelReason)
-	err := paymentdb.InsertRefund(ctx, s.Tx(), f, a.cfg.RefundDeadline, a.cfg.Grace)
+	var err error
+	if f.RequestEventID, err = newEventID(); err != nil { // kept on the refund: a later request corrects it
+		return nil, err
+	}
+	err = paymentdb.InsertRefund(ctx, s.Tx(), f, a.cfg.RefundDeadline, a.cfg.Grace)
 	if errors.Is(err, paymentdb.ErrRefundExists) {
 		log.InfoContext(ctx, "refund requested already; nothing new", "idempotency_key", f.IdempotencyKey)
 		return nil, nil
@@ -50,8 +54,9 @@ func (a *App) requestRefund(ctx context.Context, s Store, log *slog.Logger, p pa
 	return refundEvent(f, version), nil
 }
 
+// refundEvent is the request of refund f, event_id f.RequestEventID.
 func refundEvent(f payment.Refund, version uint64) *outbox.Event {
-	return &outbox.Event{AggregateID: f.OrderID, AggregateVersion: version, Type: events.PaymentRefundRequested,
+	return &outbox.Event{EventID: f.RequestEventID, AggregateID: f.OrderID, AggregateVersion: version, Type: events.PaymentRefundRequested,
 		Payload: events.PaymentRefundRequestedV1{OrderID: f.OrderID, ChargeID: f.PSPChargeID,
 			AmountCents: f.AmountCents, IdempotencyKey: f.IdempotencyKey}}
 }
@@ -78,6 +83,12 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 	}
 	log := a.log.With("order_id", req.OrderID, "event_id", e.EventID, "event_type", e.Type,
 		"idempotency_key", req.IdempotencyKey)
+	if e.CorrectsEventID != "" {
+		// A new request (the sweep's or an operator's) for the same refund:
+		// a new event, so the inbox lets it through; the key keeps the PSP
+		// to one refund.
+		log = log.With("corrects_event_id", e.CorrectsEventID)
+	}
 	f, err := paymentdb.GetRefund(ctx, a.db, req.OrderID)
 	if errors.Is(err, paymentdb.ErrNoRefund) {
 		return nil, inbox.Permanent(fmt.Errorf("refund requested for order %d, which has no refund", req.OrderID))

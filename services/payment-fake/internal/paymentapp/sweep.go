@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/events"
@@ -293,9 +294,15 @@ func (a *App) voidSettled(ctx context.Context, log *slog.Logger, p payment.Payme
 }
 
 // rerequestCharge writes a new payment.charge-requested for a payment
-// still pending and not cancelled: a new event id (the first one may be a
-// dead letter by now, and the inbox would take its redelivery for a
-// duplicate), the same idempotency key.
+// still pending and not cancelled, the same idempotency key. It is a
+// correction, not a replay (addChargeRequest): the status query found no
+// charge, and asking again is the sweep's own decision, so it is a new
+// event with a new id that names the request it corrects. The earlier
+// request is a dead letter or lost by now, or was processed without a
+// charge; whatever became of it, its id is not reused, so no inbox can
+// take the new request for a copy of it, and the earlier one, if an
+// operator redrives it later, is still itself (it finds the payment
+// decided, or charges with the same key).
 func (a *App) rerequestCharge(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
 	action := actRerequested
 	// Not idempotent (each run writes a new request event): a COMMIT with
@@ -321,7 +328,10 @@ func (a *App) rerequestCharge(ctx context.Context, log *slog.Logger, orderID uin
 }
 
 // addChargeRequest writes a new payment.charge-requested for the locked
-// pending payment p, numbered with its next version.
+// pending payment p, numbered with its next version: a correction of the
+// payment's latest request (p.RequestEventID, "" for a payment from
+// before the link was kept), with an event id of its own, which becomes
+// the latest. The sweep's re-request and an operator's retry both use it.
 func (a *App) addChargeRequest(ctx context.Context, tx *sqlx.Tx, p payment.Payment) ([]string, error) {
 	moved, err := paymentdb.Advance(ctx, tx, p.OrderID, p.Status, p.Version, p.Version+1)
 	if err != nil {
@@ -330,10 +340,28 @@ func (a *App) addChargeRequest(ctx context.Context, tx *sqlx.Tx, p payment.Payme
 	if !moved {
 		return nil, fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
-	return outbox.Add(ctx, tx, outbox.Event{AggregateID: p.OrderID, AggregateVersion: p.Version + 1,
-		Type: events.PaymentChargeRequested,
+	id, err := newEventID()
+	if err != nil {
+		return nil, err
+	}
+	if err := paymentdb.Charges.NewRequest(ctx, tx, p.OrderID, id); err != nil {
+		return nil, err
+	}
+	return outbox.Add(ctx, tx, outbox.Event{EventID: id, Corrects: p.RequestEventID,
+		AggregateID: p.OrderID, AggregateVersion: p.Version + 1, Type: events.PaymentChargeRequested,
 		Payload: events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
 			AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey}})
+}
+
+// newEventID makes the id of an event whose id must be known before it is
+// written to the outbox (kept on the payment or refund row as its latest
+// request): a UUIDv7, as outbox.Add makes them.
+func newEventID() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new event id: %w", err)
+	}
+	return id.String(), nil
 }
 
 // sweepRefund works one claimed requested refund.
@@ -386,8 +414,10 @@ func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint6
 	return action, err
 }
 
-// rerequestRefund writes a new payment.refund-requested (new event id,
-// same idempotency key) for a refund still requested.
+// rerequestRefund writes a new payment.refund-requested for a refund still
+// requested, the same idempotency key: a compensation issued again after
+// the fact, so a correction of the request before it (addRefundRequest),
+// for the reasons given at rerequestCharge.
 func (a *App) rerequestRefund(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
 	action := actRerequested
 	// Not idempotent (each run writes a new request event): a COMMIT with
@@ -417,7 +447,10 @@ func (a *App) rerequestRefund(ctx context.Context, log *slog.Logger, orderID uin
 }
 
 // addRefundRequest writes a new payment.refund-requested for refund f of
-// the locked payment p, numbered with the payment's next version.
+// the locked payment p, numbered with the payment's next version: a
+// correction of the refund's latest request (f.RequestEventID), with an
+// event id of its own, which becomes the latest. The sweep's re-request
+// and an operator's retry both use it.
 func (a *App) addRefundRequest(ctx context.Context, tx *sqlx.Tx, p payment.Payment, f payment.Refund) ([]string, error) {
 	moved, err := paymentdb.Advance(ctx, tx, p.OrderID, p.Status, p.Version, p.Version+1)
 	if err != nil {
@@ -426,5 +459,14 @@ func (a *App) addRefundRequest(ctx context.Context, tx *sqlx.Tx, p payment.Payme
 	if !moved {
 		return nil, fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
-	return outbox.Add(ctx, tx, *refundEvent(f, p.Version+1))
+	corrects := f.RequestEventID
+	if f.RequestEventID, err = newEventID(); err != nil {
+		return nil, err
+	}
+	if err := paymentdb.Refunds.NewRequest(ctx, tx, p.OrderID, f.RequestEventID); err != nil {
+		return nil, err
+	}
+	ev := refundEvent(f, p.Version+1)
+	ev.Corrects = corrects
+	return outbox.Add(ctx, tx, *ev)
 }

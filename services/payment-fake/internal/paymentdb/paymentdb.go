@@ -41,13 +41,14 @@ type paymentRow struct {
 	LastError         string         `db:"last_error"`
 	ParkedReason      string         `db:"parked_reason"`
 	Version           uint64         `db:"aggregate_version"`
+	RequestEventID    sql.NullString `db:"request_event_id"`
 	CreatedAt         time.Time      `db:"created_at"`
 	UpdatedAt         time.Time      `db:"updated_at"`
 }
 
 const paymentColumns = `order_id, customer_id, amount_cents, currency, status, idempotency_key,
   psp_charge_id, failure_reason, charge_sent_at, cancel_requested_at, cancel_reason, deadline_at, attempts, last_error,
-  parked_reason, aggregate_version, created_at, updated_at`
+  parked_reason, aggregate_version, request_event_id, created_at, updated_at`
 
 func (r paymentRow) domain() payment.Payment {
 	return payment.Payment{
@@ -56,13 +57,13 @@ func (r paymentRow) domain() payment.Payment {
 		FailureReason: r.FailureReason, Version: r.Version, ChargeSent: r.ChargeSentAt.Valid,
 		CancelRequested: r.CancelRequestedAt.Valid, CancelReason: r.CancelReason,
 		DeadlineAt: r.DeadlineAt.Time, Attempts: r.Attempts, LastError: r.LastError, ParkedReason: r.ParkedReason,
-		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		RequestEventID: r.RequestEventID.String, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }
 
 // Insert inserts a new pending payment whose outcome is due within
 // deadline and which the sweep first looks at after grace (both from now,
-// database time). An existing row for the order (a payment, or the marker
+// database time), with the event_id of its charge request. An existing row for the order (a payment, or the marker
 // of a cancel that came first) returns ErrExists: the primary key, not a
 // prior SELECT, decides, so two events racing for one order create one row
 // (the second INSERT waits for the first transaction and then collides).
@@ -71,10 +72,10 @@ func (r paymentRow) domain() payment.Payment {
 func Insert(ctx context.Context, tx *sqlx.Tx, p payment.Payment, deadline, grace time.Duration) error {
 	const q = `INSERT INTO payments
   (order_id, customer_id, amount_cents, currency, status, idempotency_key, aggregate_version,
-   deadline_at, next_attempt_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
+   deadline_at, next_attempt_at, request_event_id)
+VALUES (?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)), NULLIF(?, ''))`
 	_, err := tx.ExecContext(ctx, q, p.OrderID, p.CustomerID, p.AmountCents, p.Currency, p.Status,
-		p.IdempotencyKey, p.Version, deadline.Microseconds(), grace.Microseconds())
+		p.IdempotencyKey, p.Version, deadline.Microseconds(), grace.Microseconds(), p.RequestEventID)
 	if sqldb.IsDuplicateKey(err) {
 		return ErrExists
 	}

@@ -31,31 +31,34 @@ type refundRow struct {
 	Attempts       int            `db:"attempts"`
 	LastError      string         `db:"last_error"`
 	ParkedReason   string         `db:"parked_reason"`
+	RequestEventID sql.NullString `db:"request_event_id"`
 	CreatedAt      time.Time      `db:"created_at"`
 	UpdatedAt      time.Time      `db:"updated_at"`
 }
 
 const refundColumns = `order_id, idempotency_key, psp_charge_id, amount_cents, status, psp_refund_id, reason,
-  deadline_at, attempts, last_error, parked_reason, created_at, updated_at`
+  deadline_at, attempts, last_error, parked_reason, request_event_id, created_at, updated_at`
 
 func (r refundRow) domain() payment.Refund {
 	return payment.Refund{
 		OrderID: r.OrderID, IdempotencyKey: r.IdempotencyKey, PSPChargeID: r.PSPChargeID,
 		AmountCents: r.AmountCents, Status: payment.RefundStatus(r.Status), PSPRefundID: r.PSPRefundID.String,
 		Reason: r.Reason, DeadlineAt: r.DeadlineAt, Attempts: r.Attempts, LastError: r.LastError,
-		ParkedReason: r.ParkedReason, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		ParkedReason: r.ParkedReason, RequestEventID: r.RequestEventID.String, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }
 
 // InsertRefund records a requested refund, due within deadline and first
-// looked at by the sweep after grace (database time). ErrRefundExists: the
+// looked at by the sweep after grace (database time), with the event_id of
+// its request. ErrRefundExists: the
 // order has one already (one refund per order, by primary key).
 func InsertRefund(ctx context.Context, tx *sqlx.Tx, f payment.Refund, deadline, grace time.Duration) error {
 	const q = `INSERT INTO refunds
-  (order_id, idempotency_key, psp_charge_id, amount_cents, status, reason, deadline_at, next_attempt_at)
-VALUES (?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)))`
+  (order_id, idempotency_key, psp_charge_id, amount_cents, status, reason, deadline_at, next_attempt_at,
+   request_event_id)
+VALUES (?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)), NULLIF(?, ''))`
 	_, err := tx.ExecContext(ctx, q, f.OrderID, f.IdempotencyKey, f.PSPChargeID, f.AmountCents, f.Status,
-		f.Reason, deadline.Microseconds(), grace.Microseconds())
+		f.Reason, deadline.Microseconds(), grace.Microseconds(), f.RequestEventID)
 	if sqldb.IsDuplicateKey(err) {
 		return ErrRefundExists
 	}

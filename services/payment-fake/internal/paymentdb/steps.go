@@ -54,6 +54,20 @@ WHERE order_id = ? AND status = ?`
 	return sqldb.Changed(res, err, "retry %s %d", s.noun, orderID)
 }
 
+// NewRequest records that a new request of the step was written (the
+// sweep's or an operator's re-request, a correction of the request before
+// it): its event_id becomes the one the next request corrects. Under the
+// row lock the caller holds.
+func (s Step) NewRequest(ctx context.Context, tx *sqlx.Tx, orderID uint64, eventID string) error {
+	q := `UPDATE ` + s.table + ` SET request_event_id = ? WHERE order_id = ?`
+	res, err := tx.ExecContext(ctx, q, eventID, orderID)
+	ok, err := sqldb.Changed(res, err, "note the request of %s %d", s.noun, orderID)
+	if err == nil && !ok {
+		err = fmt.Errorf("note the request of %s %d: no such row", s.noun, orderID)
+	}
+	return err
+}
+
 // Due is a row the sweep claimed: which order, and whether its deadline
 // had passed when it was claimed (database time).
 type Due struct {

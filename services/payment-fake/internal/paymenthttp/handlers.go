@@ -2,10 +2,9 @@ package paymenthttp
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -122,23 +121,50 @@ func httpError(err error) error {
 	return err
 }
 
-// passToPSP forwards /psp/... (prefix stripped) to the PSP process at the
-// address of psp that answered last, so the walkthrough's and the lab's
-// old URLs on the payment service reach the one PSP every instance shares.
-// The PSP itself refuses switch changes outside its demo mode.
-func passToPSP(psp *endpoints.List, log *slog.Logger) http.Handler {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			if u, err := url.Parse(psp.Current()); err == nil {
-				pr.SetURL(u)
+// passToPSP answers the PSP's reads (GET, HEAD) under /psp (prefix
+// stripped) from the PSP process, so the walkthrough's URLs on the payment
+// service keep working; its writes (charges, refunds, the fault switch)
+// are not passed: only the payment service's own client and the lab reach
+// those, on the PSP itself. A read is safe to send twice, so an address
+// that cannot be reached is followed by the next of PSP_URL
+// (endpoints.Always), starting with the one that answered last.
+func passToPSP(psp *endpoints.List, log *slog.Logger) http.HandlerFunc {
+	client := &http.Client{Timeout: 10 * time.Second}
+	return web.Handle(log, func(w http.ResponseWriter, r *http.Request) error {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			return web.Errorf(http.StatusMethodNotAllowed,
+				"the PSP pass-through is read-only: %s %s goes to the PSP process itself (PSP_URL), for the payment service and the lab", r.Method, r.URL.Path)
+		}
+		resp, err := psp.Do(r.Context(), client, endpoints.Always, func(base string) (*http.Request, error) {
+			u := base + r.URL.EscapedPath()
+			if r.URL.RawQuery != "" {
+				u += "?" + r.URL.RawQuery
 			}
-		},
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			req, err := http.NewRequestWithContext(r.Context(), r.Method, u, nil)
+			if err == nil {
+				req.Header.Set("Accept", "application/json")
+			}
+			return req, err
+		})
+		if err != nil {
 			log.WarnContext(r.Context(), "psp pass-through failed", "path", r.URL.Path, "err", err)
-			web.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": "the PSP did not answer"})
-		},
-	}
+			return web.Errorf(http.StatusBadGateway, "the PSP did not answer")
+		}
+		defer resp.Body.Close()
+		for _, h := range []string{"Content-Type", "Idempotent-Replayed"} {
+			if v := resp.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, io.LimitReader(resp.Body, maxPassBody))
+		return nil
+	})
 }
+
+// maxPassBody bounds what the pass-through copies from the PSP.
+const maxPassBody = 8 << 20
 
 // paymentJSON is an order's payment as GET /payments/{order_id} shows it.
 // psp_charge_id and failure_reason are empty strings until the PSP has

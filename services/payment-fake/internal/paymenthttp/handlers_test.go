@@ -17,6 +17,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/endpoints"
 	"github.com/relmsg/ordersaga/pkg/sqldb"
 	"github.com/relmsg/ordersaga/pkg/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/pkg/web"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
@@ -28,16 +29,24 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func server(t *testing.T, demoMode bool) (*httptest.Server, *sqldbtest.DB) {
 	t.Helper()
+	return serverWith(t, demoMode, "", func(h http.Handler) http.Handler { return h })
+}
+
+// serverWith is server with PSP_URL starting with firstPSP (an address
+// tried before the PSP's own) and admin guarding what wants the admin
+// token.
+func serverWith(t *testing.T, demoMode bool, firstPSP string, admin func(http.Handler) http.Handler) (*httptest.Server, *sqldbtest.DB) {
+	t.Helper()
 	db := sqldbtest.New(t, "payment")
 	r := chi.NewRouter()
 	app := paymentapp.New(db.DB, psp.NewClient("http://127.0.0.1:1/psp", nil), quiet, nil, paymentapp.Config{})
 	// The PSP as its process serves it: under /psp, switches guarded by
 	// its own demo mode.
 	pspMux := http.NewServeMux()
-	pspMux.Handle("/psp/", http.StripPrefix("/psp", psp.GuardSwitches(psp.NewServer(db.DB, quiet).Handler(), demoMode, quiet)))
+	pspMux.Handle("/psp/", http.StripPrefix("/psp", psp.Guard(psp.NewServer(db.DB, quiet).Handler(), psp.Access{Demo: demoMode}, quiet)))
 	pspTS := httptest.NewServer(pspMux)
 	t.Cleanup(pspTS.Close)
-	paymenthttp.Routes(r, app, endpoints.Must(pspTS.URL+"/psp"), quiet)
+	paymenthttp.Routes(r, app, endpoints.Must(firstPSP+pspTS.URL+"/psp"), admin, quiet)
 	ts := httptest.NewServer(r)
 	t.Cleanup(ts.Close)
 	return ts, db
@@ -131,30 +140,69 @@ func TestGetPaymentNotFound(t *testing.T) {
 	}
 }
 
-// /psp on the payment service passes through to the PSP process; the
-// PSP's fault switch changes only in its demo mode.
-func TestPSPMount(t *testing.T) {
+// /psp on the payment service passes the PSP's reads through, moving on
+// to the next address of PSP_URL when one cannot be reached; its writes
+// (charges, refunds, the fault switch) are refused (405) and reach nothing.
+func TestPSPMountIsReadOnly(t *testing.T) {
 	t.Parallel()
-	const sw = `{"mode":"error-5xx","delay_ms":0,"count":1}`
-	tests := []struct {
-		demo       bool
-		wantPut    int
-		wantSwitch string
-	}{
-		{demo: false, wantPut: http.StatusForbidden, wantSwitch: `"mode": "normal"`},
-		{demo: true, wantPut: http.StatusOK, wantSwitch: `"mode": "error-5xx"`},
+	ts, db := serverWith(t, true, "http://127.0.0.1:1/psp,", func(h http.Handler) http.Handler { return h })
+	for _, path := range []string{"/psp/charges/nope", "/psp/refunds/nope"} {
+		if status, body := call(t, http.MethodGet, ts.URL+path, ""); status != http.StatusNotFound || !strings.Contains(body, "idempotency key") {
+			t.Errorf("GET %s = %d %s, want the PSP's 404 (through the second address)", path, status, body)
+		}
 	}
-	for _, tt := range tests {
-		ts, _ := server(t, tt.demo)
-		if status, body := call(t, http.MethodGet, ts.URL+"/psp/charges/nope", ""); status != http.StatusNotFound {
-			t.Errorf("demo=%v: GET /psp/charges/nope = %d %s, want the PSP's 404", tt.demo, status, body)
+	if status, body := call(t, http.MethodGet, ts.URL+"/psp/charges?order_ref=1", ""); status != http.StatusOK || !strings.Contains(body, `"charges"`) {
+		t.Errorf("GET /psp/charges?order_ref=1 = %d %s, want the PSP's list", status, body)
+	}
+	charge := `{"idempotency_key":"charge-1","order_ref":"1","customer_id":"c-1","amount_cents":100,"currency":"EUR"}`
+	for _, c := range []struct{ method, path, body string }{
+		{http.MethodPost, "/psp/charges", charge},
+		{http.MethodPost, "/psp/refunds", `{"idempotency_key":"refund-1","charge_id":"ch_1","amount_cents":100}`},
+		{http.MethodPut, "/psp/switches", `{"mode":"decline","count":1}`},
+		{http.MethodDelete, "/psp/charges/charge-1", ""},
+	} {
+		status, body := call(t, c.method, ts.URL+c.path, c.body)
+		if status != http.StatusMethodNotAllowed || !strings.Contains(body, "#problem-method-not-allowed") {
+			t.Errorf("%s %s = %d %s, want 405 as a problem document", c.method, c.path, status, body)
 		}
-		if status, body := call(t, http.MethodPut, ts.URL+"/psp/switches", sw); status != tt.wantPut {
-			t.Errorf("demo=%v: PUT /psp/switches = %d %s, want %d", tt.demo, status, body, tt.wantPut)
+	}
+	var charges int
+	if err := db.Get(&charges, "SELECT COUNT(*) FROM psp_charges"); err != nil || charges != 0 {
+		t.Errorf("%d PSP charges (%v), want none", charges, err)
+	}
+	if status, body := call(t, http.MethodGet, ts.URL+"/psp/switches", ""); status != http.StatusOK || !strings.Contains(body, `"mode": "normal"`) {
+		t.Errorf("GET /psp/switches = %d %s, want the switch untouched", status, body)
+	}
+}
+
+// The outcome may ask the PSP, so it wants the admin token (when one is
+// set) and is rate-limited.
+func TestPaymentOutcomeWantsTheAdminToken(t *testing.T) {
+	t.Parallel()
+	ts, _ := serverWith(t, false, "", web.RequireToken("s3cret", false, "ADMIN_TOKEN"))
+	for _, auth := range []string{"", "Bearer wrong"} {
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/payments/42/outcome", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
 		}
-		if status, body := call(t, http.MethodGet, ts.URL+"/psp/switches", ""); status != http.StatusOK || !strings.Contains(body, tt.wantSwitch) {
-			t.Errorf("demo=%v: GET /psp/switches = %d %s, want 200 with %s", tt.demo, status, body, tt.wantSwitch)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: %d, want 401", auth, resp.StatusCode)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/payments/42/outcome", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("with the token: %d, want 404 (no such payment)", resp.StatusCode)
 	}
 }
 

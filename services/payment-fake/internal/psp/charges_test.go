@@ -142,8 +142,8 @@ func TestChargeKeyReusedWithOtherParameters(t *testing.T) {
 			if status != http.StatusConflict {
 				t.Fatalf("status = %d (%s), want 409", status, body)
 			}
-			if want := `{"error":"idempotency key reused with different parameters"}`; compactJSON(t, body) != want {
-				t.Errorf("body = %s, want %s", body, want)
+			if want := "idempotency key reused with different parameters"; problemDetail(t, body) != want {
+				t.Errorf("body = %s, want a problem saying %s", body, want)
 			}
 		})
 	}
@@ -280,8 +280,8 @@ func TestChargeStatusQueries(t *testing.T) {
 		t.Errorf("GetCharge(unknown) error = %v, want ErrNotFound", err)
 	}
 	status, _, body := p.call(t, http.MethodGet, "/charges/no-such-key", "")
-	if want := `{"error":"no charge with this idempotency key"}`; status != http.StatusNotFound || compactJSON(t, body) != want {
-		t.Errorf("GET unknown charge = %d %s, want 404 %s", status, body, want)
+	if want := "no charge with this idempotency key"; status != http.StatusNotFound || problemDetail(t, body) != want {
+		t.Errorf("GET unknown charge = %d %s, want a 404 problem saying %s", status, body, want)
 	}
 
 	list, err := p.client.ChargesForOrder(ctx, "7")
@@ -316,4 +316,19 @@ func compactJSON(t *testing.T, s string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// problemDetail is the detail of a problem document (and checks that its
+// old "error" member says the same).
+func problemDetail(t *testing.T, body string) string {
+	t.Helper()
+	var p struct {
+		Type   string `json:"type"`
+		Detail string `json:"detail"`
+		Error  string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &p); err != nil || p.Type == "" || p.Error != p.Detail {
+		t.Errorf("not a problem document: %s (%v)", body, err)
+	}
+	return p.Detail
 }

@@ -53,6 +53,7 @@ func (e *APIError) Error() string { return fmt.Sprintf("psp answered %d: %s", e.
 type Client struct {
 	addrs *endpoints.List
 	hc    *http.Client
+	token string // PSP_TOKEN, sent with every call when set
 }
 
 // NewClient returns a client for the PSP at baseURL (e.g.
@@ -65,6 +66,13 @@ func NewClient(baseURL string, httpClient *http.Client) *Client {
 	}
 	addrs, _ := endpoints.Parse(baseURL)
 	return &Client{addrs: addrs, hc: httpClient}
+}
+
+// WithToken makes c send the PSP's key (PSP_TOKEN) with every call, as a
+// merchant sends its secret key to a real provider; it returns c.
+func (c *Client) WithToken(token string) *Client {
+	c.token = token
+	return c
 }
 
 // Charge asks the PSP to charge, once per req.IdempotencyKey. A declined
@@ -171,6 +179,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			req.Header.Set("Content-Type", "application/json")
 		}
 		req.Header.Set("Accept", "application/json")
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
 		return req, nil
 	})
 	if err != nil {
@@ -196,11 +207,18 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
+// apiError reads a refusal: a problem document's detail (or, from a PSP
+// of before the problem documents, its "error").
 func apiError(status int, body []byte) *APIError {
 	var e struct {
-		Error string `json:"error"`
+		Detail string `json:"detail"`
+		Error  string `json:"error"`
 	}
-	if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+	err := json.Unmarshal(body, &e)
+	if e.Detail != "" {
+		e.Error = e.Detail
+	}
+	if err != nil || e.Error == "" {
 		e.Error = strings.TrimSpace(string(body))
 		if len(e.Error) > 200 {
 			e.Error = e.Error[:200]

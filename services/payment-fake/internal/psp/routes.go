@@ -24,18 +24,41 @@ func (s *Server) routes() http.Handler {
 	return mux
 }
 
-// GuardSwitches refuses changes to the fault switch outside demo mode;
-// reading it (GET /switches) and everything else pass through. Paths here
-// are the PSP's own: the mount prefix is stripped already.
-func GuardSwitches(api http.Handler, demoMode bool, log *slog.Logger) http.Handler {
-	if demoMode {
-		return api
-	}
+// Access is who may change what at the PSP.
+type Access struct {
+	// Demo: the fault switch can be changed only in demo mode.
+	Demo bool
+	// AdminToken (ADMIN_TOKEN), when set, is wanted for a switch change,
+	// as for every service's /debug.
+	AdminToken string
+	// Token (PSP_TOKEN) is the key the payment service charges and refunds
+	// with, as a merchant's secret key at a real provider: when set, a
+	// charge or a refund without it is refused (401). With none, charges
+	// and refunds are open in demo mode only.
+	Token string
+}
+
+// Guard puts the PSP's writes behind their keys (Access); reads pass.
+// Paths here are the PSP's own: the mount prefix is stripped already.
+func Guard(api http.Handler, a Access, log *slog.Logger) http.Handler {
+	books := web.RequireToken(a.Token, a.Demo, "PSP_TOKEN")(api)
+	switches := web.RequireToken(a.AdminToken, true, "ADMIN_TOKEN")(api)
 	return web.Handle(log, func(w http.ResponseWriter, r *http.Request) error {
-		if r.URL.Path == "/switches" && r.Method != http.MethodGet && r.Method != http.MethodHead {
-			return web.Errorf(http.StatusForbidden, "the PSP's fault switches can be changed only with DEMO_MODE=true")
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			api.ServeHTTP(w, r)
+			return nil
 		}
-		api.ServeHTTP(w, r)
+		switch r.URL.Path {
+		case "/switches":
+			if !a.Demo {
+				return web.Errorf(http.StatusForbidden, "the PSP's fault switches can be changed only with DEMO_MODE=true")
+			}
+			switches.ServeHTTP(w, r)
+		case "/charges", "/refunds":
+			books.ServeHTTP(w, r)
+		default:
+			api.ServeHTTP(w, r)
+		}
 		return nil
 	})
 }

@@ -216,7 +216,7 @@ func (s *Server) beforeCall(w http.ResponseWriter, log *slog.Logger, sw Switch) 
 		return false
 	case ModeError5xx:
 		log.Warn("psp switch: answering 502 without charging", "mode", sw.Mode)
-		web.WriteJSON(w, http.StatusBadGateway, map[string]string{"error": "payment network unavailable (psp switch error-5xx); nothing was charged or refunded"})
+		web.WriteProblem(w, nil, web.Errorf(http.StatusBadGateway, "payment network unavailable (psp switch error-5xx); nothing was charged or refunded"))
 		return false
 	}
 	return true
@@ -280,7 +280,7 @@ func writeResult(w http.ResponseWriter, created bool, v any) {
 func httpError(err error) error {
 	switch {
 	case errors.Is(err, errKeyReused):
-		return web.Errorf(http.StatusConflict, "%s", errKeyReused.Error())
+		return web.Problemf(http.StatusConflict, web.TypeKeyReused, "%s", errKeyReused.Error())
 	case errors.Is(err, errNoCharge), errors.Is(err, errNoRefund):
 		return web.Errorf(http.StatusNotFound, "%s", err.Error())
 	case errors.Is(err, errUnknownCharge), errors.Is(err, errChargeDeclined), errors.Is(err, errRefundTooLarge):
