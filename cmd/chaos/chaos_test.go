@@ -167,14 +167,25 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	}
 }
 
-// TestStackOfTheFlags: the broker over AMQP (copy-take, node-kill of a
-// retry tier's leader) is the stack's: the namespace of -exchange, the
-// machine's broker at -amqp-url, or every node of the stack's own
-// cluster in stack.json.
+// TestStackOfTheFlags: the run acts only on a stack it can name (its
+// stack.json, or URLs given), and the broker over AMQP (copy-take,
+// node-kill of a retry tier's leader) is the stack's: the namespace of
+// -exchange, the machine's broker at -amqp-url, or every node of the
+// stack's own cluster in stack.json.
 func TestStackOfTheFlags(t *testing.T) {
 	dir := t.TempDir()
-	o, err := parseFlags([]string{"-run-dir", dir, "-exchange", "t-abc.saga.events", "-amqp-url", "amqp://u:p@10.0.0.1:5672/"},
-		func(string) string { return "" }, io.Discard)
+	noEnv := func(string) string { return "" }
+	o, err := parseFlags([]string{"-run-dir", dir}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No stack.json, no URL: whatever answers on scripts/up.sh's ports may
+	// be another checkout's stack, which the faults must not touch.
+	if _, _, err := o.stack(context.Background(), false); err == nil || !strings.Contains(err.Error(), "no stack of this checkout") {
+		t.Errorf("no stack.json and no URL: %v, want a refusal", err)
+	}
+	o, err = parseFlags([]string{"-run-dir", dir, "-order-url", "http://127.0.0.1:1", "-exchange", "t-abc.saga.events",
+		"-amqp-url", "amqp://u:p@10.0.0.1:5672/"}, noEnv, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +201,7 @@ func TestStackOfTheFlags(t *testing.T) {
 	if err := stack.Write(dir, f); err != nil {
 		t.Fatal(err)
 	}
-	o, _ = parseFlags([]string{"-run-dir", dir}, func(string) string { return "" }, io.Discard)
+	o, _ = parseFlags([]string{"-run-dir", dir}, noEnv, io.Discard)
 	if st, _, err = o.stack(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}

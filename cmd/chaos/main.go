@@ -67,7 +67,8 @@ Exit status: 0 every check holds, 1 violations, 2 the run could not be done.
 The stack's topology comes from -run-dir's stack.json (scripts/up.sh writes
 it): every instance of each service (-n 2) and the nodes of a local cluster
 (--rabbit-cluster 3). The -*-url flags, when given, name the first instances
-instead.
+instead; without stack.json the run needs them (the services on the
+default ports may be another checkout's, and the faults are destructive).
 
 Fault kinds (-faults): kill (SIGKILL an instance; its supervisor restarts it),
 stop (SIGSTOP, SIGCONT after 1-3 s), broker-close (the broker closes the
@@ -199,6 +200,12 @@ func (o *options) topology(st *chaos.Stack) error {
 	sf := chaos.StackFile{Dir: o.runDir}
 	st.Processes = sf
 	f, ferr := sf.Read()
+	if ferr != nil && len(o.urls) == 0 {
+		// Nothing says whose services answer on scripts/up.sh's ports: on
+		// a shared machine they may be another checkout's, and the faults
+		// kill, lock and cut.
+		return fmt.Errorf("%w: no stack of this checkout to run against; start one with scripts/up.sh -d, or name one with -order-url, -inventory-url, -payment-url and -psp-url", ferr)
+	}
 	if ferr == nil {
 		urls, err := sf.URLs()
 		if err != nil {
