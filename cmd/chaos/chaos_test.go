@@ -32,7 +32,9 @@ import (
 //
 // CHAOS_SEED replays a seed; CHAOS_DURATION, CHAOS_RATE,
 // CHAOS_FAULT_EVERY and CHAOS_FAULTS (a -faults list: "all" adds the
-// outage) make it the long run of docs/chaos.md:
+// outage) make it the long run of docs/chaos.md, and CHAOS_INSTANCES and
+// CHAOS_NODES the cluster mode of scripts/up.sh -n 2 --rabbit-cluster 3 on
+// the harness's own ports, databases and nodes ("all" then adds node-kill):
 //
 //	CHAOS_DURATION=90s CHAOS_RATE=40 CHAOS_FAULT_EVERY=6s go test -run TestChaosRun -v -timeout 30m ./cmd/chaos
 func TestChaosRun(t *testing.T) {
@@ -40,10 +42,11 @@ func TestChaosRun(t *testing.T) {
 		t.Skip("integration test: runs the whole stack under faults (run without -short)")
 	}
 	seed := uint64(envNumber(t, "CHAOS_SEED", 11))
+	nodes := int(envNumber(t, "CHAOS_NODES", 1))
 	kinds := chaos.FaultKinds
 	if v := os.Getenv("CHAOS_FAULTS"); v != "" {
 		var err error
-		if kinds, err = chaos.ParseFaultKinds(v, false); err != nil {
+		if kinds, err = chaos.ParseFaultKinds(v, nodes > 1); err != nil {
 			t.Fatalf("CHAOS_FAULTS: %v", err)
 		}
 	}
@@ -56,7 +59,13 @@ func TestChaosRun(t *testing.T) {
 		RestTimeout: 90 * time.Second,
 		Progress:    testWriter{t},
 	}
-	st := chaostest.Start(t, chaostest.Options{Nodes: []*rabbitnode.Node{rabbitnodetest.Start(t, "chaostest")}})
+	var broker []*rabbitnode.Node
+	if nodes > 1 {
+		broker = rabbitnodetest.Cluster(t, "chaoscl", nodes)
+	} else {
+		broker = []*rabbitnode.Node{rabbitnodetest.Start(t, "chaostest")}
+	}
+	st := chaostest.Start(t, chaostest.Options{Nodes: broker, Instances: int(envNumber(t, "CHAOS_INSTANCES", 1))})
 	logs := st.Logs
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Load.Duration+10*time.Minute)
 	defer cancel()
