@@ -329,3 +329,21 @@ func (b ClusterBroker) RetryLeader(ctx context.Context, queue string) (node, tie
 	}
 	return "", "", 0, fmt.Errorf("no running node listed the queues: %w", errors.Join(errs...))
 }
+
+// QueueTotals implements Cluster, as the first running node lists them.
+func (b ClusterBroker) QueueTotals(ctx context.Context) (map[string]int, error) {
+	var errs []error
+	for _, n := range b.running() {
+		qs, err := n.QuorumQueues(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out := map[string]int{}
+		for _, q := range qs {
+			out[q.Name] = int(q.Messages)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("no running node listed the queues: %w", errors.Join(errs...))
+}

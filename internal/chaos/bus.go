@@ -343,11 +343,10 @@ func (b *Bus) Drain(ctx context.Context, queue string) ([]amqp.Delivery, error) 
 	return out, nil
 }
 
-// Backlog is what waits on the broker for the stack's consumers: ready
-// messages in each consumer's queue, its dead queue and its retry tiers
-// (up to the one of a minute, the longest wait of inbox.Config's
-// backoff), by queue; queues that hold none are left out.
-func (b *Bus) Backlog(ctx context.Context) (map[string]int, error) {
+// consumerQueues are the queues of the stack's consumers: each one's
+// queue, its dead queue and its retry tiers (up to the one of a minute,
+// the longest wait of inbox.Config's backoff).
+func (b *Bus) consumerQueues() []string {
 	var names []string
 	for _, c := range Consumers {
 		q := b.Queue(c.Queue)
@@ -356,6 +355,14 @@ func (b *Bus) Backlog(ctx context.Context) (map[string]int, error) {
 			names = append(names, rabbit.RetryQueue(q, tier))
 		}
 	}
+	return names
+}
+
+// Backlog is what waits on the broker for the stack's consumers: the ready
+// messages of each of their queues (consumerQueues); queues that hold none
+// are left out.
+func (b *Bus) Backlog(ctx context.Context) (map[string]int, error) {
+	names := b.consumerQueues()
 	out := map[string]int{}
 	var ch *amqp.Channel
 	defer func() {

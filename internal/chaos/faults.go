@@ -116,6 +116,9 @@ type Cluster interface {
 	// retries with at least a second left to wait (tier 2 and up), and
 	// the node leading it; n is 0 when no such tier holds one.
 	RetryLeader(ctx context.Context, queue string) (node, tier string, n int, err error)
+	// QueueTotals is every message each quorum queue holds, by name:
+	// ready, unacked, and dead-lettered not yet forwarded.
+	QueueTotals(ctx context.Context) (map[string]int, error)
 }
 
 // Database is what the run may do to the database server.

@@ -269,6 +269,9 @@ func (r *runner) read(ctx context.Context) error {
 	snap.Rest = r.snap.Rest
 	snap.Faults = r.rep.Faults
 	snap.Processes = r.obs.processes()
+	if snap.Broker, err = r.held(ctx); err != nil {
+		return fmt.Errorf("what the broker holds at rest: %w", err)
+	}
 	r.snap = snap
 	r.rep.Duplicates = r.obs.duplicates()
 	if foreign > 0 {
@@ -447,4 +450,30 @@ func newTag() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return strconv.FormatUint(uint64(b[0])<<24|uint64(b[1])<<16|uint64(b[2])<<8|uint64(b[3]), 36)
+}
+
+// held is what the broker holds at rest for the consumers (Bus.Backlog),
+// and on a cluster of the stack's own every message its quorum queues
+// hold, which a passive declare does not show: a message a retry tier has
+// dead-lettered stays in it, neither ready nor unacked, until its target
+// confirms it.
+func (r *runner) held(ctx context.Context) (map[string]int, error) {
+	if r.st.Bus == nil {
+		return nil, nil
+	}
+	c, ok := r.st.Broker.(Cluster)
+	if !ok {
+		return r.st.Bus.Backlog(ctx)
+	}
+	totals, err := c.QueueTotals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, q := range r.st.Bus.consumerQueues() {
+		if n := totals[q]; n > 0 {
+			out[q] = n
+		}
+	}
+	return out, nil
 }

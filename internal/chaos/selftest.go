@@ -247,6 +247,9 @@ func Plants() []Plant {
 		{CheckLeftovers, "refund-pending", "a refund still pending", func(s *Snapshot) {
 			order(s, "6", func(o *Order) { o.RefundStatus = "pending" })
 		}},
+		{CheckLeftovers, "broker", "a retry stranded in its tier", func(s *Snapshot) {
+			s.Broker = map[string]int{"inventory.order-events.delay.0": 12}
+		}},
 		{CheckLeftovers, "rest", "the system never came to rest", func(s *Snapshot) {
 			s.Rest = Rest{After: 2 * time.Minute, Waiting: "1 orders to finish"}
 		}},
