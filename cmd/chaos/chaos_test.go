@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -17,17 +18,23 @@ import (
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/internal/stack"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 )
 
 // TestChaosRun is the chaos run in the suite: a private RabbitMQ node, the
 // three services as real child processes (each restarted when it dies, as
 // cmd/stack does; internal/chaos/chaostest) on fresh databases, 20 s of
-// mixed load at 10 orders/s with every fault kind, then the consistency
-// report.
+// mixed load at 10 orders/s with every fault kind that takes seconds
+// (chaos.FaultKinds; the database outage takes minutes and is a command of
+// docs/chaos.md), then the consistency report, and the self-test's live
+// read on the same stack: a wrong row planted, read and caught.
 //
-// CHAOS_SEED replays a seed; CHAOS_DURATION, CHAOS_RATE and
-// CHAOS_FAULT_EVERY make it the long run of docs/chaos.md:
+// CHAOS_SEED replays a seed; CHAOS_DURATION, CHAOS_RATE,
+// CHAOS_FAULT_EVERY and CHAOS_FAULTS (a -faults list: "all" adds the
+// outage) make it the long run of docs/chaos.md, and CHAOS_INSTANCES and
+// CHAOS_NODES the cluster mode of scripts/up.sh -n 2 --rabbit-cluster 3 on
+// the harness's own ports, databases and nodes ("all" then adds node-kill):
 //
 //	CHAOS_DURATION=90s CHAOS_RATE=40 CHAOS_FAULT_EVERY=6s go test -run TestChaosRun -v -timeout 30m ./cmd/chaos
 func TestChaosRun(t *testing.T) {
@@ -35,16 +42,30 @@ func TestChaosRun(t *testing.T) {
 		t.Skip("integration test: runs the whole stack under faults (run without -short)")
 	}
 	seed := uint64(envNumber(t, "CHAOS_SEED", 11))
+	nodes := int(envNumber(t, "CHAOS_NODES", 1))
+	kinds := chaos.FaultKinds
+	if v := os.Getenv("CHAOS_FAULTS"); v != "" {
+		var err error
+		if kinds, err = chaos.ParseFaultKinds(v, nodes > 1); err != nil {
+			t.Fatalf("CHAOS_FAULTS: %v", err)
+		}
+	}
 	cfg := chaos.Config{
 		Seed: seed,
 		Load: chaos.Load{Rate: envNumber(t, "CHAOS_RATE", 10), Duration: envDuration(t, "CHAOS_DURATION", 20*time.Second),
 			WaveSize: 6, WaveSupply: 2},
-		Faults:      chaos.FaultSchedule{Kinds: chaos.FaultKinds, Every: envDuration(t, "CHAOS_FAULT_EVERY", 2500*time.Millisecond)},
+		Faults:      chaos.FaultSchedule{Kinds: kinds, Every: envDuration(t, "CHAOS_FAULT_EVERY", 2200*time.Millisecond)},
 		Quiet:       3 * time.Second,
 		RestTimeout: 90 * time.Second,
 		Progress:    testWriter{t},
 	}
-	st := chaostest.Start(t, chaostest.Options{Nodes: []*rabbitnode.Node{rabbitnodetest.Start(t, "chaostest")}})
+	var broker []*rabbitnode.Node
+	if nodes > 1 {
+		broker = rabbitnodetest.Cluster(t, "chaoscl", nodes)
+	} else {
+		broker = []*rabbitnode.Node{rabbitnodetest.Start(t, "chaostest")}
+	}
+	st := chaostest.Start(t, chaostest.Options{Nodes: broker, Instances: int(envNumber(t, "CHAOS_INSTANCES", 1))})
 	logs := st.Logs
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Load.Duration+10*time.Minute)
 	defer cancel()
@@ -58,7 +79,7 @@ func TestChaosRun(t *testing.T) {
 
 	// The run did what it says: every fault kind was injected, every kind
 	// of request was sent and accepted.
-	for _, k := range chaos.FaultKinds {
+	for _, k := range kinds {
 		if rep.FaultsByKind[k] == 0 {
 			t.Errorf("no %s fault was injected", k)
 		}
@@ -84,6 +105,19 @@ func TestChaosRun(t *testing.T) {
 	for _, v := range rep.Violations {
 		t.Errorf("violation (seed %d): %s", seed, v)
 	}
+	// The live read catches a wrong row in the stack's tables, and only
+	// while it is there.
+	p, err := chaos.PlantLive(ctx, rep)
+	if err != nil {
+		t.Errorf("live plant: %v", err)
+	} else {
+		var b bytes.Buffer
+		chaos.PrintLivePlant(&b, p)
+		t.Logf("%s", b.String())
+		if !p.Caught() {
+			t.Errorf("the live read did not catch the plant: %+v", p)
+		}
+	}
 	if t.Failed() {
 		t.Logf("service logs:\n%s", logs(40, ""))
 	}
@@ -94,7 +128,8 @@ func TestChaosRun(t *testing.T) {
 // broker, where broker-close must close only this stack's connections,
 // db-kill finds the sessions by schema, and the JSON report comes out on
 // stdout. kill and stop need scripts/up.sh's pid files, db-lock and
-// broker-restart are covered by TestChaosRun.
+// broker-restart are covered by TestChaosRun, and so is copy-take (the
+// broker over AMQP that it needs is TestStackOfTheFlags's).
 func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: runs a stack (run without -short)")
@@ -138,6 +173,52 @@ func TestCommandAgainstAStackOnTheSharedBroker(t *testing.T) {
 	}
 	for _, v := range rep.Violations {
 		t.Errorf("violation: %s", v)
+	}
+}
+
+// TestStackOfTheFlags: the run acts only on a stack it can name (its
+// stack.json, or URLs given), and the broker over AMQP (copy-take,
+// node-kill of a retry tier's leader) is the stack's: the namespace of
+// -exchange, the machine's broker at -amqp-url, or every node of the
+// stack's own cluster in stack.json.
+func TestStackOfTheFlags(t *testing.T) {
+	dir := t.TempDir()
+	noEnv := func(string) string { return "" }
+	o, err := parseFlags([]string{"-run-dir", dir}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No stack.json, no URL: whatever answers on scripts/up.sh's ports may
+	// be another checkout's stack, which the faults must not touch.
+	if _, _, err := o.stack(context.Background(), false); err == nil || !strings.Contains(err.Error(), "no stack of this checkout") {
+		t.Errorf("no stack.json and no URL: %v, want a refusal", err)
+	}
+	o, err = parseFlags([]string{"-run-dir", dir, "-order-url", "http://127.0.0.1:1", "-exchange", "t-abc.saga.events",
+		"-amqp-url", "amqp://u:p@10.0.0.1:5672/"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, closeStack, err := o.stack(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStack()
+	if st.Bus.NS != "t-abc." || st.Bus.Queue("payment.psp-commands") != "t-abc.payment.psp-commands" || st.Bus.URLs != "amqp://u:p@10.0.0.1:5672/" {
+		t.Errorf("bus %q %q, want the namespace t-abc. and the broker of -amqp-url", st.Bus.NS, st.Bus.URLs)
+	}
+	f := stack.File{Nodes: []stack.Node{{Name: "ordersaga-1@localhost", Port: 5701}, {Name: "ordersaga-2@localhost", Port: 5702}}}
+	if err := stack.Write(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	o, _ = parseFlags([]string{"-run-dir", dir}, noEnv, io.Discard)
+	if st, _, err = o.stack(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	if want := "amqp://guest:guest@127.0.0.1:5701/,amqp://guest:guest@127.0.0.1:5702/"; st.Bus.URLs != want || st.Bus.NS != "" {
+		t.Errorf("bus of a cluster: %q %q, want %q and no namespace", st.Bus.URLs, st.Bus.NS, want)
+	}
+	if _, ok := st.Broker.(chaos.Cluster); !ok {
+		t.Errorf("broker %T, want the stack's cluster", st.Broker)
 	}
 }
 

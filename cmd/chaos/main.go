@@ -8,7 +8,7 @@
 //	go run ./cmd/chaos                                   60 s at 20 orders/s, the default faults
 //	go run ./cmd/chaos -duration 90s -rate 40 -seed 7    the long run
 //	go run ./cmd/chaos -faults kill,db-lock -json        two kinds, JSON report
-//	go run ./cmd/chaos -selftest                         plant one violation per rule, show each is caught
+//	go run ./cmd/chaos -selftest                         plant one violation per rule, and one into the live read
 //
 // See docs/chaos.md.
 package main
@@ -22,9 +22,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +35,7 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/chaos"
 	"github.com/relmsg/ordersaga/internal/stack"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
 func main() {
@@ -64,7 +67,8 @@ Exit status: 0 every check holds, 1 violations, 2 the run could not be done.
 The stack's topology comes from -run-dir's stack.json (scripts/up.sh writes
 it): every instance of each service (-n 2) and the nodes of a local cluster
 (--rabbit-cluster 3). The -*-url flags, when given, name the first instances
-instead.
+instead; without stack.json the run needs them (the services on the
+default ports may be another checkout's, and the faults are destructive).
 
 Fault kinds (-faults): kill (SIGKILL an instance; its supervisor restarts it),
 stop (SIGSTOP, SIGCONT after 1-3 s), broker-close (the broker closes the
@@ -72,11 +76,17 @@ stack's connections), broker-restart (the broker application, of one node of
 a cluster, stops for 1-3 s), db-kill (KILL a service's database sessions),
 db-lock (FLUSH TABLES WITH READ LOCK for 1-2 s: every database on the server
 waits; -db-lock-scope schemas locks only the stack's tables), psp (the fake
-PSP loses answers, fails or is slow for 1-3 calls), node-kill (SIGKILL of
-the cluster node leading the busiest quorum queue; the supervisor starts it
-again: a stack with a cluster only). "default" is kill, stop, broker-close,
-db-kill, db-lock and psp, plus broker-restart and node-kill when the stack
-has its own cluster; "all" is every kind the stack can take.
+PSP loses answers, fails or is slow for 1-3 calls), copy-take (at every
+consumer, a delivery and its copy in one take: failpoints and the broker
+over AMQP), db-outage (the payment service's database account locked until
+deliveries exceed their retry budget, 30-100 s; once per run: the
+services need database users of their own, as scripts/up.sh gives them),
+node-kill (SIGKILL of a cluster node, in turn the one leading a retry tier
+with a retry waiting and the one leading the busiest queue; the supervisor
+starts it again: a stack with a cluster only). "default" is kill, stop,
+broker-close, db-kill, db-lock, psp, copy-take and db-outage, plus
+broker-restart and node-kill when the stack has its own cluster; "all" is
+every kind the stack can take.
 
 broker-restart is refused against the machine's shared broker
 (127.0.0.1:5672), which other programs use: pass
@@ -144,7 +154,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.amqpURL, "amqp-url", env("LAB_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "the broker, to see it back after a restart (env LAB_AMQP_URL)")
 	fs.BoolVar(&o.allowRest, "allow-system-broker-restart", false, "allow broker-restart on the shared system broker")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the report as JSON")
-	fs.BoolVar(&o.selftest, "selftest", false, "plant one violation of each rule into a sample snapshot and show that each is caught")
+	fs.BoolVar(&o.selftest, "selftest", false, "plant one violation of each rule into a sample snapshot and show that each is caught, then one into the live read of the stack")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -175,7 +185,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 // own.
 func faultKinds(flag string, cluster bool) ([]chaos.FaultKind, error) {
 	if strings.TrimSpace(flag) == "default" {
-		flag = "kill,stop,broker-close,db-kill,db-lock,psp"
+		flag = "kill,stop,broker-close,db-kill,db-lock,psp,copy-take,db-outage"
 		if cluster {
 			flag += ",broker-restart,node-kill"
 		}
@@ -190,6 +200,12 @@ func (o *options) topology(st *chaos.Stack) error {
 	sf := chaos.StackFile{Dir: o.runDir}
 	st.Processes = sf
 	f, ferr := sf.Read()
+	if ferr != nil && len(o.urls) == 0 {
+		// Nothing says whose services answer on scripts/up.sh's ports: on
+		// a shared machine they may be another checkout's, and the faults
+		// kill, lock and cut.
+		return fmt.Errorf("%w: no stack of this checkout to run against; start one with scripts/up.sh -d, or name one with -order-url, -inventory-url, -payment-url and -psp-url", ferr)
+	}
 	if ferr == nil {
 		urls, err := sf.URLs()
 		if err != nil {
@@ -209,8 +225,14 @@ func (o *options) topology(st *chaos.Stack) error {
 	}
 	st.URLs = o.urls
 	cluster := ferr == nil && len(f.Nodes) > 0
+	st.Bus = &chaos.Bus{URLs: o.amqpURL, NS: rabbit.Namespace(strings.TrimSuffix(o.exchange, rabbit.Namespace("").Exchange()))}
 	if cluster {
 		st.Broker = chaos.StackClusterBroker(f.Nodes)
+		var hosts []string
+		for _, n := range f.Nodes {
+			hosts = append(hosts, "127.0.0.1:"+strconv.Itoa(n.Port))
+		}
+		st.Bus.URLs = stack.AMQPURLs(url.UserPassword("guest", "guest"), hosts)
 	} else {
 		st.Broker = chaos.SystemBroker{Exchange: o.exchange, URL: o.amqpURL, AllowRestart: o.allowRest}
 	}
@@ -231,40 +253,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if o.selftest {
-		clean, results, ok := chaos.SelfTest()
-		chaos.PrintSelfTest(stdout, clean, results, ok)
-		if !ok {
-			return errViolations
-		}
-		return nil
+		return selftest(ctx, o, stdout, stderr)
 	}
-	st := chaos.Stack{AdminToken: o.token}
-	if err := o.topology(&st); err != nil {
+	st, closeStack, err := o.stack(ctx, false)
+	if err != nil {
 		return err
 	}
-	if needsDB(o.cfg.Faults.Kinds) {
-		db, err := sql.Open("mysql", o.rootDSN)
-		if err != nil {
-			return fmt.Errorf("-mysql-root-dsn: %w", err)
-		}
-		defer db.Close()
-		if err := db.PingContext(ctx); err != nil {
-			return fmt.Errorf("database root connection (needed by db-kill and db-lock): %w", err)
-		}
-		sessions, err := sessionsOf(o.schemas, o.users)
-		if err != nil {
-			return err
-		}
-		m := &chaos.MySQL{Root: db, Sessions: sessions}
-		if o.lockScope == "schemas" {
-			for _, svc := range chaos.Services {
-				if s := sessions[svc].Schema; s != "" {
-					m.LockSchemas = append(m.LockSchemas, s)
-				}
-			}
-		}
-		st.Database = m
-	}
+	defer closeStack()
 	o.cfg.Progress = stderr
 	rep, err := chaos.Run(ctx, o.cfg, st)
 	if err != nil {
@@ -285,8 +280,83 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return nil
 }
 
+// stack is the stack of the flags and stack.json, with the database's root
+// connection when withDB or a fault kind needs it; closeStack lets go of
+// its connections.
+func (o *options) stack(ctx context.Context, withDB bool) (st chaos.Stack, closeStack func(), err error) {
+	st = chaos.Stack{AdminToken: o.token}
+	if err := o.topology(&st); err != nil {
+		return st, nil, err
+	}
+	closers := []func(){st.Bus.Close}
+	closeStack = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	if !withDB && !needsDB(o.cfg.Faults.Kinds) {
+		return st, closeStack, nil
+	}
+	db, err := sql.Open("mysql", o.rootDSN)
+	if err != nil {
+		return st, closeStack, fmt.Errorf("-mysql-root-dsn: %w", err)
+	}
+	closers = append(closers, func() { db.Close() })
+	if err := db.PingContext(ctx); err != nil {
+		return st, closeStack, fmt.Errorf("database root connection (needed by db-kill, db-lock, db-outage and the self-test's live read): %w", err)
+	}
+	sessions, err := sessionsOf(o.schemas, o.users)
+	if err != nil {
+		return st, closeStack, err
+	}
+	m := &chaos.MySQL{Root: db, Sessions: sessions}
+	if o.lockScope == "schemas" {
+		for _, svc := range chaos.Services {
+			if s := sessions[svc].Schema; s != "" {
+				m.LockSchemas = append(m.LockSchemas, s)
+			}
+		}
+	}
+	st.Database = m
+	return st, closeStack, nil
+}
+
+// selftest plants one violation of each rule into a sample snapshot, then
+// one into the live read of the stack: a short run without faults, a
+// wrong row written into the inventory's table, read and caught, put back.
+func selftest(ctx context.Context, o options, stdout, stderr io.Writer) error {
+	clean, results, ok := chaos.SelfTest()
+	chaos.PrintSelfTest(stdout, clean, results, ok)
+	st, closeStack, err := o.stack(ctx, true)
+	if err == nil {
+		defer closeStack()
+		short := chaos.Config{Seed: o.cfg.Seed, Load: chaos.Load{Rate: 3, Duration: 3 * time.Second, WaveSize: 2, WaveSupply: 1},
+			Quiet: 2 * time.Second, RestTimeout: time.Minute, Progress: stderr}
+		var rep *chaos.Report
+		if rep, err = chaos.Run(ctx, short, st); err == nil && !rep.Passed() {
+			err = fmt.Errorf("the short run before the plant is not clean: %v", rep.Violations)
+		}
+		var p *chaos.LivePlant
+		if err == nil {
+			p, err = chaos.PlantLive(ctx, rep)
+		}
+		if p != nil {
+			chaos.PrintLivePlant(stdout, p)
+			ok = ok && p.Caught()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(stdout, "\nlive read: not carried out: %v\n(the synthetic part above needs nothing; the live part needs the stack: scripts/up.sh -d)\n", err)
+		return fmt.Errorf("selftest: the live read: %w", err)
+	}
+	if !ok {
+		return errViolations
+	}
+	return nil
+}
+
 func needsDB(kinds []chaos.FaultKind) bool {
-	return slices.Contains(kinds, chaos.FaultDBKill) || slices.Contains(kinds, chaos.FaultDBLock)
+	return slices.Contains(kinds, chaos.FaultDBKill) || slices.Contains(kinds, chaos.FaultDBLock) || slices.Contains(kinds, chaos.FaultDBOutage)
 }
 
 // sessionsOf reads "order=order_service,..." lists into each service's

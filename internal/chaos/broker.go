@@ -207,7 +207,7 @@ func (b ClusterBroker) StartApp(ctx context.Context, node string) error {
 }
 
 // KillNode implements Cluster.
-func (b ClusterBroker) KillNode(ctx context.Context, node string) (string, error) {
+func (b ClusterBroker) KillNode(ctx context.Context, node string, killed func()) (string, error) {
 	why := ""
 	if node == "leader" || strings.HasPrefix(node, "leader:") {
 		name, queue, err := b.leaderOf(ctx, strings.TrimPrefix(strings.TrimPrefix(node, "leader"), ":"))
@@ -228,6 +228,9 @@ func (b ClusterBroker) KillNode(ctx context.Context, node string) (string, error
 		return "", fmt.Errorf("SIGKILL node %s (pid %d): %w", n.Name(), pid, err)
 	}
 	detail := fmt.Sprintf("SIGKILL node %s%s, pid %d", n.Name(), why, pid)
+	if killed != nil {
+		killed()
+	}
 	if !b.Supervised {
 		for n.Alive() { // the VM's exit takes a moment
 			time.Sleep(20 * time.Millisecond)
@@ -256,11 +259,15 @@ func (b ClusterBroker) KillNode(ctx context.Context, node string) (string, error
 	}
 }
 
-// leaderOf finds the node leading queue, or ("") the busiest quorum
-// queue: the one with the most messages waiting, else the most consumers
-// (a queue the saga runs through, not a dead-letter queue), else the first
-// by name. Killing that node makes the queue elect a new leader while work
-// goes through it.
+// leaderOf finds the node leading queue, or ("") the busiest consumer
+// queue: the one with the most messages waiting, else the most consumers,
+// else the first by name. Retry tiers (<queue>.delay.<n>) and dead queues
+// (<queue>.dead) are left out on purpose, and so are the run's own capture
+// queues: a tier also holds messages, and
+// would often be the busiest, but killing its leader is the retry kind of
+// node-kill (RetryLeader), which makes sure a retry is waiting there.
+// Killing the node leading a consumer queue makes it elect a new leader
+// while work goes through it.
 func (b ClusterBroker) leaderOf(ctx context.Context, queue string) (node, name string, err error) {
 	var errs []error
 	for _, n := range b.running() {
@@ -270,7 +277,11 @@ func (b ClusterBroker) leaderOf(ctx context.Context, queue string) (node, name s
 			continue
 		}
 		qs = slices.DeleteFunc(qs, func(q rabbitnode.QuorumQueue) bool {
-			return q.Leader == "" || (queue != "" && q.Name != queue)
+			if queue != "" {
+				return q.Leader == "" || q.Name != queue
+			}
+			return q.Leader == "" || strings.Contains(q.Name, ".delay.") || strings.HasSuffix(q.Name, ".dead") ||
+				strings.Contains(q.Name, "chaos.capture.") // the run's own (Bus.Capture)
 		})
 		if len(qs) == 0 {
 			continue
@@ -286,4 +297,53 @@ func (b ClusterBroker) leaderOf(ctx context.Context, queue string) (node, name s
 		what = "quorum queue " + queue
 	}
 	return "", "", fmt.Errorf("no leader of %s found on any running node: %w", what, errors.Join(errs...))
+}
+
+// RetryLeader implements Cluster: among queue's retry tiers of two and up
+// (a second or more to wait: time to list the queues and send the
+// signal), the one holding the most retries, the longest on a tie.
+func (b ClusterBroker) RetryLeader(ctx context.Context, queue string) (node, tier string, n int, err error) {
+	var errs []error
+	for _, nd := range b.running() {
+		qs, err := nd.QuorumQueues(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		best, bestTier := rabbitnode.QuorumQueue{}, -1
+		for _, q := range qs {
+			var k int
+			if _, err := fmt.Sscanf(strings.TrimPrefix(q.Name, queue+".delay."), "%d", &k); err != nil ||
+				!strings.HasPrefix(q.Name, queue+".delay.") || k < 2 || q.Leader == "" || q.Messages == 0 {
+				continue
+			}
+			if q.Messages > best.Messages || (q.Messages == best.Messages && k > bestTier) {
+				best, bestTier = q, k
+			}
+		}
+		if bestTier < 0 {
+			return "", "", 0, nil
+		}
+		node, _, _ = strings.Cut(best.Leader, "@")
+		return node, best.Name, int(best.Messages), nil
+	}
+	return "", "", 0, fmt.Errorf("no running node listed the queues: %w", errors.Join(errs...))
+}
+
+// QueueTotals implements Cluster, as the first running node lists them.
+func (b ClusterBroker) QueueTotals(ctx context.Context) (map[string]int, error) {
+	var errs []error
+	for _, n := range b.running() {
+		qs, err := n.QuorumQueues(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out := map[string]int{}
+		for _, q := range qs {
+			out[q.Name] = int(q.Messages)
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("no running node listed the queues: %w", errors.Join(errs...))
 }

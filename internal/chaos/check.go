@@ -42,9 +42,10 @@ var Checks = []struct{ Name, Asserts string }{
 	{CheckStock, "on hand = start + receipts - confirmed, per SKU; reserved back to its start; available never negative"},
 	{CheckPSP, "confirmed: one succeeded charge of the total; rejected: none; cancelled: none, declined or fully refunded; payment record agrees"},
 	{CheckReservation, "confirmed: committed; rejected: rejected; cancelled: released, restocked or never held; items as ordered"},
-	{CheckLeftovers, "no outbox row pending, sending or failed, no dead letter, parked event, open gap, needs_attention, pending payment or refund; rest reached"},
+	{CheckLeftovers, "no outbox row pending, sending or failed, no dead letter, parked event, open gap, needs_attention, pending payment or refund, message held on the broker; rest reached"},
 	{CheckDoubleEffect, "one history row per consumed event, one outbox event per order and type, no status regression"},
 	{CheckAnswers, "no 5xx answer, no unexpected status, every request settled by a definite answer"},
+	{CheckFaults, "every fault reached its path (copies in one take, a retry in flight, deliveries past their budget, none lost); no process exited unkilled"},
 }
 
 // Rules lists every rule Check can report, by check; the selftest plants
@@ -55,9 +56,10 @@ var Rules = map[string][]string{
 	CheckStock:        {"on-hand", "reserved", "negative", "undersold"},
 	CheckPSP:          {"charges", "amount", "not-refunded", "payment-record"},
 	CheckReservation:  {"missing", "mismatch", "items"},
-	CheckLeftovers:    {"outbox", "dead-letter", "parked", "gap", "needs-attention", "payment-pending", "refund-pending", "rest"},
+	CheckLeftovers:    {"outbox", "dead-letter", "parked", "gap", "needs-attention", "payment-pending", "refund-pending", "rest", "broker"},
 	CheckDoubleEffect: {"history-event", "outbox-event", "status-regression"},
 	CheckAnswers:      {"5xx", "unexpected", "no-answer"},
+	CheckFaults:       {"restart", "copy-take", "retry-in-flight", "give-up"},
 }
 
 // Order statuses (the order service's contract).
@@ -103,6 +105,7 @@ func Check(s Snapshot) []Violation {
 	}
 	c.stock()
 	c.leftovers()
+	c.faults()
 	slices.SortStableFunc(c.out, func(a, b Violation) int {
 		return cmp.Or(cmp.Compare(checkIndex(a.Check), checkIndex(b.Check)), cmp.Compare(a.Rule, b.Rule), compareSubjects(a.Subject, b.Subject))
 	})
@@ -565,6 +568,9 @@ func (c *checker) leftovers() {
 	}
 	if !c.s.Rest.Reached {
 		c.add(CheckLeftovers, "rest", "system", "not at rest %s after the heal; still waiting for %s", round(c.s.Rest.After), c.s.Rest.Waiting)
+	}
+	for _, q := range sortedKeys(c.s.Broker) {
+		c.add(CheckLeftovers, "broker", "queue "+q, "%d messages still held on the broker at rest (on a cluster, dead-lettered ones not yet forwarded count too)", c.s.Broker[q])
 	}
 }
 

@@ -191,3 +191,60 @@ func TestUncertainReceiptWidensOnlyItsOwnUnits(t *testing.T) {
 		}
 	}
 }
+
+// The faults check, case by case: what each new fault must have reached,
+// and the processes (the plants of the selftest cover one case a rule).
+func TestFaultsCheck(t *testing.T) {
+	tests := []struct {
+		name  string
+		plant func(*Snapshot)
+		want  string // the rule reported, "" for none
+	}{
+		{"the sample", func(*Snapshot) {}, ""},
+		{"a second kill explains a second restart", func(s *Snapshot) {
+			s.Processes["order"] = 3
+			s.Faults = append(s.Faults, FaultRecord{Fault: Fault{Kind: FaultKill, Target: "order"}})
+		}, ""},
+		{"a kill that failed explains nothing", func(s *Snapshot) {
+			fault(s, FaultKill, func(f *FaultRecord) { f.Error = "no pid" })
+		}, "restart"},
+		{"a consumer the copy-take did not reach", func(s *Snapshot) {
+			fault(s, FaultCopyTake, func(f *FaultRecord) { f.CopyTakes = f.CopyTakes[1:] })
+		}, "copy-take"},
+		{"an event not applied after its copies", func(s *Snapshot) {
+			fault(s, FaultCopyTake, func(f *FaultRecord) { f.CopyTakes[0].Applied = 0 })
+		}, "copy-take"},
+		{"a copy-take that failed", func(s *Snapshot) {
+			fault(s, FaultCopyTake, func(f *FaultRecord) { f.Error = "processes changed" })
+		}, "copy-take"},
+		{"a retry kill with no record", func(s *Snapshot) { fault(s, FaultNodeKill, func(f *FaultRecord) { f.Retry = nil }) }, "retry-in-flight"},
+		{"a busiest-queue kill needs no retry", func(s *Snapshot) {
+			fault(s, FaultNodeKill, func(f *FaultRecord) { f.Target, f.Retry = "leader", nil })
+		}, ""},
+		{"an outage no delivery outlasted", func(s *Snapshot) {
+			fault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.GaveUp = nil })
+		}, "give-up"},
+		{"a dead letter of the outage not redriven", func(s *Snapshot) {
+			fault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.DeadLetters = 1 })
+		}, "give-up"},
+		{"a delivery that gave up, then a dead letter redriven and applied", func(s *Snapshot) {
+			fault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.DeadLetters, f.Outage.Redriven = 1, 1 })
+		}, ""},
+	}
+	for _, tt := range tests {
+		s := copySnapshot(SampleSnapshot())
+		tt.plant(&s)
+		var got []string
+		for _, v := range Check(s) {
+			if v.Check == CheckFaults {
+				got = append(got, v.Rule)
+			}
+		}
+		switch {
+		case tt.want == "" && len(got) > 0:
+			t.Errorf("%s: got %v, want no faults violation", tt.name, got)
+		case tt.want != "" && !slices.Contains(got, tt.want):
+			t.Errorf("%s: got %v, want faults/%s", tt.name, got, tt.want)
+		}
+	}
+}

@@ -48,11 +48,16 @@ func (m *MySQL) KillSessions(ctx context.Context, service string) (int, error) {
 	if !ok || (s.User == "" && s.Schema == "") {
 		return 0, fmt.Errorf("no database user or schema known for %s", service)
 	}
-	const q = `SELECT ID FROM information_schema.PROCESSLIST
-WHERE ID <> CONNECTION_ID() AND ((? <> '' AND USER = ?) OR (? <> '' AND DB = ?))`
-	rows, err := m.Root.QueryContext(ctx, q, s.User, s.User, s.Schema, s.Schema)
+	return m.kill(ctx, `((? <> '' AND USER = ?) OR (? <> '' AND DB = ?))`, s.User, s.User, s.Schema, s.Schema)
+}
+
+// kill kills every session but our own that where (a condition on
+// information_schema.PROCESSLIST) selects; it returns how many.
+func (m *MySQL) kill(ctx context.Context, where string, args ...any) (int, error) {
+	q := `SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND ` + where
+	rows, err := m.Root.QueryContext(ctx, q, args...)
 	if err != nil {
-		return 0, fmt.Errorf("list %s's sessions: %w", service, err)
+		return 0, fmt.Errorf("list the sessions: %w", err)
 	}
 	var ids []int64
 	for rows.Next() {
@@ -77,7 +82,7 @@ WHERE ID <> CONNECTION_ID() AND ((? <> '' AND USER = ?) OR (? <> '' AND DB = ?))
 			killed++
 		case errors.As(err, &me) && me.Number == 1094: // unknown thread: it ended meanwhile
 		default:
-			return killed, fmt.Errorf("kill session %d of %s: %w", id, service, err)
+			return killed, fmt.Errorf("kill session %d: %w", id, err)
 		}
 	}
 	return killed, nil
@@ -172,4 +177,119 @@ ORDER BY TABLE_SCHEMA, TABLE_NAME`
 		return nil, fmt.Errorf("no tables in %s", strings.Join(schemas, ", "))
 	}
 	return out, nil
+}
+
+// LockAccount implements Database: the service's database account is
+// locked (ALTER USER ... ACCOUNT LOCK, every host it has) and its sessions
+// killed, so the service can neither go on nor connect again, as in an
+// outage; unlock unlocks it. The account is the service's own user
+// (Session.User, else the user of its sessions on its schema): root, which
+// the run itself uses, is refused.
+func (m *MySQL) LockAccount(ctx context.Context, service string) (string, func(context.Context) error, error) {
+	user, err := m.userOf(ctx, service)
+	if err != nil {
+		return "", nil, err
+	}
+	rows, err := m.Root.QueryContext(ctx, `SELECT Host FROM mysql.user WHERE User = ?`, user)
+	if err != nil {
+		return "", nil, fmt.Errorf("the hosts of %s: %w", user, err)
+	}
+	var accounts []string
+	for rows.Next() {
+		var host string
+		if err := rows.Scan(&host); err != nil {
+			rows.Close()
+			return "", nil, err
+		}
+		accounts = append(accounts, quoteString(user)+"@"+quoteString(host))
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(accounts) == 0 {
+		return "", nil, fmt.Errorf("no account of user %s found in mysql.user: %v", user, err)
+	}
+	alter := func(ctx context.Context, what string) error {
+		var errs []error
+		for _, a := range accounts {
+			if _, err := m.Root.ExecContext(ctx, "ALTER USER "+a+" ACCOUNT "+what); err != nil {
+				errs = append(errs, fmt.Errorf("ALTER USER %s ACCOUNT %s: %w", a, what, err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	unlock := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return alter(ctx, "UNLOCK")
+	}
+	if err := alter(ctx, "LOCK"); err != nil {
+		return "", nil, errors.Join(err, unlock(context.WithoutCancel(ctx)))
+	}
+	n, err := m.kill(ctx, `USER = ?`, user)
+	if err != nil {
+		return "", nil, errors.Join(err, unlock(context.WithoutCancel(ctx)))
+	}
+	return fmt.Sprintf("account %s (%d sessions killed)", strings.Join(accounts, ", "), n), unlock, nil
+}
+
+// userOf is the database user of the service: Session.User, else the one
+// its sessions on its schema use now, the run's own user (root) left out.
+func (m *MySQL) userOf(ctx context.Context, service string) (string, error) {
+	s := m.Sessions[service]
+	user := s.User
+	if user == "" && s.Schema != "" {
+		const q = `SELECT DISTINCT USER FROM information_schema.PROCESSLIST
+WHERE DB = ? AND ID <> CONNECTION_ID() AND USER <> SUBSTRING_INDEX(CURRENT_USER(), '@', 1)`
+		var users []string
+		rows, err := m.Root.QueryContext(ctx, q, s.Schema)
+		if err != nil {
+			return "", fmt.Errorf("the sessions of %s: %w", service, err)
+		}
+		for rows.Next() {
+			var u string
+			if err := rows.Scan(&u); err != nil {
+				rows.Close()
+				return "", err
+			}
+			users = append(users, u)
+		}
+		rows.Close()
+		switch len(users) {
+		case 0:
+			return "", fmt.Errorf("%s has no session on %s but as root, which the run uses itself and cannot lock: db-outage needs the service's own database user (scripts/up.sh and docker compose give each service one; -db-users names it)", service, s.Schema)
+		case 1:
+			user = users[0]
+		default:
+			return "", fmt.Errorf("%s's sessions on %s use %d users (%v): name its own with -db-users", service, s.Schema, len(users), users)
+		}
+	}
+	switch user {
+	case "":
+		return "", fmt.Errorf("no database user or schema known for %s", service)
+	case "root":
+		return "", fmt.Errorf("%s connects as root, which the run uses itself and cannot lock: db-outage needs the service's own database user (scripts/up.sh and docker compose give each service one)", service)
+	}
+	return user, nil
+}
+
+// quoteString is a MySQL string literal.
+func quoteString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + "'"
+}
+
+// SetReservationStatus implements Planter on the inventory's schema
+// (Sessions["inventory"].Schema): the self-test's wrong row.
+func (m *MySQL) SetReservationStatus(ctx context.Context, orderID, from, to string) error {
+	schema := m.Sessions["inventory"].Schema
+	if schema == "" {
+		return errors.New("the inventory's schema is not known (-db-schemas)")
+	}
+	q := `UPDATE ` + sqldb.QuoteIdent(schema) + `.reservations SET status = ? WHERE order_id = ? AND status = ?`
+	res, err := m.Root.ExecContext(ctx, q, to, orderID, from)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("reservation of order %s: %d rows from %s to %s (%v)", orderID, n, from, to, err)
+	}
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -25,27 +24,37 @@ const (
 	FaultDBKill        FaultKind = "db-kill"        // KILL every database session of a service
 	FaultDBLock        FaultKind = "db-lock"        // FLUSH TABLES ... WITH READ LOCK, held for the hold, then UNLOCK TABLES
 	FaultPSP           FaultKind = "psp"            // the fake PSP loses answers, fails or is slow for a few calls
-	FaultNodeKill      FaultKind = "node-kill"      // SIGKILL of the cluster node leading the busiest quorum queue; it is started again
+	FaultCopyTake      FaultKind = "copy-take"      // at every consumer, a delivery and its copy in one take (copytake.go)
+	FaultDBOutage      FaultKind = "db-outage"      // a service's database account locked until deliveries exceed their retry budget (outage.go)
+	FaultNodeKill      FaultKind = "node-kill"      // SIGKILL of a cluster node: the one leading a retry tier with a retry waiting, or the busiest queue's leader
 )
 
-// FaultKinds lists every kind a stack on one broker can take, in report
-// order.
-var FaultKinds = []FaultKind{FaultKill, FaultStop, FaultBrokerClose, FaultBrokerRestart, FaultDBKill, FaultDBLock, FaultPSP}
+// FaultKinds lists every kind a stack on one broker can take in seconds,
+// in report order: the chaos run of the test suite takes each of them.
+var FaultKinds = []FaultKind{FaultKill, FaultStop, FaultBrokerClose, FaultBrokerRestart, FaultDBKill, FaultDBLock, FaultPSP, FaultCopyTake}
+
+// SlowFaultKinds take a minute or more each (a database outage outlasts
+// the consumers' retry budget): in the command's runs, at most one of
+// each per run, not in the test suite's.
+var SlowFaultKinds = []FaultKind{FaultDBOutage}
 
 // ClusterFaultKinds are the kinds only a broker of several nodes that the
 // run owns can take (see Cluster).
 var ClusterFaultKinds = []FaultKind{FaultNodeKill}
 
+// AllFaultKinds lists every kind, in report order.
+func AllFaultKinds() []FaultKind { return slices.Concat(FaultKinds, SlowFaultKinds, ClusterFaultKinds) }
+
 // ParseFaultKinds reads "kill,stop,db-lock" ("all": every kind the stack
 // can take, the cluster's with a cluster; "none": no faults).
 func ParseFaultKinds(s string, cluster bool) ([]FaultKind, error) {
-	known := slices.Concat(FaultKinds, ClusterFaultKinds)
+	known := AllFaultKinds()
 	switch strings.TrimSpace(s) {
 	case "all":
 		if cluster {
 			return known, nil
 		}
-		return slices.Clone(FaultKinds), nil
+		return slices.Concat(FaultKinds, SlowFaultKinds), nil
 	case "", "none":
 		return nil, nil
 	}
@@ -67,120 +76,6 @@ var Services = []string{"order", "inventory", "payment"}
 
 // pspModes are the fake PSP's fault switches a psp fault sets.
 var pspModes = []string{"lose-response", "error-5xx", "fail-before-charge", "slow"}
-
-// FaultSchedule says which faults a run injects, how often, and on what.
-type FaultSchedule struct {
-	Kinds []FaultKind
-	Every time.Duration // one fault per Every of the load, kinds in turn
-	// Instances are the processes kill and stop take turns on ("order",
-	// "order-2", ...); the three services when empty. Run fills it from
-	// the stack.
-	Instances []string
-	// Nodes are the broker's nodes a cluster's broker-restart takes turns
-	// on; none for a broker of one node. Run fills it from the stack.
-	Nodes []string
-	// Script, when set, is the faults to inject, as they are, instead of
-	// drawn ones: a test that must hit given targets at given moments.
-	Script []Fault
-}
-
-// kinds are the kinds the schedule injects.
-func (fs FaultSchedule) kinds() []FaultKind {
-	if len(fs.Script) == 0 {
-		return fs.Kinds
-	}
-	var out []FaultKind
-	for _, f := range fs.Script {
-		if !slices.Contains(out, f.Kind) {
-			out = append(out, f.Kind)
-		}
-	}
-	return out
-}
-
-// Fault is one planned fault.
-type Fault struct {
-	At     time.Duration `json:"at_ns"` // planned start, from the start of the run
-	Kind   FaultKind     `json:"kind"`
-	Target string        `json:"target"`            // the instance, the service, the node ("leader": of the busiest queue), or the PSP's mode
-	Hold   time.Duration `json:"hold_ns,omitempty"` // stop, broker-restart, db-lock: how long it lasts
-	Count  int           `json:"count,omitempty"`   // psp: how many calls it affects
-}
-
-func (f Fault) String() string {
-	s := fmt.Sprintf("%s %s", f.Kind, f.Target)
-	if f.Hold > 0 {
-		s += " for " + round(f.Hold).String()
-	}
-	if f.Count > 0 {
-		s += fmt.Sprintf(" x%d", f.Count)
-	}
-	return strings.TrimSpace(s)
-}
-
-// draw spreads the faults over the load: one per Every, starting after a
-// short lead, each kind in turn (a fresh shuffle per round), targets and
-// holds drawn from rng. Each one starts a second before the load ends at
-// the latest; the runner may push it later (see Run).
-func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
-	if len(fs.Script) > 0 {
-		return slices.Clone(fs.Script)
-	}
-	if len(fs.Kinds) == 0 || fs.Every <= 0 {
-		return nil
-	}
-	lead := min(3*time.Second, d/10)
-	var out []Fault
-	var turn []FaultKind
-	instances := fs.Instances
-	if len(instances) == 0 {
-		instances = Services
-	}
-	svcTurn := rng.IntN(len(Services))
-	nodeTurn := 0
-	for at := lead; ; at += fs.Every {
-		if len(turn) == 0 {
-			turn = slices.Clone(fs.Kinds)
-			rng.Shuffle(len(turn), func(i, j int) { turn[i], turn[j] = turn[j], turn[i] })
-		}
-		f := Fault{Kind: turn[0], At: at + time.Duration(rng.Int64N(int64(fs.Every/4)+1))}
-		switch f.Kind {
-		case FaultKill, FaultStop:
-			f.Target = instances[svcTurn%len(instances)]
-			svcTurn++
-		case FaultDBKill:
-			f.Target = Services[svcTurn%len(Services)]
-			svcTurn++
-		case FaultBrokerRestart:
-			f.Target = "all"
-			if len(fs.Nodes) > 0 {
-				f.Target = fs.Nodes[nodeTurn%len(fs.Nodes)]
-				nodeTurn++
-			}
-		case FaultNodeKill:
-			f.Target = "leader"
-		case FaultDBLock:
-			f.Target = "all"
-		case FaultBrokerClose:
-			f.Target = "stack"
-		case FaultPSP:
-			f.Target = pspModes[rng.IntN(len(pspModes))]
-			f.Count = 1 + rng.IntN(3)
-		}
-		switch f.Kind {
-		case FaultStop, FaultBrokerRestart:
-			f.Hold = time.Duration(1000+rng.IntN(2000)) * time.Millisecond
-		case FaultDBLock:
-			f.Hold = time.Duration(1000+rng.IntN(1000)) * time.Millisecond
-		}
-		if f.At > d-time.Second {
-			break
-		}
-		turn = turn[1:]
-		out = append(out, f)
-	}
-	return out
-}
 
 // Processes finds the process of each instance, for signals: StackFile
 // reads scripts/up.sh's .run/stack.json, the test harness has its own
@@ -211,11 +106,19 @@ type Cluster interface {
 	// Nodes names the nodes.
 	Nodes() []string
 	// KillNode sends SIGKILL to a node's VM ("leader": the node leading
-	// the busiest quorum queue; "leader:<queue>": the node leading that
-	// queue) and returns once it serves again, started by the stack's
+	// the busiest consumer queue; "leader:<queue>": the node leading that
+	// queue), calls killed (if not nil) once the signal is sent, and
+	// returns once the node serves again, started by the stack's
 	// supervisor or by KillNode itself; the detail says which node, which
 	// queue, which pids.
-	KillNode(ctx context.Context, node string) (string, error)
+	KillNode(ctx context.Context, node string, killed func()) (string, error)
+	// RetryLeader finds the retry tier of queue that holds the most
+	// retries with at least a second left to wait (tier 2 and up), and
+	// the node leading it; n is 0 when no such tier holds one.
+	RetryLeader(ctx context.Context, queue string) (node, tier string, n int, err error)
+	// QueueTotals is every message each quorum queue holds, by name:
+	// ready, unacked, and dead-lettered not yet forwarded.
+	QueueTotals(ctx context.Context) (map[string]int, error)
 }
 
 // Database is what the run may do to the database server.
@@ -226,6 +129,10 @@ type Database interface {
 	// ReadLock holds a read lock on the stack's tables (or the whole
 	// server) for hold, and says what it locked.
 	ReadLock(ctx context.Context, hold time.Duration) (detail string, err error)
+	// LockAccount takes the database away from the service (its account
+	// locked, its sessions killed) until unlock is called; unlock may be
+	// called more than once.
+	LockAccount(ctx context.Context, service string) (detail string, unlock func(context.Context) error, err error)
 }
 
 // FaultRecord is a fault as it happened.
@@ -235,6 +142,10 @@ type FaultRecord struct {
 	Took    time.Duration `json:"took_ns"`         // until the fault was over (the service back, the lock released)
 	Detail  string        `json:"detail"`          // what it did: pids, sessions, connections
 	Error   string        `json:"error,omitempty"` // it could not be injected
+	// What a fault reached, which the checks read (faults rules):
+	CopyTakes []CopyTake     `json:"copy_takes,omitempty"` // copy-take: each consumer's copies
+	Retry     *RetryInFlight `json:"retry,omitempty"`      // node-kill of a retry tier's leader: the retries waiting there
+	Outage    *Outage        `json:"outage,omitempty"`     // db-outage: the deliveries that reached their give-up
 }
 
 // injector carries out faults against a stack.
@@ -248,10 +159,33 @@ type injector struct {
 	// their supply only outside it.
 	zone *sync.Mutex
 
-	mu      sync.Mutex
-	stopped map[int]bool // pids we SIGSTOPped and not yet continued
-	locked  string       // the node whose broker app is stopped ("" none)
-	psp     bool         // the PSP's switch was set
+	bus     *Bus        // the broker over AMQP (copy-take, node-kill of a retry tier)
+	copier  *copyTaker  // copy-take
+	orders  orderLister // db-outage: the run's orders, whose journals it reads
+	traffic trafficFunc // extra requests while a fault waits for deliveries
+
+	mu       sync.Mutex
+	stopped  map[int]bool                  // pids we SIGSTOPped and not yet continued
+	locked   string                        // the node whose broker app is stopped ("" none)
+	psp      bool                          // the PSP's switch was set
+	armed    map[[2]string]bool            // (service, failpoint) armed by a fault, for the heal to disarm
+	accounts []func(context.Context) error // unlocks of database accounts a fault locked
+}
+
+// trafficFunc sends extra requests of the run until stop is called
+// (loader.traffic): a fault that needs deliveries to act on has them even
+// once the load is over.
+type trafficFunc func(ctx context.Context) (stop func())
+
+// noteArmed records a failpoint armed on svc's instances: the heal
+// disarms it whatever happened to the fault.
+func (in *injector) noteArmed(svc, point string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.armed == nil {
+		in.armed = map[[2]string]bool{}
+	}
+	in.armed[[2]string{svc, point}] = true
 }
 
 // run injects the planned faults in order, each at its time or as soon as
@@ -272,15 +206,20 @@ func (in *injector) run(ctx context.Context, faults []Fault) []FaultRecord {
 		if ctx.Err() != nil {
 			return out
 		}
-		in.zone.Lock()
+		zoned := quietZone(f)
+		if zoned {
+			in.zone.Lock()
+		}
 		rec := FaultRecord{Fault: f, Started: time.Since(in.start)}
 		began := time.Now()
-		detail, err := in.inject(ctx, f)
-		rec.Took, rec.Detail = time.Since(began), detail
+		err := in.inject(ctx, &rec)
+		rec.Took = time.Since(began)
 		if notReady != nil {
 			rec.Detail += " (injected on a stack " + notReady.Error() + ")"
 		}
-		in.zone.Unlock()
+		if zoned {
+			in.zone.Unlock()
+		}
 		if err != nil {
 			rec.Error = err.Error()
 		}
@@ -289,7 +228,47 @@ func (in *injector) run(ctx context.Context, faults []Fault) []FaultRecord {
 	return out
 }
 
-func (in *injector) inject(ctx context.Context, f Fault) (string, error) {
+// quietZone reports whether the scarce waves (and the load, which waits
+// for them) wait for f to end before they book their supply: every fault
+// that can leave the inventory's answer to a receipt unknown, so not a
+// copy-take (it holds consumers, not the HTTP answers) nor an outage of
+// the payment service's database.
+func quietZone(f Fault) bool {
+	return f.Kind != FaultCopyTake && !(f.Kind == FaultDBOutage && f.Target == "payment")
+}
+
+// inject carries out rec's fault and fills in what it did.
+func (in *injector) inject(ctx context.Context, rec *FaultRecord) error {
+	f := rec.Fault
+	switch f.Kind {
+	case FaultCopyTake:
+		if in.copier == nil {
+			return errors.New("copy-take needs the stack's broker over AMQP")
+		}
+		takes, err := in.copier.run(ctx)
+		rec.CopyTakes, rec.Detail = takes, describeCopyTakes(takes)
+		if err == nil {
+			rec.Detail += "; every process the same"
+		}
+		return err
+	case FaultDBOutage:
+		out, err := in.dbOutage(ctx, f.Target, f.Hold)
+		rec.Outage, rec.Detail = out, out.String()
+		return err
+	case FaultNodeKill:
+		if strings.HasPrefix(f.Target, "retry:") {
+			r, detail, err := in.killRetryLeader(ctx, strings.TrimPrefix(f.Target, "retry:"))
+			rec.Retry, rec.Detail = r, detail
+			return err
+		}
+	}
+	var err error
+	rec.Detail, err = in.injectPlain(ctx, f)
+	return err
+}
+
+// injectPlain carries out the faults whose record is their detail.
+func (in *injector) injectPlain(ctx context.Context, f Fault) (string, error) {
 	switch f.Kind {
 	case FaultKill:
 		return in.kill(ctx, f.Target)
@@ -305,7 +284,7 @@ func (in *injector) inject(ctx context.Context, f Fault) (string, error) {
 		if !ok {
 			return "", errors.New("node-kill needs a broker of several nodes that the run owns")
 		}
-		return c.KillNode(ctx, f.Target)
+		return c.KillNode(ctx, f.Target, nil)
 	case FaultDBKill:
 		n, err := in.db.KillSessions(ctx, f.Target)
 		return fmt.Sprintf("%d sessions killed", n), err
@@ -414,6 +393,16 @@ func (in *injector) heal(ctx context.Context) error {
 	in.mu.Unlock()
 	for _, pid := range pids {
 		errs = append(errs, in.cont(pid))
+	}
+	in.mu.Lock()
+	armed, accounts := in.armed, in.accounts
+	in.armed, in.accounts = nil, nil
+	in.mu.Unlock()
+	for _, unlock := range accounts {
+		errs = append(errs, unlock(ctx))
+	}
+	for sp := range armed {
+		errs = append(errs, in.obs.disarm(ctx, sp[0], sp[1]))
 	}
 	if locked != "" {
 		errs = append(errs, in.broker.StartApp(ctx, locked))

@@ -27,8 +27,10 @@ type loader struct {
 	// settle is when retries of unknown answers give up.
 	settle time.Time
 
-	mu   sync.Mutex
-	reqs []*Request
+	mu     sync.Mutex
+	reqs   []*Request
+	next   int            // the index of the next extra request's key, after the plan's
+	extras sync.WaitGroup // extra requests still being followed
 }
 
 // retryWait is the client's backoff between tries of one request.
@@ -76,7 +78,45 @@ func (d *loader) run(ctx context.Context, p Plan, wave func(ctx context.Context,
 	wg.Wait()
 }
 
-// requests returns the ledger; call it once run has returned.
+// extra sends one request beyond the plan, as the load sends each, and
+// follows it: a cancel of one unit of SKU-1 three seconds after it was
+// accepted, so that its order goes through every consumer of the stack
+// (reserved, charged and confirmed, then cancelled, refunded and
+// restocked, when the saga is quick enough). A fault that needs traffic
+// (copy-take, the node kill of a retry tier's leader, the outage) asks for
+// some while it waits, the load still on or over. The checks see it as any
+// other key.
+func (d *loader) extra(ctx context.Context) {
+	d.mu.Lock()
+	i := d.next
+	d.next++
+	pr := PlannedRequest{Index: i, Kind: KindCancel, Items: []Line{{SKU: "SKU-1", Quantity: 1}}, CancelAfter: 3 * time.Second}
+	r := &Request{Key: Key(d.tag, i), Kind: pr.Kind, Customer: Customer(d.tag, i, pr.Kind), Items: pr.Items, Sent: time.Now()}
+	d.reqs = append(d.reqs, r)
+	d.mu.Unlock()
+	d.extras.Go(func() { d.follow(ctx, pr, r) })
+}
+
+// traffic sends an extra request every 700 ms until stop is called.
+func (d *loader) traffic(parent context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			d.extra(parent) // followed to the end: stop ends the sending only
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(700 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// requests returns the ledger; call it once run has returned and the
+// extra requests are followed (extras.Wait).
 func (d *loader) requests() []Request {
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -26,10 +26,12 @@ import (
 type observer struct {
 	lab       *lab.Lab
 	instances map[string][]string // service -> its instances ("order", "order-2")
+	bus       *Bus                // what waits on the broker (nil: not looked at)
 
 	mu       sync.Mutex
 	minAvail map[string]int
 	counters map[string]*counter // instance/consumer -> duplicates dropped
+	started  map[string][]string // instance -> the start times of its processes seen, in order
 }
 
 // urlTarget is a lab.Target that only knows the services' URLs: the chaos
@@ -51,7 +53,7 @@ func (urlTarget) AwaitRestart(context.Context, string) error {
 // "payment" for the first instances, "order-2" and so on for the others.
 func newObserver(urls map[string]string, token string) *observer {
 	o := &observer{lab: lab.New(urlTarget(urls), token, nil), instances: map[string][]string{}, minAvail: map[string]int{},
-		counters: map[string]*counter{}}
+		counters: map[string]*counter{}, started: map[string][]string{}}
 	for _, svc := range Services {
 		o.instances[svc] = instancesOf(urls, svc)
 	}
@@ -266,6 +268,34 @@ func (o *observer) sampleMetrics(ctx context.Context) {
 	}
 }
 
+// sampleProcesses notes each instance's process, by its start time: a new
+// one means the process exited and was started again. An instance that
+// does not answer is skipped.
+func (o *observer) sampleProcesses(ctx context.Context) {
+	for _, in := range o.all() {
+		s, err := o.startedAt(ctx, in)
+		if err != nil || s == "" {
+			continue
+		}
+		o.mu.Lock()
+		if seen := o.started[in]; len(seen) == 0 || seen[len(seen)-1] != s {
+			o.started[in] = append(seen, s)
+		}
+		o.mu.Unlock()
+	}
+}
+
+// processes is how many processes each instance ran while sampled.
+func (o *observer) processes() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]int{}
+	for in, seen := range o.started {
+		out[in] = len(seen)
+	}
+	return out
+}
+
 // duplicates sums each consumer's duplicates over its service's instances.
 func (o *observer) duplicates() map[string]float64 {
 	o.mu.Lock()
@@ -292,6 +322,7 @@ func (o *observer) sample(ctx context.Context) {
 		o.sampleStock(ctx)
 		if n%2 == 0 {
 			o.sampleMetrics(ctx)
+			o.sampleProcesses(ctx)
 		}
 		select {
 		case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -175,4 +176,157 @@ func (p Plan) restock() map[string]int {
 		out[sku] = n + 50
 	}
 	return out
+}
+
+// FaultSchedule says which faults a run injects, how often, and on what.
+type FaultSchedule struct {
+	Kinds []FaultKind
+	Every time.Duration // one fault per Every of the load, kinds in turn
+	// Instances are the processes kill and stop take turns on ("order",
+	// "order-2", ...); the three services when empty. Run fills it from
+	// the stack.
+	Instances []string
+	// Nodes are the broker's nodes a cluster's broker-restart takes turns
+	// on; none for a broker of one node. Run fills it from the stack.
+	Nodes []string
+	// Script, when set, is the faults to inject, as they are, instead of
+	// drawn ones: a test that must hit given targets at given moments.
+	Script []Fault
+}
+
+// kinds are the kinds the schedule injects.
+func (fs FaultSchedule) kinds() []FaultKind {
+	if len(fs.Script) == 0 {
+		return fs.Kinds
+	}
+	var out []FaultKind
+	for _, f := range fs.Script {
+		if !slices.Contains(out, f.Kind) {
+			out = append(out, f.Kind)
+		}
+	}
+	return out
+}
+
+// Fault is one planned fault.
+type Fault struct {
+	At     time.Duration `json:"at_ns"` // planned start, from the start of the run
+	Kind   FaultKind     `json:"kind"`
+	Target string        `json:"target"`            // the instance, the service, the node ("leader": of the busiest queue), or the PSP's mode
+	Hold   time.Duration `json:"hold_ns,omitempty"` // stop, broker-restart, db-lock: how long it lasts
+	Count  int           `json:"count,omitempty"`   // psp: how many calls it affects
+}
+
+func (f Fault) String() string {
+	s := fmt.Sprintf("%s %s", f.Kind, f.Target)
+	if f.Hold > 0 {
+		s += " for " + round(f.Hold).String()
+	}
+	if f.Count > 0 {
+		s += fmt.Sprintf(" x%d", f.Count)
+	}
+	return strings.TrimSpace(s)
+}
+
+// draw spreads the faults over the load: one per Every, starting after a
+// short lead, each kind in turn (a fresh shuffle per round), targets and
+// holds drawn from rng. Each one starts a second before the load ends at
+// the latest; the runner may push it later (see Run).
+func (fs FaultSchedule) draw(rng *rand.Rand, d time.Duration) []Fault {
+	if len(fs.Script) > 0 {
+		return slices.Clone(fs.Script)
+	}
+	if len(fs.Kinds) == 0 || fs.Every <= 0 {
+		return nil
+	}
+	lead := min(3*time.Second, d/10)
+	var out []Fault
+	var turn []FaultKind
+	instances := fs.Instances
+	if len(instances) == 0 {
+		instances = Services
+	}
+	svcTurn := rng.IntN(len(Services))
+	nodeTurn, killTurn := 0, 0
+	slow := map[FaultKind]bool{}
+	for at := lead; ; at += fs.Every {
+		if len(turn) == 0 {
+			turn = slices.DeleteFunc(slices.Clone(fs.Kinds), func(k FaultKind) bool { return slow[k] })
+			if len(turn) == 0 {
+				break
+			}
+			rng.Shuffle(len(turn), func(i, j int) { turn[i], turn[j] = turn[j], turn[i] })
+		}
+		f := Fault{Kind: turn[0], At: at + time.Duration(rng.Int64N(int64(fs.Every/4)+1))}
+		switch f.Kind {
+		case FaultKill, FaultStop:
+			f.Target = instances[svcTurn%len(instances)]
+			svcTurn++
+		case FaultDBKill:
+			f.Target = Services[svcTurn%len(Services)]
+			svcTurn++
+		case FaultBrokerRestart:
+			f.Target = "all"
+			if len(fs.Nodes) > 0 {
+				f.Target = fs.Nodes[nodeTurn%len(fs.Nodes)]
+				nodeTurn++
+			}
+		case FaultNodeKill:
+			// A retry in flight first, then the busiest queue's leader, in turn.
+			f.Target = []string{"retry:inventory", "leader"}[killTurn%2]
+			killTurn++
+		case FaultCopyTake:
+			f.Target = "all"
+		case FaultDBOutage:
+			// payment: its orders may wait ten minutes (PAYMENT_DEADLINE);
+			// inventory's two (PARTICIPANT_DEADLINE) are too close to the
+			// outage and the return of the deliveries that gave up, and the
+			// order service's answers to clients would be 5xx.
+			f.Target, f.Hold = "payment", outageCap
+			slow[f.Kind] = true
+		case FaultDBLock:
+			f.Target = "all"
+		case FaultBrokerClose:
+			f.Target = "stack"
+		case FaultPSP:
+			f.Target = pspModes[rng.IntN(len(pspModes))]
+			f.Count = 1 + rng.IntN(3)
+		}
+		switch f.Kind {
+		case FaultStop, FaultBrokerRestart:
+			f.Hold = time.Duration(1000+rng.IntN(2000)) * time.Millisecond
+		case FaultDBLock:
+			f.Hold = time.Duration(1000+rng.IntN(1000)) * time.Millisecond
+		}
+		if f.At > d-time.Second {
+			break
+		}
+		turn = turn[1:]
+		out = append(out, f)
+	}
+	return slowLast(out)
+}
+
+// slowLast moves the slow faults to the end of the plan, the moments kept
+// in order: faults run one after the other, and one behind an outage of a
+// minute or more would find the load over, with no traffic to act on.
+func slowLast(fs []Fault) []Fault {
+	at := make([]time.Duration, len(fs))
+	for i, f := range fs {
+		at[i] = f.At
+	}
+	slices.SortStableFunc(fs, func(a, b Fault) int {
+		sa, sb := slices.Contains(SlowFaultKinds, a.Kind), slices.Contains(SlowFaultKinds, b.Kind)
+		switch {
+		case sa == sb:
+			return 0
+		case sa:
+			return 1
+		}
+		return -1
+	})
+	for i := range fs {
+		fs[i].At = at[i]
+	}
+	return fs
 }

@@ -79,8 +79,9 @@ func TestStackFileFindsEveryInstance(t *testing.T) {
 }
 
 // With two instances and a cluster, kill and stop take turns on every
-// instance, broker-restart on every node, and node-kill goes for the
-// leader of the busiest queue.
+// instance, broker-restart on every node, and node-kill goes, in turn, for
+// the leader of a retry tier with a retry in flight and for the leader of
+// the busiest queue.
 func TestPlanTargetsInstancesAndNodes(t *testing.T) {
 	load := Load{Rate: 10, Duration: 40 * time.Second, WaveSize: 6, WaveSupply: 2}
 	instances := []string{"order", "inventory", "payment", "order-2", "inventory-2", "payment-2"}
@@ -100,22 +101,24 @@ func TestPlanTargetsInstancesAndNodes(t *testing.T) {
 				t.Errorf("broker-restart on %q: not a node", f.Target)
 			}
 		case FaultNodeKill:
-			if f.Target != "leader" {
-				t.Errorf("node-kill on %q, want the leader", f.Target)
+			if f.Target != "leader" && f.Target != "retry:inventory" {
+				t.Errorf("node-kill on %q, want the leader of a retry tier or of the busiest queue", f.Target)
 			}
 		}
 		hit[f.Target] = true
 	}
-	for _, want := range append(slices.Clone(instances), nodes...) {
+	for _, want := range append(slices.Concat(instances, nodes), "leader", "retry:inventory") {
 		if !hit[want] {
 			t.Errorf("no fault on %s in %d faults", want, len(p.Faults))
 		}
 	}
 }
 
+// The suite's chaos run (cmd/chaos, TestChaosRun) takes every kind of
+// FaultKinds in its 20 s, one every 2.2 s.
 func TestPlanIsSeededAndCoversEveryFaultKind(t *testing.T) {
 	load := Load{Rate: 10, Duration: 20 * time.Second, WaveSize: 6, WaveSupply: 2}
-	sched := FaultSchedule{Kinds: FaultKinds, Every: 2500 * time.Millisecond}
+	sched := FaultSchedule{Kinds: FaultKinds, Every: 2200 * time.Millisecond}
 	a, b := NewPlan(7, load, sched), NewPlan(7, load, sched)
 	if len(a.Requests) != len(b.Requests) || len(a.Faults) != len(b.Faults) {
 		t.Fatal("the same seed drew two plans")
@@ -134,7 +137,7 @@ func TestPlanIsSeededAndCoversEveryFaultKind(t *testing.T) {
 	}
 	for _, k := range FaultKinds {
 		if kinds[k] == 0 {
-			t.Errorf("no %s fault in a 20 s plan with a fault every 2.5 s: %v", k, a.Faults)
+			t.Errorf("no %s fault in a 20 s plan with a fault every 2.2 s: %v", k, a.Faults)
 		}
 	}
 	byKind := map[Kind]int{}
@@ -156,10 +159,10 @@ func TestPlanIsSeededAndCoversEveryFaultKind(t *testing.T) {
 }
 
 func TestParseFaultKinds(t *testing.T) {
-	if got, err := ParseFaultKinds("all", false); err != nil || !slices.Equal(got, FaultKinds) {
+	if got, err := ParseFaultKinds("all", false); err != nil || !slices.Equal(got, slices.Concat(FaultKinds, SlowFaultKinds)) {
 		t.Errorf("all: %v %v", got, err)
 	}
-	if got, err := ParseFaultKinds("all", true); err != nil || len(got) != len(FaultKinds)+1 || !slices.Contains(got, FaultNodeKill) {
+	if got, err := ParseFaultKinds("all", true); err != nil || !slices.Equal(got, AllFaultKinds()) || !slices.Contains(got, FaultNodeKill) {
 		t.Errorf("all on a cluster: %v %v", got, err)
 	}
 	if got, err := ParseFaultKinds("none", true); err != nil || len(got) != 0 {
@@ -170,5 +173,33 @@ func TestParseFaultKinds(t *testing.T) {
 	}
 	if _, err := ParseFaultKinds("kill,meteor", false); err == nil {
 		t.Error("meteor: want an error")
+	}
+}
+
+// A database outage lasts a minute or more: one per run, however long,
+// and the last.
+func TestPlanHasOneOutageAtMost(t *testing.T) {
+	load := Load{Rate: 10, Duration: 10 * time.Minute, WaveSize: 6, WaveSupply: 2}
+	p := NewPlan(5, load, FaultSchedule{Kinds: []FaultKind{FaultKill, FaultDBOutage}, Every: 6 * time.Second})
+	outages := 0
+	for _, f := range p.Faults {
+		if f.Kind == FaultDBOutage {
+			outages++
+			if f.Target != "payment" || f.Hold != outageCap {
+				t.Errorf("outage %v: want payment's, held until a give-up or %s", f, outageCap)
+			}
+		}
+	}
+	if outages != 1 || len(p.Faults) < 50 {
+		t.Errorf("%d outages in %d faults over 10 minutes, want one among the kills", outages, len(p.Faults))
+	}
+	// Last, so that no fault waits behind it until the load is over.
+	if last := p.Faults[len(p.Faults)-1]; last.Kind != FaultDBOutage {
+		t.Errorf("the last fault is %v, want the outage", last)
+	}
+	for i := 1; i < len(p.Faults); i++ {
+		if p.Faults[i].At < p.Faults[i-1].At {
+			t.Errorf("fault %d at %s before fault %d at %s", i, p.Faults[i].At, i-1, p.Faults[i-1].At)
+		}
 	}
 }

@@ -41,6 +41,8 @@ type Report struct {
 
 	Checks     []CheckResult `json:"checks"`
 	Violations []Violation   `json:"violations"`
+
+	live *runner // the run, for PlantLive
 }
 
 // CheckResult is one row of the consistency table.
@@ -238,7 +240,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	tw.Flush()
 	var byKind []string
-	for _, k := range slices.Concat(FaultKinds, ClusterFaultKinds) {
+	for _, k := range AllFaultKinds() {
 		if n := r.FaultsByKind[k]; n > 0 {
 			byKind = append(byKind, fmt.Sprintf("%s %d", k, n))
 		}

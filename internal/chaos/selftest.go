@@ -114,7 +114,31 @@ func SampleSnapshot() Snapshot {
 	// order 6 was sold and restocked.
 	s.StockEnd = map[string]Stock{"SKU-1": {OnHand: 98, Available: 98}, "SKU-2": {OnHand: 498, Available: 498},
 		ScarceSKU: {OnHand: 0, Available: 0}, SoldOutSKU: {}}
+	s.Faults, s.Processes = sampleFaults()
 	return s
+}
+
+// sampleFaults are one fault of each kind that must reach something, as a
+// clean run records them: order killed once (its second process), the
+// copies of an event in one take at every consumer, a retry waiting in
+// the tier whose leader died, an outage in which a delivery gave up and
+// was applied after it.
+func sampleFaults() ([]FaultRecord, map[string]int) {
+	var takes []CopyTake
+	for i, c := range Consumers {
+		takes = append(takes, CopyTake{Consumer: c.Name, EventID: fmt.Sprintf("e-copy-%d", i), Type: string(c.Keys[0]), Copies: 2,
+			Fillers: fillersPerInstance, Seen: true, Applied: 1})
+	}
+	return []FaultRecord{
+			{Fault: Fault{At: time.Second, Kind: FaultKill, Target: "order"}, Started: time.Second, Detail: "SIGKILL pid 1, serving again as pid 2"},
+			{Fault: Fault{At: 2 * time.Second, Kind: FaultCopyTake, Target: "all"}, Started: 2 * time.Second, CopyTakes: takes},
+			{Fault: Fault{At: 3 * time.Second, Kind: FaultNodeKill, Target: "retry:inventory"}, Started: 3 * time.Second,
+				Retry: &RetryInFlight{Consumer: "inventory", Tier: "inventory.order-events.delay.3", Node: "n1", Waiting: 3}},
+			{Fault: Fault{At: 4 * time.Second, Kind: FaultDBOutage, Target: "payment", Hold: outageCap}, Started: 4 * time.Second,
+				Outage: &Outage{Service: "payment", Account: "'payment_svc'@'%'", Held: 40 * time.Second,
+					GaveUp: []GaveUp{{Consumer: "payment", EventID: "e-res-1", OrderID: "1", Attempt: 8, Settled: "applied"}}}},
+		},
+		map[string]int{"order": 2, "inventory": 1, "payment": 1}
 }
 
 // Plant is one violation put into a copy of the sample snapshot.
@@ -223,6 +247,9 @@ func Plants() []Plant {
 		{CheckLeftovers, "refund-pending", "a refund still pending", func(s *Snapshot) {
 			order(s, "6", func(o *Order) { o.RefundStatus = "pending" })
 		}},
+		{CheckLeftovers, "broker", "a retry stranded in its tier", func(s *Snapshot) {
+			s.Broker = map[string]int{"inventory.order-events.delay.0": 12}
+		}},
 		{CheckLeftovers, "rest", "the system never came to rest", func(s *Snapshot) {
 			s.Rest = Rest{After: 2 * time.Minute, Waiting: "1 orders to finish"}
 		}},
@@ -248,6 +275,25 @@ func Plants() []Plant {
 		{CheckAnswers, "no-answer", "a create never answered", func(s *Snapshot) {
 			req(s, "happy", func(r *Request) { r.Creates = []Answer{{Error: "connection refused"}, {Error: "timeout"}} })
 		}},
+		{CheckFaults, "restart", "payment exited and was started again, no fault killed it", func(s *Snapshot) { s.Processes["payment"] = 2 }},
+		{CheckFaults, "copy-take", "payment-psp's copies went to two takes", func(s *Snapshot) {
+			fault(s, FaultCopyTake, func(f *FaultRecord) { f.CopyTakes[2].Seen = false })
+		}},
+		{CheckFaults, "retry-in-flight", "a node kill found no retry waiting", func(s *Snapshot) {
+			fault(s, FaultNodeKill, func(f *FaultRecord) { f.Retry.Waiting = 0 })
+		}},
+		{CheckFaults, "give-up", "a delivery that gave up in the outage was lost", func(s *Snapshot) {
+			fault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.GaveUp[0].Settled = "" })
+		}},
+	}
+}
+
+// fault changes the sample's fault of that kind.
+func fault(s *Snapshot, k FaultKind, f func(*FaultRecord)) {
+	for i := range s.Faults {
+		if s.Faults[i].Kind == k {
+			f(&s.Faults[i])
+		}
 	}
 }
 

@@ -28,6 +28,17 @@ type Snapshot struct {
 
 	Services map[string]Leftovers `json:"services"` // by service: order, inventory, payment
 	Rest     Rest                 `json:"rest"`
+
+	// Faults are the faults as they happened, with what each reached.
+	Faults []FaultRecord `json:"faults,omitempty"`
+	// Processes counts the processes each instance ran during the run
+	// (1: it never started again), seen by its /healthz start time.
+	Processes map[string]int `json:"processes,omitempty"`
+	// Broker is what the broker still holds at rest for the consumers, by
+	// queue (their queues, dead queues and retry tiers): ready messages,
+	// and on a cluster of the stack's own every message of the quorum
+	// queue, dead-lettered ones waiting to be forwarded included.
+	Broker map[string]int `json:"broker,omitempty"`
 }
 
 // Kind is what a request of the load tests; it decides the outcome the

@@ -12,8 +12,16 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/tracing"
+)
+
+// The consume loop's failpoints (pkg/aids/failpoint): a take held before it is
+// handled, and a take that holds a delivery and its copy.
+const (
+	FailpointBeforeHandle = "rabbit.consume.before-handle"
+	FailpointCopyInTake   = "rabbit.consume.copy-in-take"
 )
 
 // Headers the retry path adds to a message it re-publishes for later.
@@ -296,6 +304,20 @@ func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger,
 	for i, d := range batch {
 		dels[i] = newDelivery(d, cfg.Queue)
 	}
+	// Window: a worker holds a take, nothing handled yet. A pause here
+	// keeps the workers busy while deliveries wait behind them, so that
+	// the next take holds all of them (the chaos run's copy-take).
+	if err := failpoint.Inject(ctx, FailpointBeforeHandle); err != nil {
+		for _, d := range dels {
+			returnToQueue(ctx, log, d, err)
+		}
+		return false
+	}
+	if hasCopy(dels) {
+		// Window: a take holds a delivery and its copy (one message_id
+		// twice), as after a lost confirm.
+		_ = failpoint.Inject(ctx, FailpointCopyInTake)
+	}
 	// HandlerTimeout is per delivery: a BatchHandler bounds each delivery
 	// of its take itself, and the take as a whole gets the sum.
 	decisions, err := call(ctx, cfg.HandlerTimeout*time.Duration(len(dels)), handle, dels)
@@ -316,6 +338,18 @@ func (c *Conn) process(ctx context.Context, cfg ConsumeConfig, log *slog.Logger,
 		}
 		if c.settle(ctx, cfg, log, pub, one, decisions) {
 			return true
+		}
+	}
+	return false
+}
+
+// hasCopy reports whether two deliveries of the take carry one message_id.
+func hasCopy(dels []Delivery) bool {
+	for i := range dels {
+		for j := i + 1; j < len(dels); j++ {
+			if dels[i].MessageId != "" && dels[i].MessageId == dels[j].MessageId {
+				return true
+			}
 		}
 	}
 	return false

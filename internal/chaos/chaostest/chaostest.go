@@ -7,7 +7,9 @@
 package chaostest
 
 import (
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net/url"
@@ -18,12 +20,13 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // the root connection of the database faults
+	"github.com/go-sql-driver/mysql" // the root connection of the database faults, the services' own users
 
 	"github.com/relmsg/ordersaga/internal/chaos"
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/sagatest"
 	"github.com/relmsg/ordersaga/internal/stack"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
@@ -92,11 +95,15 @@ func Start(t *testing.T, o Options) *Stack {
 	urls := map[string]string{}
 	for _, svc := range []*sagatest.Service{ss.Inventory, ss.Payment, ss.Order} {
 		// The in-process service gives way to child processes on its
-		// database: a SIGKILL must kill a real process.
+		// database: a SIGKILL must kill a real process. They connect as
+		// a database user of the service's own, as under scripts/up.sh:
+		// the db-outage fault locks it.
 		svc.Stop()
+		dsn := ownUser(t, root, svc.Env["MYSQL_DSN"], svc.DB.Name)
 		for k := 1; k <= o.Instances; k++ {
 			name := chaos.InstanceName(svc.Name, k)
 			env := maps.Clone(svc.Env)
+			env["MYSQL_DSN"] = dsn
 			addr := svc.URL
 			if k > 1 {
 				port := sagatest.FreePort(t)
@@ -112,7 +119,9 @@ func Start(t *testing.T, o Options) *Stack {
 		st.Databases[svc.Name] = svc.DB.Name
 	}
 	urls["psp"] = ss.PSP.URL // the one PSP, left running in-process
-	st.Stack = chaos.Stack{URLs: urls, Processes: st.procs,
+	bus := &chaos.Bus{URLs: stack.AMQPURLs(guest, hosts), NS: ss.NS}
+	t.Cleanup(bus.Close)
+	st.Stack = chaos.Stack{URLs: urls, Processes: st.procs, Bus: bus,
 		// The read lock covers this stack's schemas only: a server-wide one
 		// would stall every other test running beside this one.
 		Database: &chaos.MySQL{Root: root, Sessions: sessions,
@@ -123,6 +132,30 @@ func Start(t *testing.T, o Options) *Stack {
 		st.Broker = chaos.NewClusterBroker(o.Nodes)
 	}
 	return st
+}
+
+// ownUser creates a database user with every privilege on schema (and
+// drops it when the test ends) and returns dsn with it instead of root.
+func ownUser(t *testing.T, root *sql.DB, dsn, schema string) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	cfg.User, cfg.Passwd = "chaos_"+hex.EncodeToString(b), hex.EncodeToString(b)
+	account := "'" + cfg.User + "'@'%'"
+	for _, q := range []string{
+		"CREATE USER " + account + " IDENTIFIED BY '" + cfg.Passwd + "'",
+		"GRANT ALL PRIVILEGES ON " + sqldb.QuoteIdent(schema) + ".* TO " + account,
+	} {
+		if _, err := root.Exec(q); err != nil {
+			t.Fatalf("the test server's account must be able to create users: %s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { _, _ = root.Exec("DROP USER IF EXISTS " + account) })
+	return cfg.FormatDSN()
 }
 
 // start runs one instance under a supervisor, its output in its own log.

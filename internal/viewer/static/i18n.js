@@ -639,6 +639,8 @@ const ZH_FAILPOINTS = {
   "outbox.dispatch.after-claim": "已认领，尚未发布",
   "outbox.dispatch.after-publish-before-confirm": "已发布，尚未收到 confirm",
   "outbox.dispatch.after-confirm-before-mark": "已确认，尚未标记 sent",
+  "rabbit.consume.before-handle": "消费 worker 拿到一批投递，尚未处理（暂停让后来的投递在它后面排队）",
+  "rabbit.consume.copy-in-take": "一批投递里有同一条消息的两份（同一 message_id），如 confirm 丢失之后",
   "inbox.after-claim": "inbox 行已插入，效果尚未应用",
   "inbox.after-effect-before-commit": "效果已应用，尚未提交",
   "inbox.after-commit-before-ack": "已提交，尚未 ACK（error 会不 ACK 就关闭通道）",

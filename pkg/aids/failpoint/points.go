@@ -22,6 +22,8 @@ var Points = []Point{
 	{"outbox.dispatch.after-claim", "dispatcher claimed a batch, nothing published yet: the claim must expire and be recovered"},
 	{"outbox.dispatch.after-publish-before-confirm", "message published, broker confirm not yet received: the row stays pending and is republished"},
 	{"outbox.dispatch.after-confirm-before-mark", "broker confirmed, row not yet marked sent: the message is published twice"},
+	{"rabbit.consume.before-handle", "a consume worker holds a take of deliveries, none handled yet: a pause keeps the workers busy while deliveries wait behind them"},
+	{"rabbit.consume.copy-in-take", "a take holds a delivery and its copy (one message_id twice), as after a lost confirm: a pause holds that take"},
 	{"inbox.after-claim", "consumer claimed (consumer_name, event_id), effect not yet applied"},
 	{"inbox.after-effect-before-commit", "effect applied in the transaction, not committed: rollback, then redelivery"},
 	{"inbox.after-commit-before-ack", "transaction committed, message not acked: the redelivery must be dropped as a duplicate"},
