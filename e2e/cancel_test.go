@@ -12,7 +12,7 @@ import (
 
 type refundsJSON = wire.PSPRefundList
 
-func cancelOrder(t *testing.T, s *sagatest.Stack, id, key string) string {
+func cancelOrder(t *testing.T, s *sagatest.Saga, id, key string) string {
 	t.Helper()
 	var out wire.CancelResult
 	code := s.Order.Do("POST", "/orders/"+id+"/cancel", map[string]string{"Idempotency-Key": key}, wire.CancelOrderRequest{Reason: "test"}, &out)

@@ -231,11 +231,11 @@ func nodeStoppedAndStarted(t *testing.T, nodes []*rabbitnode.Node) {
 }
 
 // runChaos runs the chaos run and fails the test on any violation.
-func runChaos(t *testing.T, st *chaostest.Stack, cfg chaos.Config) *chaos.Report {
+func runChaos(t *testing.T, st *chaostest.Harness, cfg chaos.Config) *chaos.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Load.Duration+5*time.Minute)
 	defer cancel()
-	rep, err := chaos.Run(ctx, cfg, st.Stack)
+	rep, err := chaos.Run(ctx, cfg, st.Target)
 	if err != nil {
 		t.Fatalf("chaos run: %v\n%s", err, st.Logs(30, ""))
 	}

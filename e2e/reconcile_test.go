@@ -17,7 +17,7 @@ import (
 // (INVENTORY_URL, PAYMENT_URL): their ports are chosen when the stack
 // starts, so the order service is restarted with them. env adds more order
 // settings.
-func withPeers(t *testing.T, s *sagatest.Stack, env map[string]string) {
+func withPeers(t *testing.T, s *sagatest.Saga, env map[string]string) {
 	t.Helper()
 	s.Order.Stop()
 	s.Order.Env["INVENTORY_URL"] = s.Inventory.URL
@@ -45,7 +45,7 @@ type runJSON struct {
 }
 
 // reconcileNow runs a reconciliation pass (POST /admin/reconciliation/run).
-func reconcileNow(t *testing.T, s *sagatest.Stack) runJSON {
+func reconcileNow(t *testing.T, s *sagatest.Saga) runJSON {
 	t.Helper()
 	var sum runJSON
 	if code := s.Order.Do("POST", "/admin/reconciliation/run", nil, nil, &sum); code != 200 {
@@ -94,7 +94,7 @@ func (tl timelineJSON) String() string {
 	return sb.String()
 }
 
-func timeline(t *testing.T, s *sagatest.Stack, id string) timelineJSON {
+func timeline(t *testing.T, s *sagatest.Saga, id string) timelineJSON {
 	t.Helper()
 	var tl timelineJSON
 	if code := s.Order.Do("GET", "/admin/orders/"+id+"/timeline", nil, nil, &tl); code != 200 {

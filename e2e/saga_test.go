@@ -26,7 +26,7 @@ type (
 	chargesJSON     = wire.ChargeList
 )
 
-func createOrder(t *testing.T, s *sagatest.Stack, key, customer, sku string, qty int) orderJSON {
+func createOrder(t *testing.T, s *sagatest.Saga, key, customer, sku string, qty int) orderJSON {
 	t.Helper()
 	var o orderJSON
 	body := map[string]any{"customer_id": customer, "items": []map[string]any{{"sku": sku, "quantity": qty}}}
@@ -42,7 +42,7 @@ func createOrder(t *testing.T, s *sagatest.Stack, key, customer, sku string, qty
 // createHeld creates an order for customer c-1 and waits until the
 // payment service holds it at the pause point (one hit), which the caller
 // releases through the returned gate.
-func createHeld(t *testing.T, s *sagatest.Stack, point, key, sku string, qty int) (orderJSON, *failpoint.Gate) {
+func createHeld(t *testing.T, s *sagatest.Saga, point, key, sku string, qty int) (orderJSON, *failpoint.Gate) {
 	t.Helper()
 	gate := s.Payment.Failpoints.Pause(point, 1)
 	o := createOrder(t, s, key, "c-1", sku, qty)
@@ -54,7 +54,7 @@ func createHeld(t *testing.T, s *sagatest.Stack, point, key, sku string, qty int
 	return o, gate
 }
 
-func waitStatus(t *testing.T, s *sagatest.Stack, id, want string) orderJSON {
+func waitStatus(t *testing.T, s *sagatest.Saga, id, want string) orderJSON {
 	t.Helper()
 	var o orderJSON
 	sagatest.Eventually(t, 30*time.Second, "order "+id+" to reach "+want, func() bool {
@@ -64,7 +64,7 @@ func waitStatus(t *testing.T, s *sagatest.Stack, id, want string) orderJSON {
 	return o
 }
 
-func stock(t *testing.T, s *sagatest.Stack, sku string) stockJSON {
+func stock(t *testing.T, s *sagatest.Saga, sku string) stockJSON {
 	t.Helper()
 	var st stockJSON
 	if code := s.Inventory.Do("GET", "/stock/"+sku, nil, nil, &st); code != 200 {
@@ -73,7 +73,7 @@ func stock(t *testing.T, s *sagatest.Stack, sku string) stockJSON {
 	return st
 }
 
-func charges(t *testing.T, s *sagatest.Stack, orderID string) chargesJSON {
+func charges(t *testing.T, s *sagatest.Saga, orderID string) chargesJSON {
 	t.Helper()
 	var c chargesJSON
 	if code := s.Payment.Do("GET", "/psp/charges?order_ref="+orderID, nil, nil, &c); code != 200 {

@@ -137,7 +137,7 @@ var docOrderID = regexp.MustCompile(`(/orders/|/reservations/|/payments/|order_r
 // without creating them, like 33, take the created ones in turn). The
 // stack's contract checks hold each request and answer to
 // docs/openapi.yaml; here, no answer may be a 5xx.
-func replayWalkthrough(t *testing.T, s *sagatest.Stack) {
+func replayWalkthrough(t *testing.T, s *sagatest.Saga) {
 	t.Helper()
 	services := map[string]*sagatest.Service{"order": s.Order, "inventory": s.Inventory, "payment": s.Payment, "psp": s.PSP}
 	var created []string

@@ -25,7 +25,7 @@ func run(t *testing.T, name string, wrong bool, opts ...sagatest.Option) *lab.Re
 }
 
 // runAfter is run with prepare called on the stack first.
-func runAfter(t *testing.T, name string, wrong bool, prepare func(*sagatest.Stack), opts ...sagatest.Option) *lab.Report {
+func runAfter(t *testing.T, name string, wrong bool, prepare func(*sagatest.Saga), opts ...sagatest.Option) *lab.Report {
 	t.Helper()
 	sc, ok := lab.Find(name)
 	if !ok {
@@ -108,7 +108,7 @@ func TestExperimentAtomicCommitWrongWay(t *testing.T) {
 // sends a key twice, then runs this).
 func TestExperimentAtomicCommitWrongWayAfterAReplay(t *testing.T) {
 	t.Parallel()
-	run := runAfter(t, "atomic-commit", true, func(s *sagatest.Stack) {
+	run := runAfter(t, "atomic-commit", true, func(s *sagatest.Saga) {
 		body := map[string]any{"customer_id": "c-replay", "items": []map[string]any{{"sku": "SKU-1", "quantity": 1}}}
 		for range 2 {
 			if code := s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "replayed"}, body, nil); code != 202 {

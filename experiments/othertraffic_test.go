@@ -78,7 +78,7 @@ func TestExperimentVerdictsIgnoreOtherTraffic(t *testing.T) {
 
 // settledEvents creates n orders, waits until each is confirmed, and
 // returns the events they left in the order and inventory outboxes.
-func settledEvents(t *testing.T, s *sagatest.Stack, n int) []events.Envelope {
+func settledEvents(t *testing.T, s *sagatest.Saga, n int) []events.Envelope {
 	t.Helper()
 	var out []events.Envelope
 	for i := range n {
@@ -114,7 +114,7 @@ func settledEvents(t *testing.T, s *sagatest.Stack, n int) []events.Envelope {
 }
 
 // stock is SKU-2's on_hand.
-func stock(t *testing.T, s *sagatest.Stack) int64 {
+func stock(t *testing.T, s *sagatest.Saga) int64 {
 	t.Helper()
 	var st lab.Stock
 	if code := s.Inventory.Do("GET", "/stock/SKU-2", nil, nil, &st); code != 200 {

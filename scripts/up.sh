@@ -49,8 +49,8 @@
 #      MySQL user per service with ALL PRIVILEGES on its own schema and
 #      nothing else, one RabbitMQ user per service (vhost "/"); idempotent,
 #      passwords reset to the configured ones;
-#   4. go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer;
-#   5. bin/stack up (cmd/stack): starts the cluster's nodes if asked, then
+#   4. go build -o bin/ ./services/... ./cmd/supervisor ./cmd/viewer;
+#   5. bin/supervisor up (cmd/supervisor): starts the cluster's nodes if asked, then
 #      the fake PSP (bin/psp, one process on :8084 whatever -n), then
 #      every instance of bin/order, bin/inventory and bin/payment-fake, then
 #      in demo mode bin/viewer (the saga viewer on :8080, showing the first
@@ -90,7 +90,7 @@ usage() {
 
 # setup: the servers running, the schemas and users in place. With a local
 # cluster (cluster > 0) the machine's broker is neither started nor
-# provisioned: only its package is needed, and bin/stack provisions the
+# provisioned: only its package is needed, and bin/supervisor provisions the
 # cluster's nodes itself.
 setup() {
 	bash deploy/provision.sh check || die "fix the settings in $SETTINGS_FILE or the environment"
@@ -161,8 +161,8 @@ command=${1:-up}
 case $command in
 down)
 	ensure_go
-	go build -o bin/ ./cmd/stack
-	exec bin/stack down
+	go build -o bin/ ./cmd/supervisor
+	exec bin/supervisor down
 	;;
 setup | up) ;;
 *)
@@ -176,8 +176,8 @@ setup
 [[ $command == setup ]] && exit 0
 
 ensure_go
-log "go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer"
-go build -o bin/ ./services/... ./cmd/stack ./cmd/viewer
+log "go build -o bin/ ./services/... ./cmd/supervisor ./cmd/viewer"
+go build -o bin/ ./services/... ./cmd/supervisor ./cmd/viewer
 args=(-n "$instances" -rabbit-cluster "$cluster")
 if [[ $tracing == true ]]; then
 	# A module of its own: Jaeger's dependencies stay out of go.mod.
@@ -189,4 +189,4 @@ fi
 if [[ $detach == true ]]; then args+=(-d); fi
 if [[ $quiet == true ]]; then args+=(-q); fi
 export MYSQL_HOST MYSQL_PORT RABBITMQ_HOST RABBITMQ_PORT
-exec bin/stack up "${args[@]}"
+exec bin/supervisor up "${args[@]}"

@@ -24,7 +24,7 @@ import (
 
 // TestChaosRun is the chaos run in the suite: a private RabbitMQ node, the
 // three services as real child processes (each restarted when it dies, as
-// cmd/stack does; internal/chaos/chaostest) on fresh databases, 20 s of
+// cmd/supervisor does; internal/chaos/chaostest) on fresh databases, 20 s of
 // mixed load at 10 orders/s with every fault kind that takes seconds
 // (chaos.FaultKinds; the database outage takes minutes and is a command of
 // docs/chaos.md), then the consistency report, and the self-test's live
@@ -69,7 +69,7 @@ func TestChaosRun(t *testing.T) {
 	logs := st.Logs
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Load.Duration+10*time.Minute)
 	defer cancel()
-	rep, err := chaos.Run(ctx, cfg, st.Stack)
+	rep, err := chaos.Run(ctx, cfg, st.Target)
 	if err != nil {
 		t.Fatalf("chaos run (seed %d): %v\n%s", seed, err, logs(40, ""))
 	}

@@ -196,7 +196,7 @@ func faultKinds(flag string, cluster bool) ([]chaos.FaultKind, error) {
 // topology fills in what the flags left open from the stack file: every
 // instance's URL, the processes, the broker (the stack's own cluster, or
 // the machine's shared one) and the fault kinds it can take.
-func (o *options) topology(st *chaos.Stack) error {
+func (o *options) topology(st *chaos.Target) error {
 	sf := chaos.StackFile{Dir: o.runDir}
 	st.Processes = sf
 	f, ferr := sf.Read()
@@ -283,8 +283,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // stack is the stack of the flags and stack.json, with the database's root
 // connection when withDB or a fault kind needs it; closeStack lets go of
 // its connections.
-func (o *options) stack(ctx context.Context, withDB bool) (st chaos.Stack, closeStack func(), err error) {
-	st = chaos.Stack{AdminToken: o.token}
+func (o *options) stack(ctx context.Context, withDB bool) (st chaos.Target, closeStack func(), err error) {
+	st = chaos.Target{AdminToken: o.token}
 	if err := o.topology(&st); err != nil {
 		return st, nil, err
 	}

@@ -31,7 +31,7 @@ const (
 
 // env is the stack under attack: its base URLs and what the refusals need.
 type env struct {
-	s      *sagatest.Stack
+	s      *sagatest.Saga
 	viewer string // the viewer's base URL
 	order  string // a settled, confirmed order's id
 	charge string // its PSP charge id
@@ -56,7 +56,7 @@ func startStack(t *testing.T) *env {
 
 // serveViewer runs a viewer of s through web.Serve, with its timeouts,
 // as cmd/viewer does.
-func serveViewer(t *testing.T, s *sagatest.Stack) string {
+func serveViewer(t *testing.T, s *sagatest.Saga) string {
 	t.Helper()
 	srv := viewer.New(viewer.Config{Target: sagatest.NewTarget(t, s), Token: viewerToken, AdminToken: adminToken, Patience: time.Minute})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

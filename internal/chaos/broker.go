@@ -118,7 +118,7 @@ type ClusterBroker struct {
 	// Configs are the nodes as they were started (rabbitnode.Attach finds
 	// each one's current pid from them).
 	Configs []rabbitnode.Config
-	// Supervised: the stack's supervisor starts a killed node again (cmd/stack
+	// Supervised: the stack's supervisor starts a killed node again (cmd/supervisor
 	// does); otherwise KillNode starts it again itself.
 	Supervised bool
 }

@@ -33,7 +33,7 @@ func (d StackFile) Read() (stack.File, error) {
 	return f, nil
 }
 
-// URLs maps every instance to its URL, as a Stack wants them: "order",
+// URLs maps every instance to its URL, as a Target wants them: "order",
 // "inventory" and "payment" for the first instances, "order-2" and so on
 // for the others.
 func (d StackFile) URLs() (map[string]string, error) {
@@ -113,7 +113,7 @@ func instancesOf(urls map[string]string, svc string) []string {
 }
 
 // Supervisor runs a service binary and starts it again whenever it dies by
-// itself, as cmd/stack does under scripts/up.sh: the test harness's
+// itself, as cmd/supervisor does under scripts/up.sh: the test harness's
 // supervisor, so that a SIGKILL fault is followed by a restart.
 type Supervisor struct {
 	Path  string        // the binary

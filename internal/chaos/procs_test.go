@@ -13,7 +13,7 @@ import (
 	"github.com/relmsg/ordersaga/internal/stack"
 )
 
-// TestStackFileFindsEveryInstance reads a stack.json as cmd/stack writes
+// TestStackFileFindsEveryInstance reads a stack.json as cmd/supervisor writes
 // it: the pid of each instance is the process itself, which must still run
 // the instance's executable.
 func TestStackFileFindsEveryInstance(t *testing.T) {

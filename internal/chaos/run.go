@@ -31,9 +31,9 @@ type Config struct {
 	Progress io.Writer
 }
 
-// Stack is a running stack and the handles the faults need. A handle may
+// Target is a running stack and the handles the faults need. A handle may
 // be nil when no fault of its kinds is asked for.
-type Stack struct {
+type Target struct {
 	// URLs: "order", "inventory", "payment" -> base URL of the first
 	// instance; "order-2", "payment-3" and so on for the others
 	// (StackFile.URLs); "psp" -> the one PSP process.
@@ -49,7 +49,7 @@ type Stack struct {
 }
 
 // Validate reports every reason the run cannot start, at once.
-func (c Config) Validate(st Stack) error {
+func (c Config) Validate(st Target) error {
 	var errs []error
 	if c.Load.Rate <= 0 || c.Load.Duration <= 0 {
 		errs = append(errs, errors.New("the load needs a positive rate and duration"))
@@ -89,7 +89,7 @@ func (c Config) Validate(st Stack) error {
 // Run drives the load and the faults against the stack, heals, waits for
 // rest, reads the snapshot and checks it. An error means the run could not
 // be carried out or observed; violations are in the report.
-func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
+func Run(ctx context.Context, cfg Config, st Target) (*Report, error) {
 	r, err := prepare(ctx, cfg, st)
 	if err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func Run(ctx context.Context, cfg Config, st Stack) (*Report, error) {
 // runner is one run in progress: what each phase leaves for the next.
 type runner struct {
 	cfg  Config
-	st   Stack
+	st   Target
 	obs  *observer
 	plan Plan
 	rep  *Report
@@ -133,7 +133,7 @@ func (r *runner) say(format string, args ...any) {
 // prepare checks the config, draws the plan and readies the stack: it is
 // up, the sold-out SKU has no stock, what was there before is recorded so
 // it is not blamed on this run, the plentiful SKUs are restocked.
-func prepare(ctx context.Context, cfg Config, st Stack) (*runner, error) {
+func prepare(ctx context.Context, cfg Config, st Target) (*runner, error) {
 	if err := cfg.Validate(st); err != nil {
 		return nil, err
 	}

@@ -181,7 +181,7 @@ func (t *LiveTarget) PrepareCrash(ctx context.Context, svc string) error {
 }
 
 // AwaitRestart implements Target: it waits until the supervisor
-// (scripts/up.sh's cmd/stack, or docker compose's restart policy) has
+// (scripts/up.sh's cmd/supervisor, or docker compose's restart policy) has
 // brought a new process up in place of one of the service's instances.
 func (t *LiveTarget) AwaitRestart(ctx context.Context, svc string) error {
 	deadline := time.Now().Add(90 * time.Second)

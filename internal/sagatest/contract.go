@@ -27,7 +27,7 @@ const contractChecksKey = "SAGATEST_CONTRACT_CHECKS"
 
 // Checked reports how many HTTP exchanges and messages the stack's
 // contract checks have looked at so far.
-func (s *Stack) Checked() (exchanges, messages int) {
+func (s *Saga) Checked() (exchanges, messages int) {
 	if s.checker != nil {
 		exchanges = s.checker.Checked()
 	}
@@ -40,7 +40,7 @@ func (s *Stack) Checked() (exchanges, messages int) {
 // Routable tells the stack's message tap that a test makes a routing key
 // unroutable (routable false) or routable again: the tap, bound with "#",
 // would otherwise route what the test means to be returned.
-func (s *Stack) Routable(t testing.TB, key string, routable bool) {
+func (s *Saga) Routable(t testing.TB, key string, routable bool) {
 	t.Helper()
 	if s.tap == nil {
 		return
@@ -52,7 +52,7 @@ func (s *Stack) Routable(t testing.TB, key string, routable bool) {
 
 // startContractChecks makes the checker and binds the tap; it registers
 // the report first, so that it runs after the services have stopped.
-func (s *Stack) startContractChecks(t testing.TB, amqpURL string) {
+func (s *Saga) startContractChecks(t testing.TB, amqpURL string) {
 	t.Helper()
 	checker, err := contract.NewChecker()
 	if err != nil {

@@ -17,14 +17,14 @@ import (
 // experiments the live lab runs against scripts/up.sh.
 type Target struct {
 	t     testing.TB
-	s     *Stack
+	s     *Saga
 	conn  *rabbit.Conn
 	mu    sync.Mutex
 	procs map[string]*Process
 }
 
 // NewTarget wraps a started stack.
-func NewTarget(t testing.TB, s *Stack) *Target {
+func NewTarget(t testing.TB, s *Saga) *Target {
 	topo := rabbit.Topology{Exchange: s.NS.Exchange(), DeadLetterExchange: s.NS.DeadLetterExchange()}
 	return &Target{t: t, s: s, conn: rabbittest.Conn(t, topo), procs: map[string]*Process{}}
 }

@@ -4,7 +4,7 @@
 // 100*(k-1)), the local RabbitMQ cluster (--rabbit-cluster 3: nodes on
 // 5701-5703), the environment each process gets, and .run/stack.json, the
 // machine-readable account of what is running (every process and broker
-// node with its pid, URL or port, and log) that cmd/stack writes and other
+// node with its pid, URL or port, and log) that cmd/supervisor writes and other
 // tools (the failure lab, the chaos run, the viewer) read.
 //
 // docker-compose.yml runs the same services; the tests in deploy/ hold it
@@ -294,7 +294,7 @@ func ViewerEnv(getenv func(string) string, httpHost string, brokers []string) ma
 }
 
 // ViewerToken is the token of the viewer's API: VIEWER_TOKEN, else
-// ADMIN_TOKEN (the viewer's own rule, cmd/viewer). cmd/stack makes a
+// ADMIN_TOKEN (the viewer's own rule, cmd/viewer). cmd/supervisor makes a
 // VIEWER_TOKEN at start when neither is set.
 func ViewerToken(getenv func(string) string) string {
 	if v := getenv("VIEWER_TOKEN"); v != "" {
@@ -322,7 +322,7 @@ func DemoMode(getenv func(string) string) bool {
 
 // File is .run/stack.json.
 type File struct {
-	// Supervisor is cmd/stack itself: it restarts a process or a broker
+	// Supervisor is cmd/supervisor itself: it restarts a process or a broker
 	// node that dies by itself; stopping it (SIGTERM) stops everything.
 	Supervisor Process   `json:"supervisor"`
 	StartedAt  time.Time `json:"started_at"`

@@ -145,7 +145,7 @@ func TestWriteRead(t *testing.T) {
 		t.Fatalf("Read of an empty directory: err = %v, want fs.ErrNotExist", err)
 	}
 	want := File{
-		Supervisor: Process{Name: "stack", PID: 10, Exe: "/r/bin/stack", Log: "/r/.run/stack.log", PIDFile: "/r/.run/stack.pid"},
+		Supervisor: Process{Name: "supervisor", PID: 10, Exe: "/r/bin/supervisor", Log: "/r/.run/stack.log", PIDFile: "/r/.run/stack.pid"},
 		StartedAt:  time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC),
 		Processes: []Process{{Name: "order", Service: "order", Instance: 1, PID: 11, URL: "http://127.0.0.1:8081",
 			Exe: "/r/bin/order", Log: "/r/.run/order.log", PIDFile: "/r/.run/order.pid", Restarts: 2}},

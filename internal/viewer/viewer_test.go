@@ -21,7 +21,7 @@ import (
 // startViewer serves a viewer of stack s on a free port and returns its
 // URL; call sends its token with every request to it, as the page's
 // cookie would (the token itself is tested by TestViewerTokenFlow).
-func startViewer(t *testing.T, s *sagatest.Stack, token string) string {
+func startViewer(t *testing.T, s *sagatest.Saga, token string) string {
 	t.Helper()
 	srv := viewer.New(viewer.Config{Target: sagatest.NewTarget(t, s), Token: token, Patience: time.Minute})
 	ts := httptest.NewServer(srv.Handler())

@@ -1,6 +1,6 @@
 // Package chaostest runs a stack for a chaos run inside a test: every
 // instance of the three services as a real child process under a
-// supervisor that starts it again when it dies (as cmd/stack does under
+// supervisor that starts it again when it dies (as cmd/supervisor does under
 // scripts/up.sh), each service on a fresh database of its own that its
 // instances share, all on the test's own broker node or cluster (never the
 // machine's broker, which other tests use).
@@ -43,9 +43,9 @@ type Options struct {
 	Nodes []*rabbitnode.Node
 }
 
-// Stack is the running stack.
-type Stack struct {
-	chaos.Stack
+// Harness is a stack the test runs: the services as processes with a supervisor, on databases and a namespace of its own.
+type Harness struct {
+	chaos.Target
 	// Databases are the services' schemas ("order" -> t_order_...).
 	Databases map[string]string
 	// NS is the namespace of the stack's exchanges and queues.
@@ -55,7 +55,7 @@ type Stack struct {
 }
 
 // Start starts the stack and stops it when the test ends.
-func Start(t *testing.T, o Options) *Stack {
+func Start(t *testing.T, o Options) *Harness {
 	t.Helper()
 	if o.Instances <= 0 {
 		o.Instances = 1
@@ -90,7 +90,7 @@ func Start(t *testing.T, o Options) *Stack {
 	}
 	t.Cleanup(func() { root.Close() })
 
-	st := &Stack{Databases: map[string]string{}, NS: ss.NS, procs: chaos.Supervised{}, logDir: t.TempDir()}
+	st := &Harness{Databases: map[string]string{}, NS: ss.NS, procs: chaos.Supervised{}, logDir: t.TempDir()}
 	sessions := map[string]chaos.Session{}
 	urls := map[string]string{}
 	for _, svc := range []*sagatest.Service{ss.Inventory, ss.Payment, ss.Order} {
@@ -121,7 +121,7 @@ func Start(t *testing.T, o Options) *Stack {
 	urls["psp"] = ss.PSP.URL // the one PSP, left running in-process
 	bus := &chaos.Bus{URLs: stack.AMQPURLs(guest, hosts), NS: ss.NS}
 	t.Cleanup(bus.Close)
-	st.Stack = chaos.Stack{URLs: urls, Processes: st.procs, Bus: bus,
+	st.Target = chaos.Target{URLs: urls, Processes: st.procs, Bus: bus,
 		// The read lock covers this stack's schemas only: a server-wide one
 		// would stall every other test running beside this one.
 		Database: &chaos.MySQL{Root: root, Sessions: sessions,
@@ -159,7 +159,7 @@ func ownUser(t *testing.T, root *sql.DB, dsn, schema string) string {
 }
 
 // start runs one instance under a supervisor, its output in its own log.
-func (st *Stack) start(t *testing.T, name, bin string, env map[string]string) {
+func (st *Harness) start(t *testing.T, name, bin string, env map[string]string) {
 	t.Helper()
 	logFile, err := os.Create(filepath.Join(st.logDir, name+".log"))
 	if err != nil {
@@ -184,7 +184,7 @@ func (st *Stack) start(t *testing.T, name, bin string, env map[string]string) {
 
 // Logs returns the last n lines of each instance's log that contain match
 // ("" for any), with how often its supervisor restarted it.
-func (st *Stack) Logs(n int, match string) string {
+func (st *Harness) Logs(n int, match string) string {
 	var b strings.Builder
 	for _, svc := range chaos.Services {
 		for k := 1; ; k++ {

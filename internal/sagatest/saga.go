@@ -59,10 +59,10 @@ type Service struct {
 	done   chan error
 }
 
-// Stack is the three services and the fake PSP, the process every payment
+// Saga is the three services and the fake PSP, the process every payment
 // instance calls (its books are tables of the payment schema: it shares
 // the payment service's test database).
-type Stack struct {
+type Saga struct {
 	NS        rabbit.Namespace
 	Order     *Service
 	Inventory *Service
@@ -88,7 +88,7 @@ func WithEnv(service, key, value string) Option {
 
 // Start runs the PSP, inventory, payment-fake and order and waits until
 // each is ready.
-func Start(t testing.TB, opts ...Option) *Stack {
+func Start(t testing.TB, opts ...Option) *Saga {
 	t.Helper()
 	return start(t, nil, opts)
 }
@@ -96,15 +96,15 @@ func Start(t testing.TB, opts ...Option) *Stack {
 // StartWithSpans is Start with every span of the four processes recorded
 // in spans (the SDK's in-memory exporter, tracetest), each under its
 // service's name (pkg/base/tracing, WithExporter).
-func StartWithSpans(t testing.TB, spans sdktrace.SpanExporter, opts ...Option) *Stack {
+func StartWithSpans(t testing.TB, spans sdktrace.SpanExporter, opts ...Option) *Saga {
 	t.Helper()
 	return start(t, spans, opts)
 }
 
-func start(t testing.TB, spans sdktrace.SpanExporter, opts []Option) *Stack {
+func start(t testing.TB, spans sdktrace.SpanExporter, opts []Option) *Saga {
 	t.Helper()
 	ns := rabbittest.Namespace(t)
-	s := &Stack{NS: ns}
+	s := &Saga{NS: ns}
 	// Delete the namespace's exchanges and queues at the end. Registered
 	// before the services exist: t.Cleanup runs last-in first-out, so the
 	// services stop first and the queues go after.

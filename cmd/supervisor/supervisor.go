@@ -114,7 +114,7 @@ func newSupervisor(cfg config, con *console, log string, procs []*proc) (*superv
 		return nil, err
 	}
 	s := &supervisor{cfg: cfg, con: con, procs: procs, started: time.Now(), stop: make(chan struct{})}
-	s.self = stack.Process{Name: "stack", PID: os.Getpid(), Exe: exe, Log: log,
+	s.self = stack.Process{Name: "supervisor", PID: os.Getpid(), Exe: exe, Log: log,
 		PIDFile: filepath.Join(cfg.runDir, "stack.pid")}
 	return s, nil
 }

@@ -2,30 +2,30 @@
 // the schemas and users, builds bin/ and exports the settings of .env (or
 // .env.example); run it through scripts/up.sh.
 //
-//	stack up [-q]   start every process of the table (bin/order, bin/inventory,
+//	supervisor up [-q]   start every process of the table (bin/order, bin/inventory,
 //	                bin/payment-fake, then the viewer in demo mode), wait
 //	                until each /readyz answers, copy their logs here as
 //	                "[order] ..." (-q: do not); Ctrl-C stops them
-//	stack up -d     the same, detached: return once ready, leaving the
+//	supervisor up -d     the same, detached: return once ready, leaving the
 //	                supervisor running (its log: .run/stack.log)
-//	stack up -n 2   two instances of every service: instance k listens on
+//	supervisor up -n 2   two instances of every service: instance k listens on
 //	                the service's port + 100*(k-1) (8181, 8182, 8183) and is
 //	                named <service>-k under .run/ (the first keeps the
 //	                service's name: .run/order.log, .run/order-2.log)
-//	stack up -rabbit-cluster 3
+//	supervisor up -rabbit-cluster 3
 //	                first start a RabbitMQ cluster of three private nodes
 //	                (internal/rabbitnode) on 5701-5703, data under
 //	                .run/rabbit/, the service users imported from
 //	                deploy/provision.sh, and point every service at all of
 //	                them (AMQP_URL lists the nodes, rotated per instance);
 //	                the machine's broker is left alone
-//	stack up -tracing
+//	supervisor up -tracing
 //	                first start Jaeger (bin/jaeger, built from tools/jaeger):
 //	                spans over OTLP/HTTP on :4318, kept in memory, its query
 //	                API on :16686; every process gets
 //	                OTEL_EXPORTER_OTLP_ENDPOINT and the viewer JAEGER_URL
 //	                (docs/tracing.md)
-//	stack down      stop what up started, broker nodes included
+//	supervisor down      stop what up started, broker nodes included
 //
 // The supervisor starts a process or a broker node again when it dies by
 // itself (the failure lab crashes services on purpose, the chaos run kills
@@ -190,5 +190,5 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) er
 	case cmd == "down":
 		return down(cfg, con)
 	}
-	return errors.New("usage: stack up [-d] [-q] [-n N] [-rabbit-cluster N] [-tracing] | stack down (run it through scripts/up.sh)")
+	return errors.New("usage: supervisor up [-d] [-q] [-n N] [-rabbit-cluster N] [-tracing] | supervisor down (run it through scripts/up.sh)")
 }
