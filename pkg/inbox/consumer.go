@@ -10,11 +10,9 @@ import (
 
 	"github.com/jmoiron/sqlx"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
-	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/tracing"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
@@ -70,22 +68,6 @@ func (c *Consumer) handle(ctx context.Context, d rabbit.Delivery, step commitSte
 	return c.Decide(ctx, d, err)
 }
 
-// StartProcess starts the process span of d in this consumer: child of
-// and linked to the producer's create span (the message's traceparent),
-// plus links (the batch layer's transaction). End it once d is decided.
-func (c *Consumer) StartProcess(ctx context.Context, d rabbit.Delivery, links ...trace.Link) (context.Context, trace.Span) {
-	key := d.Type // the event type is the routing key it was published with
-	if key == "" {
-		key = d.RoutingKey
-	}
-	conv, _ := d.Headers[events.HeaderCorrelationID].(string)
-	return tracing.StartProcess(ctx, tracing.Delivery{
-		Message: tracing.Message{ID: d.MessageId, RoutingKey: key, ConversationID: conv},
-		Queue:   d.Queue, Consumer: c.cfg.Name, DeliveryTag: d.DeliveryTag, Redelivered: d.Redelivered,
-		Attempt: d.Attempt, Creation: d.Creation(),
-	}, links...)
-}
-
 // ErrPanic wraps what a handler panicked with: a failed attempt, retried
 // and in the end dead-lettered, not a crash of the consumer.
 var ErrPanic = errors.New("handler panicked")
@@ -99,68 +81,9 @@ func (c *Consumer) Decide(ctx context.Context, d rabbit.Delivery, err error) rab
 	log := c.cfg.Log.With("consumer", c.cfg.Name, "event_id", d.MessageId, "event_type", d.Type,
 		"order_id", e.AggregateID, "attempt", d.Attempt, "trace_id", tracing.TraceID(ctx))
 	dec := c.decision(ctx, log, d, e, err)
-	out := outcome(err, dec)
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(tracing.Outcome.String(out))
-		if err != nil && out != OutcomeDuplicate && out != OutcomeParked {
-			tracing.Fail(span, out, err)
-		}
-	}
-	settle(ctx, d, dec, out)
+	traceDecision(ctx, d, err, dec)
 	return dec
 }
-
-// outcome names what became of a delivery, from the error of its
-// processing and the decision made of it.
-func outcome(err error, dec rabbit.Decision) string {
-	switch {
-	case dec.Abandoned():
-		return OutcomeAbandoned
-	case dec != rabbit.Ack():
-		return OutcomeRetry
-	case err == nil:
-		return OutcomeProcessed
-	case errors.Is(err, ErrAlreadyProcessed):
-		return OutcomeDuplicate
-	case errors.Is(err, ordering.ErrParked):
-		return OutcomeParked
-	case errors.Is(err, ErrPayloadMismatch):
-		return OutcomeMismatch
-	default:
-		return OutcomeDeadLetter
-	}
-}
-
-// settle records the settle span of a decided delivery: a child of its
-// process span (or, without one, of its creation context), named by what
-// the consume loop tells the broker right after (ack; retry: a delayed
-// copy, then an ack; abandon: the channel closed unacked), with the
-// outcome.
-func settle(ctx context.Context, d rabbit.Delivery, dec rabbit.Decision, out string) {
-	parent := trace.SpanContextFromContext(ctx)
-	if !parent.IsValid() {
-		parent = d.Creation()
-	}
-	op := "ack"
-	switch out {
-	case OutcomeRetry:
-		op = "retry"
-	case OutcomeAbandoned:
-		op = "abandon"
-	}
-	tracing.StartSettle(ctx, parent, d.Queue, op, out).End()
-}
-
-// The outcomes of a delivery, on its process and settle spans.
-const (
-	OutcomeProcessed  = "processed"
-	OutcomeDuplicate  = "duplicate"
-	OutcomeParked     = "parked"
-	OutcomeMismatch   = "payload_mismatch"
-	OutcomeDeadLetter = "dead_letter"
-	OutcomeRetry      = "retry"
-	OutcomeAbandoned  = "abandoned"
-)
 
 // decision turns the outcome of processing d (err, nil for committed) into
 // ack, delayed retry or dead letter.
@@ -390,62 +313,3 @@ var ErrTooOld = errors.New("older than the inbox replay window")
 // DefaultReplayWindow is how long inbox rows are kept (INBOX_RETENTION) and
 // so how old an event may be and still be deduplicated by the inbox.
 const DefaultReplayWindow = 7 * 24 * time.Hour
-
-// Config describes one consumer.
-type Config struct {
-	// Name is the consumer_name of the inbox key: a constant, because
-	// renaming it would make every past event look new.
-	Name     string
-	DB       *sqlx.DB
-	Handlers map[events.Type]Handler
-	External map[events.Type]ExternalHandler
-	// AfterCommit runs after each commit: the dispatcher's Wake.
-	AfterCommit func()
-	Backoff     retry.Backoff // between attempts after transient failures [500ms .. 1m]
-	MaxAttempts int           // attempts before a message becomes a dead letter [8]
-	MaxRetryAge time.Duration // time since the first failure after which we stop [15m]
-	// ReplayWindow: how long inbox rows are kept (INBOX_RETENTION); an
-	// older event becomes a dead letter [DefaultReplayWindow = 168h].
-	ReplayWindow time.Duration
-	Log          *slog.Logger
-	Metrics      *Metrics      // shared by the consumers of one service; nil: none
-	ParkDeadline time.Duration // a delta's wait for its gap [ordering.DefaultParkDeadline = 5m]
-}
-
-// Consumer runs the chapter's consume sequence for each delivery.
-type Consumer struct {
-	cfg   Config
-	order ordering.Sequencer
-}
-
-// NewConsumer checks cfg and fills in defaults.
-func NewConsumer(cfg Config) *Consumer {
-	if cfg.Name == "" || cfg.DB == nil {
-		panic("inbox: consumer needs a Name and a DB")
-	}
-	orDefault(&cfg.Backoff.Base, 500*time.Millisecond)
-	orDefault(&cfg.Backoff.Cap, time.Minute)
-	orDefault(&cfg.MaxAttempts, 8)
-	orDefault(&cfg.MaxRetryAge, 15*time.Minute)
-	orDefault(&cfg.ReplayWindow, DefaultReplayWindow)
-	if cfg.Log == nil {
-		cfg.Log = slog.Default()
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
-	}
-	cfg.Metrics.start(cfg.Name)
-	return &Consumer{cfg: cfg, order: ordering.Sequencer{Consumer: cfg.Name, ParkDeadline: cfg.ParkDeadline, Log: cfg.Log}}
-}
-
-// Name is the consumer name (the inbox key prefix).
-func (c *Consumer) Name() string { return c.cfg.Name }
-
-// Config is the consumer's configuration, defaults filled in.
-func (c *Consumer) Config() Config { return c.cfg }
-
-func orDefault[T int | time.Duration](v *T, d T) {
-	if *v <= 0 {
-		*v = d
-	}
-}
