@@ -90,7 +90,7 @@ func TestHandleWithoutMap(t *testing.T) {
 // heading "Problem: <slug>", whose GitHub anchor is "problem-<slug>", with
 // the type's status and title in it; and every such section is a type.
 func TestProblemTypesHaveSections(t *testing.T) {
-	b, err := os.ReadFile("../../docs/contract.md")
+	b, err := os.ReadFile("../../../docs/contract.md")
 	if err != nil {
 		t.Fatal(err)
 	}
