@@ -43,7 +43,7 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	// The one PSP every instance shares, reached only over HTTP; each call
 	// is a client span of the message's process span.
 	pspClient := psp.NewClient(pcfg.URL, &http.Client{Timeout: pcfg.Timeout,
-		Transport: tracing.Transport(nil, rt.Tracing.TracerProvider())}).WithToken(pcfg.Token)
+		Transport: tracing.Transport(pspTransport(cfg), rt.Tracing.TracerProvider())}).WithToken(pcfg.Token)
 	scfg.App.Wake = rt.Outbox.Wake
 	app := paymentapp.New(rt.DB, pspClient, rt.Log, rt.Metrics, scfg.App)
 
@@ -60,6 +60,19 @@ func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) erro
 	router := rt.Router(paymenthttp.AdminRoutes(app, rt.Log))
 	paymenthttp.Routes(router, app, endpoints.Must(pcfg.URL), process.AdminToken(cfg), rt.Log)
 	return rt.Serve(ctx, router)
+}
+
+// pspTransport keeps a connection to the PSP open for every call a
+// consumer can have in flight: a batch's calls go out concurrently
+// (pkg/inbox/batch, callOut), and http.DefaultTransport keeps only two idle
+// connections per host, so the others would be closed after each call and
+// dialled again for the next batch (docs/performance.md, "Issue 25").
+func pspTransport(cfg process.Config) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	// Charges and refunds are two consumers, each with its workers' batches.
+	t.MaxIdleConnsPerHost = 2 * cfg.ConsumerWorkers * cfg.ConsumerBatch
+	t.MaxIdleConns = t.MaxIdleConnsPerHost
+	return t
 }
 
 // sagaConfig is the payment service's business timing: deadlines and the
