@@ -2,9 +2,11 @@
 // dispatcher against the raw broker and against the database side alone,
 // what each part of the outbox table costs per event, commit-to-publish
 // latency, the inbox consumer against raw consume-and-ack, the claim query
-// on a large table, and what the services cost when idle. They need the real MariaDB/MySQL
-// and RabbitMQ, like the integration tests, and each makes its own
-// database and broker namespace.
+// on a large table and what the services cost when idle; and of issue 25,
+// the saga's physical ceiling (BenchmarkSagaCeiling: the round trips of one
+// order, with no service code). They need the real MariaDB/MySQL and
+// RabbitMQ, like the integration tests, and each makes its own database
+// and broker namespace.
 //
 // The package has benchmarks only: `go test ./...` runs nothing here.
 // docs/performance.md gives the command behind every figure, for example
