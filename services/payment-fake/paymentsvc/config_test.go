@@ -105,8 +105,8 @@ func TestLoadSagaConfig(t *testing.T) {
 }
 
 // A batch's concurrent PSP calls find their connections again in the next
-// batch: the second round of calls dials nothing (http.DefaultTransport,
-// with two idle connections per host, dialled 30 of 32 again).
+// batch: the second round of calls dials nothing (http.DefaultTransport
+// keeps two idle connections per host and dials the others again).
 func TestPSPTransportKeepsAConnectionPerCallInFlight(t *testing.T) {
 	const calls = 32 // 2 consumers x 1 worker x 16 per batch
 	var dials atomic.Int64
