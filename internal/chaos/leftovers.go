@@ -21,7 +21,27 @@ func (o *observer) readLeftovers(ctx context.Context, svc string) (Leftovers, []
 		return l, nil, err
 	}
 	l.Outbox["pending"], l.Outbox["sending"] = sum.ByStatus["pending"], sum.ByStatus["sending"]
+	failed, err := o.failedEvents(ctx, svc)
+	if err != nil {
+		return l, nil, err
+	}
+	if l.DeadLetters, err = o.deadLetters(ctx, svc); err != nil {
+		return l, nil, err
+	}
+	if l.Parked, err = o.parked(ctx, svc); err != nil {
+		return l, nil, err
+	}
+	switch svc {
+	case "inventory":
+		l.Gaps, err = o.openGaps(ctx, svc)
+	case "payment":
+		l.NeedsAttention, err = o.needsAttention(ctx, svc)
+	}
+	return l, failed, err
+}
 
+// failedEvents lists the service's outbox rows that gave up.
+func (o *observer) failedEvents(ctx context.Context, svc string) ([]Item, error) {
 	var failed struct {
 		Events []struct {
 			EventID     string    `json:"event_id"`
@@ -32,14 +52,18 @@ func (o *observer) readLeftovers(ctx context.Context, svc string) (Leftovers, []
 		} `json:"events"`
 	}
 	if err := o.lab.Get(ctx, svc, "/admin/outbox?status=failed&limit=1000", &failed); err != nil {
-		return l, nil, err
+		return nil, err
 	}
-	var failedRows []Item
+	var items []Item
 	for _, e := range failed.Events {
-		failedRows = append(failedRows, Item{ID: "event " + e.EventID,
+		items = append(items, Item{ID: "event " + e.EventID,
 			Detail: fmt.Sprintf("%s of order %s failed after %d attempts", e.EventType, e.AggregateID, e.Attempts)})
 	}
+	return items, nil
+}
 
+// deadLetters lists the service's dead letters not yet redriven.
+func (o *observer) deadLetters(ctx context.Context, svc string) ([]Item, error) {
 	var dls struct {
 		DeadLetters []struct {
 			ID        uint64 `json:"id"`
@@ -51,13 +75,19 @@ func (o *observer) readLeftovers(ctx context.Context, svc string) (Leftovers, []
 		} `json:"dead_letters"`
 	}
 	if err := o.lab.Get(ctx, svc, "/admin/dead-letters?status=dead&limit=1000", &dls); err != nil {
-		return l, nil, err
+		return nil, err
 	}
+	var items []Item
 	for _, d := range dls.DeadLetters {
-		l.DeadLetters = append(l.DeadLetters, Item{ID: fmt.Sprintf("dead letter %d", d.ID),
+		items = append(items, Item{ID: fmt.Sprintf("dead letter %d", d.ID),
 			Detail: fmt.Sprintf("%s %s (%s) after %d attempts: %s", d.Consumer, d.EventType, d.EventID, d.Attempts, clip(d.Reason, 120))})
 	}
+	return items, nil
+}
 
+// parked lists the events the service's consumers hold back, waiting for
+// an earlier version of their aggregate.
+func (o *observer) parked(ctx context.Context, svc string) ([]Item, error) {
 	var parked struct {
 		Parked []struct {
 			Consumer    string `json:"consumer"`
@@ -69,36 +99,44 @@ func (o *observer) readLeftovers(ctx context.Context, svc string) (Leftovers, []
 		} `json:"parked"`
 	}
 	if err := o.lab.Get(ctx, svc, "/admin/parked?state=waiting&limit=1000", &parked); err != nil {
-		return l, nil, err
+		return nil, err
 	}
+	var items []Item
 	for _, p := range parked.Parked {
-		l.Parked = append(l.Parked, Item{ID: p.Consumer + " " + p.EventID,
+		items = append(items, Item{ID: p.Consumer + " " + p.EventID,
 			Detail: fmt.Sprintf("%s v%d of %s waits for v%d", p.EventType, p.Version, p.AggregateID, p.WaitingFor)})
 	}
+	return items, nil
+}
 
-	switch svc {
-	case "inventory":
-		var gaps wire.GapList
-		if err := o.lab.Get(ctx, svc, "/admin/gaps?open=true&limit=1000", &gaps); err != nil {
-			return l, nil, err
-		}
-		for _, g := range gaps.Gaps {
-			l.Gaps = append(l.Gaps, Item{ID: fmt.Sprintf("gap %d", g.ID),
-				Detail: fmt.Sprintf("order %s: %s v%d arrived, v%d never did", g.AggregateID, g.EventType, g.ReceivedVersion, g.ExpectedVersion)})
-		}
-	case "payment":
-		var att wire.NeedsAttention
-		if err := o.lab.Get(ctx, svc, "/admin/needs-attention?limit=1000", &att); err != nil {
-			return l, nil, err
-		}
-		for _, c := range att.Charges {
-			l.NeedsAttention = append(l.NeedsAttention, Item{ID: "charge of order " + c.OrderID, Detail: clip(c.ParkedReason, 120)})
-		}
-		for _, f := range att.Refunds {
-			l.NeedsAttention = append(l.NeedsAttention, Item{ID: "refund of order " + f.OrderID, Detail: clip(f.ParkedReason, 120)})
-		}
+// openGaps lists inventory's open version gaps.
+func (o *observer) openGaps(ctx context.Context, svc string) ([]Item, error) {
+	var gaps wire.GapList
+	if err := o.lab.Get(ctx, svc, "/admin/gaps?open=true&limit=1000", &gaps); err != nil {
+		return nil, err
 	}
-	return l, failedRows, nil
+	var items []Item
+	for _, g := range gaps.Gaps {
+		items = append(items, Item{ID: fmt.Sprintf("gap %d", g.ID),
+			Detail: fmt.Sprintf("order %s: %s v%d arrived, v%d never did", g.AggregateID, g.EventType, g.ReceivedVersion, g.ExpectedVersion)})
+	}
+	return items, nil
+}
+
+// needsAttention lists payment's charges and refunds parked for a person.
+func (o *observer) needsAttention(ctx context.Context, svc string) ([]Item, error) {
+	var att wire.NeedsAttention
+	if err := o.lab.Get(ctx, svc, "/admin/needs-attention?limit=1000", &att); err != nil {
+		return nil, err
+	}
+	var items []Item
+	for _, c := range att.Charges {
+		items = append(items, Item{ID: "charge of order " + c.OrderID, Detail: clip(c.ParkedReason, 120)})
+	}
+	for _, f := range att.Refunds {
+		items = append(items, Item{ID: "refund of order " + f.OrderID, Detail: clip(f.ParkedReason, 120)})
+	}
+	return items, nil
 }
 
 // baseline is the leftovers a live stack already had before the run: they

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -72,7 +71,7 @@ func (d StackFile) PID(target string) (int, error) {
 		if p.Service != name || p.Instance != k {
 			continue
 		}
-		if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.PID)); err == nil && strings.TrimSuffix(exe, " (deleted)") == p.Exe {
+		if stack.RunsExe(p.PID, p.Exe) {
 			return p.PID, nil
 		}
 		return 0, fmt.Errorf("%s: pid %d does not run %s (restarting?)", target, p.PID, p.Exe)

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/procfs"
 )
 
 // Service is one service of the saga.
@@ -347,6 +348,21 @@ type Process struct {
 	Log      string `json:"log"`      // its stdout and stderr
 	PIDFile  string `json:"pid_file"` // PID, for a human: kill -STOP $(cat .run/order.pid)
 	Restarts int    `json:"restarts"` // times it died by itself and was started again
+}
+
+// RunsExe reports whether pid still runs exe, as /proc shows it: a pid the
+// system has given to another program since is not ours, and a zombie
+// runs nothing.
+func RunsExe(pid int, exe string) bool {
+	if pid <= 0 {
+		return false
+	}
+	proc, err := procfs.NewProc(pid)
+	if err != nil {
+		return false
+	}
+	got, err := proc.Executable()
+	return err == nil && strings.TrimSuffix(got, " (deleted)") == exe
 }
 
 // Node is one RabbitMQ node of the stack's cluster (internal/rabbitnode).
