@@ -55,7 +55,6 @@ func TestLabRunsKeepTheirAddresses(t *testing.T) {
 		}
 		return run, r.status
 	}
-	asJSON := map[string]string{"Content-Type": "application/json"}
 
 	base := start()
 	for _, body := range []string{
