@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,13 +35,7 @@ func TestLabRunsKeepTheirAddresses(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	start := func() string {
-		srv := viewer.New(viewer.Config{Target: fixedTarget{}, RunsDir: dir, Patience: time.Second, Timeout: time.Second})
-		ts := httptest.NewServer(srv.Handler())
-		t.Cleanup(srv.Close)
-		t.Cleanup(ts.Close)
-		viewerTokens.Store(ts.URL, srv.Token())
-		t.Cleanup(func() { viewerTokens.Delete(ts.URL) })
-		return ts.URL
+		return serve(t, viewer.New(viewer.Config{Target: fixedTarget{}, RunsDir: dir, Patience: time.Second, Timeout: time.Second}))
 	}
 	get := func(base string, id int) (labRun, int) {
 		t.Helper()

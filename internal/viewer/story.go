@@ -57,9 +57,8 @@ type story struct {
 const deadLetterScan = 200
 
 func (s *Server) story(w http.ResponseWriter, r *http.Request) {
-	raw := chi.URLParam(r, "id")
-	if _, ok := web.ParseID(raw); !ok {
-		web.WriteError(w, r, nil, web.Errorf(http.StatusNotFound, "order not found"))
+	raw, ok := orderParam(w, r)
+	if !ok {
 		return
 	}
 	st, orderAnswer := s.gather(r.Context(), raw)
@@ -80,6 +79,17 @@ func (s *Server) story(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	web.WriteJSON(w, http.StatusOK, st)
+}
+
+// orderParam is the route's order id; when it is not one, it answers 404
+// and reports false.
+func orderParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := chi.URLParam(r, "id")
+	if _, ok := web.ParseID(id); !ok {
+		web.WriteError(w, r, nil, web.Errorf(http.StatusNotFound, "order not found"))
+		return "", false
+	}
+	return id, true
 }
 
 // gather asks every service at once. It returns the order service's answer

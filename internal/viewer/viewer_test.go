@@ -23,7 +23,13 @@ import (
 // cookie would (the token itself is tested by TestViewerTokenFlow).
 func startViewer(t *testing.T, s *sagatest.Saga, token string) string {
 	t.Helper()
-	srv := viewer.New(viewer.Config{Target: sagatest.NewTarget(t, s), Token: token, Patience: time.Minute})
+	return serve(t, viewer.New(viewer.Config{Target: sagatest.NewTarget(t, s), Token: token, Patience: time.Minute}))
+}
+
+// serve serves srv on a free port and returns its URL, with its token
+// known to call.
+func serve(t *testing.T, srv *viewer.Server) string {
+	t.Helper()
 	ts := httptest.NewServer(srv.Handler())
 	// Cleanups run last in, first out: the server, then any lab run, then
 	// the stack (registered before).
