@@ -19,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/pkg/base/events"
@@ -110,8 +111,6 @@ func messages(exchange string, n int) []rabbit.Message {
 // returns how long it took. Every message must be confirmed.
 func publishAll(b *testing.B, conn *rabbit.Conn, msgs []rabbit.Message, publishers, batch int) time.Duration {
 	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, publishers)
 	pubs := make([]*rabbit.Publisher, publishers)
 	for i := range pubs {
 		pubs[i] = conn.NewPublisher() // opens its channel on first use, as a dispatcher's does
@@ -122,25 +121,23 @@ func publishAll(b *testing.B, conn *rabbit.Conn, msgs []rabbit.Message, publishe
 		}
 	}()
 	start := time.Now()
+	var g errgroup.Group
 	for w := range publishers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			for i := w * batch; i < len(msgs); i += publishers * batch {
 				part := msgs[i:min(i+batch, len(msgs))]
 				for j, err := range pubs[w].Publish(context.Background(), part, 30*time.Second) {
 					if err != nil {
-						errs <- fmt.Errorf("message %d: %w", i+j, err)
-						return
+						return fmt.Errorf("message %d: %w", i+j, err)
 					}
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	err := g.Wait()
 	took := time.Since(start)
-	close(errs)
-	for err := range errs {
+	if err != nil {
 		b.Fatalf("raw publish: %v", err)
 	}
 	return took

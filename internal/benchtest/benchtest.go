@@ -12,12 +12,12 @@ import (
 	"math"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/procfs"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/outbox"
@@ -85,29 +85,21 @@ func Purge(t testing.TB, queue string) {
 // long it took.
 func Drain(b *testing.B, d *outbox.Dispatcher, pubs []outbox.Publisher) time.Duration {
 	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(pubs))
 	start := time.Now()
+	var g errgroup.Group
 	for _, pub := range pubs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			for {
 				res, err := d.DispatchOnce(context.Background(), pub)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if res.Claimed == 0 {
-					return
+				if err != nil || res.Claimed == 0 {
+					return err
 				}
 			}
-		}()
+		})
 	}
-	wg.Wait()
+	err := g.Wait()
 	took := time.Since(start)
-	close(errs)
-	for err := range errs {
+	if err != nil {
 		b.Fatalf("dispatch: %v", err)
 	}
 	return took

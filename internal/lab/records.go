@@ -97,21 +97,22 @@ func (l *Lab) stock(ctx context.Context, sku string) (Stock, error) {
 }
 
 func (l *Lab) reservation(ctx context.Context, id string) (Reservation, error) {
-	var r Reservation
-	code, _, err := l.call(ctx, "inventory", http.MethodGet, "/reservations/"+id, nil, nil, &r)
-	if code == http.StatusNotFound {
-		return Reservation{}, nil
-	}
-	return r, err
+	return getOrNone[Reservation](ctx, l, "inventory", "/reservations/"+id)
 }
 
 func (l *Lab) payment(ctx context.Context, id string) (Payment, error) {
-	var p Payment
-	code, _, err := l.call(ctx, "payment", http.MethodGet, "/payments/"+id, nil, nil, &p)
+	return getOrNone[Payment](ctx, l, "payment", "/payments/"+id)
+}
+
+// getOrNone GETs a service's record; 404 means it has none, the zero T.
+func getOrNone[T any](ctx context.Context, l *Lab, svc, path string) (T, error) {
+	var v T
+	code, _, err := l.call(ctx, svc, http.MethodGet, path, nil, nil, &v)
 	if code == http.StatusNotFound {
-		return Payment{}, nil
+		var none T
+		return none, nil
 	}
-	return p, err
+	return v, err
 }
 
 func (l *Lab) charges(ctx context.Context, id string) ([]Charge, error) {

@@ -8,7 +8,7 @@
 // tools (the failure lab, the chaos run, the viewer) read.
 //
 // docker-compose.yml runs the same services; the tests in deploy/ hold it
-// against this table and Service.Env.
+// against this table and Instance.Env.
 package stack
 
 import (
@@ -105,12 +105,6 @@ func (i Instance) Port() int { return i.Service.Port + InstanceSpacing*(i.K-1) }
 
 // URL is where the instance answers on this machine.
 func (i Instance) URL() string { return "http://127.0.0.1:" + strconv.Itoa(i.Port()) }
-
-// Env is what the service's first instance gets against the machine's
-// broker (Instance.Env for the others and for a cluster).
-func (s Service) Env(getenv func(string) string, httpHost string) map[string]string {
-	return s.Instance(1).Env(getenv, httpHost, nil)
-}
 
 // Env is what the instance gets on top of the environment it inherits,
 // computed from the settings (getenv: the shell's environment, then .env
