@@ -60,9 +60,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		c.duration = 0
 	}
 	c.restock = !*noRestock
-	var err error
-	c.mix, err = parseMix(*mix)
-	errs := append([]error{err}, c.check()...)
+	var mixErr error
+	c.mix, mixErr = parseMix(*mix)
+	bad := errors.Join(mixErr, errors.Join(c.check()...))
 	c.orderURL = strings.TrimRight(c.orderURL, "/")
 	c.inventoryURL = strings.TrimRight(c.inventoryURL, "/")
 	if c.seed == 0 {
@@ -73,7 +73,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		_, _ = rand.Read(b)
 		c.keyPrefix = fmt.Sprintf("lg-%d-%s", time.Now().Unix(), hex.EncodeToString(b))
 	}
-	return c, errors.Join(errs...)
+	return c, bad
 }
 
 // define declares the flags on fs; the two it returns (the SKU mix and

@@ -282,7 +282,7 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	if err := l.wrongWayOn(ctx, r, "order"); err != nil {
 		return err
 	}
-	o, a, tokenB, err := reclaimedUnderA(ctx, l, r, sku, qty)
+	o, a, tokenB, err := reclaimedByB(ctx, l, r, sku, qty)
 	if err != nil {
 		return err
 	}
@@ -296,10 +296,10 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	return leaseExpiryBooks(ctx, l, r, wrong, o.OrderID, sku, tokenA, tokenB)
 }
 
-// reclaimedUnderA places the order, pauses dispatcher A after its confirm
+// reclaimedByB places the order, pauses dispatcher A after its confirm
 // and waits for A's lease to expire and dispatcher B to claim the row
 // again. It returns the order, A's row (with A's claim) and B's token.
-func reclaimedUnderA(ctx context.Context, l *Lab, r *Report, sku string, qty int) (Order, OutboxRow, string, error) {
+func reclaimedByB(ctx context.Context, l *Lab, r *Report, sku string, qty int) (Order, OutboxRow, string, error) {
 	const pointA, pointB = leasePointA, leasePointB
 	if err := l.arm(ctx, "order", pointA, "pause", 1); err != nil {
 		return Order{}, OutboxRow{}, "", err
