@@ -40,8 +40,6 @@ type sampleWorld struct {
 	s  Snapshot
 }
 
-var oneSKU1, oneSKU2 = []Line{{SKU: "SKU-1", Quantity: 1}}, []Line{{SKU: "SKU-2", Quantity: 1}}
-
 func (w *sampleWorld) at(ms int) time.Time { return w.t0.Add(time.Duration(ms) * time.Millisecond) }
 
 func (w *sampleWorld) created(ms int) Change {
@@ -110,6 +108,7 @@ func (w *sampleWorld) happyAndRejected() {
 // customer cancelled after it was confirmed (refunded, restocked).
 func (w *sampleWorld) declinedAndCancelled() {
 	ev := sampleEvent
+	oneSKU1 := []Line{{SKU: "SKU-1", Quantity: 1}}
 	w.add(Request{Key: "decline", Kind: KindDecline, Items: oneSKU1},
 		Order{ID: "5", Status: statusCancelled, StatusReason: "payment failed: card_declined", RefundStatus: "none", TotalCents: 8900,
 			Reservation: &Reservation{Status: "released", Items: oneSKU1},
@@ -136,6 +135,7 @@ func (w *sampleWorld) declinedAndCancelled() {
 // replayedAndConflicting: a create sent four times under one key, and a
 // key used again with another body.
 func (w *sampleWorld) replayedAndConflicting() {
+	oneSKU2 := []Line{{SKU: "SKU-2", Quantity: 1}}
 	w.add(Request{Key: "replay", Kind: KindReplay, Items: oneSKU2, Creates: []Answer{
 		{At: time.Second, Status: 202, OrderID: "7", Total: 1200},
 		{At: time.Second, Status: 202, OrderID: "7", Total: 1200, Replayed: true},
