@@ -13,6 +13,9 @@ import (
 	"time"
 )
 
+// The command line: the flags, their defaults and the checks of what was
+// given.
+
 // config is the command line.
 type config struct {
 	orderURL, inventoryURL string

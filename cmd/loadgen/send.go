@@ -16,6 +16,9 @@ import (
 	"time"
 )
 
+// Sending: the open loop on its timetable, the closed loop of -workers
+// clients, and one POST /orders with what its answer says.
+
 // openLoop sends on the timetable until it is done or ctx ends, then waits
 // for the answers of the requests in flight.
 func (r *runner) openLoop(ctx context.Context, start time.Time) {
