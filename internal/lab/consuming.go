@@ -29,17 +29,7 @@ func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 			return err
 		}
 	}
-	if err := l.arm(ctx, "inventory", point, "error", count); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("consume"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitHit(ctx, "inventory to fail inside its transaction", "inventory", point); err != nil {
-		return err
-	}
-	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, created, err := l.orderInto(ctx, trap{"inventory", point, "error", count, "inventory to fail inside its transaction"}, key("consume"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -101,17 +91,7 @@ func ackLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
 	const point = "inbox.after-commit-before-ack"
 	l.begin(ctx, r, sku)
-	if err := l.arm(ctx, "inventory", point, "error", 1); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("ack"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitHit(ctx, "inventory to commit and lose its ACK", "inventory", point); err != nil {
-		return err
-	}
-	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, created, err := l.orderInto(ctx, trap{"inventory", point, "error", 1, "inventory to commit and lose its ACK"}, key("ack"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -148,17 +128,7 @@ func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) err
 	if err := l.wrongWayOn(ctx, r, "inventory"); err != nil {
 		return err
 	}
-	if err := l.arm(ctx, "inventory", point, "pause", 1); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("concurrent"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitPaused(ctx, "the first delivery to hold the event", "inventory", point); err != nil {
-		return err
-	}
-	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, created, err := l.orderInto(ctx, trap{"inventory", point, "pause", 1, "the first delivery to hold the event"}, key("concurrent"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -250,14 +220,8 @@ func outOfOrder(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 // returns once inventory has seen the cancel.
 func cancelBeforeCreate(ctx context.Context, l *Lab, sku string, qty int) (Order, error) {
 	const point = "outbox.dispatch.after-claim"
-	if err := l.arm(ctx, "order", point, "error", 1); err != nil {
-		return Order{}, err
-	}
-	o, err := l.placeOrder(ctx, key("order"), sku, qty)
+	o, _, err := l.orderInto(ctx, trap{"order", point, "error", 1, "the create to be held back"}, key("order"), sku, qty)
 	if err != nil {
-		return o, err
-	}
-	if err := l.waitHit(ctx, "the create to be held back", "order", point); err != nil {
 		return o, err
 	}
 	code, _, err := l.call(ctx, "order", http.MethodPost, "/orders/"+o.OrderID+"/cancel",

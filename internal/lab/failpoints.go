@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+
+	"github.com/relmsg/ordersaga/pkg/base/events"
 )
 
 // Failpoints, wrong-way switches and metrics: arming and releasing a
@@ -150,4 +152,35 @@ func (l *Lab) metric(ctx context.Context, svc, name string, labels ...string) (f
 		return 0, err
 	}
 	return SumSamples(families, name, labels...), nil
+}
+
+// trap is a failpoint an experiment sends an order into: Action at Point
+// of Service, Count times (0: until released). Wait names, for the
+// progress line, what reaching it means.
+type trap struct {
+	Service, Point, Action string
+	Count                  int
+	Wait                   string
+}
+
+// orderInto arms the trap, places an order for qty of sku under key and
+// waits until the order's path reaches the trap (and is held there, for a
+// pause). It returns the order and its OrderCreated outbox row.
+func (l *Lab) orderInto(ctx context.Context, tp trap, key, sku string, qty int) (Order, OutboxRow, error) {
+	if err := l.arm(ctx, tp.Service, tp.Point, tp.Action, tp.Count); err != nil {
+		return Order{}, OutboxRow{}, err
+	}
+	o, err := l.placeOrder(ctx, key, sku, qty)
+	if err != nil {
+		return o, OutboxRow{}, err
+	}
+	wait := l.waitHit
+	if tp.Action == "pause" {
+		wait = l.waitPaused
+	}
+	if err := wait(ctx, tp.Wait, tp.Service, tp.Point); err != nil {
+		return o, OutboxRow{}, err
+	}
+	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	return o, created, err
 }

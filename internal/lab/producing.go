@@ -139,17 +139,7 @@ func sendRecovery(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
 	l.begin(ctx, r, sku)
 	const point = "outbox.dispatch.before-claim"
-	if err := l.arm(ctx, "order", point, "pause", 0); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("send"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitPaused(ctx, "the dispatcher to stop at "+point, "order", point); err != nil {
-		return err
-	}
-	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, created, err := l.orderInto(ctx, trap{"order", point, "pause", 0, "the dispatcher to stop at " + point}, key("send"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -301,19 +291,12 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 // again. It returns the order, A's row (with A's claim) and B's token.
 func reclaimedByB(ctx context.Context, l *Lab, r *Report, sku string, qty int) (Order, OutboxRow, string, error) {
 	const pointA, pointB = leasePointA, leasePointB
-	if err := l.arm(ctx, "order", pointA, "pause", 1); err != nil {
-		return Order{}, OutboxRow{}, "", err
-	}
-	o, err := l.placeOrder(ctx, key("lease"), sku, qty)
+	o, a, err := l.orderInto(ctx, trap{"order", pointA, "pause", 1, "dispatcher A to pause after the confirm"}, key("lease"), sku, qty)
 	if err != nil {
-		return o, OutboxRow{}, "", err
+		return o, a, "", err
 	}
-	if err := l.waitPaused(ctx, "dispatcher A to pause after the confirm", "order", pointA); err != nil {
-		return o, OutboxRow{}, "", err
-	}
-	a, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
-	if err != nil || a.ClaimToken == nil {
-		return o, a, "", fmt.Errorf("A's claim: %+v %v", a, err)
+	if a.ClaimToken == nil {
+		return o, a, "", fmt.Errorf("A's claim: %+v", a)
 	}
 	tokenA := *a.ClaimToken
 	if err := l.arm(ctx, "order", pointB, "pause", 1); err != nil {

@@ -82,17 +82,7 @@ func confirmLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 2
 	const point = "outbox.dispatch.after-publish-before-confirm"
 	l.begin(ctx, r, sku)
-	if err := l.arm(ctx, "order", point, "error", 1); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("confirm"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitHit(ctx, "the dispatcher to publish and lose the confirm", "order", point); err != nil {
-		return err
-	}
-	first, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, first, err := l.orderInto(ctx, trap{"order", point, "error", 1, "the dispatcher to publish and lose the confirm"}, key("confirm"), sku, qty)
 	if err != nil {
 		return err
 	}
