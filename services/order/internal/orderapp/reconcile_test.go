@@ -79,33 +79,7 @@ func TestReconcilerRepairsALostPaymentResult(t *testing.T) {
 	if len(audits) != 1 || audits[0].RepairID != rep.RepairID || audits[0].RunID != sum.RunID || audits[0].Outcome != "repaired" {
 		t.Fatalf("audit rows = %+v, want the one repair of run %s", audits, sum.RunID)
 	}
-	var ev struct {
-		Order struct {
-			Status string `json:"status"`
-		} `json:"order"`
-		Payment struct {
-			HTTPStatus int       `json:"http_status"`
-			AnsweredAt time.Time `json:"answered_at"`
-			Body       struct {
-				Status string `json:"status"`
-			} `json:"body"`
-		} `json:"payment"`
-		Reservation struct {
-			Body struct {
-				Status string `json:"status"`
-			} `json:"body"`
-		} `json:"inventory_reservation"`
-		OrderOutbox    []json.RawMessage `json:"order_outbox"`
-		Classification string            `json:"classification"`
-	}
-	if err := json.Unmarshal(audits[0].Evidence, &ev); err != nil {
-		t.Fatal(err)
-	}
-	if ev.Order.Status != "awaiting_payment" || ev.Payment.HTTPStatus != 200 || ev.Payment.Body.Status != "succeeded" ||
-		ev.Payment.AnsweredAt.IsZero() || ev.Reservation.Body.Status != "reserved" || len(ev.OrderOutbox) != 1 ||
-		ev.Classification != "result_missing" {
-		t.Fatalf("evidence = %s", audits[0].Evidence)
-	}
+	checkLostPaymentEvidence(t, audits[0].Evidence)
 	// order_history: the move, by the reconciler, with the repair id.
 	h := r.history(t, o.ID)
 	last := h[len(h)-1]
@@ -131,6 +105,40 @@ func TestReconcilerRepairsALostPaymentResult(t *testing.T) {
 	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents, Currency: "EUR", ChargeID: "ch_TEST"}))
 	if n := len(outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)); n != 1 {
 		t.Fatalf("order.confirmed rows after the late event: %d, want 1", n)
+	}
+}
+
+// checkLostPaymentEvidence checks the evidence the reconciler kept of a
+// lost payment result: what it read of the order, of payment (succeeded)
+// and of inventory (reserved), and its classification.
+func checkLostPaymentEvidence(t *testing.T, evidence json.RawMessage) {
+	t.Helper()
+	var ev struct {
+		Order struct {
+			Status string `json:"status"`
+		} `json:"order"`
+		Payment struct {
+			HTTPStatus int       `json:"http_status"`
+			AnsweredAt time.Time `json:"answered_at"`
+			Body       struct {
+				Status string `json:"status"`
+			} `json:"body"`
+		} `json:"payment"`
+		Reservation struct {
+			Body struct {
+				Status string `json:"status"`
+			} `json:"body"`
+		} `json:"inventory_reservation"`
+		OrderOutbox    []json.RawMessage `json:"order_outbox"`
+		Classification string            `json:"classification"`
+	}
+	if err := json.Unmarshal(evidence, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Order.Status != "awaiting_payment" || ev.Payment.HTTPStatus != 200 || ev.Payment.Body.Status != "succeeded" ||
+		ev.Payment.AnsweredAt.IsZero() || ev.Reservation.Body.Status != "reserved" || len(ev.OrderOutbox) != 1 ||
+		ev.Classification != "result_missing" {
+		t.Fatalf("evidence = %s", evidence)
 	}
 }
 
