@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -26,7 +25,7 @@ import (
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 type fixture struct {
 	db    *sqlx.DB
@@ -69,6 +68,29 @@ func (f *fixture) count(t *testing.T, table string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// wantOneOrder checks that one order and one outbox event were written.
+func (f *fixture) wantOneOrder(t *testing.T) {
+	t.Helper()
+	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
+		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
+	}
+}
+
+// together runs fn(0) to fn(n-1) in n goroutines released at once, and
+// returns when all have returned.
+func together(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }
 
 var twoKeyboards = order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 2}, {SKU: "SKU-2", Quantity: 1}}}
@@ -180,9 +202,7 @@ func TestCreateReplayAfterTheCatalogueChanged(t *testing.T) {
 	if _, _, err := f.app.Create(ctx, "key-2", twoKeyboards); !errors.Is(err, order.ErrInvalid) {
 		t.Fatalf("new key, unknown sku: err = %v, want ErrInvalid", err)
 	}
-	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
-		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
-	}
+	f.wantOneOrder(t)
 }
 
 func TestCreateReplaysTheSameRequest(t *testing.T) {
@@ -206,9 +226,7 @@ func TestCreateReplaysTheSameRequest(t *testing.T) {
 	if _, _, err := f.app.Create(ctx, "key-1", other); !errors.Is(err, order.ErrIdempotencyConflict) {
 		t.Fatalf("same key, other body: err = %v, want ErrIdempotencyConflict", err)
 	}
-	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
-		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
-	}
+	f.wantOneOrder(t)
 }
 
 // Twenty concurrent requests with one key, released together: one order,
@@ -217,29 +235,18 @@ func TestConcurrentCreatesWithOneKeyMakeOneOrder(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	const n = 20
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	ids := make([]uint64, n)
 	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			o, _, err := f.app.Create(context.Background(), "same-key", twoKeyboards)
-			ids[i], errs[i] = o.ID, err
-		}()
-	}
-	close(start)
-	wg.Wait()
+	together(n, func(i int) {
+		o, _, err := f.app.Create(context.Background(), "same-key", twoKeyboards)
+		ids[i], errs[i] = o.ID, err
+	})
 	for i := range ids {
 		if errs[i] != nil || ids[i] != ids[0] || ids[0] == 0 {
 			t.Fatalf("caller %d: id %d err %v, want id %d", i, ids[i], errs[i], ids[0])
 		}
 	}
-	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
-		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
-	}
+	f.wantOneOrder(t)
 }
 
 // Ten cancels with one key, released together, half of them for another
@@ -254,8 +261,6 @@ func TestConcurrentCancelsWithOneKey(t *testing.T) {
 	a, _, _ := f.app.Create(ctx, "a", twoKeyboards)
 	b, _, _ := f.app.Create(ctx, "b", twoKeyboards)
 	const n = 10
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	type answer struct {
 		order    uint64
 		result   orderapp.CancelResult
@@ -263,21 +268,14 @@ func TestConcurrentCancelsWithOneKey(t *testing.T) {
 		err      error
 	}
 	answers := make([]answer, n)
-	for i := 0; i < n; i++ {
+	together(n, func(i int) {
 		id := a.ID
 		if i%2 == 1 {
 			id = b.ID
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, res, replayed, err := f.app.Cancel(ctx, "one-key", id, "changed my mind")
-			answers[i] = answer{id, res, replayed, err}
-		}()
-	}
-	close(start)
-	wg.Wait()
+		_, res, replayed, err := f.app.Cancel(ctx, "one-key", id, "changed my mind")
+		answers[i] = answer{id, res, replayed, err}
+	})
 	var winner uint64
 	for _, ans := range answers {
 		if ans.err == nil && !ans.replayed {

@@ -117,10 +117,7 @@ func TestReconcilerReplaysAnEventTheParticipantNeverProcessed(t *testing.T) {
 			}
 
 			sum := r.run(t)
-			if len(sum.Repairs) != 1 || sum.Repairs[0].Classification != "not_consumed" || sum.Repairs[0].Action != "resend_event" ||
-				sum.Repairs[0].Outcome != "repaired" {
-				t.Fatalf("summary = %+v, want not_consumed / resend_event / repaired", sum)
-			}
+			wantOneRepair(t, sum, "not_consumed", "resend_event", "repaired")
 			if n := r.inventory.hit("GET /admin/inbox"); n != 1 {
 				t.Fatalf("inventory's inbox asked %d times, want once before the replay", n)
 			}

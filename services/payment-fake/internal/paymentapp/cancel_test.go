@@ -115,10 +115,7 @@ func TestCancelAfterUnrecordedChargeQueriesAndRefunds(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
 	cmd := f.reserve(t, order, "c-1", 1500)
-	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
-	if err := f.charges.Process(f.ctx, cmd); err == nil {
-		t.Fatal("first attempt: want the injected error")
-	}
+	f.failAfterPSPCall(t, cmd)
 	f.cancel(t, order)
 
 	if err := f.charges.Process(f.ctx, cmd); err != nil {
@@ -216,10 +213,7 @@ func TestCancelOfAChargeInFlightFoundByTheSweepIsRefunded(t *testing.T) {
 	cfg.CancelSettle = time.Microsecond
 	f := newFixtureWith(t, 3*time.Second, cfg)
 	cmd := f.reserve(t, order, "c-1", 1500)
-	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
-	if err := f.charges.Process(f.ctx, cmd); err == nil {
-		t.Fatal("charge: want the injected error")
-	}
+	f.failAfterPSPCall(t, cmd)
 	f.cancel(t, order)
 	if rep := f.sweep(t); rep.Charges.Resolved != 1 {
 		t.Fatalf("sweep = %+v, want the outcome resolved", rep.Charges)
@@ -240,10 +234,7 @@ func TestCancelOfAChargeInFlightFoundByTheSweepIsRefunded(t *testing.T) {
 func TestCancelAfterSucceededRefunds(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	cmd := f.reserve(t, order, "c-1", 2500)
-	if err := f.charges.Process(f.ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "c-1", 2500)
 	f.cancel(t, order)
 	f.cancel(t, order)
 
@@ -277,10 +268,7 @@ func TestCancelAfterSucceededRefunds(t *testing.T) {
 func TestCancelAfterDeclineDoesNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	cmd := f.reserve(t, order, "decline-1", 1500)
-	if err := f.charges.Process(f.ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "decline-1", 1500)
 	f.cancel(t, order)
 	if p := f.payment(t, order); p.Status != payment.Failed || p.CancelRequested {
 		t.Errorf("payment = %+v, want failed, untouched", p)
@@ -295,9 +283,7 @@ func TestCancelAfterDeclineDoesNothing(t *testing.T) {
 func TestRefundLostResponseIsResolvedByStatusQuery(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	if err := f.charges.Process(f.ctx, f.reserve(t, order, "c-1", 1500)); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "c-1", 1500)
 	f.cancel(t, order)
 	f.setSwitch(t, psp.Switch{Mode: psp.ModeLoseResponse, Count: 1})
 	f.completeRefund(t, order, 1500)

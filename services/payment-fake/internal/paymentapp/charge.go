@@ -56,21 +56,8 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 	if err != nil {
 		return nil, err
 	}
-	log := a.log.With("order_id", req.OrderID, "event_id", e.EventID, "event_type", e.Type,
-		"idempotency_key", req.IdempotencyKey)
-	if e.CorrectsEventID != "" {
-		// A new request (the sweep's or an operator's) for the same charge:
-		// a new event, so the inbox lets it through; the key keeps the PSP
-		// to one charge.
-		log = log.With("corrects_event_id", e.CorrectsEventID)
-	}
-
-	// A plain read: nothing is locked while the PSP is called. The record
-	// step locks the row and re-checks the status.
-	p, err := paymentdb.Get(ctx, a.db, req.OrderID)
-	if errors.Is(err, payment.ErrNotFound) {
-		return nil, inbox.Permanent(fmt.Errorf("charge requested for order %d, which has no payment", req.OrderID))
-	}
+	log := a.requestLog(e, req.OrderID, req.IdempotencyKey)
+	p, err := readRequested(ctx, a.db, paymentdb.Get, payment.ErrNotFound, "charge", "payment", req.OrderID)
 	if err != nil {
 		return nil, err
 	}

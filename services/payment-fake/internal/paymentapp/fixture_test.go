@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -30,9 +29,10 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // fixture is the payment service's three consumers on a fresh database,
 // with a real fake PSP on the same database (as in production, its own
@@ -40,7 +40,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type fixture struct {
 	db        *sqldbtest.DB
 	psp       *psp.Server
-	pspView   *psp.Client // the test's own client, for assertions
+	pspView   *psp.Client   // the test's own client, for assertions
+	books     psptest.Books // the PSP's books, for assertions
 	app       *paymentapp.App
 	saga      *inbox.Consumer
 	charges   *inbox.Consumer
@@ -90,7 +91,7 @@ func newFixtureWith(t *testing.T, pspTimeout time.Duration, cfg paymentapp.Confi
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close) // before the database is dropped
 	base := ts.URL + "/psp"
-	f.pspView = psp.NewClient(base, nil)
+	f.pspView, f.books = psp.NewClient(base, nil), psptest.New(base)
 
 	f.app = paymentapp.New(f.db.DB, psp.NewClient(base, &http.Client{Timeout: pspTimeout}), quiet, f.metrics, cfg)
 	f.saga, _ = f.consumer(paymentbindings.SagaConsumer, paymentbindings.SagaHandlers(f.app), nil)
@@ -130,6 +131,29 @@ func (f *fixture) reserve(t *testing.T, orderID uint64, customer string, amount 
 		t.Fatalf("process inventory.reserved: %v", err)
 	}
 	return f.outboxEvent(t, orderID, events.PaymentChargeRequested)
+}
+
+// charged processes inventory.reserved and then the charge request it
+// wrote, as the PSP consumer does, failing the test on any error; it
+// returns the charge request.
+func (f *fixture) charged(t *testing.T, orderID uint64, customer string, amount int64) events.Envelope {
+	t.Helper()
+	cmd := f.reserve(t, orderID, customer, amount)
+	if err := f.charges.Process(f.ctx, cmd); err != nil {
+		t.Fatalf("process the charge request: %v", err)
+	}
+	return cmd
+}
+
+// failAfterPSPCall processes the charge request cmd with the process
+// failing after the PSP's answer, before the outcome is recorded (the
+// failpoint's injected error), and fails the test if it does not fail.
+func (f *fixture) failAfterPSPCall(t *testing.T, cmd events.Envelope) {
+	t.Helper()
+	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
+	if err := f.charges.Process(f.ctx, cmd); err == nil {
+		t.Fatal("charge request: want the injected error after the PSP call")
+	}
 }
 
 type outboxRow struct {
@@ -192,7 +216,7 @@ func (f *fixture) payment(t *testing.T, orderID uint64) payment.Payment {
 // pspCharges is what the PSP holds for the order: the truth about money.
 func (f *fixture) pspCharges(t *testing.T, orderID uint64) []psp.Charge {
 	t.Helper()
-	cs, err := f.pspView.ChargesForOrder(context.Background(), strconv.FormatUint(orderID, 10))
+	cs, err := f.books.Charges(context.Background(), strconv.FormatUint(orderID, 10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +323,7 @@ func (f *fixture) pspRefunds(t *testing.T, orderID uint64) []psp.Refund {
 	t.Helper()
 	var out []psp.Refund
 	for _, c := range f.pspCharges(t, orderID) {
-		rs, err := f.pspView.RefundsForCharge(context.Background(), c.ChargeID)
+		rs, err := f.books.Refunds(context.Background(), c.ChargeID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package paymentapp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
@@ -277,10 +279,7 @@ func TestChargeNotMadeIsRetriedWithTheSameKey(t *testing.T) {
 func TestSameChargeRequestTwiceCallsThePSPOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	cmd := f.reserve(t, order, "c-1", 1500)
-	if err := f.charges.Process(f.ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
+	cmd := f.charged(t, order, "c-1", 1500)
 	if err := f.charges.Process(f.ctx, cmd); !errors.Is(err, inbox.ErrAlreadyProcessed) {
 		t.Fatalf("second delivery: err = %v, want ErrAlreadyProcessed", err)
 	}
@@ -298,10 +297,7 @@ func TestSameChargeRequestTwiceCallsThePSPOnce(t *testing.T) {
 func TestDecidedPaymentIsNotChargedAgain(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	cmd := f.reserve(t, order, "c-1", 1500)
-	if err := f.charges.Process(f.ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
+	cmd := f.charged(t, order, "c-1", 1500)
 	before := f.payment(t, order)
 	again := cmd
 	again.EventID = uuid.NewString()
@@ -411,23 +407,15 @@ func TestConcurrentChargeRequestsHaveOneEffect(t *testing.T) {
 		e.EventID = uuid.NewString()
 		wg.Go(func() { errs[i] = f.charges.Process(f.ctx, e) })
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		paused := 0
+	t.Cleanup(gate.Release) // if the wait fails: let the attempts go
+	testutil.WaitFor(t, 15*time.Second, fmt.Sprintf("all %d attempts to reach the window", n), func() bool {
 		for _, s := range f.failpoint.Armed() {
 			if s.Name == paymentapp.FailpointAfterPSPCall {
-				paused = s.Paused
+				return s.Paused == n
 			}
 		}
-		if paused == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			gate.Release()
-			t.Fatalf("%d of %d attempts reached the window", paused, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return false
+	})
 	gate.Release()
 	wg.Wait()
 	for i, err := range errs {

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
@@ -19,6 +22,33 @@ import (
 // status by the business key, then decide whether to retry. The business
 // key is the idempotency key the call was made with; the PSP answers a
 // status query by it and never charges or refunds twice for it.
+
+// requestLog is the logger of an event that asks for a call to the PSP (a
+// charge or a refund): the order, the event, the idempotency key and, on a
+// new request for the same call (the sweep's or an operator's: a new
+// event, so the inbox lets it through; the key keeps the PSP to one charge
+// or refund), the event it corrects.
+func (a *App) requestLog(e events.Envelope, orderID uint64, key string) *slog.Logger {
+	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type, "idempotency_key", key)
+	if e.CorrectsEventID != "" {
+		log = log.With("corrects_event_id", e.CorrectsEventID)
+	}
+	return log
+}
+
+// readRequested reads the row (the payment of a charge, or a refund) that
+// an event asks the PSP about, with get, a plain read: nothing is locked
+// while the PSP is called, and the record step locks the row and checks
+// it again. No row (absent) is permanent: the event asks for a call
+// (charge, refund) of a row this service never wrote.
+func readRequested[T any](ctx context.Context, db sqlx.QueryerContext, get func(context.Context, sqlx.QueryerContext, uint64) (T, error),
+	absent error, call, row string, orderID uint64) (T, error) {
+	v, err := get(ctx, db, orderID)
+	if errors.Is(err, absent) {
+		return v, inbox.Permanent(fmt.Errorf("%s requested for order %d, which has no %s", call, orderID, row))
+	}
+	return v, err
+}
 
 // keyedCall is one call to the PSP, a charge or a refund, and the status
 // query that goes with it. chargeCall and refundCall build them.

@@ -81,18 +81,8 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 	if err != nil {
 		return nil, err
 	}
-	log := a.log.With("order_id", req.OrderID, "event_id", e.EventID, "event_type", e.Type,
-		"idempotency_key", req.IdempotencyKey)
-	if e.CorrectsEventID != "" {
-		// A new request (the sweep's or an operator's) for the same refund:
-		// a new event, so the inbox lets it through; the key keeps the PSP
-		// to one refund.
-		log = log.With("corrects_event_id", e.CorrectsEventID)
-	}
-	f, err := paymentdb.GetRefund(ctx, a.db, req.OrderID)
-	if errors.Is(err, paymentdb.ErrNoRefund) {
-		return nil, inbox.Permanent(fmt.Errorf("refund requested for order %d, which has no refund", req.OrderID))
-	}
+	log := a.requestLog(e, req.OrderID, req.IdempotencyKey)
+	f, err := readRequested(ctx, a.db, paymentdb.GetRefund, paymentdb.ErrNoRefund, "refund", "refund", req.OrderID)
 	if err != nil {
 		return nil, err
 	}

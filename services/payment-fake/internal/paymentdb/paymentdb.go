@@ -105,11 +105,7 @@ VALUES (?, '', 0, '', ?, ?, 0, NOW(6), ?)`
 // Get returns an order's payment, or payment.ErrNotFound.
 func Get(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = ?`
-	var r paymentRow
-	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
-		return payment.Payment{}, sqldb.NoRowsAs(err, payment.ErrNotFound, "get payment %d", orderID)
-	}
-	return r.domain(), nil
+	return getRow[paymentRow](ctx, db, q, orderID, payment.ErrNotFound, "get payment")
 }
 
 // Lock reads an order's payment and locks its row until the transaction
@@ -117,9 +113,18 @@ func Get(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.P
 // same order. Lock order everywhere: the payment, then its refund.
 func Lock(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = ? FOR UPDATE`
-	var r paymentRow
-	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
-		return payment.Payment{}, sqldb.NoRowsAs(err, payment.ErrNotFound, "lock payment %d", orderID)
+	return getRow[paymentRow](ctx, tx, q, orderID, payment.ErrNotFound, "lock payment")
+}
+
+// getRow runs q, the SELECT of an order's one row (a payment's or a
+// refund's), and returns it as the domain sees it; no row is notFound, any
+// other error is wrapped as what (e.g. "get payment") the order's.
+func getRow[R interface{ domain() D }, D any](ctx context.Context, db sqlx.QueryerContext, q string, orderID uint64,
+	notFound error, what string) (D, error) {
+	var r R
+	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
+		var zero D
+		return zero, sqldb.NoRowsAs(err, notFound, "%s %d", what, orderID)
 	}
 	return r.domain(), nil
 }

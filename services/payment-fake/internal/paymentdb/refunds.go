@@ -71,21 +71,13 @@ VALUES (?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MIC
 // GetRefund returns an order's refund, or ErrNoRefund.
 func GetRefund(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.Refund, error) {
 	const q = `SELECT ` + refundColumns + ` FROM refunds WHERE order_id = ?`
-	var r refundRow
-	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
-		return payment.Refund{}, sqldb.NoRowsAs(err, ErrNoRefund, "get refund %d", orderID)
-	}
-	return r.domain(), nil
+	return getRow[refundRow](ctx, db, q, orderID, ErrNoRefund, "get refund")
 }
 
 // LockRefund reads an order's refund and locks it. Lock the payment first.
 func LockRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Refund, error) {
 	const q = `SELECT ` + refundColumns + ` FROM refunds WHERE order_id = ? FOR UPDATE`
-	var r refundRow
-	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
-		return payment.Refund{}, sqldb.NoRowsAs(err, ErrNoRefund, "lock refund %d", orderID)
-	}
-	return r.domain(), nil
+	return getRow[refundRow](ctx, tx, q, orderID, ErrNoRefund, "lock refund")
 }
 
 // RefundDone records the PSP's refund: compare-and-set on the status read.

@@ -25,7 +25,7 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func server(t *testing.T, demoMode bool) (*httptest.Server, *sqldbtest.DB) {
 	t.Helper()

@@ -2,6 +2,7 @@ package psp
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -106,10 +107,28 @@ func (p *testPSP) mustCharge(t *testing.T, req ChargeRequest) Charge {
 	return c
 }
 
+// mustSetSwitch sets the fault switch over HTTP (PUT /switches).
 func (p *testPSP) mustSetSwitch(t *testing.T, sw Switch) {
 	t.Helper()
-	if err := p.client.SetSwitch(context.Background(), sw); err != nil {
-		t.Fatalf("SetSwitch(%+v): %v", sw, err)
+	body, err := json.Marshal(sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, answer := p.call(t, http.MethodPut, "/switches", string(body)); status != http.StatusOK {
+		t.Fatalf("PUT /switches %s = %d %s, want 200", body, status, answer)
+	}
+}
+
+// getJSON sends GET path and decodes its answer into out; an answer other
+// than 200 fails the test.
+func (p *testPSP) getJSON(t *testing.T, path string, out any) {
+	t.Helper()
+	status, _, body := p.call(t, http.MethodGet, path, "")
+	if status != http.StatusOK {
+		t.Fatalf("GET %s = %d %s, want 200", path, status, body)
+	}
+	if err := json.Unmarshal([]byte(body), out); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, body)
 	}
 }
 
