@@ -161,7 +161,7 @@ func TestCancelOfASaleThatOvertookItsConfirm(t *testing.T) {
 	cancel.AggregateVersion = 4
 	f.process(t, cancel)
 
-	f.wantStock(t, nil) // sold and returned: back to the seed
+	f.wantStock(t, nil)                      // sold and returned: back to the seed
 	f.wantStatus(t, 14, inventory.Restocked) // after the cancel of a sale
 	confirm := confirmed(t, 14)
 	confirm.AggregateVersion = 3
@@ -350,7 +350,7 @@ func TestIgnoreOrderLeavesAHangingReservation(t *testing.T) {
 	f.process(t, created(t, 17, item("SKU-1", 2)))
 
 	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 2}}) // held for a cancelled order
-	f.wantStatus(t, 17, inventory.Reserved) // the anomaly
+	f.wantStatus(t, 17, inventory.Reserved)              // the anomaly
 	if out := f.outbox(t, 17); len(out) != 1 || out[0].Type != events.InventoryReserved {
 		t.Errorf("outbox = %+v, want the InventoryReserved of a cancelled order", out)
 	}
