@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -380,51 +381,67 @@ func (f *fixture) status(t *testing.T, id uint64) order.Order {
 	return o
 }
 
-func TestResultsDriveTheOrderToConfirmed(t *testing.T) {
+// The participants' results drive an order to its end. Each case delivers
+// its results in turn, each leaving the order in a status, and ends with
+// the order's reason and its outbox ("type vN", in version order). Results
+// that do not fit the state (anything after a terminal state) change
+// nothing.
+func TestResultsDriveTheOrder(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, reserved(t, o))
-	if s := f.status(t, o.ID).Status; s != order.AwaitingPayment {
-		t.Fatalf("after inventory.reserved: %s, want awaiting_payment", s)
+	type step struct {
+		event func(t *testing.T, o order.Order) events.Envelope
+		want  order.Status
 	}
-	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents, Currency: "EUR", ChargeID: "ch_1"}))
-	if s := f.status(t, o.ID).Status; s != order.Confirmed {
-		t.Fatalf("after payment.succeeded: %s, want confirmed", s)
+	paid := func(t *testing.T, o order.Order) events.Envelope {
+		return envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents,
+			Currency: "EUR", ChargeID: "ch_1"})
 	}
-	rows := f.outbox(t)
-	if len(rows) != 2 || rows[1].Type != events.OrderConfirmed || rows[1].Version != 2 {
-		t.Fatalf("outbox = %+v, want order.created v1 then order.confirmed v2", rows)
+	declined := func(t *testing.T, o order.Order) events.Envelope {
+		return envelope(t, events.PaymentFailed, o.ID, events.PaymentFailedV1{OrderID: o.ID, Reason: "card_declined"})
 	}
-}
-
-func TestPaymentFailureCancelsAndAsksForRelease(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, reserved(t, o))
-	f.deliver(t, envelope(t, events.PaymentFailed, o.ID, events.PaymentFailedV1{OrderID: o.ID, Reason: "card_declined"}))
-	got := f.status(t, o.ID)
-	if got.Status != order.Cancelled || got.StatusReason != "payment failed: card_declined" {
-		t.Fatalf("order = %s (%q), want cancelled because of the decline", got.Status, got.StatusReason)
+	outOfStock := func(t *testing.T, o order.Order) events.Envelope {
+		return envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "insufficient stock"})
 	}
-	rows := f.outbox(t)
-	if len(rows) != 2 || rows[1].Type != events.OrderCancelled || rows[1].Version != 2 {
-		t.Fatalf("outbox = %+v, want order.cancelled v2", rows)
-	}
-}
-
-func TestRejectionEndsTheOrderWithNothingToCompensate(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "insufficient stock"}))
-	got := f.status(t, o.ID)
-	if got.Status != order.Rejected || got.StatusReason != "insufficient stock" {
-		t.Fatalf("order = %s (%q), want rejected", got.Status, got.StatusReason)
-	}
-	if n := len(f.outbox(t)); n != 1 {
-		t.Fatalf("outbox rows = %d, want only order.created", n)
+	for _, tt := range []struct {
+		name   string
+		steps  []step
+		reason string
+		outbox string
+	}{
+		{"reserved, then paid: confirmed", []step{{reserved, order.AwaitingPayment}, {paid, order.Confirmed}},
+			"", "[order.created v1 order.confirmed v2]"},
+		{"reserved, then declined: cancelled, the stock to be released", []step{{reserved, order.AwaitingPayment}, {declined, order.Cancelled}},
+			"payment failed: card_declined", "[order.created v1 order.cancelled v2]"},
+		{"rejected: nothing to compensate", []step{{outOfStock, order.Rejected}},
+			"insufficient stock", "[order.created v1]"},
+		{"stale results after a terminal state", []step{{outOfStock, order.Rejected}, {reserved, order.Rejected}, {paid, order.Rejected}},
+			"insufficient stock", "[order.created v1]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			o, _, err := f.app.Create(context.Background(), "k", twoKeyboards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range tt.steps {
+				e := st.event(t, o)
+				f.deliver(t, e)
+				if s := f.status(t, o.ID).Status; s != st.want {
+					t.Fatalf("after result %d (%s): %s, want %s", i+1, e.Type, s, st.want)
+				}
+			}
+			if got := f.status(t, o.ID).StatusReason; tt.reason != "" && got != tt.reason {
+				t.Errorf("status reason %q, want %q", got, tt.reason)
+			}
+			var outbox []string
+			for _, r := range f.outbox(t) {
+				outbox = append(outbox, fmt.Sprintf("%s v%d", r.Type, r.Version))
+			}
+			if got := fmt.Sprint(outbox); got != tt.outbox {
+				t.Errorf("outbox %s, want %s", got, tt.outbox)
+			}
+		})
 	}
 }
 
@@ -447,23 +464,6 @@ func TestPaymentOvertakingTheReservationConfirms(t *testing.T) {
 	rows := f.outbox(t)
 	if len(rows) != 2 || rows[1].Type != events.OrderConfirmed {
 		t.Fatalf("outbox = %+v, want order.created and one order.confirmed", rows)
-	}
-}
-
-// Events that do not fit the state change nothing: anything after a
-// terminal state.
-func TestStaleEventsChangeNothing(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "x"}))
-	f.deliver(t, reserved(t, o)) // after a terminal state
-	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
-	if s := f.status(t, o.ID).Status; s != order.Rejected {
-		t.Fatalf("terminal order moved to %s", s)
-	}
-	if n := len(f.outbox(t)); n != 1 {
-		t.Fatalf("outbox rows = %d, want 1", n)
 	}
 }
 

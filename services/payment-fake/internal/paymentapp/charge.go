@@ -101,15 +101,7 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 		a.noteFailure(ctx, log, paymentdb.Charges, req.OrderID, err)
 		return nil, err
 	}
-	// Window: the PSP has decided, we have not recorded it. Whatever
-	// happens here, the message comes back and the same key gets the same
-	// charge.
-	if err := failpoint.Inject(ctx, FailpointAfterPSPCall); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, s Store, e events.Envelope) error {
-		return a.recordCharge(ctx, s, s.Log(log), req.OrderID, c)
-	}, nil
+	return recordStep(ctx, FailpointAfterPSPCall, log, req.OrderID, c, a.recordCharge)
 }
 
 // noop is the record step of an event that changes nothing.

@@ -8,8 +8,10 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
@@ -48,6 +50,21 @@ func readRequested[T any](ctx context.Context, db sqlx.QueryerContext, get func(
 		return v, inbox.Permanent(fmt.Errorf("%s requested for order %d, which has no %s", call, orderID, row))
 	}
 	return v, err
+}
+
+// recordStep is how ChargeAtPSP and RefundAtPSP end once the PSP has
+// answered v: the failpoint of the window where the PSP has decided and we
+// have not recorded it (whatever happens there, the message comes back and
+// the same key gets the same answer), then the Handler that records v in
+// the inbox transaction with record (recordCharge, recordRefund).
+func recordStep[T any](ctx context.Context, failpointName string, log *slog.Logger, orderID uint64, v T,
+	record func(context.Context, Store, *slog.Logger, uint64, T) error) (batch.Handler[Store], error) {
+	if err := failpoint.Inject(ctx, failpointName); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, s Store, _ events.Envelope) error {
+		return record(ctx, s, s.Log(log), orderID, v)
+	}, nil
 }
 
 // keyedCall is one call to the PSP, a charge or a refund, and the status

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/inbox"
@@ -114,12 +113,7 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 		a.noteFailure(ctx, log, paymentdb.Refunds, req.OrderID, err)
 		return nil, err
 	}
-	if err := failpoint.Inject(ctx, FailpointAfterPSPRefund); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, s Store, _ events.Envelope) error {
-		return a.recordRefund(ctx, s, s.Log(log), req.OrderID, r)
-	}, nil
+	return recordStep(ctx, FailpointAfterPSPRefund, log, req.OrderID, r, a.recordRefund)
 }
 
 func refundRequest(f payment.Refund) psp.RefundRequest {

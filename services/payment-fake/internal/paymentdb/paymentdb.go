@@ -24,26 +24,39 @@ import (
 // ErrExists: the order has a payment (or a cancel marker) already.
 var ErrExists = errors.New("payment for this order exists")
 
+// stepRow is the columns a payment's row and a refund's row share (Step):
+// the order, the key and the amount of the call to the PSP, the status,
+// and the evidence of failed attempts.
+type stepRow struct {
+	OrderID        uint64         `db:"order_id"`
+	IdempotencyKey string         `db:"idempotency_key"`
+	AmountCents    int64          `db:"amount_cents"`
+	Status         string         `db:"status"`
+	Attempts       int            `db:"attempts"`
+	LastError      string         `db:"last_error"`
+	ParkedReason   string         `db:"parked_reason"`
+	RequestEventID sql.NullString `db:"request_event_id"`
+	CreatedAt      time.Time      `db:"created_at"`
+	UpdatedAt      time.Time      `db:"updated_at"`
+}
+
+// parkedColumns is what the lists of parked rows read besides the row.
+type parkedColumns struct {
+	SweepRounds int          `db:"sweep_rounds"`
+	ParkedAt    sql.NullTime `db:"parked_at"`
+}
+
 type paymentRow struct {
-	OrderID           uint64         `db:"order_id"`
+	stepRow
 	CustomerID        string         `db:"customer_id"`
-	AmountCents       int64          `db:"amount_cents"`
 	Currency          string         `db:"currency"`
-	Status            string         `db:"status"`
-	IdempotencyKey    string         `db:"idempotency_key"`
 	PSPChargeID       sql.NullString `db:"psp_charge_id"`
 	FailureReason     string         `db:"failure_reason"`
 	ChargeSentAt      sql.NullTime   `db:"charge_sent_at"`
 	CancelRequestedAt sql.NullTime   `db:"cancel_requested_at"`
 	CancelReason      string         `db:"cancel_reason"`
 	DeadlineAt        sql.NullTime   `db:"deadline_at"`
-	Attempts          int            `db:"attempts"`
-	LastError         string         `db:"last_error"`
-	ParkedReason      string         `db:"parked_reason"`
 	Version           uint64         `db:"aggregate_version"`
-	RequestEventID    sql.NullString `db:"request_event_id"`
-	CreatedAt         time.Time      `db:"created_at"`
-	UpdatedAt         time.Time      `db:"updated_at"`
 }
 
 const paymentColumns = `order_id, customer_id, amount_cents, currency, status, idempotency_key,
@@ -292,8 +305,7 @@ type ParkedPayment struct {
 
 type parkedPaymentRow struct {
 	paymentRow
-	SweepRounds int          `db:"sweep_rounds"`
-	ParkedAt    sql.NullTime `db:"parked_at"`
+	parkedColumns
 }
 
 // CountParked returns the rows parked as needs_attention in payments and in

@@ -20,20 +20,11 @@ var ErrNoRefund = errors.New("refund not found")
 var ErrRefundExists = errors.New("refund for this order exists")
 
 type refundRow struct {
-	OrderID        uint64         `db:"order_id"`
-	IdempotencyKey string         `db:"idempotency_key"`
-	PSPChargeID    string         `db:"psp_charge_id"`
-	AmountCents    int64          `db:"amount_cents"`
-	Status         string         `db:"status"`
-	PSPRefundID    sql.NullString `db:"psp_refund_id"`
-	Reason         string         `db:"reason"`
-	DeadlineAt     time.Time      `db:"deadline_at"`
-	Attempts       int            `db:"attempts"`
-	LastError      string         `db:"last_error"`
-	ParkedReason   string         `db:"parked_reason"`
-	RequestEventID sql.NullString `db:"request_event_id"`
-	CreatedAt      time.Time      `db:"created_at"`
-	UpdatedAt      time.Time      `db:"updated_at"`
+	stepRow
+	PSPChargeID string         `db:"psp_charge_id"`
+	PSPRefundID sql.NullString `db:"psp_refund_id"`
+	Reason      string         `db:"reason"`
+	DeadlineAt  time.Time      `db:"deadline_at"`
 }
 
 const refundColumns = `order_id, idempotency_key, psp_charge_id, amount_cents, status, psp_refund_id, reason,
@@ -110,8 +101,7 @@ type ParkedRefund struct {
 
 type parkedRefundRow struct {
 	refundRow
-	SweepRounds int          `db:"sweep_rounds"`
-	ParkedAt    sql.NullTime `db:"parked_at"`
+	parkedColumns
 }
 
 // ParkedRefunds returns the refunds parked as needs_attention, oldest
