@@ -15,7 +15,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/migrations"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 )
 
@@ -35,43 +34,68 @@ type DB struct {
 	DSN  string // DSN a service under test can be given as MYSQL_DSN
 }
 
-// New creates a database named after the service, applies that service's
-// migrations ("order", "inventory" or "payment") and drops it at cleanup.
-// A server that cannot be reached fails the test: it is never skipped.
+// New creates a database named after the service with that service's
+// schema ("order", "inventory" or "payment": what its migrations make, see
+// schema.go) and drops it at cleanup. A server that cannot be reached fails
+// the test: it is never skipped.
 func New(t testing.TB, service string) *DB {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs MariaDB/MySQL (run without -short)")
 	}
+	if _, err := mysql.ParseDSN(ServerDSN()); err != nil {
+		t.Fatalf("TEST_MYSQL_DSN: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	mc, err := mysql.ParseDSN(ServerDSN())
+	s, err := schemaOf(ctx, service)
 	if err != nil {
-		t.Fatalf("TEST_MYSQL_DSN: %v", err)
+		t.Fatalf("MariaDB/MySQL at %s is required for this test (start it with scripts/test.sh or see README): %v", serverAddr(), err)
 	}
-	mc.DBName = "t_" + service + "_" + randomHex(6)
-	dsn := mc.FormatDSN()
-	db, err := sqldb.Open(ctx, sqldb.Config{DSN: dsn, CreateDatabase: true, MaxOpenConns: 12})
+	db, name, err := createDatabase(ctx, service)
 	if err != nil {
-		t.Fatalf("MariaDB/MySQL at %s is required for this test (start it with scripts/test.sh or see README): %v", mc.Addr, err)
+		t.Fatalf("MariaDB/MySQL at %s is required for this test (start it with scripts/test.sh or see README): %v", serverAddr(), err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+sqldb.QuoteIdent(mc.DBName)); err != nil {
-			t.Errorf("drop test database %s: %v", mc.DBName, err)
+		if _, err := db.ExecContext(ctx, "DROP DATABASE IF EXISTS "+sqldb.QuoteIdent(name)); err != nil {
+			t.Errorf("drop test database %s: %v", name, err)
 		}
 		db.Close()
 	})
-	fsys, err := migrations.For(service)
+	if err := s.apply(ctx, db); err != nil {
+		t.Fatalf("schema of %s in %s: %v", service, name, err)
+	}
+	return &DB{DB: db, Name: name, DSN: dsnFor(name)}
+}
+
+// createDatabase creates an empty database t_<service>_<12 hex digits>
+// (the name scripts/test.sh knows to clean up after a killed run).
+func createDatabase(ctx context.Context, service string) (*sqlx.DB, string, error) {
+	name := "t_" + service + "_" + randomHex(6)
+	db, err := sqldb.Open(ctx, sqldb.Config{DSN: dsnFor(name), CreateDatabase: true, MaxOpenConns: 12})
 	if err != nil {
-		t.Fatal(err)
+		return nil, "", err
 	}
-	if err := sqldb.Migrate(ctx, db, fsys, nil); err != nil {
-		t.Fatalf("migrate %s: %v", mc.DBName, err)
+	return db, name, nil
+}
+
+func dsnFor(database string) string {
+	mc, err := mysql.ParseDSN(ServerDSN())
+	if err != nil {
+		panic(fmt.Sprintf("TEST_MYSQL_DSN: %v", err))
 	}
-	return &DB{DB: db, Name: mc.DBName, DSN: dsn}
+	mc.DBName = database
+	return mc.FormatDSN()
+}
+
+func serverAddr() string {
+	if mc, err := mysql.ParseDSN(ServerDSN()); err == nil {
+		return mc.Addr
+	}
+	return ServerDSN()
 }
 
 func randomHex(n int) string {
