@@ -415,6 +415,17 @@ func (r *recon) confirmed(t *testing.T, key string, ago time.Duration) order.Ord
 	return o
 }
 
+// confirmNotApplied makes an order confirmed and finished 5 minutes ago
+// whose order.confirmed (returned) was sent, while inventory still shows
+// the stock reserved: the sale did not reach it. Payment shows the charge.
+func (r *recon) confirmNotApplied(t *testing.T, key string) (order.Order, outboxRow) {
+	t.Helper()
+	o := r.confirmed(t, key, 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.set(o.ID, payment(order.PaySucceeded))
+	return o, outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
+}
+
 type checkRow struct {
 	Result   string  `db:"result"`
 	RepairID *string `db:"repair_id"`
@@ -442,10 +453,7 @@ func (r *recon) check(t *testing.T, id uint64) *checkRow {
 func TestReconcilerResendsAConfirmInventoryNeverApplied(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.confirmed(t, "confirm-lost", 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
-	sent := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
+	o, sent := r.confirmNotApplied(t, "confirm-lost")
 
 	sum := r.run(t)
 	if sum.Checked != 1 || len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
@@ -489,9 +497,7 @@ func TestReconcilerParksAFinishedOrderItCannotRepair(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
 	r.reg.MustRegister(r.app.Collector())
-	o := r.confirmed(t, "stubborn", 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
+	o, _ := r.confirmNotApplied(t, "stubborn")
 	for i := 0; i < order.MaxRepairs; i++ {
 		if sum := r.run(t); len(sum.Repairs) != 1 || sum.Repairs[0].Action != "resend_event" {
 			t.Fatalf("run %d = %+v, want a resend", i+1, sum)

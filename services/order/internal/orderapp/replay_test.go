@@ -34,10 +34,7 @@ func (p *peer) processed(consumer, eventID string) {
 func TestReconcilerCorrectsAnEventTheParticipantProcessedWithoutItsEffect(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.confirmed(t, "confirm-unapplied", 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
-	sent := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
+	o, sent := r.confirmNotApplied(t, "confirm-unapplied")
 	r.inventory.processed("inventory", sent.EventID)
 	before := r.status(t, o.ID)
 
@@ -107,10 +104,7 @@ func TestReconcilerReplaysAnEventTheParticipantNeverProcessed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRecon(t)
-			o := r.confirmed(t, "confirm-lost", 5*time.Minute)
-			r.inventory.set(o.ID, reservation(order.ResReserved))
-			r.payment.set(o.ID, payment(order.PaySucceeded))
-			sent := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
+			o, sent := r.confirmNotApplied(t, "confirm-lost")
 			r.inventory.processed("inventory", "another-event")
 			if tc.broken {
 				r.inventory.failInbox(http.StatusInternalServerError)

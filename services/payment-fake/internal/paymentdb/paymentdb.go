@@ -87,15 +87,8 @@ func Insert(ctx context.Context, tx *sqlx.Tx, p payment.Payment, deadline, grace
   (order_id, customer_id, amount_cents, currency, status, idempotency_key, aggregate_version,
    deadline_at, next_attempt_at, request_event_id)
 VALUES (?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)), NULLIF(?, ''))`
-	_, err := tx.ExecContext(ctx, q, p.OrderID, p.CustomerID, p.AmountCents, p.Currency, p.Status,
-		p.IdempotencyKey, p.Version, deadline.Microseconds(), grace.Microseconds(), p.RequestEventID)
-	if sqldb.IsDuplicateKey(err) {
-		return ErrExists
-	}
-	if err != nil {
-		return fmt.Errorf("insert payment %d: %w", p.OrderID, err)
-	}
-	return nil
+	return insertOnce(ctx, tx, ErrExists, "insert payment", p.OrderID, q, p.OrderID, p.CustomerID, p.AmountCents, p.Currency,
+		p.Status, p.IdempotencyKey, p.Version, deadline.Microseconds(), grace.Microseconds(), p.RequestEventID)
 }
 
 // InsertMarker inserts the row a cancel leaves for an order with no
@@ -105,12 +98,19 @@ func InsertMarker(ctx context.Context, tx *sqlx.Tx, m payment.Payment) error {
   (order_id, customer_id, amount_cents, currency, status, idempotency_key, aggregate_version,
    cancel_requested_at, cancel_reason)
 VALUES (?, '', 0, '', ?, ?, 0, NOW(6), ?)`
-	_, err := tx.ExecContext(ctx, q, m.OrderID, m.Status, m.IdempotencyKey, m.CancelReason)
+	return insertOnce(ctx, tx, ErrExists, "insert cancel marker", m.OrderID, q, m.OrderID, m.Status, m.IdempotencyKey, m.CancelReason)
+}
+
+// insertOnce runs q, an INSERT of the order's one row, with args: a
+// duplicate key is exists (the primary key decides, see Insert), another
+// error is wrapped as what the order's.
+func insertOnce(ctx context.Context, tx *sqlx.Tx, exists error, what string, orderID uint64, q string, args ...any) error {
+	_, err := tx.ExecContext(ctx, q, args...)
 	if sqldb.IsDuplicateKey(err) {
-		return ErrExists
+		return exists
 	}
 	if err != nil {
-		return fmt.Errorf("insert cancel marker %d: %w", m.OrderID, err)
+		return fmt.Errorf("%s %d: %w", what, orderID, err)
 	}
 	return nil
 }

@@ -48,15 +48,8 @@ func InsertRefund(ctx context.Context, tx *sqlx.Tx, f payment.Refund, deadline, 
   (order_id, idempotency_key, psp_charge_id, amount_cents, status, reason, deadline_at, next_attempt_at,
    request_event_id)
 VALUES (?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)), NULLIF(?, ''))`
-	_, err := tx.ExecContext(ctx, q, f.OrderID, f.IdempotencyKey, f.PSPChargeID, f.AmountCents, f.Status,
-		f.Reason, deadline.Microseconds(), grace.Microseconds(), f.RequestEventID)
-	if sqldb.IsDuplicateKey(err) {
-		return ErrRefundExists
-	}
-	if err != nil {
-		return fmt.Errorf("insert refund %d: %w", f.OrderID, err)
-	}
-	return nil
+	return insertOnce(ctx, tx, ErrRefundExists, "insert refund", f.OrderID, q, f.OrderID, f.IdempotencyKey, f.PSPChargeID,
+		f.AmountCents, f.Status, f.Reason, deadline.Microseconds(), grace.Microseconds(), f.RequestEventID)
 }
 
 // GetRefund returns an order's refund, or ErrNoRefund.
