@@ -21,6 +21,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
@@ -93,7 +94,7 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	s := startStack(t, "k1", "probe.payment-results", []string{events.PaymentSucceeded, events.PaymentFailed}, nil)
 	base := s.base
 
-	publish(t, s.broker, s.ns, reserved(42, "c-1", 1500), reserved(43, "decline-1", 2500))
+	publish(t, s.broker, s.ns, paymenttest.Reserved(42, "c-1", 1500), paymenttest.Reserved(43, "decline-1", 2500))
 
 	var p42, p43 map[string]any
 	testutil.WaitFor(t, 30*time.Second, "both payments to be decided", func() bool {
@@ -182,9 +183,9 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 		map[string]string{"ADMIN_TOKEN": "t0ken", "PAYMENT_SWEEP_INTERVAL": "100ms"})
 	base := s.base
 
-	publish(t, s.broker, s.ns, reserved(42, "c-1", 1500))
+	publish(t, s.broker, s.ns, paymenttest.Reserved(42, "c-1", 1500))
 	testutil.WaitFor(t, 30*time.Second, "the charge", func() bool { return payment(t, base, 42)["status"] == "succeeded" })
-	publish(t, s.broker, s.ns, cancelled(42))
+	publish(t, s.broker, s.ns, paymenttest.Cancelled(42, "customer asked"))
 	var p42 map[string]any
 	testutil.WaitFor(t, 30*time.Second, "the refund", func() bool {
 		p42 = payment(t, base, 42)
@@ -217,11 +218,11 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 	}
 
 	// Cancel first, then the late inventory.reserved.
-	publish(t, s.broker, s.ns, cancelled(50))
+	publish(t, s.broker, s.ns, paymenttest.Cancelled(50, "customer asked"))
 	testutil.WaitFor(t, 30*time.Second, "the cancel marker", func() bool {
 		return payment(t, base, 50)["status"] == "cancelled_before_charge"
 	})
-	late := reserved(50, "c-1", 900)
+	late := paymenttest.Reserved(50, "c-1", 900)
 	publish(t, s.broker, s.ns, late)
 	testutil.WaitFor(t, 30*time.Second, "the late event to be recorded as stale", func() bool {
 		reason, _ := payment(t, base, 50)["cancel_reason"].(string)
@@ -252,16 +253,6 @@ func checkAdminAndMetrics(t *testing.T, base string) {
 			t.Errorf("metrics lack %s:\n%s", want, grep(metrics, "payment_"))
 		}
 	}
-}
-
-func cancelled(orderID uint64) events.Envelope {
-	body, err := json.Marshal(events.OrderCancelledV1{OrderID: orderID, Reason: "customer asked"})
-	if err != nil {
-		panic(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCancelled, AggregateID: orderID,
-		AggregateVersion: 3, SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(orderID, 10),
-		OccurredAt: time.Now().UTC(), Payload: body}
 }
 
 func getWithToken(url, token string) (int, string) {
@@ -309,17 +300,6 @@ func start(t *testing.T, run func(context.Context, func(string) string, io.Write
 			t.Logf("service logs:\n%s", logs.String())
 		}
 	})
-}
-
-func reserved(orderID uint64, customer string, amount int64) events.Envelope {
-	body, err := json.Marshal(events.InventoryReservedV1{OrderID: orderID, CustomerID: customer,
-		Items: []events.Item{{SKU: "SKU-1", Quantity: 1, UnitPriceCents: amount}}, AmountCents: amount, Currency: "EUR"})
-	if err != nil {
-		panic(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.InventoryReserved, AggregateID: orderID,
-		AggregateVersion: 2, SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(orderID, 10),
-		OccurredAt: time.Now().UTC(), Payload: body}
 }
 
 // publish sends the events as inventory would, with publisher confirms.

@@ -11,6 +11,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
@@ -31,7 +32,7 @@ func TestCancelBeforeReservedLeavesMarkerAndChargesNothing(t *testing.T) {
 		t.Fatalf("outbox = %v, want nothing (no event for a null compensation)", rows)
 	}
 
-	late := reserved(order, "c-1", 1500)
+	late := paymenttest.Reserved(order, "c-1", 1500)
 	if err := f.saga.Process(f.ctx, late); err != nil {
 		t.Fatalf("late inventory.reserved: %v, want processed (a stale event is a result, not an error)", err)
 	}
@@ -42,7 +43,7 @@ func TestCancelBeforeReservedLeavesMarkerAndChargesNothing(t *testing.T) {
 	}
 	// A second cancel and another copy of the late event change nothing.
 	f.cancel(t, order)
-	if err := f.saga.Process(f.ctx, reserved(order, "c-1", 1500)); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Reserved(order, "c-1", 1500)); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.payment(t, order); got.CancelReason != m.CancelReason || got.Status != m.Status {
@@ -305,8 +306,8 @@ func TestCancelRacingReservedNeverCharges(t *testing.T) {
 	errs := make([]error, 2*n)
 	for i := range n {
 		id := uint64(100 + i)
-		wg.Go(func() { <-start; errs[2*i] = f.saga.Process(f.ctx, reserved(id, "c-1", 1500)) })
-		wg.Go(func() { <-start; errs[2*i+1] = f.saga.Process(f.ctx, cancelled(id, "raced")) })
+		wg.Go(func() { <-start; errs[2*i] = f.saga.Process(f.ctx, paymenttest.Reserved(id, "c-1", 1500)) })
+		wg.Go(func() { <-start; errs[2*i+1] = f.saga.Process(f.ctx, paymenttest.Cancelled(id, "raced")) })
 	}
 	close(start)
 	wg.Wait()

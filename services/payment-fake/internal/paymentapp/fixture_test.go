@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
@@ -28,6 +27,7 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 )
@@ -111,23 +111,11 @@ func (f *fixture) consumer(name string, hs batch.Handlers[paymentapp.Store], reg
 	return batch.New(cfg, hs, opt)
 }
 
-// reserved is inventory's event for an order, as it arrives on the wire.
-func reserved(orderID uint64, customer string, amount int64) events.Envelope {
-	body, err := json.Marshal(events.InventoryReservedV1{OrderID: orderID, CustomerID: customer,
-		Items: []events.Item{{SKU: "SKU-1", Quantity: 1, UnitPriceCents: amount}}, AmountCents: amount, Currency: "EUR"})
-	if err != nil {
-		panic(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.InventoryReserved, AggregateID: orderID,
-		AggregateVersion: 2, SchemaVersion: 1, CorrelationID: strconv.FormatUint(orderID, 10),
-		OccurredAt: time.Now().UTC(), Payload: body}
-}
-
 // reserve processes inventory.reserved and returns the charge request it
 // wrote to the outbox, as the dispatcher would publish it.
 func (f *fixture) reserve(t *testing.T, orderID uint64, customer string, amount int64) events.Envelope {
 	t.Helper()
-	if err := f.saga.Process(f.ctx, reserved(orderID, customer, amount)); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Reserved(orderID, customer, amount)); err != nil {
 		t.Fatalf("process inventory.reserved: %v", err)
 	}
 	return f.outboxEvent(t, orderID, events.PaymentChargeRequested)
@@ -254,21 +242,10 @@ func decode[T any](t *testing.T, raw []byte) T {
 	return v
 }
 
-// cancelled is the order service's order.cancelled, as it arrives.
-func cancelled(orderID uint64, reason string) events.Envelope {
-	body, err := json.Marshal(events.OrderCancelledV1{OrderID: orderID, Reason: reason})
-	if err != nil {
-		panic(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCancelled, AggregateID: orderID,
-		AggregateVersion: 3, SchemaVersion: 1, CorrelationID: strconv.FormatUint(orderID, 10),
-		OccurredAt: time.Now().UTC(), Payload: body}
-}
-
 // cancel processes order.cancelled for the order.
 func (f *fixture) cancel(t *testing.T, orderID uint64) {
 	t.Helper()
-	if err := f.saga.Process(f.ctx, cancelled(orderID, "customer asked")); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Cancelled(orderID, "customer asked")); err != nil {
 		t.Fatalf("process order.cancelled: %v", err)
 	}
 }

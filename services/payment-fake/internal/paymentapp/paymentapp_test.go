@@ -19,6 +19,7 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
@@ -64,7 +65,7 @@ func TestInventoryReservedCreatesPendingPaymentAndChargeRequest(t *testing.T) {
 func TestInventoryReservedTwiceMakesOnePayment(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	e := reserved(order, "c-1", 1500)
+	e := paymenttest.Reserved(order, "c-1", 1500)
 	if err := f.saga.Process(f.ctx, e); err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +75,10 @@ func TestInventoryReservedTwiceMakesOnePayment(t *testing.T) {
 	// The same fact under another event id (re-published, redriven as new)
 	// and even a disagreeing amount: the order's payment exists, nothing
 	// changes, and the event still counts as processed.
-	if err := f.saga.Process(f.ctx, reserved(order, "c-1", 1500)); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Reserved(order, "c-1", 1500)); err != nil {
 		t.Fatalf("same order, new event id: %v", err)
 	}
-	if err := f.saga.Process(f.ctx, reserved(order, "c-1", 9900)); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Reserved(order, "c-1", 9900)); err != nil {
 		t.Fatalf("same order, other amount: %v", err)
 	}
 	if p := f.payment(t, order); p.AmountCents != 1500 || p.Status != payment.Pending || p.Version != 1 {
@@ -97,7 +98,7 @@ func TestInventoryReservedTwiceMakesOnePayment(t *testing.T) {
 func TestInvalidReservationIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	e := reserved(order, "c-1", 1500)
+	e := paymenttest.Reserved(order, "c-1", 1500)
 	e.Payload = []byte(`{"order_id":"42","customer_id":"c-1","items":[{"sku":"A","quantity":1,"unit_price_cents":1}],"amount_cents":1,"currency":"euro"}`)
 	if err := f.saga.Process(f.ctx, e); !errors.Is(err, events.ErrInvalid) {
 		t.Fatalf("currency euro: err = %v, want events.ErrInvalid", err)
