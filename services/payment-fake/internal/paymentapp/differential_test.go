@@ -37,6 +37,7 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 )
 
 // The differential tests of the payment service's three consumers
@@ -146,11 +147,7 @@ func newPaymentSystem(t *testing.T) *paymentSystem {
 	t.Helper()
 	db := sqldbtest.New(t, "payment")
 	door := &pspDoor{api: psp.NewServer(db.DB, quiet).Handler()}
-	mux := http.NewServeMux()
-	mux.Handle("/psp/", http.StripPrefix("/psp", door))
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close) // before the database is dropped
-	app := paymentapp.New(db.DB, psp.NewClient(ts.URL+"/psp", &http.Client{Timeout: 10 * time.Second}), quiet, nil, longDeadlines)
+	app := paymentapp.New(db.DB, psp.NewClient(psptest.Serve(t, door), &http.Client{Timeout: 10 * time.Second}), quiet, nil, longDeadlines)
 	s := &paymentSystem{db: db, door: door, reg: prometheus.NewRegistry(),
 		one: map[string]*inbox.Consumer{}, many: map[string]*batch.Consumer[paymentapp.Store]{}}
 	in, bm := inbox.NewMetrics(s.reg), batch.NewMetrics(s.reg)

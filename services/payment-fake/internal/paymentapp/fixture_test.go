@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -86,11 +85,7 @@ func newFixtureWith(t *testing.T, pspTimeout time.Duration, cfg paymentapp.Confi
 		}
 		api.ServeHTTP(w, r)
 	})
-	mux := http.NewServeMux()
-	mux.Handle("/psp/", http.StripPrefix("/psp", counted))
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close) // before the database is dropped
-	base := ts.URL + "/psp"
+	base := psptest.Serve(t, counted)
 	f.pspView, f.books = psp.NewClient(base, nil), psptest.New(base)
 
 	f.app = paymentapp.New(f.db.DB, psp.NewClient(base, &http.Client{Timeout: pspTimeout}), quiet, f.metrics, cfg)

@@ -27,12 +27,20 @@ func newTestPSP(t *testing.T) *testPSP {
 	t.Helper()
 	db := sqldbtest.New(t, "payment")
 	srv := NewServer(db.DB, slog.New(slog.DiscardHandler))
-	mux := http.NewServeMux()
-	mux.Handle("/psp/", http.StripPrefix("/psp", srv.Handler()))
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close) // runs before the database is dropped
-	base := ts.URL + "/psp"
+	base := mount(t, srv.Handler())
 	return &testPSP{srv: srv, db: db, base: base, client: NewClient(base, &http.Client{Timeout: 10 * time.Second})}
+}
+
+// mount serves h the way the PSP process serves it, under /psp with the
+// prefix stripped, until the test ends (before its database is dropped),
+// and returns its base URL.
+func mount(t *testing.T, h http.Handler) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/psp/", http.StripPrefix("/psp", h))
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts.URL + "/psp"
 }
 
 // call sends one raw request and returns the status, headers and body.

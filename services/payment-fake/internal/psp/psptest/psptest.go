@@ -1,6 +1,6 @@
-// Package psptest reads the fake PSP's books and sets its fault switch
-// over its HTTP API, for the tests of the packages around it: every charge
-// of an order, every refund of a charge, the switch. The payment service
+// Package psptest serves the fake PSP, reads its books and sets its fault
+// switch over its HTTP API, for the tests of the packages around it: every
+// charge of an order, every refund of a charge, the switch. The payment service
 // never does any of this (it knows a charge or a refund by its idempotency
 // key only, psp.Client), so these calls live here, apart from it.
 package psptest
@@ -12,12 +12,27 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"testing"
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/base/wire"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
+
+// Serve serves h, a PSP's handler (psp.Server.Handler, or something
+// around it), the way the PSP process does, under /psp with the prefix
+// stripped, until the test ends (before a database made earlier in the
+// test is dropped), and returns its base URL.
+func Serve(t testing.TB, h http.Handler) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/psp/", http.StripPrefix("/psp", h))
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts.URL + "/psp"
+}
 
 // Books is the PSP at one base URL (e.g. http://127.0.0.1:8084/psp).
 type Books struct{ base string }
