@@ -285,13 +285,21 @@ WHERE order_id = ? AND status = ? AND deadline_at <= NOW(6)`
 func Parked(ctx context.Context, db sqlx.QueryerContext, limit int) ([]ParkedPayment, error) {
 	const q = `SELECT ` + paymentColumns + `, sweep_rounds, parked_at FROM payments
 WHERE status = ? ORDER BY parked_at, order_id LIMIT ?`
-	var rows []parkedPaymentRow
-	if err := sqlx.SelectContext(ctx, db, &rows, q, payment.NeedsAttention, limit); err != nil {
-		return nil, fmt.Errorf("parked payments: %w", err)
+	return selectParked(ctx, db, q, payment.NeedsAttention, limit, "parked payments", parkedPaymentRow.parked)
+}
+
+// selectParked runs q, the list of the rows parked in status (R, a row
+// with its parkedColumns), oldest first, and returns each as parked makes
+// it; an error is wrapped as what.
+func selectParked[R, P any](ctx context.Context, db sqlx.QueryerContext, q string, status any, limit int, what string,
+	parked func(R) P) ([]P, error) {
+	var rows []R
+	if err := sqlx.SelectContext(ctx, db, &rows, q, status, limit); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	out := make([]ParkedPayment, len(rows))
+	out := make([]P, len(rows))
 	for i, r := range rows {
-		out[i] = ParkedPayment{Payment: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
+		out[i] = parked(r)
 	}
 	return out, nil
 }
@@ -306,6 +314,10 @@ type ParkedPayment struct {
 type parkedPaymentRow struct {
 	paymentRow
 	parkedColumns
+}
+
+func (r parkedPaymentRow) parked() ParkedPayment {
+	return ParkedPayment{Payment: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
 }
 
 // CountParked returns the rows parked as needs_attention in payments and in

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -97,18 +96,14 @@ type parkedRefundRow struct {
 	parkedColumns
 }
 
+func (r parkedRefundRow) parked() ParkedRefund {
+	return ParkedRefund{Refund: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
+}
+
 // ParkedRefunds returns the refunds parked as needs_attention, oldest
 // first.
 func ParkedRefunds(ctx context.Context, db sqlx.QueryerContext, limit int) ([]ParkedRefund, error) {
 	const q = `SELECT ` + refundColumns + `, sweep_rounds, parked_at FROM refunds
 WHERE status = ? ORDER BY parked_at, order_id LIMIT ?`
-	var rows []parkedRefundRow
-	if err := sqlx.SelectContext(ctx, db, &rows, q, payment.RefundNeedsAttention, limit); err != nil {
-		return nil, fmt.Errorf("parked refunds: %w", err)
-	}
-	out := make([]ParkedRefund, len(rows))
-	for i, r := range rows {
-		out[i] = ParkedRefund{Refund: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
-	}
-	return out, nil
+	return selectParked(ctx, db, q, payment.RefundNeedsAttention, limit, "parked refunds", parkedRefundRow.parked)
 }
