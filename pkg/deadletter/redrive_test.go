@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,7 +23,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func jsonOf(h amqp.Table) ([]byte, error) { return json.Marshal(h) }
 
