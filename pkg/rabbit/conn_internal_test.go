@@ -3,7 +3,6 @@ package rabbit
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -34,7 +33,7 @@ func TestLosingAReplacedConnectionKeepsTheCurrentOne(t *testing.T) {
 	t.Parallel()
 	ns := fmt.Sprintf("t-conn-%d.", time.Now().UnixNano())
 	topo := Topology{Exchange: ns + "events", DeadLetterExchange: ns + "dlx"}
-	c := New(testURL(), topo, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := New(testURL(), topo, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() {

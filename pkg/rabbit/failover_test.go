@@ -3,7 +3,6 @@ package rabbit
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -98,7 +97,7 @@ func TestRunDialsEveryAddressInTurn(t *testing.T) {
 		}()
 		addrs = append(addrs, fmt.Sprintf("amqp://guest:guest@%s/", l.Addr()))
 	}
-	c := New(strings.Join(addrs, ","), Topology{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := New(strings.Join(addrs, ","), Topology{}, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
