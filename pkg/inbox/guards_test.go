@@ -28,12 +28,7 @@ func TestSameEventIDWithAnotherPayloadIsAMismatch(t *testing.T) {
 	db := inboxtest.DB(t)
 	c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment)
 	ctx := context.Background()
-	e := inboxtest.Event(events.OrderCreated)
-	other := e
-	other.Payload = []byte(`{"order_id":"2"}`)
-	if err := c.Process(ctx, e); err != nil {
-		t.Fatal(err)
-	}
+	e, other := processedWithATwin(t, c)
 	var stored string
 	if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
 		t.Fatalf("stored hash %q (%v), want %q", stored, err, inbox.PayloadHash(e.Payload))
@@ -63,6 +58,21 @@ func TestSameEventIDWithAnotherPayloadIsAMismatch(t *testing.T) {
 	}
 }
 
+// processedWithATwin has p process a new event and returns it with its
+// twin: the same event_id, another payload.
+func processedWithATwin(t *testing.T, p interface {
+	Process(context.Context, events.Envelope) error
+}) (e, twin events.Envelope) {
+	t.Helper()
+	e = inboxtest.Event(events.OrderCreated)
+	twin = e
+	twin.Payload = []byte(`{"order_id":"2"}`)
+	if err := p.Process(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	return e, twin
+}
+
 func sqlxTx(t *testing.T, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 	t.Helper()
 	tx, err := db.Beginx()
@@ -85,12 +95,7 @@ func TestExternalHandlerIsNotCalledForAMismatch(t *testing.T) {
 			return inboxtest.Increment, nil
 		}}})
 	ctx := context.Background()
-	e := inboxtest.Event(events.OrderCreated)
-	other := e
-	other.Payload = []byte(`{"order_id":"2"}`)
-	if err := c.Process(ctx, e); err != nil {
-		t.Fatal(err)
-	}
+	_, other := processedWithATwin(t, c)
 	if err := c.Process(ctx, other); !errors.Is(err, inbox.ErrPayloadMismatch) {
 		t.Fatalf("err = %v, want ErrPayloadMismatch", err)
 	}

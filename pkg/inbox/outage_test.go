@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -155,11 +156,7 @@ func (h *handled) outlast(t *testing.T, ids []string, calls int) {
 		}
 		return true
 	}
-	for end := time.Now().Add(15 * time.Second); !done(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("the outage ended before every message was handled %d times: the attempt budget was not exceeded", calls)
-		}
-	}
+	testutil.WaitFor(t, 15*time.Second, fmt.Sprintf("every message handled %d times (the attempt budget exceeded) during the outage", calls), done)
 }
 
 // settled waits until every event is applied (its inbox row) or a dead

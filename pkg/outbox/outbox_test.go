@@ -52,6 +52,15 @@ func readRows(t *testing.T, db *sqlx.DB) map[string]row {
 	return m
 }
 
+// wantNoEvents checks that the outbox holds no event: nothing was
+// committed.
+func wantNoEvents(t *testing.T, db *sqlx.DB) {
+	t.Helper()
+	if n := len(readRows(t, db)); n != 0 {
+		t.Fatalf("outbox rows = %d, want 0", n)
+	}
+}
+
 // addEvents commits n events of type typ for aggregates 1..n.
 func addEvents(t *testing.T, db *sqlx.DB, typ string, n int) []string {
 	t.Helper()
@@ -125,9 +134,7 @@ func TestAddRollbackLeavesNoEvent(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want %v", err, boom)
 	}
-	if n := len(readRows(t, db.DB)); n != 0 {
-		t.Fatalf("outbox rows after rollback = %d, want 0", n)
-	}
+	wantNoEvents(t, db.DB)
 }
 
 func TestAddCommitFailureIsReported(t *testing.T) {
@@ -138,19 +145,12 @@ func TestAddCommitFailureIsReported(t *testing.T) {
 		if err := addOne(ctx, tx); err != nil {
 			return err
 		}
-		var id int64
-		if err := tx.Get(&id, "SELECT CONNECTION_ID()"); err != nil {
-			return err
-		}
-		_, err := db.Exec("KILL ?", id) // the COMMIT will run on a dead session
-		return err
+		return db.KillSession(ctx, tx) // the COMMIT will run on a dead session
 	})
 	if err == nil {
 		t.Fatal("WithTx returned nil for a commit on a killed connection")
 	}
-	if n := len(readRows(t, db.DB)); n != 0 {
-		t.Fatalf("outbox rows after a failed commit = %d, want 0", n)
-	}
+	wantNoEvents(t, db.DB)
 }
 
 func TestAddRejectsIncompleteEvents(t *testing.T) {
@@ -173,9 +173,7 @@ func TestAddRejectsIncompleteEvents(t *testing.T) {
 			t.Errorf("case %d: Add(%+v) succeeded, want an error", i, e)
 		}
 	}
-	if n := len(readRows(t, db.DB)); n != 0 {
-		t.Fatalf("outbox rows = %d, want 0", n)
-	}
+	wantNoEvents(t, db.DB)
 }
 
 func TestDispatchPublishesPersistentMessagesAndMarksSent(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,6 +78,35 @@ func InboxRows(t testing.TB, db *sqlx.DB, eventID string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Corrects records what each event a handler was given corrects: its
+// corrects_event_id header, "" for an event that corrects none.
+type Corrects struct {
+	mu sync.Mutex
+	of map[string]string // event id -> the event it corrects
+}
+
+// Record is h, recording what each event corrects before handling it.
+func (c *Corrects) Record(h inbox.Handler) inbox.Handler {
+	return func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		c.mu.Lock()
+		if c.of == nil {
+			c.of = map[string]string{}
+		}
+		c.of[e.EventID] = e.CorrectsEventID
+		c.mu.Unlock()
+		return h(ctx, tx, e)
+	}
+}
+
+// Of returns what the event eventID corrects, as its handler saw it, and
+// whether a handler saw it at all.
+func (c *Corrects) Of(eventID string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	corrects, ok := c.of[eventID]
+	return corrects, ok
 }
 
 // WantInboxRows fails the test unless eventID has want inbox rows.

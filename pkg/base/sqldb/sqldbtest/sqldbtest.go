@@ -74,6 +74,18 @@ func New(t testing.TB, service string) *DB {
 	return &DB{DB: db, Name: mc.DBName, DSN: dsn}
 }
 
+// KillSession kills tx's own session from another connection of db, as a
+// DBA's KILL or a failover would: the next statement or the COMMIT runs on
+// a dead connection.
+func (db *DB) KillSession(ctx context.Context, tx *sqlx.Tx) error {
+	var id int64
+	if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, "KILL CONNECTION ?", id)
+	return err
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
