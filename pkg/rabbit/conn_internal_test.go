@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/internal/testutil"
 )
 
 // testURL is the broker of the integration tests (rabbittest.URL, which
@@ -61,12 +63,9 @@ func TestLosingAReplacedConnectionKeepsTheCurrentOne(t *testing.T) {
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for current() == nil || current() == old {
-		if wctx.Err() != nil {
-			t.Fatal("Run did not connect again after the connection closed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 15*time.Second, "Run to connect again after the connection closed", func() bool {
+		return current() != nil && current() != old
+	})
 
 	// A late Channel call on the old connection.
 	if _, err := c.channelOn(old); err == nil {
