@@ -23,6 +23,9 @@ const (
 	FailpointCopyInTake   = "rabbit.consume.copy-in-take"
 )
 
+// What a handler is given, a Delivery, and what it answers, a Decision,
+// are in delivery.go.
+
 // ConsumeConfig bounds one consume loop.
 type ConsumeConfig struct {
 	Queue          string
