@@ -8,12 +8,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+	"github.com/pressly/goose/v3"
 
 	"github.com/relmsg/ordersaga/migrations"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
@@ -33,12 +35,59 @@ type DB struct {
 	*sqlx.DB
 	Name string // schema name, unique per test
 	DSN  string // DSN a service under test can be given as MYSQL_DSN
+
+	service string // whose migrations it has
 }
 
 // New creates a database named after the service, applies that service's
 // migrations ("order", "inventory" or "payment") and drops it at cleanup.
 // A server that cannot be reached fails the test: it is never skipped.
 func New(t testing.TB, service string) *DB {
+	t.Helper()
+	db := create(t, service)
+	db.MigrateRest(t)
+	return db
+}
+
+// NewAt is New stopped after migration version: the database as the
+// service left it before the later migrations, for a test of one of them
+// against rows written before it. MigrateRest applies the others.
+func NewAt(t testing.TB, service string, version int64) *DB {
+	t.Helper()
+	db := create(t, service)
+	p, err := goose.NewProvider(goose.DialectMySQL, db.DB.DB, db.migrations(t), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(context.Background(), version); err != nil {
+		t.Fatalf("migrate %s up to %d: %v", db.Name, version, err)
+	}
+	return db
+}
+
+// MigrateRest applies every migration of the service not applied yet, as
+// the service does when it starts.
+func (db *DB) MigrateRest(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := sqldb.Migrate(ctx, db.DB, db.migrations(t), nil); err != nil {
+		t.Fatalf("migrate %s: %v", db.Name, err)
+	}
+}
+
+func (db *DB) migrations(t testing.TB) fs.FS {
+	t.Helper()
+	fsys, err := migrations.For(db.service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fsys
+}
+
+// create creates an empty database named after the service and drops it
+// at cleanup.
+func create(t testing.TB, service string) *DB {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs MariaDB/MySQL (run without -short)")
@@ -64,14 +113,7 @@ func New(t testing.TB, service string) *DB {
 		}
 		db.Close()
 	})
-	fsys, err := migrations.For(service)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sqldb.Migrate(ctx, db, fsys, nil); err != nil {
-		t.Fatalf("migrate %s: %v", mc.DBName, err)
-	}
-	return &DB{DB: db, Name: mc.DBName, DSN: dsn}
+	return &DB{DB: db, Name: mc.DBName, DSN: dsn, service: service}
 }
 
 // KillSession kills tx's own session from another connection of db, as a
