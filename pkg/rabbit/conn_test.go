@@ -15,6 +15,7 @@ import (
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/testutil"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
@@ -87,7 +88,7 @@ func startHopping(t *testing.T, urls string) *hopping {
 			return rabbit.Ack()
 		})
 	})
-	h.pub = h.c.NewPublisher()
+	h.pub = h.c.NewPublisher(rabbit.AfterSendFailpoint(afterSend))
 	t.Cleanup(h.pub.Close)
 	return h
 }
@@ -102,11 +103,17 @@ func (h *hopping) onNode(t *testing.T, n *rabbitnode.Node) {
 }
 
 // publish publishes the message id and waits for its confirm.
-func (h *hopping) publish(id string) error {
+func (h *hopping) publish(id string) error { return h.publishCtx(context.Background(), id) }
+
+func (h *hopping) publishCtx(ctx context.Context, id string) error {
 	msg := rabbit.Message{Exchange: "t.events", RoutingKey: "work",
 		Publishing: amqp.Publishing{MessageId: id, Body: []byte(id)}}
-	return h.pub.Publish(context.Background(), []rabbit.Message{msg}, 20*time.Second)[0]
+	return h.pub.Publish(ctx, []rabbit.Message{msg}, 20*time.Second)[0]
 }
+
+// afterSend is the hopping publisher's failpoint between a send and its
+// confirm.
+const afterSend = "conntest.after-send"
 
 // delivered waits until the message id is delivered from n.
 func (h *hopping) delivered(t *testing.T, id string, n *rabbitnode.Node) {
@@ -127,12 +134,24 @@ func (h *hopping) killWithAPublishPending(t *testing.T, n *rabbitnode.Node, id s
 	if err := syscall.Kill(n.PID(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The publish stops after sending, before awaiting its confirm: the
+	// message is on the wire, its confirm pending, when the node dies (a
+	// sleep instead let a slow goroutine publish after the kill, to the
+	// next node, and be confirmed there).
+	sent := failpoint.NewRegistry()
+	gate := sent.Pause(afterSend, 1)
+	defer gate.Release()
 	pending := make(chan error, 1)
-	go func() { pending <- h.publish(id) }()
-	time.Sleep(300 * time.Millisecond) // the message is on the wire, its confirm pending
+	go func() { pending <- h.publishCtx(failpoint.WithRegistry(context.Background(), sent), id) }()
+	select {
+	case <-gate.Reached():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s was never sent", id)
+	}
 	if err := syscall.Kill(n.PID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	gate.Release()
 	select {
 	case err := <-pending:
 		if err == nil {
