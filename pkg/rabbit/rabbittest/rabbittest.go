@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -78,7 +77,7 @@ func Dial(t testing.TB) *amqp.Connection {
 // connected and stops it at cleanup.
 func Conn(t testing.TB, topo rabbit.Topology) *rabbit.Conn {
 	t.Helper()
-	c := rabbit.New(URL(), topo, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := rabbit.New(URL(), topo, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()

@@ -14,7 +14,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+	"github.com/pressly/goose/v3"
 
+	"github.com/relmsg/ordersaga/migrations"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 )
 
@@ -32,6 +34,8 @@ type DB struct {
 	*sqlx.DB
 	Name string // schema name, unique per test
 	DSN  string // DSN a service under test can be given as MYSQL_DSN
+
+	service string // whose schema it has
 }
 
 // New creates a database named after the service with that service's
@@ -53,6 +57,65 @@ func New(t testing.TB, service string) *DB {
 	if err != nil {
 		t.Fatalf("MariaDB/MySQL at %s is required for this test (start it with scripts/test.sh or see README): %v", serverAddr(), err)
 	}
+	db := create(ctx, t, service)
+	if err := s.apply(ctx, db.DB); err != nil {
+		t.Fatalf("schema of %s in %s: %v", service, db.Name, err)
+	}
+	return db
+}
+
+// NewAt is a database of the service stopped after its migration version:
+// as the service left it before the later migrations, for a test of one of
+// them against rows written before it. MigrateRest applies the others.
+func NewAt(t testing.TB, service string, version int64) *DB {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs MariaDB/MySQL (run without -short)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	db := create(ctx, t, service)
+	fsys, err := migrations.For(service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectMySQL, db.DB.DB, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, version); err != nil {
+		t.Fatalf("migrate %s up to %d: %v", db.Name, version, err)
+	}
+	return db
+}
+
+// MigrateRest applies every migration of the service not applied yet, as
+// the service does when it starts.
+func (db *DB) MigrateRest(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := migrate(ctx, db.DB, db.service); err != nil {
+		t.Fatalf("migrate %s: %v", db.Name, err)
+	}
+}
+
+// KillSession kills tx's own session from another connection of db, as a
+// DBA's KILL or a failover would: the next statement or the COMMIT runs on
+// a dead connection.
+func (db *DB) KillSession(ctx context.Context, tx *sqlx.Tx) error {
+	var id int64
+	if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
+		return err
+	}
+	_, err := db.ExecContext(ctx, "KILL CONNECTION ?", id)
+	return err
+}
+
+// create creates an empty database for the service and drops it when the
+// test ends.
+func create(ctx context.Context, t testing.TB, service string) *DB {
+	t.Helper()
 	db, name, err := createDatabase(ctx, service)
 	if err != nil {
 		t.Fatalf("MariaDB/MySQL at %s is required for this test (start it with scripts/test.sh or see README): %v", serverAddr(), err)
@@ -65,10 +128,7 @@ func New(t testing.TB, service string) *DB {
 		}
 		db.Close()
 	})
-	if err := s.apply(ctx, db); err != nil {
-		t.Fatalf("schema of %s in %s: %v", service, name, err)
-	}
-	return &DB{DB: db, Name: name, DSN: dsnFor(name)}
+	return &DB{DB: db, Name: name, DSN: dsnFor(name), service: service}
 }
 
 // createDatabase creates an empty database t_<service>_<12 hex digits>
