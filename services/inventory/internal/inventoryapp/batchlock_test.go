@@ -32,10 +32,6 @@ func TestBatchReadsItsReservationsOnce(t *testing.T) {
 	}
 	// Sold: two SKU-1 and one SKU-3 left on hand; nothing stays reserved.
 	f.wantStock(t, map[string][2]int64{"SKU-1": {-2, 0}, "SKU-3": {-1, 0}})
-	if got := inboxtest.Counter(t, f.reg, "consumer_batches_total", inventorybindings.ConsumerName); got != 2 {
-		t.Errorf("batches = %v, want 2", got)
-	}
-	if got := inboxtest.Counter(t, f.reg, "consumer_batch_fallbacks_total", inventorybindings.ConsumerName); got != 0 {
-		t.Errorf("batch fallbacks = %v, want 0", got)
-	}
+	inboxtest.WantCounter(t, f.reg, "consumer_batches_total", inventorybindings.ConsumerName, 2)
+	inboxtest.WantCounter(t, f.reg, "consumer_batch_fallbacks_total", inventorybindings.ConsumerName, 0)
 }

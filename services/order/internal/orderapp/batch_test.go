@@ -64,12 +64,8 @@ func TestResultsInBatches(t *testing.T) {
 			if batch > 1 {
 				wantBatches, wantFallbacks = 1, 1
 			}
-			if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != wantBatches {
-				t.Errorf("batches committed = %v, want %v", got, wantBatches)
-			}
-			if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != wantFallbacks {
-				t.Errorf("batches rolled back = %v, want %v", got, wantFallbacks)
-			}
+			inboxtest.WantCounter(t, reg, "consumer_batches_total", orderbindings.ConsumerName, wantBatches)
+			inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName, wantFallbacks)
 		})
 	}
 }
@@ -139,9 +135,7 @@ func TestHistoryOfABatch(t *testing.T) {
 			t.Fatalf("event %d acked, want it back for another try", i)
 		}
 	}
-	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != 1 {
-		t.Fatalf("batches rolled back = %v, want 1", got)
-	}
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName, 1)
 	if rows := f.consumerHistory(t); len(rows) != 0 {
 		t.Fatalf("history after the rollback: %+v, want none", rows)
 	}
@@ -153,9 +147,7 @@ func TestHistoryOfABatch(t *testing.T) {
 
 	// Redelivered, the batch commits.
 	f.handleInBatches(t, len(es), es)
-	if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != 1 {
-		t.Fatalf("batches committed = %v, want 1", got)
-	}
+	inboxtest.WantCounter(t, reg, "consumer_batches_total", orderbindings.ConsumerName, 1)
 	confirmed := outboxOf(f, t, a.ID, events.OrderConfirmed)
 	if len(confirmed) != 1 {
 		t.Fatalf("order.confirmed rows of order %d: %d, want 1", a.ID, len(confirmed))

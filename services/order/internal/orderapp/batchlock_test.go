@@ -45,10 +45,6 @@ func TestBatchLocksItsOrdersOnceAndDecidesOnTheirLatestState(t *testing.T) {
 			t.Errorf("order %d history %s, want %s", o.ID, got, want)
 		}
 	}
-	if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != 1 {
-		t.Errorf("batches = %v, want 1", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != 0 {
-		t.Errorf("batch fallbacks = %v, want 0 (a stale order would roll the batch back)", got)
-	}
+	inboxtest.WantCounter(t, reg, "consumer_batches_total", orderbindings.ConsumerName, 1)
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName, 0)
 }
