@@ -198,7 +198,7 @@ func BenchmarkCommitRate(b *testing.B) {
 							}
 							id := uuid.NewString()
 							err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
-								if err := inbox.Claim(ctx, tx, "bench", id); err != nil {
+								if err := inbox.ClaimPayload(ctx, tx, "bench", id, nil); err != nil {
 									return err
 								}
 								if shape == "insert" {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -43,12 +44,23 @@ func Binary(t testing.TB, name string) string {
 		if buildErr != nil {
 			return
 		}
+		// One go build for the four: it links them side by side.
+		args := []string{"build", "-o", binDir + string(filepath.Separator)}
+		for _, pkg := range packages {
+			args = append(args, pkg)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			return
+		}
+		// go build names a binary after its package's folder.
 		for n, pkg := range packages {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, n), pkg)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
+			if base := filepath.Base(pkg); base != n {
+				if buildErr = os.Rename(filepath.Join(binDir, base), filepath.Join(binDir, n)); buildErr != nil {
+					return
+				}
 			}
 		}
 	})
