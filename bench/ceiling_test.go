@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -43,16 +44,16 @@ import (
 // is served and no PSP is called. The saga's own throughput divided by
 // this one is the fraction of the ceiling in docs/performance.md.
 func BenchmarkSagaCeiling(b *testing.B) {
-	c := newCeiling(b, envInt("BENCH_CEILING_WORKERS", 2))
+	c := newCeiling(b, benchtest.EnvInt("BENCH_CEILING_WORKERS", 2))
 	n := b.N
-	cpu := startCPU()
+	cpu := benchtest.StartCPU()
 	b.ResetTimer()
 	start := time.Now()
-	c.run(b, n, envInt("BENCH_CEILING_CREATORS", 16))
+	c.run(b, n, benchtest.EnvInt("BENCH_CEILING_CREATORS", 16))
 	took := time.Since(start)
 	b.StopTimer()
 	b.ReportMetric(float64(n)/took.Seconds(), "orders/s")
-	cpu.report(b, "")
+	cpu.Report(b, "")
 	b.ReportMetric(float64(c.statements.Load())/float64(n), "statements/order")
 	b.ReportMetric(float64(c.commits.Load())/float64(n), "commits/order")
 }
@@ -66,6 +67,9 @@ var ceilingEmits = map[[2]string]string{
 	{"payment-psp", events.PaymentChargeRequested}: events.PaymentSucceeded,
 	{"order", events.PaymentSucceeded}:             events.OrderConfirmed,
 }
+
+// ceilingService is the service whose business table a consumer writes.
+var ceilingService = map[string]string{"inventory": "inventory", "order": "order", "payment": "payment", "payment-psp": "payment"}
 
 // ceiling holds the fixture: one database with the chapter's tables and a
 // business table, four quorum queues.
@@ -92,7 +96,10 @@ func newCeiling(b *testing.B, workers int) *ceiling {
 	// As many connections as the four consumers' workers, the relays and
 	// the creators use at once: none waits for the pool.
 	db.SetMaxOpenConns(64)
-	db.MustExec(`CREATE TABLE ceiling_rows (id BIGINT UNSIGNED PRIMARY KEY, step VARCHAR(40) NOT NULL) ENGINE=InnoDB`)
+	// One business row per service and order, as each service has its own
+	// table: two consumers never write the same row.
+	db.MustExec(`CREATE TABLE ceiling_rows (service VARCHAR(20) NOT NULL, id BIGINT UNSIGNED NOT NULL,
+  step VARCHAR(40) NOT NULL, PRIMARY KEY (service, id)) ENGINE=InnoDB`)
 	ns := rabbittest.Namespace(b)
 	topo := rabbittest.Topology(b, ns,
 		rabbit.Queue{Name: "inventory", Keys: []string{events.OrderCreated, events.OrderConfirmed}, DeliveryLimit: 20},
@@ -159,7 +166,7 @@ func (c *ceiling) run(b *testing.B, n, creators int) {
 }
 
 const (
-	ceilingInsertRows = `INSERT INTO ceiling_rows (id, step) VALUES `
+	ceilingInsertRows = `INSERT INTO ceiling_rows (service, id, step) VALUES `
 	ceilingUpsertRows = ` ON DUPLICATE KEY UPDATE step = VALUES(step)`
 	ceilingInbox      = `INSERT INTO consumer_inbox (consumer_name, event_id) VALUES `
 	ceilingOutbox     = `INSERT INTO outbox_events (event_id, aggregate_id, aggregate_version, event_type, payload) VALUES `
@@ -170,7 +177,7 @@ const (
 func (c *ceiling) create(ctx context.Context, order uint64) error {
 	ref := outboxRef{id: uuid.NewString(), key: events.OrderCreated, order: order}
 	err := c.tx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := tx.ExecContext(ctx, ceilingInsertRows+"(?, ?)", order, "created"); err != nil {
+		if _, err := tx.ExecContext(ctx, ceilingInsertRows+"(?, ?, ?)", "order", order, "created"); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, ceilingOutbox+"(?, ?, 1, ?, ?)", ref.id, order, ref.key, `{}`)
@@ -255,7 +262,7 @@ func (c *ceiling) handle(ctx context.Context, consumer string, batch []amqp.Deli
 		order, _ := strconv.ParseUint(d.CorrelationId, 10, 64)
 		emits := ceilingEmits[[2]string{consumer, d.RoutingKey}]
 		inbox = append(inbox, consumer, d.MessageId)
-		rows = append(rows, order, d.RoutingKey)
+		rows = append(rows, ceilingService[consumer], order, d.RoutingKey)
 		if emits != "" {
 			ref := outboxRef{id: uuid.NewString(), key: emits, order: order}
 			refs = append(refs, ref)
@@ -273,7 +280,7 @@ func (c *ceiling) handle(ctx context.Context, consumer string, batch []amqp.Deli
 		if _, err := tx.ExecContext(ctx, ceilingInbox+sqldb.Values("(?, ?)", len(batch)), inbox...); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, ceilingInsertRows+sqldb.Values("(?, ?)", len(batch))+ceilingUpsertRows, rows...); err != nil {
+		if _, err := tx.ExecContext(ctx, ceilingInsertRows+sqldb.Values("(?, ?, ?)", len(batch))+ceilingUpsertRows, rows...); err != nil {
 			return err
 		}
 		if len(refs) == 0 {

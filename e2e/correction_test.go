@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
-	"github.com/relmsg/ordersaga/pkg/base/events"
-	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
 // A confirmed order whose order.confirmed inventory recorded as processed
@@ -27,19 +24,8 @@ func TestReconcilerCorrectsAConfirmInventoryProcessedWithoutItsEffect(t *testing
 	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
 	before := stock(t, s, "SKU-1")
 
-	o, gate := createHeld(t, s, "payment.charge.after-psp-before-record", "confirm-unapplied-1", "SKU-1", 2)
-	waitStatus(t, s, o.OrderID, "awaiting_payment")
-	s.Inventory.Stop()
-	gate.Release()
-	waitStatus(t, s, o.OrderID, "confirmed")
-	sagatest.Eventually(t, 30*time.Second, "order.confirmed to be sent", func() bool {
-		return slices.Contains(outboxTypes(t, s.Order, o.OrderID), "order.confirmed/sent")
-	})
-	dropped := rabbittest.Drain(t, s.NS.Queue("inventory.order-events"), 1, 10*time.Second)
-	if len(dropped) != 1 || dropped[0].Type != events.OrderConfirmed {
-		t.Fatalf("drained %d messages from inventory's queue, want the one order.confirmed", len(dropped))
-	}
-	original := dropped[0].MessageId
+	o, dropped := confirmDroppedOnItsWayToInventory(t, s, "confirm-unapplied-1")
+	original := dropped.MessageId
 	s.Inventory.DB.MustExec(`INSERT INTO consumer_inbox (consumer_name, event_id) VALUES ('inventory', ?)`, original)
 	s.Inventory.Start()
 	var r reservationJSON
@@ -63,6 +49,19 @@ func TestReconcilerCorrectsAConfirmInventoryProcessedWithoutItsEffect(t *testing
 		t.Fatalf("stock %+v, want on_hand %d and nothing reserved: sold once", after, before.OnHand-2)
 	}
 
+	checkCorrectionNamesTheOriginal(t, s, o.OrderID, original)
+
+	time.Sleep(300 * time.Millisecond)
+	if sum = reconcileNow(t, s); sum.Closed != 1 || len(sum.Repairs) != 0 {
+		t.Fatalf("run after the correction = %+v, want the order closed", sum)
+	}
+}
+
+// checkCorrectionNamesTheOriginal: the order's outbox holds the original
+// order.confirmed, untouched, and a correction with an event_id of its own
+// naming it; inventory's inbox took each once; the timeline shows the link.
+func checkCorrectionNamesTheOriginal(t *testing.T, s *sagatest.Saga, orderID, original string) {
+	t.Helper()
 	// The order's outbox: the original, untouched, and the correction.
 	var rows []struct {
 		EventID  string  `db:"event_id"`
@@ -72,7 +71,7 @@ func TestReconcilerCorrectsAConfirmInventoryProcessedWithoutItsEffect(t *testing
 	sagatest.Eventually(t, 15*time.Second, "the correction to be sent", func() bool {
 		rows = rows[:0]
 		if err := s.Order.DB.Select(&rows, `SELECT event_id, status, corrects_event_id FROM outbox_events
-WHERE aggregate_id = ? AND event_type = 'order.confirmed' ORDER BY aggregate_version`, o.OrderID); err != nil {
+WHERE aggregate_id = ? AND event_type = 'order.confirmed' ORDER BY aggregate_version`, orderID); err != nil {
 			t.Fatal(err)
 		}
 		return len(rows) == 2 && rows[1].Status == "sent"
@@ -89,7 +88,7 @@ WHERE aggregate_id = ? AND event_type = 'order.confirmed' ORDER BY aggregate_ver
 			t.Fatalf("inventory inbox rows of %s = %d (%v), want 1", id, n, err)
 		}
 	}
-	tl := timeline(t, s, o.OrderID)
+	tl := timeline(t, s, orderID)
 	linked := false
 	for _, e := range tl.Entries {
 		if e.Kind == "outbox.written" && e.Detail["event_id"] == correction && e.Detail["corrects_event_id"] == original {
@@ -98,10 +97,5 @@ WHERE aggregate_id = ? AND event_type = 'order.confirmed' ORDER BY aggregate_ver
 	}
 	if !linked {
 		t.Fatalf("the timeline does not show the correction naming %s:\n%s", original, tl)
-	}
-
-	time.Sleep(300 * time.Millisecond)
-	if sum = reconcileNow(t, s); sum.Closed != 1 || len(sum.Repairs) != 0 {
-		t.Fatalf("run after the correction = %+v, want the order closed", sum)
 	}
 }

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
@@ -131,6 +134,17 @@ func TestTimelineOfAConfirmedOrder(t *testing.T) {
 		}
 	}
 
+	checkOrderServiceStory(t, tl)
+	checkEveryEventWrittenThenSent(t, tl)
+	checkCausalChain(t, tl)
+	if slices.ContainsFunc(tl.keys(), func(k string) bool { return strings.Contains(k, "reconciliation") }) {
+		t.Fatalf("a healthy order has repairs:\n%s", tl)
+	}
+}
+
+// checkOrderServiceStory: the order service's own entries, exactly.
+func checkOrderServiceStory(t *testing.T, tl timelineJSON) {
+	t.Helper()
 	// The order service's own story, exactly: created and its event; the
 	// reservation arrives (inbox row, then the move); the payment arrives
 	// (inbox row, the move, OrderConfirmed). outbox.sent entries are left
@@ -154,7 +168,12 @@ func TestTimelineOfAConfirmedOrder(t *testing.T) {
 	if !slices.Equal(own, wantOwn) {
 		t.Fatalf("order service entries:\n  %s\nwant\n  %s\ntimeline:\n%s", strings.Join(own, "\n  "), strings.Join(wantOwn, "\n  "), tl)
 	}
+}
 
+// checkEveryEventWrittenThenSent: every event of every service was
+// written, then sent.
+func checkEveryEventWrittenThenSent(t *testing.T, tl timelineJSON) {
+	t.Helper()
 	// Every event of every service was written, then sent.
 	written := map[string]int{}
 	for i, e := range tl.Entries {
@@ -177,7 +196,12 @@ func TestTimelineOfAConfirmedOrder(t *testing.T) {
 			t.Fatalf("event %s never sent:\n%s", id, tl)
 		}
 	}
+}
 
+// checkCausalChain: every step across the services, each after the one
+// before it.
+func checkCausalChain(t *testing.T, tl timelineJSON) {
+	t.Helper()
 	// Every step across the services, in causal order: each one happens
 	// after the one before it.
 	chain := []string{
@@ -209,9 +233,6 @@ func TestTimelineOfAConfirmedOrder(t *testing.T) {
 		}
 		last = i
 	}
-	if slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, "reconciliation") }) {
-		t.Fatalf("a healthy order has repairs:\n%s", tl)
-	}
 }
 
 // A payment result dropped on its way to the order: the PSP charged, the
@@ -233,18 +254,7 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 	o, gate := createHeld(t, s, "payment.charge.after-psp-before-record", "dropped-1", "SKU-1", 2)
 	waitStatus(t, s, o.OrderID, "awaiting_payment")
 
-	// The order service goes away; the payment is recorded and its result
-	// published while nobody consumes the order's queue; then the message
-	// is dropped.
-	s.Order.Stop()
-	gate.Release()
-	sagatest.Eventually(t, 30*time.Second, "payment.succeeded to be sent", func() bool {
-		return slices.Contains(outboxTypes(t, s.Payment, o.OrderID), "payment.succeeded/sent")
-	})
-	dropped := rabbittest.Drain(t, s.NS.Queue("order.saga-results"), 1, 10*time.Second)
-	if len(dropped) != 1 || dropped[0].Type != events.PaymentSucceeded {
-		t.Fatalf("drained %d messages from the order's queue, want the one payment.succeeded", len(dropped))
-	}
+	resultDroppedOnItsWayToTheOrder(t, s, o.OrderID, gate)
 	s.Order.Start()
 	time.Sleep(300 * time.Millisecond) // past the grace window; nothing else is on its way
 	if got := waitStatus(t, s, o.OrderID, "awaiting_payment"); got.Status != "awaiting_payment" {
@@ -280,6 +290,39 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 		t.Fatalf("PSP charges = %+v, want the one charge (the reconciler never charges)", c.Charges)
 	}
 
+	checkResultMissingRepairShows(t, s, o.OrderID, rep.RepairID)
+
+	// A second run repairs nothing: the order, finished now, is at most
+	// compared once more and found consistent.
+	sum = reconcileNow(t, s)
+	if len(sum.Repairs) != 0 || sum.Found["consistent"] != sum.Checked {
+		t.Fatalf("second run = %+v", sum)
+	}
+}
+
+// resultDroppedOnItsWayToTheOrder: the order service goes away, the held
+// payment is recorded and its result published while nobody consumes the
+// order's queue, then the message is drained (the order service stays
+// down; the caller starts it).
+func resultDroppedOnItsWayToTheOrder(t *testing.T, s *sagatest.Saga, orderID string, gate *failpoint.Gate) {
+	t.Helper()
+	s.Order.Stop()
+	gate.Release()
+	sagatest.Eventually(t, 30*time.Second, "payment.succeeded to be sent", func() bool {
+		return slices.Contains(outboxTypes(t, s.Payment, orderID), "payment.succeeded/sent")
+	})
+	dropped := rabbittest.Drain(t, s.NS.Queue("order.saga-results"), 1, 10*time.Second)
+	if len(dropped) != 1 || dropped[0].Type != events.PaymentSucceeded {
+		t.Fatalf("drained %d messages from the order's queue, want the one payment.succeeded", len(dropped))
+	}
+}
+
+// checkResultMissingRepairShows: the reconciliation report has the audit
+// row with what each service said, the metrics count the difference and
+// the repair, and the timeline shows the repair and the reconciler's move
+// (not the dropped event).
+func checkResultMissingRepairShows(t *testing.T, s *sagatest.Saga, orderID, repairID string) {
+	t.Helper()
 	// The report: the audit row with what each service said.
 	var report struct {
 		Repairs []struct {
@@ -289,8 +332,8 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 			Evidence       json.RawMessage `json:"evidence"`
 		} `json:"repairs"`
 	}
-	s.Order.Do("GET", "/admin/reconciliation?order_id="+o.OrderID, nil, nil, &report)
-	if len(report.Repairs) != 1 || report.Repairs[0].RepairID != rep.RepairID {
+	s.Order.Do("GET", "/admin/reconciliation?order_id="+orderID, nil, nil, &report)
+	if len(report.Repairs) != 1 || report.Repairs[0].RepairID != repairID {
 		t.Fatalf("report = %+v", report)
 	}
 	ev := string(report.Repairs[0].Evidence)
@@ -309,21 +352,14 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 	}
 
 	// The timeline shows the repair and the move it made.
-	tl := timeline(t, s, o.OrderID)
+	tl := timeline(t, s, orderID)
 	keys := tl.keys()
 	ri, ci := slices.Index(keys, "order/reconciliation.repair"), slices.Index(keys, "order/order.transition:confirmed")
-	if ri < 0 || ci < 0 || tl.Entries[ci].Detail["actor"] != "reconciler" || tl.Entries[ci].Detail["repair_id"] != rep.RepairID {
+	if ri < 0 || ci < 0 || tl.Entries[ci].Detail["actor"] != "reconciler" || tl.Entries[ci].Detail["repair_id"] != repairID {
 		t.Fatalf("timeline lacks the repair or the reconciler's move:\n%s", tl)
 	}
 	if slices.Contains(keys, "order/inbox.processed:payment.succeeded") {
 		t.Fatalf("the dropped event shows as processed:\n%s", tl)
-	}
-
-	// A second run repairs nothing: the order, finished now, is at most
-	// compared once more and found consistent.
-	sum = reconcileNow(t, s)
-	if len(sum.Repairs) != 0 || sum.Found["consistent"] != sum.Checked {
-		t.Fatalf("second run = %+v", sum)
 	}
 }
 
@@ -342,18 +378,7 @@ func TestReconcilerRepairsADroppedOrderConfirmed(t *testing.T) {
 	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
 	before := stock(t, s, "SKU-1")
 
-	o, gate := createHeld(t, s, "payment.charge.after-psp-before-record", "confirm-dropped-1", "SKU-1", 2)
-	waitStatus(t, s, o.OrderID, "awaiting_payment")
-	s.Inventory.Stop()
-	gate.Release()
-	waitStatus(t, s, o.OrderID, "confirmed")
-	sagatest.Eventually(t, 30*time.Second, "order.confirmed to be sent", func() bool {
-		return slices.Contains(outboxTypes(t, s.Order, o.OrderID), "order.confirmed/sent")
-	})
-	dropped := rabbittest.Drain(t, s.NS.Queue("inventory.order-events"), 1, 10*time.Second)
-	if len(dropped) != 1 || dropped[0].Type != events.OrderConfirmed {
-		t.Fatalf("drained %d messages from inventory's queue, want the one order.confirmed", len(dropped))
-	}
+	o, _ := confirmDroppedOnItsWayToInventory(t, s, "confirm-dropped-1")
 	s.Inventory.Start()
 	type leaseJSON struct {
 		Status    string     `json:"status"`
@@ -517,4 +542,26 @@ func TestPaymentDeadlineAsksPaymentBeforeCancelling(t *testing.T) {
 	if got := s.Order.Metric("order_deadlines_expired_total", "status", "awaiting_payment"); got != 0 {
 		t.Fatalf("order_deadlines_expired_total{awaiting_payment} = %v, want 0", got)
 	}
+}
+
+// confirmDroppedOnItsWayToInventory places an order held before the
+// payment is recorded, stops inventory, lets the saga confirm the order
+// and drains the order.confirmed from inventory's queue: the order is
+// finished, the message gone, inventory still down (the caller starts it
+// again). It returns the order and the dropped message.
+func confirmDroppedOnItsWayToInventory(t *testing.T, s *sagatest.Saga, customer string) (orderJSON, amqp.Delivery) {
+	t.Helper()
+	o, gate := createHeld(t, s, "payment.charge.after-psp-before-record", customer, "SKU-1", 2)
+	waitStatus(t, s, o.OrderID, "awaiting_payment")
+	s.Inventory.Stop()
+	gate.Release()
+	waitStatus(t, s, o.OrderID, "confirmed")
+	sagatest.Eventually(t, 30*time.Second, "order.confirmed to be sent", func() bool {
+		return slices.Contains(outboxTypes(t, s.Order, o.OrderID), "order.confirmed/sent")
+	})
+	dropped := rabbittest.Drain(t, s.NS.Queue("inventory.order-events"), 1, 10*time.Second)
+	if len(dropped) != 1 || dropped[0].Type != events.OrderConfirmed {
+		t.Fatalf("drained %d messages from inventory's queue, want the one order.confirmed", len(dropped))
+	}
+	return o, dropped[0]
 }

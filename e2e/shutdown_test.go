@@ -30,29 +30,7 @@ func TestSIGTERMDuringLoadLosesNothing(t *testing.T) {
 	ordProc := ord.StartProcess(nil)
 
 	const n = 120
-	var accepted atomic.Int32
-	ids := make([]string, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			time.Sleep(time.Duration(i) * 15 * time.Millisecond) // about 1.8 s of load
-			key := fmt.Sprintf("sigterm-%d", i)
-			body := map[string]any{"customer_id": "c-load", "items": []map[string]any{{"sku": "SKU-2", "quantity": 1}}}
-			for attempt := 0; attempt < 400; attempt++ {
-				var o orderJSON
-				if code, err := ord.TryDo("POST", "/orders", map[string]string{"Idempotency-Key": key}, body, &o); err == nil && code == 202 {
-					ids[i] = o.OrderID
-					accepted.Add(1)
-					return
-				}
-				time.Sleep(50 * time.Millisecond) // the order service is restarting
-			}
-			t.Errorf("order %d was never accepted", i)
-		}()
-	}
-
+	ids, accepted, wg := placeWithRetries(t, ord, n)
 	stopAndTime := func(name string, p *sagatest.Process) time.Duration {
 		start := time.Now()
 		if err := p.Stop(); err != nil {
@@ -73,21 +51,7 @@ func TestSIGTERMDuringLoadLosesNothing(t *testing.T) {
 		return
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	for i, id := range ids {
-		var o orderJSON
-		for {
-			ord.Do("GET", "/orders/"+id, nil, nil, &o)
-			if o.Status == "confirmed" {
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("order %d (%s) is %s after the restarts: lost work", i, id, o.Status)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	waitAllConfirmed(t, ord, ids)
 	sagatest.Eventually(t, 30*time.Second, "inventory to commit every sale", func() bool {
 		return stock(t, s, "SKU-2").Reserved == before.Reserved
 	})
@@ -105,5 +69,55 @@ func TestSIGTERMDuringLoadLosesNothing(t *testing.T) {
 	}
 	if orders != n || charges != n || dead != 0 {
 		t.Fatalf("orders=%d charges=%d dead letters=%d, want %d, %d and 0", orders, charges, dead, n, n)
+	}
+}
+
+// placeWithRetries places n orders of one SKU-2 over about 1.8 s, each
+// client retrying its POST with its Idempotency-Key while the order service
+// is down. The ids fill in as orders are accepted; wait on wg for all.
+func placeWithRetries(t *testing.T, ord *sagatest.Service, n int) ([]string, *atomic.Int32, *sync.WaitGroup) {
+	t.Helper()
+	accepted := &atomic.Int32{}
+	ids := make([]string, n)
+	wg := &sync.WaitGroup{}
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * 15 * time.Millisecond) // about 1.8 s of load
+			key := fmt.Sprintf("sigterm-%d", i)
+			body := map[string]any{"customer_id": "c-load", "items": []map[string]any{{"sku": "SKU-2", "quantity": 1}}}
+			for attempt := 0; attempt < 400; attempt++ {
+				var o orderJSON
+				if code, err := ord.TryDo("POST", "/orders", map[string]string{"Idempotency-Key": key}, body, &o); err == nil && code == 202 {
+					ids[i] = o.OrderID
+					accepted.Add(1)
+					return
+				}
+				time.Sleep(50 * time.Millisecond) // the order service is restarting
+			}
+			t.Errorf("order %d was never accepted", i)
+		}()
+	}
+	return ids, accepted, wg
+}
+
+// waitAllConfirmed waits up to 90 s for every order to be confirmed.
+func waitAllConfirmed(t *testing.T, ord *sagatest.Service, ids []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for i, id := range ids {
+		var o orderJSON
+		for {
+			ord.Do("GET", "/orders/"+id, nil, nil, &o)
+			if o.Status == "confirmed" {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("order %d (%s) is %s after the restarts: lost work", i, id, o.Status)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }

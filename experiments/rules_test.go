@@ -33,90 +33,8 @@ func TestCommitOrderIsNotIDOrder(t *testing.T) {
 	db := sqldbtest.New(t, "order")
 	ctx := context.Background()
 
-	t.Run("auto-increment id", func(t *testing.T) {
-		db.MustExec(`CREATE TABLE numbered_events (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, name VARCHAR(20) NOT NULL)`)
-		insert := func(tx *sqlx.Tx, name string) uint64 {
-			res, err := tx.ExecContext(ctx, `INSERT INTO numbered_events (name) VALUES (?)`, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			id, _ := res.LastInsertId()
-			return uint64(id)
-		}
-		early, late := begin(t, db), begin(t, db)
-		idEarly := insert(early, "early") // takes the smaller id
-		idLate := insert(late, "late")
-		commit(t, late) // the larger id commits first
-		var cursor uint64
-		read := func() []uint64 {
-			var ids []uint64
-			if err := db.SelectContext(ctx, &ids, `SELECT id FROM numbered_events WHERE id > ? ORDER BY id`, cursor); err != nil {
-				t.Fatal(err)
-			}
-			if len(ids) > 0 {
-				cursor = ids[len(ids)-1]
-			}
-			return ids
-		}
-		first := read()
-		commit(t, early)
-		second := read()
-		if !slices.Equal(first, []uint64{idLate}) || len(second) != 0 || idEarly >= idLate {
-			t.Fatalf("reader by id read %v, then %v (ids: early %d, late %d); want the late row only, then nothing",
-				first, second, idEarly, idLate)
-		}
-		var all []uint64
-		if err := db.SelectContext(ctx, &all, `SELECT id FROM numbered_events ORDER BY id`); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("ids %v committed; the reader by id read %v and then %v: row %d, committed late, is never read", all, first, second, idEarly)
-	})
-
-	t.Run("the outbox's claim", func(t *testing.T) {
-		add := func(tx *sqlx.Tx, agg uint64) string {
-			ids, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: agg, AggregateVersion: 1, Type: events.OrderCreated, Payload: map[string]any{}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ids[0]
-		}
-		early, late := begin(t, db), begin(t, db)
-		idEarly := add(early, 1) // event ids are UUIDv7: made in time order, at the write
-		time.Sleep(2 * time.Millisecond)
-		idLate := add(late, 2)
-		commit(t, late)
-		// A reader that follows event_id (the wrong way, for contrast) ...
-		var cursor string
-		readByID := func() []string {
-			var ids []string
-			if err := db.SelectContext(ctx, &ids, `SELECT event_id FROM outbox_events WHERE event_id > ? ORDER BY event_id`, cursor); err != nil {
-				t.Fatal(err)
-			}
-			if len(ids) > 0 {
-				cursor = ids[len(ids)-1]
-			}
-			return ids
-		}
-		byID := readByID()
-		// ... and the dispatcher's claim, by status.
-		pub := &recorder{}
-		d := outbox.New(db.DB, outbox.Config{Exchange: "saga.events"})
-		if _, err := d.DispatchOnce(ctx, pub); err != nil {
-			t.Fatal(err)
-		}
-		commit(t, early)
-		byID = append(byID, readByID()...)
-		if _, err := d.DispatchOnce(ctx, pub); err != nil {
-			t.Fatal(err)
-		}
-		if idEarly >= idLate || !slices.Equal(byID, []string{idLate}) {
-			t.Fatalf("the reader by event_id read %v; want only %s (early %s committed late)", byID, idLate, idEarly)
-		}
-		if got := pub.ids(); !slices.Equal(got, []string{idLate, idEarly}) {
-			t.Fatalf("the claim published %v; want %s, then %s once it committed", got, idLate, idEarly)
-		}
-		t.Logf("the reader by event_id read %v; the claim by status published %v", byID, pub.ids())
-	})
+	t.Run("auto-increment id", func(t *testing.T) { readerByAutoIncrementID(t, ctx, db) })
+	t.Run("the outbox's claim", func(t *testing.T) { outboxClaimByStatus(t, ctx, db) })
 }
 
 // 多个 dispatcher 怎么认领: SKIP LOCKED "不能用来获取完整一致的业务查询结果".
@@ -253,4 +171,95 @@ func (r *recorder) ids() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.sent)
+}
+
+// readerByAutoIncrementID: a reader that follows an auto-increment id
+// moves past a row that commits after a larger id and never reads it.
+func readerByAutoIncrementID(t *testing.T, ctx context.Context, db *sqldbtest.DB) {
+	db.MustExec(`CREATE TABLE numbered_events (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, name VARCHAR(20) NOT NULL)`)
+	insert := func(tx *sqlx.Tx, name string) uint64 {
+		res, err := tx.ExecContext(ctx, `INSERT INTO numbered_events (name) VALUES (?)`, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := res.LastInsertId()
+		return uint64(id)
+	}
+	early, late := begin(t, db), begin(t, db)
+	idEarly := insert(early, "early") // takes the smaller id
+	idLate := insert(late, "late")
+	commit(t, late) // the larger id commits first
+	var cursor uint64
+	read := func() []uint64 {
+		var ids []uint64
+		if err := db.SelectContext(ctx, &ids, `SELECT id FROM numbered_events WHERE id > ? ORDER BY id`, cursor); err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) > 0 {
+			cursor = ids[len(ids)-1]
+		}
+		return ids
+	}
+	first := read()
+	commit(t, early)
+	second := read()
+	if !slices.Equal(first, []uint64{idLate}) || len(second) != 0 || idEarly >= idLate {
+		t.Fatalf("reader by id read %v, then %v (ids: early %d, late %d); want the late row only, then nothing",
+			first, second, idEarly, idLate)
+	}
+	var all []uint64
+	if err := db.SelectContext(ctx, &all, `SELECT id FROM numbered_events ORDER BY id`); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ids %v committed; the reader by id read %v and then %v: row %d, committed late, is never read", all, first, second, idEarly)
+
+}
+
+// outboxClaimByStatus: a reader that follows event_id misses the event
+// that committed late; the dispatcher's claim, by status, publishes both.
+func outboxClaimByStatus(t *testing.T, ctx context.Context, db *sqldbtest.DB) {
+	add := func(tx *sqlx.Tx, agg uint64) string {
+		ids, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: agg, AggregateVersion: 1, Type: events.OrderCreated, Payload: map[string]any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids[0]
+	}
+	early, late := begin(t, db), begin(t, db)
+	idEarly := add(early, 1) // event ids are UUIDv7: made in time order, at the write
+	time.Sleep(2 * time.Millisecond)
+	idLate := add(late, 2)
+	commit(t, late)
+	// A reader that follows event_id (the wrong way, for contrast) ...
+	var cursor string
+	readByID := func() []string {
+		var ids []string
+		if err := db.SelectContext(ctx, &ids, `SELECT event_id FROM outbox_events WHERE event_id > ? ORDER BY event_id`, cursor); err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) > 0 {
+			cursor = ids[len(ids)-1]
+		}
+		return ids
+	}
+	byID := readByID()
+	// ... and the dispatcher's claim, by status.
+	pub := &recorder{}
+	d := outbox.New(db.DB, outbox.Config{Exchange: "saga.events"})
+	if _, err := d.DispatchOnce(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, early)
+	byID = append(byID, readByID()...)
+	if _, err := d.DispatchOnce(ctx, pub); err != nil {
+		t.Fatal(err)
+	}
+	if idEarly >= idLate || !slices.Equal(byID, []string{idLate}) {
+		t.Fatalf("the reader by event_id read %v; want only %s (early %s committed late)", byID, idLate, idEarly)
+	}
+	if got := pub.ids(); !slices.Equal(got, []string{idLate, idEarly}) {
+		t.Fatalf("the claim published %v; want %s, then %s once it committed", got, idLate, idEarly)
+	}
+	t.Logf("the reader by event_id read %v; the claim by status published %v", byID, pub.ids())
+
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -44,12 +44,23 @@ func Binary(t testing.TB, name string) string {
 		if buildErr != nil {
 			return
 		}
+		// One go build for the four: it links them side by side.
+		args := []string{"build", "-o", binDir + string(filepath.Separator)}
+		for _, pkg := range packages {
+			args = append(args, pkg)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			return
+		}
+		// go build names a binary after its package's folder.
 		for n, pkg := range packages {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, n), pkg)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
+			if base := filepath.Base(pkg); base != n {
+				if buildErr = os.Rename(filepath.Join(binDir, base), filepath.Join(binDir, n)); buildErr != nil {
+					return
+				}
 			}
 		}
 	})
@@ -87,25 +98,15 @@ func (s *Service) StartProcess(extra map[string]string) *Process {
 	p := &Process{cmd: cmd, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	s.t.Cleanup(func() { p.Kill() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(s.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
+	s.waitReady(s.Name+" process", func() bool { return true }, func() (bool, error) {
 		select {
 		case <-p.done:
-			s.t.Fatalf("%s process exited during start: %v\n%s", s.Name, p.err, s.logs.tail(20))
+			return true, p.err
 		default:
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s process not ready after 30s\n%s", s.Name, s.logs.tail(20))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
+	return p
 }
 
 // WaitExit waits for the process to end by itself and reports whether it

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,17 +29,13 @@ import (
 func TestCorrectionOfADeadLetterIsANewEventThatNamesIt(t *testing.T) {
 	t.Parallel()
 	db := inboxtest.DB(t)
-	var mu sync.Mutex
-	seen := map[string]string{} // event id -> the event it corrects, as the handler saw it
-	c, reg := inboxtest.Metered(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-		mu.Lock()
-		seen[e.EventID] = e.CorrectsEventID
-		mu.Unlock()
+	var seen inboxtest.Corrects
+	c, reg := inboxtest.Metered(db.DB, "inventory", seen.Record(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 		if !strings.Contains(string(e.Payload), `"quantity"`) {
 			return inbox.Permanent(errors.New("order.created without a quantity"))
 		}
 		return inboxtest.Increment(ctx, tx, e)
-	})
+	}))
 	f := inboxtest.Consume(t, c.Handle, 1)
 	e := inboxtest.Event(events.OrderCreated) // {"order_id":"1"}: no quantity, never processable
 	e.OccurredAt = time.Now().Add(-time.Hour).Truncate(time.Second)
@@ -61,16 +56,7 @@ func TestCorrectionOfADeadLetterIsANewEventThatNamesIt(t *testing.T) {
 		return row.Status == deadletter.StatusDead && row.Attempts > dl.Attempts
 	})
 
-	// Refused: no reason, no change of payload, not JSON.
-	for _, bad := range []deadletter.Correction{
-		{Payload: json.RawMessage(`{"order_id":"1","quantity":2}`)},
-		{Payload: json.RawMessage(`{ "order_id": "1" }`), Reason: "same facts"},
-		{Payload: json.RawMessage(`{"order_id":`), Reason: "broken"},
-	} {
-		if _, err := r.Correct(ctx, dl.ID, bad); !errors.Is(err, deadletter.ErrBadCorrection) {
-			t.Fatalf("Correct(%s, %q) = %v, want ErrBadCorrection", bad.Payload, bad.Reason, err)
-		}
-	}
+	wantBadCorrectionsRefused(t, r, dl.ID)
 
 	fix := deadletter.Correction{Payload: json.RawMessage(`{"order_id": "1", "quantity": 2}`),
 		Reason: "producer bug 123 dropped the quantity; the order had 2"}
@@ -85,20 +71,13 @@ func TestCorrectionOfADeadLetterIsANewEventThatNamesIt(t *testing.T) {
 		t.Fatalf("correction event id %q, want a UUID other than %s", res.CorrectionEventID, e.EventID)
 	}
 	inboxtest.WaitFor(t, "the correction to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
-	mu.Lock()
-	got := seen[res.CorrectionEventID]
-	mu.Unlock()
-	if got != e.EventID {
+	if got, _ := seen.Of(res.CorrectionEventID); got != e.EventID {
 		t.Fatalf("the consumer saw the correction correcting %q, want %s (the header)", got, e.EventID)
 	}
 	if a, b := inboxtest.InboxRows(t, db.DB, res.CorrectionEventID), inboxtest.InboxRows(t, db.DB, e.EventID); a != 1 || b != 0 {
 		t.Fatalf("inbox rows: correction %d, original %d; want 1 and 0", a, b)
 	}
-	row, _ := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID)
-	if row.Status != deadletter.StatusCorrected || row.CorrectionEventID == nil || *row.CorrectionEventID != res.CorrectionEventID ||
-		row.CorrectionReason == nil || *row.CorrectionReason != fix.Reason || row.RedrivenAt == nil {
-		t.Fatalf("row = %+v, want corrected, with the correction's id and the reason", row)
-	}
+	wantCorrected(t, db.DB, e.EventID, res.CorrectionEventID, fix.Reason)
 
 	// Corrected already: nothing more.
 	if res, err := r.Correct(ctx, dl.ID, fix); err != nil || res.Outcome != deadletter.OutcomeNotDead {
@@ -114,8 +93,33 @@ func TestCorrectionOfADeadLetterIsANewEventThatNamesIt(t *testing.T) {
 	inboxtest.WaitFor(t, "the repeated correction to be dropped", func() bool {
 		return inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory") == 1
 	})
-	if n := inboxtest.Effects(t, db.DB); n != 1 {
-		t.Fatalf("effects = %d, want 1", n)
+	inboxtest.WantEffects(t, db.DB, 1)
+}
+
+// wantBadCorrectionsRefused checks that Correct refuses a correction of
+// dead letter id without a reason, without a change of payload, or
+// without JSON.
+func wantBadCorrectionsRefused(t *testing.T, r *deadletter.Redriver, id uint64) {
+	t.Helper()
+	for _, bad := range []deadletter.Correction{
+		{Payload: json.RawMessage(`{"order_id":"1","quantity":2}`)},
+		{Payload: json.RawMessage(`{ "order_id": "1" }`), Reason: "same facts"},
+		{Payload: json.RawMessage(`{"order_id":`), Reason: "broken"},
+	} {
+		if _, err := r.Correct(context.Background(), id, bad); !errors.Is(err, deadletter.ErrBadCorrection) {
+			t.Fatalf("Correct(%s, %q) = %v, want ErrBadCorrection", bad.Payload, bad.Reason, err)
+		}
+	}
+}
+
+// wantCorrected checks that the dead letter of eventID is 'corrected' by
+// the event correctionID, for reason.
+func wantCorrected(t *testing.T, db *sqlx.DB, eventID, correctionID, reason string) {
+	t.Helper()
+	row, _ := inboxtest.DeadLetter(t, db, "inventory", eventID)
+	if row.Status != deadletter.StatusCorrected || row.CorrectionEventID == nil || *row.CorrectionEventID != correctionID ||
+		row.CorrectionReason == nil || *row.CorrectionReason != reason || row.RedrivenAt == nil {
+		t.Fatalf("row = %+v, want corrected, with the correction's id and the reason", row)
 	}
 }
 

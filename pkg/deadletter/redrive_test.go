@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,7 +23,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func jsonOf(h amqp.Table) ([]byte, error) { return json.Marshal(h) }
 
@@ -41,6 +40,23 @@ func redriver(t *testing.T, db *sqlx.DB, f *inboxtest.Broker) *deadletter.Redriv
 			}
 			return "", false
 		}}
+}
+
+// recordDead stores e as a dead letter of consumer, failed for reason,
+// with the headers and content type of its message, and returns the row.
+func recordDead(t *testing.T, db *sqlx.DB, consumer string, e events.Envelope, reason string) deadletter.Letter {
+	t.Helper()
+	msg := inboxtest.Message(e)
+	headers, err := jsonOf(msg.Headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := deadletter.Record(context.Background(), db, deadletter.Letter{Consumer: consumer, EventID: e.EventID,
+		EventType: e.Type, Reason: reason, Headers: headers, Payload: e.Payload, ContentType: &msg.ContentType}); err != nil {
+		t.Fatal(err)
+	}
+	dl, _ := inboxtest.DeadLetter(t, db, consumer, e.EventID)
+	return dl
 }
 
 func redrive(t *testing.T, r *deadletter.Redriver, sel deadletter.Selection) []deadletter.RedriveResult {
@@ -184,16 +200,7 @@ func TestRedriveOfAnAppliedEventChangesNothing(t *testing.T) {
 	f.Publish(t, msg)
 	inboxtest.WaitFor(t, "the event to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
 
-	headers, err := jsonOf(msg.Headers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ct := msg.ContentType
-	if err := deadletter.Record(context.Background(), db.DB, deadletter.Letter{Consumer: "inventory", EventID: e.EventID,
-		EventType: e.Type, Reason: "broker dead-lettered the message: delivery_limit", Headers: headers, Payload: e.Payload, ContentType: &ct}); err != nil {
-		t.Fatal(err)
-	}
-	dl, _ := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID)
+	dl := recordDead(t, db.DB, "inventory", e, "broker dead-lettered the message: delivery_limit")
 	res := redrive(t, redriver(t, db.DB, f), deadletter.Selection{IDs: []uint64{dl.ID}})
 	if res[0].Outcome != deadletter.OutcomeRedriven {
 		t.Fatalf("redrive = %+v, want redriven", res)
@@ -213,20 +220,10 @@ func TestRedriveByFilter(t *testing.T) {
 	db := inboxtest.DB(t)
 	c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment)
 	f := inboxtest.Consume(t, c.Handle, 0)
-	ctx := context.Background()
 	add := func(consumer, typ, sku string) string {
 		e := inboxtest.Event(typ)
 		e.Payload = []byte(`{"order_id":"1","sku":"` + sku + `"}`)
-		msg := inboxtest.Message(e)
-		headers, err := jsonOf(msg.Headers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := deadletter.Record(ctx, db.DB, deadletter.Letter{Consumer: consumer, EventID: e.EventID, EventType: typ,
-			Reason: "handler bug", Headers: headers, Payload: e.Payload}); err != nil {
-			t.Fatal(err)
-		}
-		return e.EventID
+		return recordDead(t, db.DB, consumer, e, "handler bug").EventID
 	}
 	want := []string{add("inventory", events.OrderCreated, "SKU-1"), add("inventory", events.OrderCreated, "SKU-1")}
 	others := []string{
@@ -258,17 +255,9 @@ func TestRedriveThatCannotPublishLeavesTheRowDead(t *testing.T) {
 	t.Parallel()
 	db := inboxtest.DB(t)
 	f := inboxtest.Consume(t, inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment).Handle, 0)
-	ctx := context.Background()
 	var ids []uint64
 	for _, name := range []string{"inventory", "lost-consumer"} {
-		e := inboxtest.Event(events.OrderCreated)
-		headers, _ := jsonOf(inboxtest.Message(e).Headers)
-		if err := deadletter.Record(ctx, db.DB, deadletter.Letter{Consumer: name, EventID: e.EventID, EventType: e.Type,
-			Reason: "bug", Headers: headers, Payload: e.Payload}); err != nil {
-			t.Fatal(err)
-		}
-		dl, _ := inboxtest.DeadLetter(t, db.DB, name, e.EventID)
-		ids = append(ids, dl.ID)
+		ids = append(ids, recordDead(t, db.DB, name, inboxtest.Event(events.OrderCreated), "bug").ID)
 	}
 	r := redriver(t, db.DB, f)
 	r.QueueOf = func(consumer string) (string, bool) {
@@ -308,12 +297,7 @@ func TestConcurrentRedrivesMarkOnce(t *testing.T) {
 	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
 	f := inboxtest.Consume(t, c.Handle, 0)
 	e := inboxtest.Event(events.OrderCreated)
-	headers, _ := jsonOf(inboxtest.Message(e).Headers)
-	if err := deadletter.Record(context.Background(), db.DB, deadletter.Letter{Consumer: "inventory", EventID: e.EventID,
-		EventType: e.Type, Reason: "bug", Headers: headers, Payload: e.Payload}); err != nil {
-		t.Fatal(err)
-	}
-	dl, _ := inboxtest.DeadLetter(t, db.DB, "inventory", e.EventID)
+	dl := recordDead(t, db.DB, "inventory", e, "bug")
 	const n = 5
 	outcomes := make([]string, n)
 	var wg sync.WaitGroup

@@ -28,12 +28,7 @@ func TestSameEventIDWithAnotherPayloadIsAMismatch(t *testing.T) {
 	db := inboxtest.DB(t)
 	c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment)
 	ctx := context.Background()
-	e := inboxtest.Event(events.OrderCreated)
-	other := e
-	other.Payload = []byte(`{"order_id":"2"}`)
-	if err := c.Process(ctx, e); err != nil {
-		t.Fatal(err)
-	}
+	e, other := processedWithATwin(t, c)
 	var stored string
 	if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
 		t.Fatalf("stored hash %q (%v), want %q", stored, err, inbox.PayloadHash(e.Payload))
@@ -48,14 +43,34 @@ func TestSameEventIDWithAnotherPayloadIsAMismatch(t *testing.T) {
 	if err := c.Process(ctx, other); !errors.Is(err, inbox.ErrAlreadyProcessed) {
 		t.Fatalf("row without a hash: err = %v, want ErrAlreadyProcessed", err)
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 1 {
-		t.Fatalf("effects = %d, want 1", got)
+	inboxtest.WantEffects(t, db.DB, 1)
+	// A message without a body has a hash too (the empty body's): a row
+	// without one would match any payload.
+	empty := inboxtest.Event(events.OrderCreated)
+	err := sqlxTx(t, db.DB, func(tx *sqlx.Tx) error {
+		if err := inbox.ClaimPayload(ctx, tx, "inventory", empty.EventID, nil); err != nil {
+			return err
+		}
+		return tx.GetContext(ctx, &stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, empty.EventID)
+	})
+	if err != nil || stored != inbox.PayloadHash([]byte{}) {
+		t.Fatalf("hash stored for a claim without a body: %q (%v), want the empty body's %q", stored, err, inbox.PayloadHash([]byte{}))
 	}
-	// Claim (no payload) still works for callers without one.
-	err := sqlxTx(t, db.DB, func(tx *sqlx.Tx) error { return inbox.Claim(ctx, tx, "inventory", e.EventID) })
-	if !errors.Is(err, inbox.ErrAlreadyProcessed) {
-		t.Fatalf("Claim of a processed event: %v, want ErrAlreadyProcessed", err)
+}
+
+// processedWithATwin has p process a new event and returns it with its
+// twin: the same event_id, another payload.
+func processedWithATwin(t *testing.T, p interface {
+	Process(context.Context, events.Envelope) error
+}) (e, twin events.Envelope) {
+	t.Helper()
+	e = inboxtest.Event(events.OrderCreated)
+	twin = e
+	twin.Payload = []byte(`{"order_id":"2"}`)
+	if err := p.Process(context.Background(), e); err != nil {
+		t.Fatal(err)
 	}
+	return e, twin
 }
 
 func sqlxTx(t *testing.T, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
@@ -80,12 +95,7 @@ func TestExternalHandlerIsNotCalledForAMismatch(t *testing.T) {
 			return inboxtest.Increment, nil
 		}}})
 	ctx := context.Background()
-	e := inboxtest.Event(events.OrderCreated)
-	other := e
-	other.Payload = []byte(`{"order_id":"2"}`)
-	if err := c.Process(ctx, e); err != nil {
-		t.Fatal(err)
-	}
+	_, other := processedWithATwin(t, c)
 	if err := c.Process(ctx, other); !errors.Is(err, inbox.ErrPayloadMismatch) {
 		t.Fatalf("err = %v, want ErrPayloadMismatch", err)
 	}
@@ -115,19 +125,13 @@ func TestPayloadMismatchIsADeadLetterAndAnAlert(t *testing.T) {
 			if !strings.Contains(dl.Reason, "same event_id, different payload") || string(dl.Payload) != string(other.Payload) {
 				t.Fatalf("dead letter reason %q payload %s, want the mismatch reason and the second payload", dl.Reason, dl.Payload)
 			}
-			if got := inboxtest.Counter(t, reg, "consumer_payload_mismatch_total", "inventory"); got != 1 {
-				t.Fatalf("consumer_payload_mismatch_total = %v, want 1", got)
-			}
-			if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 0 {
-				t.Fatalf("the mismatch counted as a duplicate (%v)", got)
-			}
+			inboxtest.WantCounter(t, reg, "consumer_payload_mismatch_total", "inventory", 1)
+			inboxtest.WantCounter(t, reg, "consumer_duplicates_suppressed_total", "inventory", 0)
 			var stored string
 			if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
 				t.Fatalf("inbox hash %q (%v), want the first payload's", stored, err)
 			}
-			if got := inboxtest.Effects(t, db.DB); got != 1 {
-				t.Fatalf("effects = %d, want 1", got)
-			}
+			inboxtest.WantEffects(t, db.DB, 1)
 		})
 	}
 }
@@ -196,9 +200,7 @@ func TestReplayWindowUsesFirstFailureAndTheInbox(t *testing.T) {
 	if _, ok := inboxtest.DeadLetter(t, db.DB, "inventory", known.EventID); ok {
 		t.Fatal("an old duplicate the inbox still knows became a dead letter")
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 1 {
-		t.Fatalf("effects = %d, want 1", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 1)
 }
 
 // Retries stop at MaxAttempts and at MaxRetryAge, whichever comes first.
@@ -343,12 +345,8 @@ func TestPanickingHandlerIsAFailedAttempt(t *testing.T) {
 	if !ok || !strings.Contains(dl.Reason, "handler panicked") || !strings.Contains(dl.Reason, "nil map") {
 		t.Fatalf("dead letter %q (found %v), want the panic as its reason", dl.Reason, ok)
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 0 {
-		t.Fatalf("effects = %d, want 0: the panicking attempts rolled back", got)
-	}
-	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 0 {
-		t.Fatalf("inbox rows = %d, want 0", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 0) // the panicking attempts rolled back
+	inboxtest.WantInboxRows(t, db.DB, e.EventID, 0)
 }
 
 // The wait before a retry is the chapter's: min(cap, base*2^(attempt-1))

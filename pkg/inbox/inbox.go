@@ -59,27 +59,18 @@ func canonicalJSON(p []byte) []byte {
 	return p
 }
 
-// Claim records that consumer processes eventID, inside tx, before the
-// business change. It must be a plain INSERT: the primary key
-// (consumer_name, event_id) is what coordinates two deliveries racing on one
-// event; the second blocks until the first commits (then gets a duplicate
-// key: ErrAlreadyProcessed) or rolls back (then it proceeds). INSERT IGNORE
-// would hide other errors and, outside strict mode, truncate a long id.
-// Only the duplicate key of this statement means "already processed": any
-// other error, a business duplicate key included, fails the attempt. Claim
-// stores no payload hash; ClaimPayload, which the Consumer uses, does.
-func Claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string) error {
-	return claim(ctx, tx, consumer, eventID, nil)
-}
-
-// ClaimPayload is Claim that also records the SHA-256 of payload. When the
-// event was already processed, the stored hash is compared with this
+// ClaimPayload records that consumer processes eventID, inside tx, before
+// the business change, with the SHA-256 of payload. It must be a plain
+// INSERT: the primary key (consumer_name, event_id) is what coordinates two
+// deliveries racing on one event; the second blocks until the first
+// commits (then gets a duplicate key) or rolls back (then it proceeds).
+// INSERT IGNORE would hide other errors and, outside strict mode, truncate
+// a long id. Only the duplicate key of this statement means "already
+// processed": any other error, a business duplicate key included, fails
+// the attempt. On that duplicate key the stored hash is compared with this
 // payload's: equal (or NULL, a row from before the hash existed) is
 // ErrAlreadyProcessed; different is ErrPayloadMismatch.
 func ClaimPayload(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, payload []byte) error {
-	if payload == nil {
-		payload = []byte{} // an empty body has a hash too; nil means "no hash" below
-	}
 	return claim(ctx, tx, consumer, eventID, payload)
 }
 
@@ -90,8 +81,6 @@ func claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, payload [
 		return nil
 	case !sqldb.IsDuplicateKey(err):
 		return fmt.Errorf("inbox claim %s/%s: %w", consumer, eventID, err)
-	case payload == nil:
-		return ErrAlreadyProcessed
 	}
 	// The duplicate key means the other row is committed (an uncommitted one
 	// would have made us wait), so a plain read in this transaction sees it.
@@ -102,8 +91,7 @@ func claim(ctx context.Context, tx *sqlx.Tx, consumer, eventID string, payload [
 	return compare(stored, payload)
 }
 
-// claimRow is one inbox row to insert: the event and its payload (nil:
-// no hash stored).
+// claimRow is one inbox row to insert: the event and its payload.
 type claimRow struct {
 	eventID string
 	payload []byte
@@ -117,9 +105,6 @@ func ClaimAll(ctx context.Context, tx *sqlx.Tx, consumer string, es []events.Env
 	rows := make([]claimRow, len(es))
 	for i, e := range es {
 		rows[i] = claimRow{e.EventID, e.Payload}
-		if rows[i].payload == nil {
-			rows[i].payload = []byte{} // as ClaimPayload: an empty body has a hash too
-		}
 	}
 	if err := insertClaims(ctx, tx, consumer, rows); err != nil {
 		return fmt.Errorf("inbox claim of %d events for %s: %w", len(es), consumer, err)
@@ -134,11 +119,7 @@ func insertClaims(ctx context.Context, tx *sqlx.Tx, consumer string, rows []clai
 	args := make([]any, 0, 4*len(rows))
 	inst := instance.ID(ctx)
 	for _, r := range rows {
-		var hash any
-		if r.payload != nil {
-			hash = PayloadHash(r.payload)
-		}
-		args = append(args, consumer, r.eventID, hash, inst)
+		args = append(args, consumer, r.eventID, PayloadHash(r.payload), inst)
 	}
 	_, err := tx.ExecContext(ctx, q+sqldb.Values("(?, ?, ?, NULLIF(?, ''))", len(rows)), args...)
 	return err

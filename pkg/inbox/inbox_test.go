@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -23,7 +22,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func TestSameEventTwiceHasOneEffect(t *testing.T) {
 	t.Parallel()
@@ -37,12 +36,8 @@ func TestSameEventTwiceHasOneEffect(t *testing.T) {
 	if err := c.Process(ctx, e); !errors.Is(err, inbox.ErrAlreadyProcessed) {
 		t.Fatalf("second delivery: err = %v, want ErrAlreadyProcessed", err)
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 1 {
-		t.Fatalf("effects = %d, want 1", got)
-	}
-	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
-		t.Fatalf("inbox rows = %d, want 1", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 1)
+	inboxtest.WantInboxRows(t, db.DB, e.EventID, 1)
 }
 
 // Ten deliveries of one event on ten connections, released together. The
@@ -118,12 +113,8 @@ WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%')`
 	if winners != 1 || dups != n-1 {
 		t.Fatalf("winners=%d duplicates=%d, want 1 and %d", winners, dups, n-1)
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 1 {
-		t.Fatalf("effects = %d, want 1", got)
-	}
-	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
-		t.Fatalf("inbox rows = %d, want 1", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 1)
+	inboxtest.WantInboxRows(t, db.DB, e.EventID, 1)
 }
 
 // A winner that rolls back must not block the event: the next delivery
@@ -149,9 +140,7 @@ func TestRolledBackClaimLetsTheNextDeliveryThrough(t *testing.T) {
 	if err := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment).Process(context.Background(), e); err != nil {
 		t.Fatalf("redelivery: %v", err)
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 1 {
-		t.Fatalf("effects = %d, want 1", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 1)
 }
 
 func TestDifferentConsumersEachProcessOnce(t *testing.T) {
@@ -165,12 +154,8 @@ func TestDifferentConsumersEachProcessOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 2 {
-		t.Fatalf("effects = %d, want 2 (once per consumer name)", got)
-	}
-	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 2 {
-		t.Fatalf("inbox rows = %d, want 2", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 2) // once per consumer name
+	inboxtest.WantInboxRows(t, db.DB, e.EventID, 2)
 	// The read API: every consumer's row of the event, in processing order.
 	rows, err := inbox.Rows(ctx, db.DB, []string{e.EventID, uuid.NewString()})
 	if err != nil || len(rows) != 2 || rows[0].Consumer != "inventory" || rows[1].Consumer != "notifications" ||
@@ -194,9 +179,7 @@ func TestBusinessDuplicateKeyIsNotTreatedAsProcessed(t *testing.T) {
 	if err == nil || errors.Is(err, inbox.ErrAlreadyProcessed) || !sqldb.IsDuplicateKey(err) {
 		t.Fatalf("err = %v, want the business duplicate key error, not ErrAlreadyProcessed", err)
 	}
-	if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 0 {
-		t.Fatalf("inbox rows = %d, want 0 (rolled back with the attempt)", got)
-	}
+	inboxtest.WantInboxRows(t, db.DB, e.EventID, 0) // rolled back with the attempt
 }
 
 func TestUnsupportedSchemaVersionIsInvalid(t *testing.T) {
@@ -208,9 +191,7 @@ func TestUnsupportedSchemaVersionIsInvalid(t *testing.T) {
 	if !errors.Is(err, events.ErrInvalid) {
 		t.Fatalf("err = %v, want events.ErrInvalid", err)
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 0 {
-		t.Fatalf("effects = %d, want 0", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 0)
 }
 
 // Poison messages go to dead_letters with the reason, while good messages
@@ -270,9 +251,7 @@ func TestPoisonMessagesBecomeDeadLettersWithReason(t *testing.T) {
 						dl.EventID, dl.Consumer, dl.Status, dl.Attempts, dl.Reason, want)
 				}
 			}
-			if got := inboxtest.InboxRows(t, db.DB, badJSON.EventID); got != 0 {
-				t.Fatalf("poison message left %d inbox rows, want 0", got)
-			}
+			inboxtest.WantInboxRows(t, db.DB, badJSON.EventID, 0)
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -101,9 +102,7 @@ func TestBrokerDeadLetteredMessageWaitsForTheDatabase(t *testing.T) {
 	if !strings.Contains(dl.Reason, "delivery_limit") || !strings.Contains(dl.Reason, b.Queue) {
 		t.Fatalf("dead letter reason %q, want the broker's delivery limit on %s", dl.Reason, b.Queue)
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 0 {
-		t.Fatalf("effects = %d, want 0 (a dead letter is not applied)", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 0) // a dead letter is not applied
 }
 
 // handled counts handler calls per event, on every queue together.
@@ -157,11 +156,7 @@ func (h *handled) outlast(t *testing.T, ids []string, calls int) {
 		}
 		return true
 	}
-	for end := time.Now().Add(15 * time.Second); !done(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatalf("the outage ended before every message was handled %d times: the attempt budget was not exceeded", calls)
-		}
-	}
+	testutil.WaitFor(t, 15*time.Second, fmt.Sprintf("every message handled %d times (the attempt budget exceeded) during the outage", calls), done)
 }
 
 // settled waits until every event is applied (its inbox row) or a dead

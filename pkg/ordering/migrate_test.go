@@ -1,17 +1,9 @@
 package ordering_test
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"testing"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/pressly/goose/v3"
-
-	"github.com/relmsg/ordersaga/migrations"
-	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 )
 
@@ -21,36 +13,7 @@ import (
 // by nobody) rather than a guess.
 func TestSequencesOfBeforeAggregateTypesMigrate(t *testing.T) {
 	t.Parallel()
-	if testing.Short() {
-		t.Skip("integration test: needs MariaDB/MySQL (run without -short)")
-	}
-	ctx := context.Background()
-	mc, err := mysql.ParseDSN(sqldbtest.ServerDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	mc.DBName = "t_migrate_" + hex.EncodeToString(b)
-	db, err := sqldb.Open(ctx, sqldb.Config{DSN: mc.FormatDSN(), CreateDatabase: true, MaxOpenConns: 2})
-	if err != nil {
-		t.Fatalf("MariaDB/MySQL is required for this test: %v", err)
-	}
-	t.Cleanup(func() {
-		db.MustExec("DROP DATABASE " + sqldb.QuoteIdent(mc.DBName))
-		db.Close()
-	})
-	fsys, err := migrations.For("inventory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := goose.NewProvider(goose.DialectMySQL, db.DB, fsys, goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.UpTo(ctx, 11); err != nil { // the ordering tables as they were
-		t.Fatal(err)
-	}
+	db := sqldbtest.NewAt(t, "inventory", 11) // the ordering tables as they were
 	for _, s := range []struct {
 		consumer  string
 		aggregate int
@@ -66,9 +29,7 @@ func TestSequencesOfBeforeAggregateTypesMigrate(t *testing.T) {
   expected_version, schema_version, payload, deadline_at) VALUES (?, ?, ?, ?, 9, 8, 1, '{}', NOW(6))`,
 			pe.consumer, fmt.Sprintf("00000000-0000-0000-0000-%012d", i), pe.eventType, pe.aggregate)
 	}
-	if err := sqldb.Migrate(ctx, db, fsys, nil); err != nil {
-		t.Fatal(err)
-	}
+	db.MigrateRest(t)
 	var seqs, parked []string
 	if err := db.Select(&seqs, `SELECT CONCAT_WS('/', consumer_name, aggregate_type, aggregate_id, last_version)
 FROM inbox_sequences ORDER BY consumer_name, aggregate_id`); err != nil {

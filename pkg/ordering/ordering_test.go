@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -24,7 +23,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/ordering"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // No event of the saga is a delta today; these types exercise the
 // mechanism. They come from two producers ("test" and "other"), each

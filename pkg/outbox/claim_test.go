@@ -22,51 +22,19 @@ func TestOldClaimantCannotMarkWhileTheNewOneHolds(t *testing.T) {
 	ctx := context.Background()
 	ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
 
-	stalledA := &fakePublisher{entered: make(chan struct{}), release: make(chan struct{})}
-	a := f.dispatcher(outbox.Config{Lease: 300 * time.Millisecond})
-	var resA outbox.Result
-	doneA := make(chan error)
-	go func() {
-		var err error
-		resA, err = a.DispatchOnce(ctx, stalledA)
-		doneA <- err
-	}()
-	<-stalledA.entered
-
-	// A's renewer still runs while it is stalled in its publish: expire
-	// and recover until the recovery finds the row.
+	a := stall(ctx, f.dispatcher(outbox.Config{Lease: 300 * time.Millisecond}))
+	// A's renewer still runs while it is stalled in its publish.
 	b := f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
-	var n int
-	for try := 0; n == 0 && try < 20; try++ {
-		f.db.MustExec("UPDATE outbox_events SET lease_until = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE event_id = ?", ids[0])
-		var err error
-		if n, err = b.RecoverExpired(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n != 1 {
-		t.Fatalf("RecoverExpired = %d; want 1 row", n)
-	}
+	expireAndRecover(t, f.db, b, ids[0])
 	waitDue(t, f.db.DB)
 
-	stalledB := &fakePublisher{entered: make(chan struct{}), release: make(chan struct{})}
-	var resB outbox.Result
-	doneB := make(chan error)
-	go func() {
-		var err error
-		resB, err = b.DispatchOnce(ctx, stalledB)
-		doneB <- err
-	}()
-	<-stalledB.entered
+	stalledB := stall(ctx, b)
 	claimB := readRows(t, f.db.DB)[ids[0]]
 	if claimB.Status != "sending" || claimB.ClaimToken == nil {
 		t.Fatalf("B's claim: %+v, want 'sending' under a token", claimB)
 	}
 
-	close(stalledA.release) // A believes its publish was confirmed
-	if err := <-doneA; err != nil {
-		t.Fatal(err)
-	}
+	resA := a.release(t) // A believes its publish was confirmed
 	got := readRows(t, f.db.DB)[ids[0]]
 	if resA.Sent != 0 || resA.Lost != 1 {
 		t.Errorf("A: %+v, want 0 sent and 1 lost: its mark-sent must affect 0 rows", resA)
@@ -76,11 +44,7 @@ func TestOldClaimantCannotMarkWhileTheNewOneHolds(t *testing.T) {
 			got.Status, deref(got.ClaimToken), *claimB.ClaimToken)
 	}
 
-	close(stalledB.release)
-	if err := <-doneB; err != nil {
-		t.Fatal(err)
-	}
-	if resB.Sent != 1 || resB.Lost != 0 {
+	if resB := stalledB.release(t); resB.Sent != 1 || resB.Lost != 0 {
 		t.Fatalf("B: %+v, want its own claim marked sent", resB)
 	}
 	if r := readRows(t, f.db.DB)[ids[0]]; r.Status != "sent" || r.ClaimToken != nil {

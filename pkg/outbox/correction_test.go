@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -31,14 +30,8 @@ func TestCorrectionIsANewEventThatNamesTheEventItCorrects(t *testing.T) {
 	ctx := context.Background()
 	producer := sqldbtest.New(t, "order")
 	consumer := inboxtest.DB(t)
-	var mu sync.Mutex
-	seen := map[string]string{} // event id -> the event it corrects, as the handler saw it
-	c, reg := inboxtest.Metered(consumer.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-		mu.Lock()
-		seen[e.EventID] = e.CorrectsEventID
-		mu.Unlock()
-		return inboxtest.Increment(ctx, tx, e)
-	})
+	var seen inboxtest.Corrects
+	c, reg := inboxtest.Metered(consumer.DB, "inventory", seen.Record(inboxtest.Increment))
 	b := inboxtest.Consume(t, c.Handle, 1)
 	d := outbox.New(producer.DB, outbox.Config{Exchange: b.NS.Exchange(), Log: quiet,
 		NewPublisher: func() outbox.Publisher { return b.Conn.NewPublisher() }})
@@ -84,14 +77,12 @@ func TestCorrectionIsANewEventThatNamesTheEventItCorrects(t *testing.T) {
 	}
 	dispatch(1)
 	inboxtest.WaitFor(t, "the correction to be applied", func() bool { return inboxtest.Effects(t, consumer.DB) == 2 })
-	mu.Lock()
-	got, ok := seen[correction]
-	mu.Unlock()
+	got, ok := seen.Of(correction)
 	if !ok || got != original {
 		t.Fatalf("the consumer saw the correction %s correcting %q (seen %v), want %s from the header", correction, got, ok, original)
 	}
-	if seen[original] != "" {
-		t.Fatalf("the original was seen as correcting %q, want no link", seen[original])
+	if got, _ := seen.Of(original); got != "" {
+		t.Fatalf("the original was seen as correcting %q, want no link", got)
 	}
 	for _, id := range []string{original, correction} {
 		if n := inboxtest.InboxRows(t, consumer.DB, id); n != 1 {

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
@@ -34,62 +32,6 @@ type Publisher interface {
 func RabbitPublishers(conn *rabbit.Conn) func() Publisher {
 	return func() Publisher {
 		return conn.NewPublisher(rabbit.AfterSendFailpoint("outbox.dispatch.after-publish-before-confirm"))
-	}
-}
-
-// Config tunes a Dispatcher. Zero values take the defaults in brackets.
-type Config struct {
-	Exchange     string           // events go to this exchange, routed by their type
-	NewPublisher func() Publisher // one per worker: each owns its AMQP channel
-	Workers      int              // claim-publish-mark loops in this process [1]
-	BatchSize    int              // rows per claim [100]
-	// Lease is how long a claim is ours before recovery may hand the rows
-	// to another dispatcher [30s]. ConfirmTimeout bounds the wait for
-	// publisher confirms: at most a third of the lease, so that a batch whose
-	// renewals failed still has two thirds of its lease to be marked before
-	// recovery may re-send it [DefaultConfirmTimeout(Lease)]; New refuses
-	// more.
-	Lease           time.Duration
-	ConfirmTimeout  time.Duration
-	PollInterval    time.Duration // fallback poll when no wake-up came [1s]
-	RecoverInterval time.Duration // how often expired leases are recovered [min(5s, Lease/3)]
-	RecoverBatch    int           // rows per recovery statement [500]
-	Backoff         retry.Backoff // between failed attempts [1s .. 5m]
-	MaxAttempts     int           // attempts before 'failed' [10]
-	// Deadline ends the retrying of an event this long after its first
-	// attempt, whatever attempts remain: 'failed' [15m].
-	Deadline   time.Duration
-	Log        *slog.Logger
-	Registerer prometheus.Registerer // nil: metrics are kept but not exported
-	// WrongWay turns on deliberate mistakes for the experiments (demo only).
-	WrongWay *wrongway.Set
-}
-
-func (c *Config) setDefaults() {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defDur := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&c.Workers, 1)
-	def(&c.BatchSize, 100)
-	def(&c.RecoverBatch, 500)
-	def(&c.MaxAttempts, 10)
-	defDur(&c.Deadline, 15*time.Minute)
-	defDur(&c.Lease, 30*time.Second)
-	defDur(&c.ConfirmTimeout, DefaultConfirmTimeout(c.Lease))
-	defDur(&c.PollInterval, time.Second)
-	// Recover soon after a lease can have expired, at most every 5 s.
-	defDur(&c.RecoverInterval, min(5*time.Second, c.Lease/3))
-	defDur(&c.Backoff.Base, time.Second)
-	defDur(&c.Backoff.Cap, 5*time.Minute)
-	if c.Log == nil {
-		c.Log = slog.Default()
 	}
 }
 
@@ -319,28 +261,41 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 		return res, fmt.Errorf("after claim: %w", err)
 	}
 
+	errs := d.publish(ctx, pub, token, rows)
+
+	// Window: the broker has the messages, our table still says 'sending'.
+	// A crash here re-sends them after the lease expires: consumers see the
+	// same event_id twice and their inbox suppresses the second.
+	if err := failpoint.Inject(ctx, "outbox.dispatch.after-confirm-before-mark"); err != nil {
+		return res, fmt.Errorf("after confirm: %w", err)
+	}
+
+	sent, err := d.releaseUnconfirmed(ctx, token, rows, errs, &res)
+	if err != nil {
+		return res, err
+	}
+	if len(sent) > 0 {
+		if err := d.markConfirmed(ctx, token, sent, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// publish sends the claimed rows as one batch, renewing our lease while it
+// waits for the confirms, and returns one error per row (nil: confirmed).
+// Each message has its send span: child of its create span, whose context
+// the row kept, and linked to it (pkg/base/tracing).
+func (d *Dispatcher) publish(ctx context.Context, pub Publisher, token string, rows []claimed) []error {
 	msgs := make([]rabbit.Message, len(rows))
 	ids := make([]string, len(rows))
 	spans := make([]trace.Span, len(rows))
 	for i, r := range rows {
 		ids[i] = r.EventID
-		// The send span of each message: child of its create span, whose
-		// context the row kept, and linked to it (pkg/base/tracing).
 		spans[i] = tracing.StartSend(ctx, d.cfg.Exchange, tracing.Parse(r.Traceparent.String),
 			tracing.Message{ID: r.EventID, RoutingKey: r.EventType, ConversationID: strconv.FormatUint(r.AggregateID, 10)},
 			r.Attempts)
-		msgs[i] = rabbit.FromEnvelope(d.cfg.Exchange, events.Envelope{
-			EventID:          r.EventID,
-			Type:             r.EventType,
-			AggregateID:      r.AggregateID,
-			AggregateVersion: r.AggregateVersion,
-			SchemaVersion:    r.SchemaVersion,
-			CorrelationID:    strconv.FormatUint(r.AggregateID, 10),
-			OccurredAt:       r.CreatedAt,
-			Payload:          r.Payload,
-			Traceparent:      r.Traceparent.String,
-			CorrectsEventID:  r.CorrectsEventID.String,
-		})
+		msgs[i] = rabbit.FromEnvelope(d.cfg.Exchange, r.envelope())
 	}
 	stopRenewing := d.renewWhilePublishing(ctx, token, ids)
 	errs := pub.Publish(ctx, msgs, d.cfg.ConfirmTimeout)
@@ -351,15 +306,30 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 		}
 		span.End()
 	}
+	return errs
+}
 
-	// Window: the broker has the messages, our table still says 'sending'.
-	// A crash here re-sends them after the lease expires: consumers see the
-	// same event_id twice and their inbox suppresses the second.
-	if err := failpoint.Inject(ctx, "outbox.dispatch.after-confirm-before-mark"); err != nil {
-		return res, fmt.Errorf("after confirm: %w", err)
+// envelope is the event a claimed row holds, as the wire contract carries
+// it: the order id is its correlation id.
+func (r claimed) envelope() events.Envelope {
+	return events.Envelope{
+		EventID:          r.EventID,
+		Type:             r.EventType,
+		AggregateID:      r.AggregateID,
+		AggregateVersion: r.AggregateVersion,
+		SchemaVersion:    r.SchemaVersion,
+		CorrelationID:    strconv.FormatUint(r.AggregateID, 10),
+		OccurredAt:       r.CreatedAt,
+		Payload:          r.Payload,
+		Traceparent:      r.Traceparent.String,
+		CorrectsEventID:  r.CorrectsEventID.String,
 	}
+}
 
-	var sent []string
+// releaseUnconfirmed counts the publish outcome of every row, hands back
+// the rows the broker did not confirm (a failed attempt: pending after a
+// backoff, or failed), and returns the ids of the confirmed ones.
+func (d *Dispatcher) releaseUnconfirmed(ctx context.Context, token string, rows []claimed, errs []error, res *Result) (sent []string, err error) {
 	for i, r := range rows {
 		if r.Attempts > 1 {
 			d.m.resends.Inc() // a re-send of an event already tried: consumers may see it twice
@@ -372,27 +342,30 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context, pub Publisher) (Result, e
 		d.m.publish.WithLabelValues(publishResult(errs[i])).Inc()
 		rel, err := d.release(ctx, d.db, token, r)
 		if err != nil {
-			return res, err
+			return sent, err
 		}
-		d.note(rel, errs[i], &res)
+		d.note(rel, errs[i], res)
 	}
-	if len(sent) > 0 {
-		// Mark sent only under our claim token (chapter rule), and check the
-		// row count: fewer rows means a lease expired and another dispatcher
-		// owns those events now; we must not overwrite its state.
-		n, err := d.mark()(ctx, d.db, token, sent)
-		if err != nil {
-			return res, err
-		}
-		res.Sent = int(n)
-		if lost := len(sent) - int(n); lost > 0 {
-			res.Lost += lost
-			d.m.claimsLost.Add(float64(lost))
-			d.cfg.Log.Warn("claim lost before mark-sent: another dispatcher owns these events now",
-				"lost", lost, "claim_token", token)
-		}
+	return sent, nil
+}
+
+// markConfirmed marks the confirmed rows sent. Mark sent only under our
+// claim token (chapter rule), and check the row count: fewer rows means a
+// lease expired and another dispatcher owns those events now; we must not
+// overwrite its state.
+func (d *Dispatcher) markConfirmed(ctx context.Context, token string, sent []string, res *Result) error {
+	n, err := d.mark()(ctx, d.db, token, sent)
+	if err != nil {
+		return err
 	}
-	return res, nil
+	res.Sent = int(n)
+	if lost := len(sent) - int(n); lost > 0 {
+		res.Lost += lost
+		d.m.claimsLost.Add(float64(lost))
+		d.cfg.Log.Warn("claim lost before mark-sent: another dispatcher owns these events now",
+			"lost", lost, "claim_token", token)
+	}
+	return nil
 }
 
 // errLeaseExpired is the cause RecoverExpired logs for a claim whose lease

@@ -20,35 +20,26 @@ type metrics struct {
 }
 
 func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	byResult := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"result"})
+	}
 	m := &metrics{
-		publish: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outbox_publish_total",
-			Help: "Outbox messages published, by outcome: confirmed, returned (unroutable), nacked, timeout (no confirm), error.",
-		}, []string{"result"}),
-		failed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_marked_failed_total",
-			Help: "Outbox events that used up their attempts and became 'failed' (needs an operator).",
-		}),
-		recovered: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_leases_recovered_total",
-			Help: "Rows whose claim lease expired and were handed back for re-sending.",
-		}),
-		resends: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_resends_total",
-			Help: "Publishes of events that had been attempted before (after a lost confirm, a return, a nack or an expired lease).",
-		}),
-		claimsLost: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_claims_lost_total",
-			Help: "Rows that were no longer ours when we came to mark them (the claim-token check held).",
-		}),
-		renewals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_lease_renewals_total",
-			Help: "Lease renewals during slow publishes.",
-		}),
-		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "outbox_claims_total",
-			Help: "Claim transactions, by whether they found due rows (rows) or came back empty (empty): a high empty share is wasted database round trips.",
-		}, []string{"result"}),
+		publish: byResult("outbox_publish_total",
+			"Outbox messages published, by outcome: confirmed, returned (unroutable), nacked, timeout (no confirm), error."),
+		failed: counter("outbox_marked_failed_total",
+			"Outbox events that used up their attempts and became 'failed' (needs an operator)."),
+		recovered: counter("outbox_leases_recovered_total",
+			"Rows whose claim lease expired and were handed back for re-sending."),
+		resends: counter("outbox_resends_total",
+			"Publishes of events that had been attempted before (after a lost confirm, a return, a nack or an expired lease)."),
+		claimsLost: counter("outbox_claims_lost_total",
+			"Rows that were no longer ours when we came to mark them (the claim-token check held)."),
+		renewals: counter("outbox_lease_renewals_total", "Lease renewals during slow publishes."),
+		claims: byResult("outbox_claims_total",
+			"Claim transactions, by whether they found due rows (rows) or came back empty (empty): a high empty share is wasted database round trips."),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "outbox_batch_duration_seconds",
 			Help:    "Time from claim to marks of one batch.",

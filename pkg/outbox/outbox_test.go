@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
@@ -25,7 +25,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // row is what a test reads back from outbox_events.
 type row struct {
@@ -52,6 +52,15 @@ func readRows(t *testing.T, db *sqlx.DB) map[string]row {
 	return m
 }
 
+// wantNoEvents checks that the outbox holds no event: nothing was
+// committed.
+func wantNoEvents(t *testing.T, db *sqlx.DB) {
+	t.Helper()
+	if n := len(readRows(t, db)); n != 0 {
+		t.Fatalf("outbox rows = %d, want 0", n)
+	}
+}
+
 // addEvents commits n events of type typ for aggregates 1..n.
 func addEvents(t *testing.T, db *sqlx.DB, typ string, n int) []string {
 	t.Helper()
@@ -73,6 +82,12 @@ func addEvents(t *testing.T, db *sqlx.DB, typ string, n int) []string {
 		t.Fatal(err)
 	}
 	return ids
+}
+
+// addOne adds one event in tx, the business change's transaction.
+func addOne(ctx context.Context, tx *sqlx.Tx) error {
+	_, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: 7, AggregateVersion: 1, Type: events.OrderCreated, Payload: map[string]int{"x": 1}})
+	return err
 }
 
 type fixture struct {
@@ -111,7 +126,7 @@ func TestAddRollbackLeavesNoEvent(t *testing.T) {
 	ctx := context.Background()
 	boom := errors.New("business step failed")
 	err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
-		if _, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: 7, AggregateVersion: 1, Type: events.OrderCreated, Payload: map[string]int{"x": 1}}); err != nil {
+		if err := addOne(ctx, tx); err != nil {
 			return err
 		}
 		return boom
@@ -119,9 +134,7 @@ func TestAddRollbackLeavesNoEvent(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want %v", err, boom)
 	}
-	if n := len(readRows(t, db.DB)); n != 0 {
-		t.Fatalf("outbox rows after rollback = %d, want 0", n)
-	}
+	wantNoEvents(t, db.DB)
 }
 
 func TestAddCommitFailureIsReported(t *testing.T) {
@@ -129,22 +142,15 @@ func TestAddCommitFailureIsReported(t *testing.T) {
 	db := sqldbtest.New(t, "order")
 	ctx := context.Background()
 	err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
-		if _, err := outbox.Add(ctx, tx, outbox.Event{AggregateID: 7, AggregateVersion: 1, Type: events.OrderCreated, Payload: map[string]int{"x": 1}}); err != nil {
+		if err := addOne(ctx, tx); err != nil {
 			return err
 		}
-		var id int64
-		if err := tx.Get(&id, "SELECT CONNECTION_ID()"); err != nil {
-			return err
-		}
-		_, err := db.Exec("KILL ?", id) // the COMMIT will run on a dead session
-		return err
+		return db.KillSession(ctx, tx) // the COMMIT will run on a dead session
 	})
 	if err == nil {
 		t.Fatal("WithTx returned nil for a commit on a killed connection")
 	}
-	if n := len(readRows(t, db.DB)); n != 0 {
-		t.Fatalf("outbox rows after a failed commit = %d, want 0", n)
-	}
+	wantNoEvents(t, db.DB)
 }
 
 func TestAddRejectsIncompleteEvents(t *testing.T) {
@@ -167,9 +173,7 @@ func TestAddRejectsIncompleteEvents(t *testing.T) {
 			t.Errorf("case %d: Add(%+v) succeeded, want an error", i, e)
 		}
 	}
-	if n := len(readRows(t, db.DB)); n != 0 {
-		t.Fatalf("outbox rows = %d, want 0", n)
-	}
+	wantNoEvents(t, db.DB)
 }
 
 func TestDispatchPublishesPersistentMessagesAndMarksSent(t *testing.T) {
@@ -396,20 +400,16 @@ func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return 0
 }
 
+// waitDue waits until an outbox row is due (its backoff has passed).
 func waitDue(t *testing.T, db *sqlx.DB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.WaitFor(t, 5*time.Second, "an outbox row to become due", func() bool {
 		var due bool
 		if err := db.Get(&due, "SELECT EXISTS(SELECT 1 FROM outbox_events WHERE status='pending' AND next_attempt_at <= NOW(6))"); err != nil {
 			t.Fatal(err)
 		}
-		if due {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatal("no outbox row became due")
+		return due
+	})
 }
 
 // fakePublisher answers every message with err after blocking until
@@ -435,6 +435,56 @@ func (p *fakePublisher) Publish(ctx context.Context, msgs []rabbit.Message, _ ti
 	return errs
 }
 func (p *fakePublisher) Close() {}
+
+// stalledDispatch is a DispatchOnce stalled inside its publish, which
+// confirms every message once released.
+type stalledDispatch struct {
+	pub  *fakePublisher
+	res  outbox.Result
+	done chan error
+}
+
+// stall starts d.DispatchOnce and returns once it is publishing.
+func stall(ctx context.Context, d *outbox.Dispatcher) *stalledDispatch {
+	s := &stalledDispatch{pub: &fakePublisher{entered: make(chan struct{}), release: make(chan struct{})}, done: make(chan error)}
+	go func() {
+		var err error
+		s.res, err = d.DispatchOnce(ctx, s.pub)
+		s.done <- err
+	}()
+	<-s.pub.entered
+	return s
+}
+
+// release lets the publish return, every message confirmed, and returns
+// what the dispatch did.
+func (s *stalledDispatch) release(t *testing.T) outbox.Result {
+	t.Helper()
+	close(s.pub.release)
+	if err := <-s.done; err != nil {
+		t.Fatal(err)
+	}
+	return s.res
+}
+
+// expireAndRecover expires the lease of event id and runs d's recovery
+// until it hands the row back. A stalled claimant's renewer still runs
+// (it is inside its publish) and may renew between the two on a busy
+// machine: a few tries at most.
+func expireAndRecover(t *testing.T, db *sqldbtest.DB, d *outbox.Dispatcher, id string) {
+	t.Helper()
+	var n int
+	for try := 0; n == 0 && try < 20; try++ {
+		db.MustExec("UPDATE outbox_events SET lease_until = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE event_id = ?", id)
+		var err error
+		if n, err = d.RecoverExpired(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("RecoverExpired = %d; want 1 row", n)
+	}
+}
 
 // timeoutRecorder remembers the confirm timeout each publish was given.
 type timeoutRecorder struct{ got []time.Duration }
@@ -575,46 +625,22 @@ func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	ctx := context.Background()
 	ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
 
-	stalled := &fakePublisher{entered: make(chan struct{}), release: make(chan struct{})}
-	a := f.dispatcher(outbox.Config{Lease: 300 * time.Millisecond})
-	var aRes outbox.Result
-	aDone := make(chan error)
-	go func() {
-		var err error
-		aRes, err = a.DispatchOnce(ctx, stalled) // "publishes" successfully, but only when released
-		aDone <- err
-	}()
-	<-stalled.entered
+	a := stall(ctx, f.dispatcher(outbox.Config{Lease: 300 * time.Millisecond}))
 	var tokenA string
 	if err := f.db.Get(&tokenA, "SELECT claim_token FROM outbox_events WHERE event_id = ?", ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	// A's publish is slow but alive: it renews its lease, so recovery must
 	// leave the row alone for now.
-	waitUntil(t, func() bool {
+	testutil.WaitFor(t, 10*time.Second, "A to renew its lease", func() bool {
 		var renewed bool
 		_ = f.db.Get(&renewed, "SELECT lease_until > TIMESTAMPADD(MICROSECOND, 250000, NOW(6)) FROM outbox_events WHERE event_id = ?", ids[0])
 		return renewed
 	})
 	// Now A stalls outside the publish (the failpoint case): simulate by
 	// expiring its lease in the table, as time would.
-	// A's renewer still runs (A is stalled inside its publish) and may
-	// renew between our UPDATE and the recovery on a busy machine: expire
-	// and recover until the recovery finds the row, a few times at most.
 	b := f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
-	var n int
-	for try := 0; n == 0 && try < 20; try++ {
-		if _, err := f.db.Exec("UPDATE outbox_events SET lease_until = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE event_id = ?", ids[0]); err != nil {
-			t.Fatal(err)
-		}
-		var err error
-		if n, err = b.RecoverExpired(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n != 1 {
-		t.Fatalf("RecoverExpired = %d; want 1 row", n)
-	}
+	expireAndRecover(t, f.db, b, ids[0])
 	if r := readRows(t, f.db.DB)[ids[0]]; r.Status != "pending" || r.ClaimToken != nil || r.LeaseUntil != nil {
 		t.Fatalf("after recovery: %+v, want pending without token or lease", r)
 	}
@@ -625,10 +651,7 @@ func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	}
 	rowB := readRows(t, f.db.DB)[ids[0]]
 
-	close(stalled.release) // A wakes up believing its publish was confirmed
-	if err := <-aDone; err != nil {
-		t.Fatal(err)
-	}
+	aRes := a.release(t) // A wakes up believing its publish was confirmed
 	if aRes.Sent != 0 || aRes.Lost != 1 {
 		t.Fatalf("A: %+v, want 0 sent and 1 lost (its mark-sent must affect 0 rows)", aRes)
 	}
@@ -638,17 +661,6 @@ func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	}
 	if tokenA == "" {
 		t.Fatal("A had no claim token")
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -669,7 +681,7 @@ func TestRunPublishesOnWake(t *testing.T) {
 	if len(msgs) != 1 || msgs[0].MessageId != ids[0] {
 		t.Fatalf("got %d messages, want the event %s", len(msgs), ids[0])
 	}
-	waitUntil(t, func() bool { return readRows(t, f.db.DB)[ids[0]].Status == "sent" })
+	testutil.WaitFor(t, 10*time.Second, "the event marked sent", func() bool { return readRows(t, f.db.DB)[ids[0]].Status == "sent" })
 }
 
 // The chapter's "broker received it, the confirm was lost": the outcome is
@@ -722,11 +734,11 @@ func TestWakeClaimsOnceWithManyIdleWorkers(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	// Each worker makes one claim when it starts (the backlog check), then idles.
-	waitUntil(t, func() bool { return claims(t, reg, "empty") == 4 })
+	testutil.WaitFor(t, 10*time.Second, "the four start-up claims", func() bool { return claims(t, reg, "empty") == 4 })
 	for i := range 10 {
 		ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
 		d.Wake()
-		waitUntil(t, func() bool { return readRows(t, f.db.DB)[ids[0]].Status == "sent" })
+		testutil.WaitFor(t, 10*time.Second, "the event marked sent", func() bool { return readRows(t, f.db.DB)[ids[0]].Status == "sent" })
 		if got := claims(t, reg, "rows"); got != float64(i+1) {
 			t.Fatalf("after event %d: %v claims with rows, want %d", i+1, got, i+1)
 		}

@@ -87,19 +87,7 @@ func TestRetryOutlivesTheNodeHoldingIt(t *testing.T) {
 	killed.Store(true)
 	t.Logf("killed %s, which led %s (the consumer was on %s), and removed its data", victim.Name(), tier.Name, consumerOn)
 
-	testutil.WaitForErr(t, 90*time.Second, "the event applied and nothing left on the broker", func() (bool, error) {
-		var n int
-		if err := db.Get(&n, `SELECT COUNT(*) FROM applied WHERE event_id = ?`, e.EventID); err != nil || n == 0 {
-			return false, err
-		}
-		qs, err := alive.QuorumQueues(ctx)
-		for _, q := range qs {
-			if strings.HasPrefix(q.Name, string(ns)) && q.Messages > 0 {
-				return false, err
-			}
-		}
-		return err == nil, err
-	})
+	waitAppliedAndDrained(t, db.DB, alive, ns, e.EventID)
 	var n int
 	if err := db.Get(&n, `SELECT COUNT(*) FROM applied WHERE event_id = ?`, e.EventID); err != nil || n != 1 {
 		t.Errorf("the event was applied %d times (%v), want once", n, err)
@@ -115,6 +103,26 @@ func TestRetryOutlivesTheNodeHoldingIt(t *testing.T) {
 	}) {
 		t.Errorf("deliveries %+v, want the first one, then the retry tier's only after the kill", got)
 	}
+}
+
+// waitAppliedAndDrained waits until the event is applied (its row in
+// "applied") and no queue of ns holds a message any more, as the node
+// alive sees them.
+func waitAppliedAndDrained(t *testing.T, db *sqlx.DB, alive *rabbitnode.Node, ns rabbit.Namespace, eventID string) {
+	t.Helper()
+	testutil.WaitForErr(t, 90*time.Second, "the event applied and nothing left on the broker", func() (bool, error) {
+		var n int
+		if err := db.Get(&n, `SELECT COUNT(*) FROM applied WHERE event_id = ?`, eventID); err != nil || n == 0 {
+			return false, err
+		}
+		qs, err := alive.QuorumQueues(context.Background())
+		for _, q := range qs {
+			if strings.HasPrefix(q.Name, string(ns)) && q.Messages > 0 {
+				return false, err
+			}
+		}
+		return err == nil, err
+	})
 }
 
 // failingOnce is an inbox consumer named "probe" whose handler fails

@@ -3,7 +3,6 @@ package rabbit
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -11,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/relmsg/ordersaga/internal/testutil"
 )
 
 // testURL is the broker of the integration tests (rabbittest.URL, which
@@ -34,7 +35,7 @@ func TestLosingAReplacedConnectionKeepsTheCurrentOne(t *testing.T) {
 	t.Parallel()
 	ns := fmt.Sprintf("t-conn-%d.", time.Now().UnixNano())
 	topo := Topology{Exchange: ns + "events", DeadLetterExchange: ns + "dlx"}
-	c := New(testURL(), topo, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := New(testURL(), topo, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -62,12 +63,9 @@ func TestLosingAReplacedConnectionKeepsTheCurrentOne(t *testing.T) {
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
-	for current() == nil || current() == old {
-		if wctx.Err() != nil {
-			t.Fatal("Run did not connect again after the connection closed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 15*time.Second, "Run to connect again after the connection closed", func() bool {
+		return current() != nil && current() != old
+	})
 
 	// A late Channel call on the old connection.
 	if _, err := c.channelOn(old); err == nil {

@@ -2,7 +2,6 @@ package rabbit_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -10,12 +9,13 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // 不要无限立即 requeue: when the delayed copy of a failed message cannot be
 // published (here its retry queue exists with other arguments, so declaring
@@ -25,10 +25,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // comes back through the delay path as the next attempt.
 func TestFailedRetrySchedulingIsNotAnInstantRequeue(t *testing.T) {
 	t.Parallel()
-	ns := rabbittest.Namespace(t)
-	topo := rabbittest.Topology(t, ns, rabbit.Queue{Name: "probe.events", Keys: []string{events.OrderCreated}})
-	conn := rabbittest.Conn(t, topo)
-	queue := topo.Queues[0].Name
+	p := newProbe(t, rabbit.Queue{})
+	queue := p.queue.Name
 	const delay = 300 * time.Millisecond
 	retryQueue := rabbit.RetryQueue(queue, rabbit.RetryTier(delay))
 	raw := rabbittest.Dial(t)
@@ -56,20 +54,10 @@ func TestFailedRetrySchedulingIsNotAnInstantRequeue(t *testing.T) {
 		}
 		return rabbit.Ack()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = conn.Consume(ctx, rabbit.ConsumeConfig{Queue: queue, Workers: 1, Log: quiet}, handle)
-	}()
-	defer func() { cancel(); <-done }()
-	pub := conn.NewPublisher()
-	defer pub.Close()
-	msg := rabbit.FromEnvelope(ns.Exchange(), events.Envelope{EventID: "6f1c1b1e-9a55-4a53-9a0b-1d5b0c6c0f11",
-		Type: events.OrderCreated, AggregateID: 1, AggregateVersion: 1, SchemaVersion: 1, Payload: []byte(`{}`)})
-	if err := pub.Publish(context.Background(), []rabbit.Message{msg}, 5*time.Second)[0]; err != nil {
-		t.Fatal(err)
-	}
+	loop(t, func(ctx context.Context) {
+		_ = p.conn.Consume(ctx, rabbit.ConsumeConfig{Queue: queue, Workers: 1, Log: quiet}, handle)
+	})
+	p.publish(t, "6f1c1b1e-9a55-4a53-9a0b-1d5b0c6c0f11")
 	snapshot := func() []call {
 		mu.Lock()
 		defer mu.Unlock()
@@ -87,13 +75,7 @@ func TestFailedRetrySchedulingIsNotAnInstantRequeue(t *testing.T) {
 	if _, err := ch.QueueDelete(retryQueue, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for len(snapshot()) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the message never came back through the delay path")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 15*time.Second, "the message back through the delay path", func() bool { return len(snapshot()) >= 2 })
 	if got := snapshot(); len(got) != 2 || got[1] != (call{attempt: 2, redelivered: false}) {
 		t.Fatalf("calls %+v, want a first attempt and then attempt 2 from the retry queue (not a broker redelivery)", got)
 	}
@@ -106,10 +88,8 @@ func TestFailedRetrySchedulingIsNotAnInstantRequeue(t *testing.T) {
 // around it are processed by the same single worker.
 func TestPanickingHandlerLeavesTheWorkerAlive(t *testing.T) {
 	t.Parallel()
-	ns := rabbittest.Namespace(t)
-	topo := rabbittest.Topology(t, ns, rabbit.Queue{Name: "probe.events", Keys: []string{events.OrderCreated}, DeliveryLimit: 2})
-	conn := rabbittest.Conn(t, topo)
-	q := topo.Queues[0]
+	p := newProbe(t, rabbit.Queue{DeliveryLimit: 2})
+	q := p.queue
 	const bad = "0d4e6a43-0c38-4c0e-8f43-3f3b2d7e9b01"
 	var mu sync.Mutex
 	handled := map[string]int{} // message id -> calls
@@ -127,26 +107,12 @@ func TestPanickingHandlerLeavesTheWorkerAlive(t *testing.T) {
 		defer mu.Unlock()
 		return handled[id]
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = conn.Consume(ctx, rabbit.ConsumeConfig{Queue: q.Name, Workers: 1, Log: quiet}, handle)
-	}()
-	defer func() { cancel(); <-done }()
-	pub := conn.NewPublisher()
-	defer pub.Close()
-	publish := func(id string) {
-		t.Helper()
-		msg := rabbit.FromEnvelope(ns.Exchange(), events.Envelope{EventID: id, Type: events.OrderCreated,
-			AggregateID: 1, AggregateVersion: 1, SchemaVersion: 1, Payload: []byte(`{}`)})
-		if err := pub.Publish(context.Background(), []rabbit.Message{msg}, 5*time.Second)[0]; err != nil {
-			t.Fatal(err)
-		}
-	}
+	loop(t, func(ctx context.Context) {
+		_ = p.conn.Consume(ctx, rabbit.ConsumeConfig{Queue: q.Name, Workers: 1, Log: quiet}, handle)
+	})
 	const before, after = "8a0f7f0e-4a4b-4d35-9a39-5f3a8e0c2a10", "8a0f7f0e-4a4b-4d35-9a39-5f3a8e0c2a11"
-	publish(before)
-	publish(bad)
+	p.publish(t, before)
+	p.publish(t, bad)
 
 	dead := rabbittest.Drain(t, q.DeadQueue(), 1, 30*time.Second)
 	if len(dead) != 1 || dead[0].MessageId != bad {
@@ -158,11 +124,8 @@ func TestPanickingHandlerLeavesTheWorkerAlive(t *testing.T) {
 	if n := calls(bad); n < 2 {
 		t.Errorf("the panicking message was handled %d times before it was dead-lettered, want it returned and retried", n)
 	}
-	publish(after) // the one worker is still there
-	deadline := time.Now().Add(15 * time.Second)
-	for calls(after) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	p.publish(t, after) // the one worker is still there
+	testutil.WaitFor(t, 15*time.Second, "the message after the panicking one handled", func() bool { return calls(after) > 0 })
 	if calls(before) != 1 || calls(after) != 1 {
 		t.Errorf("the messages around the panicking one were handled %d and %d times, want once each", calls(before), calls(after))
 	}
@@ -174,4 +137,49 @@ func ids(ds []amqp.Delivery) []string {
 		out = append(out, d.MessageId)
 	}
 	return out
+}
+
+// probe is a namespace of its own with one queue, "probe.events", bound to
+// order.created, and a connection and a publisher to the test broker.
+type probe struct {
+	ns    rabbit.Namespace
+	conn  *rabbit.Conn
+	queue rabbit.Queue
+	pub   *rabbit.Publisher
+}
+
+// newProbe declares the probe's queue with q's settings.
+func newProbe(t *testing.T, q rabbit.Queue) *probe {
+	t.Helper()
+	p := &probe{ns: rabbittest.Namespace(t)}
+	q.Name, q.Keys = "probe.events", []string{events.OrderCreated}
+	topo := rabbittest.Topology(t, p.ns, q)
+	p.conn = rabbittest.Conn(t, topo)
+	p.queue = topo.Queues[0]
+	p.pub = p.conn.NewPublisher()
+	t.Cleanup(p.pub.Close)
+	return p
+}
+
+// publish publishes an order.created event with id and waits for its
+// confirm.
+func (p *probe) publish(t *testing.T, id string) {
+	t.Helper()
+	msg := rabbit.FromEnvelope(p.ns.Exchange(), events.Envelope{EventID: id, Type: events.OrderCreated,
+		AggregateID: 1, AggregateVersion: 1, SchemaVersion: 1, Payload: []byte(`{}`)})
+	if err := p.pub.Publish(context.Background(), []rabbit.Message{msg}, 5*time.Second)[0]; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loop runs fn (a consume loop) until the test ends, then cancels its
+// context and waits for it to return.
+func loop(t *testing.T, fn func(ctx context.Context)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
-	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
@@ -23,84 +22,86 @@ import (
 // at rabbit.consume.copy-in-take, which is hit for no other take.
 func TestCopyInOneTake(t *testing.T) {
 	t.Parallel()
-	ns := rabbittest.Namespace(t)
-	topo := rabbittest.Topology(t, ns, rabbit.Queue{Name: "probe.events", Keys: []string{events.OrderCreated}})
-	conn := rabbittest.Conn(t, topo)
-	queue := topo.Queues[0].Name
+	p := newProbe(t, rabbit.Queue{})
+	queue := p.queue.Name
 	const workers = 4
 
 	reg := failpoint.NewRegistry()
 	hold := reg.Pause(rabbit.FailpointBeforeHandle, 0)
-	var mu sync.Mutex
-	var takes [][]string
-	handle := func(ctx context.Context, ds []rabbit.Delivery) []rabbit.Decision {
-		ids := make([]string, len(ds))
-		out := make([]rabbit.Decision, len(ds))
-		for i, d := range ds {
-			ids[i], out[i] = d.MessageId, rabbit.Ack()
-		}
-		mu.Lock()
-		takes = append(takes, ids)
-		mu.Unlock()
-		return out
-	}
-	ctx, cancel := context.WithCancel(failpoint.WithRegistry(context.Background(), reg))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = conn.ConsumeBatch(ctx, rabbit.ConsumeConfig{Queue: queue, Workers: workers, Batch: 16, Log: quiet}, handle)
-	}()
-	defer func() { cancel(); hold.Release(); <-done }()
+	var takes takeLog
+	loop(t, func(ctx context.Context) {
+		cfg := rabbit.ConsumeConfig{Queue: queue, Workers: workers, Batch: 16, Log: quiet}
+		_ = p.conn.ConsumeBatch(failpoint.WithRegistry(ctx, reg), cfg, takes.handle)
+	})
+	t.Cleanup(hold.Release) // before the loop stops: its workers may be held
 	testutil.WaitFor(t, 10*time.Second, "the consumer", func() bool { return consumers(t, queue) == 1 })
 
-	pub := conn.NewPublisher()
-	defer pub.Close()
-	send := func(id string) {
-		t.Helper()
-		msg := rabbit.FromEnvelope(ns.Exchange(), events.Envelope{EventID: id, Type: events.OrderCreated,
-			AggregateID: 1, AggregateVersion: 1, SchemaVersion: 1, Payload: []byte(`{}`)})
-		if err := pub.Publish(context.Background(), []rabbit.Message{msg}, 5*time.Second)[0]; err != nil {
-			t.Fatal(err)
-		}
-	}
 	// One filler per worker, one at a time: each idle worker takes one and
 	// is held with it; a last one waits behind them.
 	for i := range workers + 1 {
-		send(fmt.Sprintf("filler-%d", i))
+		p.publish(t, fmt.Sprintf("filler-%d", i))
 		if i < workers {
 			testutil.WaitFor(t, 10*time.Second, "a worker held", func() bool { return paused(reg, rabbit.FailpointBeforeHandle) == i+1 })
 		}
 	}
-	send("twin")
-	send("twin")
+	p.publish(t, "twin")
+	p.publish(t, "twin")
 	time.Sleep(200 * time.Millisecond) // both in the client's hands
 	seen := reg.Pause(rabbit.FailpointCopyInTake, 0)
 	hold.Release()
 	select {
 	case <-seen.Reached():
 	case <-time.After(10 * time.Second):
-		t.Fatalf("no take held the delivery and its copy; takes: %v", snapshotTakes(&mu, &takes))
+		t.Fatalf("no take held the delivery and its copy; takes: %v", takes.snapshot())
 	}
 	seen.Release()
-	testutil.WaitFor(t, 10*time.Second, "every delivery handled", func() bool {
-		n := 0
-		for _, take := range snapshotTakes(&mu, &takes) {
-			n += len(take)
-		}
-		return n == workers+3
-	})
+	testutil.WaitFor(t, 10*time.Second, "every delivery handled", func() bool { return takes.deliveries() == workers+3 })
 	var together bool
-	for _, take := range snapshotTakes(&mu, &takes) {
+	for _, take := range takes.snapshot() {
 		if n := len(slices.DeleteFunc(slices.Clone(take), func(id string) bool { return id != "twin" })); n == 2 {
 			together = true
 		}
 	}
 	if !together {
-		t.Errorf("takes %v: want one holding both copies of twin", snapshotTakes(&mu, &takes))
+		t.Errorf("takes %v: want one holding both copies of twin", takes.snapshot())
 	}
 	if hits := reg.Hits(rabbit.FailpointCopyInTake); hits != 1 {
 		t.Errorf("%s hit %d times, want once (only the take with the copy)", rabbit.FailpointCopyInTake, hits)
 	}
+}
+
+// takeLog records the message ids of every take a batch handler is given.
+type takeLog struct {
+	mu    sync.Mutex
+	takes [][]string
+}
+
+// handle is a rabbit.BatchHandler that records the take and acks it.
+func (l *takeLog) handle(_ context.Context, ds []rabbit.Delivery) []rabbit.Decision {
+	ids := make([]string, len(ds))
+	out := make([]rabbit.Decision, len(ds))
+	for i, d := range ds {
+		ids[i], out[i] = d.MessageId, rabbit.Ack()
+	}
+	l.mu.Lock()
+	l.takes = append(l.takes, ids)
+	l.mu.Unlock()
+	return out
+}
+
+func (l *takeLog) snapshot() [][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.takes)
+}
+
+// deliveries counts the deliveries of every take so far.
+func (l *takeLog) deliveries() int {
+	n := 0
+	for _, take := range l.snapshot() {
+		n += len(take)
+	}
+	return n
 }
 
 // paused is how many goroutines wait at the point now.
@@ -111,12 +112,6 @@ func paused(reg *failpoint.Registry, point string) int {
 		}
 	}
 	return 0
-}
-
-func snapshotTakes(mu *sync.Mutex, takes *[][]string) [][]string {
-	mu.Lock()
-	defer mu.Unlock()
-	return slices.Clone(*takes)
 }
 
 // consumers is how many consumers queue has.

@@ -3,7 +3,6 @@ package rabbit
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/relmsg/ordersaga/internal/testutil"
 )
 
 // The failover order: the first address first; after a loss, the address
@@ -98,21 +99,15 @@ func TestRunDialsEveryAddressInTurn(t *testing.T) {
 		}()
 		addrs = append(addrs, fmt.Sprintf("amqp://guest:guest@%s/", l.Addr()))
 	}
-	c := New(strings.Join(addrs, ","), Topology{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := New(strings.Join(addrs, ","), Topology{}, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testutil.WaitFor(t, 10*time.Second, "six dials", func() bool {
 		mu.Lock()
-		n := len(dialed)
-		mu.Unlock()
-		if n >= 6 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10s only %d dials: %v", n, dialed)
-		}
-	}
+		defer mu.Unlock()
+		return len(dialed) >= 6
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)

@@ -3,7 +3,6 @@ package rabbit
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -95,7 +94,7 @@ func TestPanickingHandlerReturnsOnlyItsMessage(t *testing.T) {
 				batch = append(batch, amqp.Delivery{Acknowledger: a, DeliveryTag: uint64(i + 1), MessageId: id})
 			}
 			var logs bytes.Buffer
-			c := New("amqp://unused/", Topology{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			c := New("amqp://unused/", Topology{}, slog.New(slog.DiscardHandler))
 			cfg := ConsumeConfig{Queue: "q", HandlerTimeout: time.Second}
 			handle := func(_ context.Context, ds []Delivery) []Decision { return tt.handle(ds) }
 			if c.process(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)), nil, handle, batch) {

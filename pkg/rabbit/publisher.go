@@ -116,44 +116,77 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message, timeout time.Du
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := p.ensureChannel(ctx); err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
+		return fill(errs, err)
+	}
+	dcs, err := p.send(ctx, msgs, errs)
+	if err != nil {
+		p.dropChannel()
 		return errs
 	}
+	if p.afterSend != "" {
+		if err := failpoint.Inject(ctx, p.afterSend); err != nil {
+			// The broker may have the messages; we will never know: treat
+			// every one as unconfirmed and start over on a fresh channel.
+			fill(errs, fmt.Errorf("%w: %w", ErrConfirmTimeout, err))
+			p.dropChannel()
+			return errs
+		}
+	}
+	returned, broken := p.awaitConfirms(ctx, dcs, errs)
+	for i, dc := range dcs {
+		switch {
+		case errs[i] != nil:
+		case !dc.Acked():
+			errs[i] = ErrNacked
+			broken = true
+		case returned[msgs[i].Publishing.MessageId]:
+			errs[i] = ErrReturned
+		}
+	}
+	if broken {
+		// A timed-out or lost confirm leaves the channel in an unknown state:
+		// start the next batch on a fresh one so late acks cannot be
+		// attributed to it.
+		p.dropChannel()
+	}
+	return errs
+}
 
+// fill sets every error of errs to err and returns errs.
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// send publishes every message of msgs, persistent and mandatory, without
+// waiting, and returns their deferred confirms. When one cannot be
+// published the channel is broken: its error goes in errs, every later
+// message is ErrNotPublished, and send returns that error.
+func (p *Publisher) send(ctx context.Context, msgs []Message, errs []error) ([]*amqp.DeferredConfirmation, error) {
 	dcs := make([]*amqp.DeferredConfirmation, len(msgs))
 	for i, m := range msgs {
 		m.Publishing.DeliveryMode = amqp.Persistent
 		dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, m.Exchange, m.RoutingKey, true, false, m.Publishing)
 		if err != nil {
 			errs[i] = fmt.Errorf("publish: %w", err)
-			for j := i + 1; j < len(msgs); j++ {
-				errs[j] = ErrNotPublished
-			}
-			p.dropChannel()
-			return errs
+			fill(errs[i+1:], ErrNotPublished)
+			return nil, errs[i]
 		}
 		dcs[i] = dc
 	}
-	if p.afterSend != "" {
-		if err := failpoint.Inject(ctx, p.afterSend); err != nil {
-			// The broker may have the messages; we will never know: treat
-			// every one as unconfirmed and start over on a fresh channel.
-			for i := range errs {
-				errs[i] = fmt.Errorf("%w: %w", ErrConfirmTimeout, err)
-			}
-			p.dropChannel()
-			return errs
-		}
-	}
+	return dcs, nil
+}
 
-	// Wait for every confirm while draining returns. RabbitMQ sends the
-	// basic.return of a message before its basic.ack, and the client hands
-	// them over in that order, so once a message is acked its return (if
-	// any) is already in p.returns.
-	returned := map[string]bool{}
-	broken := false
+// awaitConfirms waits for every confirm while draining returns, until ctx
+// ends: a confirm still missing then is ErrConfirmTimeout in errs, and
+// broken reports that one was. returned holds the message ids the broker
+// returned. RabbitMQ sends the basic.return of a message before its
+// basic.ack, and the client hands them over in that order, so once a
+// message is acked its return (if any) is already in p.returns.
+func (p *Publisher) awaitConfirms(ctx context.Context, dcs []*amqp.DeferredConfirmation, errs []error) (returned map[string]bool, broken bool) {
+	returned = map[string]bool{}
 	for i, dc := range dcs {
 	wait:
 		for {
@@ -179,23 +212,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []Message, timeout time.Du
 		}
 		break
 	}
-	for i, dc := range dcs {
-		switch {
-		case errs[i] != nil:
-		case !dc.Acked():
-			errs[i] = ErrNacked
-			broken = true
-		case returned[msgs[i].Publishing.MessageId]:
-			errs[i] = ErrReturned
-		}
-	}
-	if broken {
-		// A timed-out or lost confirm leaves the channel in an unknown state:
-		// start the next batch on a fresh one so late acks cannot be
-		// attributed to it.
-		p.dropChannel()
-	}
-	return errs
+	return returned, broken
 }
 
 // noteReturn records a return; on a closed notification channel (the AMQP

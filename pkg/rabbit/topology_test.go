@@ -1,7 +1,6 @@
 package rabbit_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -47,7 +46,7 @@ func TestUpgradeKeepsAQueueOfAnEarlierVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	conn := rabbit.New(rabbittest.URL(), topo, slog.New(slog.NewTextHandler(&logs, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	var loops sync.WaitGroup
@@ -132,22 +131,4 @@ func queueArguments(t *testing.T) map[string]map[string]string {
 		}
 	}
 	return args
-}
-
-// syncBuffer is a bytes.Buffer a logger and the test may share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

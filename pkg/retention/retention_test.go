@@ -3,7 +3,6 @@ package retention_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -20,7 +19,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/retention"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // seedInbox inserts n inbox rows of consumer and ages them by age.
 func seedInbox(t *testing.T, db *sqlx.DB, consumer string, n int, age time.Duration) {

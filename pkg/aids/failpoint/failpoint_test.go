@@ -3,11 +3,13 @@ package failpoint_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 )
 
@@ -140,18 +142,14 @@ func TestArmed(t *testing.T) {
 // waitPaused waits until n goroutines sit at the pause point name.
 func waitPaused(t *testing.T, r *failpoint.Registry, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testutil.WaitFor(t, 5*time.Second, fmt.Sprintf("%d goroutines paused at %s", n, name), func() bool {
 		for _, s := range r.Armed() {
 			if s.Name == name && s.Paused == n {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: got %+v, want %d goroutines paused", name, r.Armed(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return false
+	})
 }
 
 func TestPauseReleasesEveryoneTogether(t *testing.T) {

@@ -37,15 +37,7 @@ func TestArmFromSpec(t *testing.T) {
 			if err := r.ArmFromSpec(tt.spec); err != nil {
 				t.Fatalf("ArmFromSpec(%q): got %v, want nil", tt.spec, err)
 			}
-			got := r.Armed()
-			if len(got) != len(tt.want) {
-				t.Fatalf("armed: got %+v, want %+v", got, tt.want)
-			}
-			for i := range tt.want {
-				if got[i] != tt.want[i] {
-					t.Errorf("armed[%d]: got %+v, want %+v", i, got[i], tt.want[i])
-				}
-			}
+			wantArmed(t, r, tt.want)
 		})
 	}
 }

@@ -32,12 +32,19 @@ func TestWithTxRollsBackOnError(t *testing.T) {
 	if !errors.Is(err, boom) {
 		t.Fatalf("WithTx error = %v, want %v", err, boom)
 	}
+	wantSeedStock(t, db) // rolled back
+}
+
+// wantSeedStock checks that SKU-1 still has its seed stock, 100: the
+// change the test made did not commit.
+func wantSeedStock(t *testing.T, db *sqldbtest.DB) {
+	t.Helper()
 	var onHand int
-	if err := db.GetContext(ctx, &onHand, "SELECT on_hand FROM stock WHERE sku = 'SKU-1'"); err != nil {
+	if err := db.Get(&onHand, "SELECT on_hand FROM stock WHERE sku = 'SKU-1'"); err != nil {
 		t.Fatal(err)
 	}
 	if onHand != 100 {
-		t.Fatalf("on_hand after rollback = %d, want 100 (the seed value)", onHand)
+		t.Fatalf("on_hand = %d, want 100 (the seed value)", onHand)
 	}
 }
 
@@ -54,25 +61,12 @@ func TestWithTxReportsCommitFailure(t *testing.T) {
 		}
 		// Kill our own connection's session from outside: the commit then
 		// runs on a dead connection.
-		var id int64
-		if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
-			return err
-		}
-		if _, err := db.ExecContext(ctx, "KILL ?", id); err != nil {
-			return err
-		}
-		return nil
+		return db.KillSession(ctx, tx)
 	})
 	if err == nil {
 		t.Fatal("WithTx returned nil although the commit ran on a killed connection")
 	}
-	var onHand int
-	if err := db.GetContext(ctx, &onHand, "SELECT on_hand FROM stock WHERE sku = 'SKU-1'"); err != nil {
-		t.Fatal(err)
-	}
-	if onHand != 100 {
-		t.Fatalf("on_hand = %d after a failed commit, want 100", onHand)
-	}
+	wantSeedStock(t, db) // the server rolled it back
 }
 
 func TestSessionSettingsOnEveryConnection(t *testing.T) {
@@ -112,18 +106,6 @@ func TestStrictModeRejectsOverlongValues(t *testing.T) {
 	}
 }
 
-// killOwnSession kills the transaction's own session from another
-// connection, as a DBA's KILL or a failover would: the next statement or
-// the COMMIT runs on a dead connection.
-func killOwnSession(ctx context.Context, db *sqldbtest.DB, tx *sqlx.Tx) error {
-	var id int64
-	if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
-		return err
-	}
-	_, err := db.ExecContext(ctx, "KILL CONNECTION ?", id)
-	return err
-}
-
 func onHand(t *testing.T, db *sqldbtest.DB, sku string) int {
 	t.Helper()
 	var n int
@@ -150,7 +132,7 @@ func TestWithTxRetryRunsAgainAfterAKilledSession(t *testing.T) {
 			return err
 		}
 		if attempts == 1 {
-			if err := killOwnSession(ctx, db, tx); err != nil {
+			if err := db.KillSession(ctx, tx); err != nil {
 				return err
 			}
 		}
@@ -226,7 +208,7 @@ func TestWithTxRetryRunsAnUnknownCommitAgainOnlyWhenIdempotent(t *testing.T) {
 				return err
 			}
 			if attempts == 1 {
-				return killOwnSession(ctx, db, tx) // the COMMIT goes out on a dead connection
+				return db.KillSession(ctx, tx) // the COMMIT goes out on a dead connection
 			}
 			return nil
 		})
@@ -360,12 +342,7 @@ func TestAfterCommitRunsOnlyAfterACommit(t *testing.T) {
 	}
 	err := sqldb.WithTx(ctx, db.DB, func(tx *sqlx.Tx) error {
 		note(tx, "commit failed")
-		var id int64
-		if err := tx.GetContext(ctx, &id, "SELECT CONNECTION_ID()"); err != nil {
-			return err
-		}
-		_, err := db.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
-		return err
+		return db.KillSession(ctx, tx)
 	})
 	if err == nil {
 		t.Fatal("the COMMIT on a killed session succeeded")

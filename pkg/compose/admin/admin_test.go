@@ -3,7 +3,6 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
@@ -26,7 +26,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func call(t *testing.T, h http.Handler, method, path, body string) (int, map[string]any) {
 	t.Helper()
@@ -49,32 +49,9 @@ func call(t *testing.T, h http.Handler, method, path, body string) (int, map[str
 // row; bad selections are 400 and publish nothing.
 func TestRedriveEndpoint(t *testing.T) {
 	t.Parallel()
-	db := sqldbtest.New(t, "order")
-	ns := rabbittest.Namespace(t)
-	topo := rabbittest.Topology(t, ns, rabbit.Queue{Name: "order.saga-results", Keys: []string{events.PaymentSucceeded}})
-	conn := rabbittest.Conn(t, topo)
-	queue := topo.Queues[0].Name
-	pub := conn.NewPublisher()
-	t.Cleanup(pub.Close)
-
-	h := &admin.Handler{DB: db.DB, Log: quiet, Redriver: &deadletter.Redriver{DB: db.DB, Publisher: pub, Log: quiet,
-		QueueOf: func(c string) (string, bool) { return queue, c == "order" }}}
-	r := chi.NewRouter()
-	r.Route("/admin", func(ar chi.Router) {
-		ar.Use(admin.RequireToken("secret", false))
-		h.Routes(ar)
-	})
-
-	e := events.Envelope{EventID: uuid.NewString(), Type: events.PaymentSucceeded, AggregateID: 77, AggregateVersion: 3,
-		SchemaVersion: 1, CorrelationID: "77", OccurredAt: time.Now().Add(-time.Minute).Truncate(time.Second),
-		Payload: []byte(`{"order_id":"77","psp_charge_id":"ch_1"}`)}
-	msg := rabbit.FromEnvelope("", e).Publishing
-	headers, _ := json.Marshal(msg.Headers)
-	ct := msg.ContentType
-	if err := deadletter.Record(context.Background(), db.DB, deadletter.Letter{Consumer: "order", EventID: e.EventID,
-		EventType: e.Type, Reason: "handler bug", Headers: headers, Payload: e.Payload, ContentType: &ct, MessageTimestamp: &e.OccurredAt}); err != nil {
-		t.Fatal(err)
-	}
+	a := newRedriveAdmin(t)
+	r, queue := a.router, a.queue
+	e := a.deadPayment(t, `{"order_id":"77","psp_charge_id":"ch_1"}`, "handler bug")
 
 	for _, body := range []string{`{}`, `{"limit":5}`, `{"ids":[1],"consumer":"order"}`, `{"ids":[1],"bogus":1}`, `{"consumer":"order","limit":5000}`} {
 		if code, out := call(t, r, http.MethodPost, "/admin/dead-letters/redrive", body); code != http.StatusBadRequest {
@@ -133,6 +110,53 @@ func TestRedriveEndpoint(t *testing.T) {
 	}
 }
 
+// redriveAdmin is the admin API over a database whose dead letters of
+// consumer "order" go back to queue, a queue of its own bound to
+// payment.succeeded.
+type redriveAdmin struct {
+	db     *sqldbtest.DB
+	router chi.Router
+	queue  string
+}
+
+func newRedriveAdmin(t *testing.T) redriveAdmin {
+	t.Helper()
+	a := redriveAdmin{db: sqldbtest.New(t, "order")}
+	ns := rabbittest.Namespace(t)
+	topo := rabbittest.Topology(t, ns, rabbit.Queue{Name: "order.saga-results", Keys: []string{events.PaymentSucceeded}})
+	conn := rabbittest.Conn(t, topo)
+	a.queue = topo.Queues[0].Name
+	pub := conn.NewPublisher()
+	t.Cleanup(pub.Close)
+	h := &admin.Handler{DB: a.db.DB, Log: quiet, Redriver: &deadletter.Redriver{DB: a.db.DB, Publisher: pub, Log: quiet,
+		QueueOf: func(c string) (string, bool) { return a.queue, c == "order" }}}
+	r := chi.NewRouter()
+	r.Route("/admin", func(ar chi.Router) {
+		ar.Use(admin.RequireToken("secret", false))
+		h.Routes(ar)
+	})
+	a.router = r
+	return a
+}
+
+// deadPayment records a dead letter of consumer "order": a
+// payment.succeeded of order 77 with payload, failed for reason. It
+// returns the event.
+func (a redriveAdmin) deadPayment(t *testing.T, payload, reason string) events.Envelope {
+	t.Helper()
+	e := events.Envelope{EventID: uuid.NewString(), Type: events.PaymentSucceeded, AggregateID: 77, AggregateVersion: 3,
+		SchemaVersion: 1, CorrelationID: "77", OccurredAt: time.Now().Add(-time.Minute).Truncate(time.Second),
+		Payload: []byte(payload)}
+	msg := rabbit.FromEnvelope("", e).Publishing
+	headers, _ := json.Marshal(msg.Headers)
+	ct := msg.ContentType
+	if err := deadletter.Record(context.Background(), a.db.DB, deadletter.Letter{Consumer: "order", EventID: e.EventID,
+		EventType: e.Type, Reason: reason, Headers: headers, Payload: e.Payload, ContentType: &ct, MessageTimestamp: &e.OccurredAt}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 func jsonNumber(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -168,16 +192,15 @@ func TestOutboxRetryKeepsTheHistory(t *testing.T) {
 	}
 	d := outbox.New(db.DB, outbox.Config{Exchange: "x", Log: quiet, MaxAttempts: 3,
 		Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
-	dispatch := func() {
+	dispatch := func() { // one failed attempt, once the event is due
 		t.Helper()
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			if res, err := d.DispatchOnce(ctx, failing{}); err != nil {
+		testutil.WaitFor(t, 5*time.Second, "the event to come due", func() bool {
+			res, err := d.DispatchOnce(ctx, failing{})
+			if err != nil {
 				t.Fatal(err)
-			} else if res.Claimed == 1 {
-				return
 			}
-		}
-		t.Fatal("the event never came due")
+			return res.Claimed == 1
+		})
 	}
 	for range 3 {
 		dispatch()

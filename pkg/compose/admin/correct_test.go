@@ -1,20 +1,12 @@
 package admin_test
 
 import (
-	"context"
-	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-	"github.com/google/uuid"
-
 	"github.com/relmsg/ordersaga/pkg/base/events"
-	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
-	"github.com/relmsg/ordersaga/pkg/compose/admin"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
-	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
@@ -25,32 +17,9 @@ import (
 // it refuses publishes nothing.
 func TestCorrectEndpoint(t *testing.T) {
 	t.Parallel()
-	db := sqldbtest.New(t, "order")
-	ns := rabbittest.Namespace(t)
-	topo := rabbittest.Topology(t, ns, rabbit.Queue{Name: "order.saga-results", Keys: []string{events.PaymentSucceeded}})
-	conn := rabbittest.Conn(t, topo)
-	queue := topo.Queues[0].Name
-	pub := conn.NewPublisher()
-	t.Cleanup(pub.Close)
-	h := &admin.Handler{DB: db.DB, Log: quiet, Redriver: &deadletter.Redriver{DB: db.DB, Publisher: pub, Log: quiet,
-		QueueOf: func(c string) (string, bool) { return queue, c == "order" }}}
-	r := chi.NewRouter()
-	r.Route("/admin", func(ar chi.Router) {
-		ar.Use(admin.RequireToken("secret", false))
-		h.Routes(ar)
-	})
-
-	e := events.Envelope{EventID: uuid.NewString(), Type: events.PaymentSucceeded, AggregateID: 77, AggregateVersion: 3,
-		SchemaVersion: 1, CorrelationID: "77", OccurredAt: time.Now().Add(-time.Minute).Truncate(time.Second),
-		Payload: []byte(`{"order_id":"77","amount_cents":-1}`)}
-	msg := rabbit.FromEnvelope("", e).Publishing
-	headers, _ := json.Marshal(msg.Headers)
-	ct := msg.ContentType
-	if err := deadletter.Record(context.Background(), db.DB, deadletter.Letter{Consumer: "order", EventID: e.EventID,
-		EventType: e.Type, Reason: "invalid event: amount_cents must be positive", Headers: headers, Payload: e.Payload,
-		ContentType: &ct, MessageTimestamp: &e.OccurredAt}); err != nil {
-		t.Fatal(err)
-	}
+	a := newRedriveAdmin(t)
+	r, queue := a.router, a.queue
+	e := a.deadPayment(t, `{"order_id":"77","amount_cents":-1}`, "invalid event: amount_cents must be positive")
 	fixed := `{"payload": {"order_id": "77", "amount_cents": 1500, "currency": "EUR", "charge_id": "ch_1"}, "reason": "PSP record ch_1"}`
 
 	for _, tc := range []struct {

@@ -135,13 +135,20 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 	})
 	r.Loop("retention", cleaner.Run)
 	r.cleaner = cleaner
-	// Delta events parked past their deadline are alerted on once each,
-	// within a quarter of the deadline after it passed (every 30 s at most).
+	// Delta events parked past their deadline are alerted on once each.
 	// Concurrent on every instance: the stamp is compare-and-set, so one
 	// instance alerts on each event.
 	r.Metrics.MustRegister(ordering.ParkedCollector(db))
-	r.Loop("parked events check", func(ctx context.Context) error {
-		t := time.NewTicker(min(30*time.Second, max(cfg.ParkDeadline/4, 100*time.Millisecond)))
+	r.Loop("parked events check", checkParked(db, cfg.ParkDeadline, log))
+	return ctx, r, nil
+}
+
+// checkParked is the loop that alerts on delta events parked past their
+// deadline, within a quarter of the deadline after it passed (every 30 s at
+// most).
+func checkParked(db *sqlx.DB, deadline time.Duration, log *slog.Logger) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		t := time.NewTicker(min(30*time.Second, max(deadline/4, 100*time.Millisecond)))
 		defer t.Stop()
 		for {
 			select {
@@ -153,8 +160,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 				log.Warn("parked events check failed", "err", err)
 			}
 		}
-	})
-	return ctx, r, nil
+	}
 }
 
 // InboxConfig returns an inbox.Config with the runtime's pieces filled in,

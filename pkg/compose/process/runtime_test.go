@@ -3,6 +3,7 @@ package process_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -58,49 +59,15 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 	}
 	rabbittest.Cleanup(t, topology(ns))
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	env := map[string]string{
-		"HTTP_ADDR": addr, "MYSQL_DSN": db.DSN, "MYSQL_CREATE_DATABASE": "false", "AMQP_URL": rabbittest.URL(),
-		"AMQP_NAMESPACE": string(ns), "ADMIN_TOKEN": "secret", "SHUTDOWN_TIMEOUT": "10s",
-		"INBOX_RETENTION": "1h", "RETENTION_INTERVAL": "100ms", "INSTANCE_ID": "svc-7",
-	}
-	cfg := process.Load(process.NewEnv(func(k string) string { return env[k] }), "svc", ":0", "unused")
-	logs := &testutil.SyncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	ctx, rt, err := process.Start(ctx, cfg, "order", topology, logs)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
 	var broken atomic.Bool
 	broken.Store(true)
-	ic := rt.InboxConfig("svc")
-	ic.Handlers = map[events.Type]inbox.Handler{events.OrderCreated: func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+	base, logs := startService(t, db.DSN, ns, topology, func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 		if broken.Load() {
 			return inbox.Permanent(errors.New("bug in the handler"))
 		}
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects VALUES (?)`, e.EventID)
 		return err
-	}}
-	rt.Consume("svc.order-events", inbox.NewConsumer(ic), nil)
-	done := make(chan error, 1)
-	go func() { done <- rt.Serve(ctx, rt.Router()) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("log:\n%s", logs.String())
-		}
 	})
-	base := "http://" + addr
-	testutil.WaitFor(t, 20*time.Second, "ready", func() bool { code, _ := request(t, http.MethodGet, base+"/readyz", ""); return code == http.StatusOK })
 
 	conn := rabbittest.Conn(t, topology(ns))
 	pub := conn.NewPublisher()
@@ -116,18 +83,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 	old.EventID, old.OccurredAt, old.Payload = uuid.NewString(), time.Now().Add(-2*time.Hour), []byte(`{"order_id":"6"}`)
 	publish(fixable)
 	publish(old)
-	reasons := map[string]string{}
-	testutil.WaitFor(t, 20*time.Second, "two dead letters", func() bool {
-		var rows []struct {
-			EventID string `db:"event_id"`
-			Reason  string `db:"reason"`
-		}
-		_ = db.Select(&rows, `SELECT event_id, reason FROM dead_letters`)
-		for _, r := range rows {
-			reasons[r.EventID] = r.Reason
-		}
-		return len(rows) == 2
-	})
+	reasons := waitDeadLetters(t, db, 2)
 	if !strings.Contains(reasons[fixable.EventID], "bug in the handler") ||
 		!strings.Contains(reasons[old.EventID], "older than the inbox replay window (1h0m0s)") {
 		t.Fatalf("dead letter reasons = %v", reasons)
@@ -144,24 +100,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 		return n == 1
 	})
 
-	// The instance is named in the inbox row of what it applied, in its
-	// log lines, in service_info and in the admin summary.
-	var by string
-	if err := db.Get(&by, `SELECT COALESCE(instance, '') FROM consumer_inbox WHERE event_id = ?`, fixable.EventID); err != nil || by != "svc-7" {
-		t.Errorf("inbox row's instance = %q (%v), want svc-7", by, err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		if !strings.Contains(line, `"instance":"svc-7"`) {
-			t.Errorf("a log line without the instance: %s", line)
-			break
-		}
-	}
-	if _, metrics := request(t, http.MethodGet, base+"/metrics", ""); !strings.Contains(metrics, `service_info{instance="svc-7",service="svc"} 1`) {
-		t.Errorf("/metrics has no service_info for svc-7")
-	}
-	if _, body := request(t, http.MethodGet, base+"/admin/outbox/summary", ""); !strings.Contains(body, `"instance": "svc-7"`) {
-		t.Errorf("admin summary %s: no instance", body)
-	}
+	wantInstanceNamed(t, db, logs, base, fixable.EventID)
 
 	// The retention job: an inbox row older than INBOX_RETENTION goes.
 	db.MustExec(`UPDATE consumer_inbox SET processed_at = NOW(6) - INTERVAL 2 HOUR WHERE event_id = ?`, fixable.EventID)
@@ -177,5 +116,91 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 			_, metrics := request(t, http.MethodGet, base+"/metrics", "")
 			return strings.Contains(metrics, want)
 		})
+	}
+}
+
+// waitDeadLetters waits until there are n dead letters and returns their
+// reasons by event id.
+func waitDeadLetters(t *testing.T, db *sqldbtest.DB, n int) map[string]string {
+	t.Helper()
+	reasons := map[string]string{}
+	testutil.WaitFor(t, 20*time.Second, fmt.Sprintf("%d dead letters", n), func() bool {
+		var rows []struct {
+			EventID string `db:"event_id"`
+			Reason  string `db:"reason"`
+		}
+		_ = db.Select(&rows, `SELECT event_id, reason FROM dead_letters`)
+		for _, r := range rows {
+			reasons[r.EventID] = r.Reason
+		}
+		return len(rows) == n
+	})
+	return reasons
+}
+
+// startService starts a runtime as a service "svc" (instance svc-7) does,
+// on the database dsn and the namespace ns, with a consumer "svc" whose
+// handler of order.created is h, and serves it until the test ends. It
+// returns the service's base URL and its log.
+func startService(t *testing.T, dsn string, ns rabbit.Namespace, topology func(rabbit.Namespace) rabbit.Topology, h inbox.Handler) (string, *testutil.SyncBuffer) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	env := map[string]string{
+		"HTTP_ADDR": addr, "MYSQL_DSN": dsn, "MYSQL_CREATE_DATABASE": "false", "AMQP_URL": rabbittest.URL(),
+		"AMQP_NAMESPACE": string(ns), "ADMIN_TOKEN": "secret", "SHUTDOWN_TIMEOUT": "10s",
+		"INBOX_RETENTION": "1h", "RETENTION_INTERVAL": "100ms", "INSTANCE_ID": "svc-7",
+	}
+	cfg := process.Load(process.NewEnv(func(k string) string { return env[k] }), "svc", ":0", "unused")
+	logs := &testutil.SyncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	ctx, rt, err := process.Start(ctx, cfg, "order", topology, logs)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	ic := rt.InboxConfig("svc")
+	ic.Handlers = map[events.Type]inbox.Handler{events.OrderCreated: h}
+	rt.Consume("svc.order-events", inbox.NewConsumer(ic), nil)
+	done := make(chan error, 1)
+	go func() { done <- rt.Serve(ctx, rt.Router()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("log:\n%s", logs.String())
+		}
+	})
+	base := "http://" + addr
+	testutil.WaitFor(t, 20*time.Second, "ready", func() bool { code, _ := request(t, http.MethodGet, base+"/readyz", ""); return code == http.StatusOK })
+	return base, logs
+}
+
+// wantInstanceNamed checks that the instance svc-7 is named in the inbox
+// row of the event it applied, in its log lines, in service_info and in
+// the admin summary.
+func wantInstanceNamed(t *testing.T, db *sqldbtest.DB, logs *testutil.SyncBuffer, base, eventID string) {
+	t.Helper()
+	var by string
+	if err := db.Get(&by, `SELECT COALESCE(instance, '') FROM consumer_inbox WHERE event_id = ?`, eventID); err != nil || by != "svc-7" {
+		t.Errorf("inbox row's instance = %q (%v), want svc-7", by, err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !strings.Contains(line, `"instance":"svc-7"`) {
+			t.Errorf("a log line without the instance: %s", line)
+			break
+		}
+	}
+	if _, metrics := request(t, http.MethodGet, base+"/metrics", ""); !strings.Contains(metrics, `service_info{instance="svc-7",service="svc"} 1`) {
+		t.Errorf("/metrics has no service_info for svc-7")
+	}
+	if _, body := request(t, http.MethodGet, base+"/admin/outbox/summary", ""); !strings.Contains(body, `"instance": "svc-7"`) {
+		t.Errorf("admin summary %s: no instance", body)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/instance"
@@ -74,13 +75,9 @@ func TestBatchCommitsEachEventWithItsInboxRow(t *testing.T) {
 	es := newEvents(16)
 	ctx := instance.With(context.Background(), "inventory-2")
 	wantAcks(t, c.HandleBatch(ctx, deliveries(es...)), 16)
-	if got := inboxtest.Effects(t, db.DB); got != 16 {
-		t.Fatalf("effects = %d, want 16", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 16)
 	for _, e := range es {
-		if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
-			t.Fatalf("inbox rows of %s = %d, want 1", e.EventID, got)
-		}
+		inboxtest.WantInboxRows(t, db.DB, e.EventID, 1)
 	}
 	// Each row names the instance that applied it, as on the one-at-a-time
 	// path (the timeline shows it).
@@ -91,12 +88,8 @@ func TestBatchCommitsEachEventWithItsInboxRow(t *testing.T) {
 	if unnamed != 0 {
 		t.Fatalf("%d inbox rows of the batch do not name instance inventory-2", unnamed)
 	}
-	if got := inboxtest.Counter(t, reg, "consumer_batches_total", "inventory"); got != 1 {
-		t.Fatalf("batches = %v, want 1 (one transaction)", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_processed_total", "inventory"); got != 16 {
-		t.Fatalf("processed = %v, want 16", got)
-	}
+	inboxtest.WantCounter(t, reg, "consumer_batches_total", "inventory", 1) // one transaction
+	inboxtest.WantCounter(t, reg, "consumer_processed_total", "inventory", 16)
 }
 
 // An event processed earlier comes back inside a batch: the multi-row
@@ -112,19 +105,11 @@ func TestDuplicateInsideABatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantAcks(t, c.HandleBatch(ctx, deliveries(es...)), 5)
-	if got := inboxtest.Effects(t, db.DB); got != 5 {
-		t.Fatalf("effects = %d, want 5 (the earlier one + the four new)", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 1 {
-		t.Fatalf("duplicates = %v, want 1", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", "inventory"); got != 1 {
-		t.Fatalf("fallbacks = %v, want 1", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 5) // the earlier one + the four new
+	inboxtest.WantCounter(t, reg, "consumer_duplicates_suppressed_total", "inventory", 1)
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", "inventory", 1)
 	for _, e := range es {
-		if got := inboxtest.InboxRows(t, db.DB, e.EventID); got != 1 {
-			t.Fatalf("inbox rows of %s = %d, want 1", e.EventID, got)
-		}
+		inboxtest.WantInboxRows(t, db.DB, e.EventID, 1)
 	}
 }
 
@@ -136,15 +121,9 @@ func TestTwoDeliveriesOfOneEventInOneBatch(t *testing.T) {
 	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
 	es := newEvents(3)
 	wantAcks(t, c.HandleBatch(context.Background(), deliveries(es[0], es[1], es[0], es[2])), 4)
-	if got := inboxtest.Effects(t, db.DB); got != 3 {
-		t.Fatalf("effects = %d, want 3", got)
-	}
-	if got := inboxtest.InboxRows(t, db.DB, es[0].EventID); got != 1 {
-		t.Fatalf("inbox rows = %d, want 1", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 1 {
-		t.Fatalf("duplicates = %v, want 1", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 3)
+	inboxtest.WantInboxRows(t, db.DB, es[0].EventID, 1)
+	inboxtest.WantCounter(t, reg, "consumer_duplicates_suppressed_total", "inventory", 1)
 }
 
 // Poison inside a batch: a message that is not an event at all never
@@ -168,9 +147,7 @@ func TestPoisonInsideABatch(t *testing.T) {
 	noID.MessageId = "not-a-uuid"
 	ds = append(ds, noID)
 	wantAcks(t, c.HandleBatch(context.Background(), ds), 5)
-	if got := inboxtest.Effects(t, db.DB); got != 3 {
-		t.Fatalf("effects = %d, want 3 (the good neighbours)", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 3) // the good neighbours
 	for id, reason := range map[string]string{poison.EventID: "cannot ever apply", noID.MessageId: "invalid"} {
 		dl, ok := inboxtest.DeadLetter(t, db.DB, "inventory", id)
 		if !ok || !strings.Contains(dl.Reason, reason) {
@@ -200,12 +177,8 @@ func TestTransientFailureInsideABatch(t *testing.T) {
 	if decisions[3] == rabbit.Ack() || !strings.Contains(decisions[3].Reason, "Lock wait") {
 		t.Fatalf("decision of the failing event = %+v, want a delayed retry", decisions[3])
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 3 {
-		t.Fatalf("effects = %d, want 3", got)
-	}
-	if got := inboxtest.InboxRows(t, db.DB, es[3].EventID); got != 0 {
-		t.Fatalf("the failed event left %d inbox rows, want 0", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 3)
+	inboxtest.WantInboxRows(t, db.DB, es[3].EventID, 0)
 }
 
 // A crash after the batch's COMMIT, before its ACKs: every message comes
@@ -229,12 +202,8 @@ func TestCrashAfterBatchCommitBeforeAcks(t *testing.T) {
 		ds[i].Redelivered = true
 	}
 	wantAcks(t, c.HandleBatch(ctx, ds), 8)
-	if got := inboxtest.Effects(t, db.DB); got != 8 {
-		t.Fatalf("effects = %d, want 8 (once each)", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory"); got != 8 {
-		t.Fatalf("duplicates = %v, want 8", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 8) // once each
+	inboxtest.WantCounter(t, reg, "consumer_duplicates_suppressed_total", "inventory", 8)
 }
 
 // The same crash through the consume loop and the broker: the abandoned
@@ -278,9 +247,7 @@ func TestCrashAfterBatchCommitThroughTheBroker(t *testing.T) {
 	inboxtest.WaitFor(t, "the crashed batch's redeliveries dropped as duplicates", func() bool {
 		return inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory") >= float64(inCrash)
 	})
-	if got := inboxtest.Effects(t, db.DB); got != n {
-		t.Fatalf("effects = %d, want %d (once each)", got, n)
-	}
+	inboxtest.WantEffects(t, db.DB, n) // once each
 	for _, name := range []string{"consumer_processed_total", "consumer_batched_events_total"} {
 		t.Logf("%s = %v", name, inboxtest.Counter(t, reg, name, "inventory"))
 	}
@@ -381,9 +348,7 @@ func TestExternalCallsOfABatchShareOneTransaction(t *testing.T) {
 		t.Errorf("dead letter of the refused call: %+v (found %v)", dl, ok)
 	}
 	wantAcks(t, append([]rabbit.Decision{decisions[0], decisions[2]}, decisions[3:]...), 7)
-	if got := inboxtest.Effects(t, db.DB); got != 6 {
-		t.Fatalf("effects = %d, want 6 (the earlier one and the five new)", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 6) // the earlier one and the five new
 	for i, e := range es {
 		if got := calls.of(e.EventID); got != 1 {
 			t.Errorf("event %d called the external system %d times, want 1", i, got)
@@ -426,9 +391,7 @@ func TestExternalBatchRollbackCallsAgain(t *testing.T) {
 	c := inboxtest.Made(inbox.Config{Name: "payment-psp", DB: db.DB, Log: quiet},
 		batch.Handlers[*sqlx.Tx]{External: map[events.Type]batch.ExternalHandler[*sqlx.Tx]{events.OrderCreated: calls.external(nil, record)}}, nil)
 	wantAcks(t, c.HandleBatch(context.Background(), deliveries(es...)), 4)
-	if got := inboxtest.Effects(t, db.DB); got != 3 {
-		t.Fatalf("effects = %d, want 3", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 3)
 	for i, e := range es {
 		if got := calls.of(e.EventID); got != 2 {
 			t.Errorf("event %d: %d external calls, want 2 (the batch's and its own)", i, got)
@@ -461,15 +424,9 @@ func TestPanicInsideABatch(t *testing.T) {
 	if d := decisions[2]; d == rabbit.Ack() || d.Abandoned() || !strings.Contains(d.Reason, "panicked") {
 		t.Fatalf("decision of the panicking event = %+v, want a delayed retry", d)
 	}
-	if got := inboxtest.Effects(t, db.DB); got != 3 {
-		t.Fatalf("effects = %d, want 3", got)
-	}
-	if got := inboxtest.InboxRows(t, db.DB, es[2].EventID); got != 0 {
-		t.Fatalf("the panicking event left %d inbox rows, want 0", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", "inventory"); got != 1 {
-		t.Fatalf("fallbacks = %v, want 1", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 3)
+	inboxtest.WantInboxRows(t, db.DB, es[2].EventID, 0)
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", "inventory", 1)
 }
 
 // Every delivery has its own time bound: a batch that runs out of its time
@@ -493,12 +450,8 @@ func TestEachDeliveryOfAFallbackHasItsOwnTimeBound(t *testing.T) {
 			Plain: map[events.Type]batch.Handler[*sqlx.Tx]{events.OrderCreated: slow}},
 		batch.Options{Timeout: time.Second, Metrics: batch.NewMetrics(reg)})
 	wantAcks(t, b.HandleBatch(context.Background(), deliveries(es...)), 4)
-	if got := inboxtest.Effects(t, db.DB); got != 4 {
-		t.Fatalf("effects = %d, want 4", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", "inventory"); got != 1 {
-		t.Fatalf("fallbacks = %v, want 1 (the batch of four needs 1.2 s)", got)
-	}
+	inboxtest.WantEffects(t, db.DB, 4)
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", "inventory", 1) // the batch of four needs 1.2 s
 }
 
 // logStore is a store that logs what its handler did, as the services'
@@ -515,7 +468,7 @@ func TestLogLinesOfABatchOnlyAfterItsCommit(t *testing.T) {
 	t.Parallel()
 	db := inboxtest.DB(t)
 	es := newEvents(3)
-	var buf syncBuffer
+	var buf testutil.SyncBuffer
 	base := slog.New(slog.NewTextHandler(&buf, nil))
 	applied := func(ctx context.Context, s logStore, e events.Envelope) error {
 		if err := inboxtest.Increment(ctx, s.tx, e); err != nil {
@@ -540,22 +493,4 @@ func TestLogLinesOfABatchOnlyAfterItsCommit(t *testing.T) {
 			t.Errorf("event %d: %d log lines, want %d:\n%s", i, got, want, buf.String())
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer for a logger.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -7,9 +7,9 @@ package inboxtest
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +29,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // ErrLockWait is what a handler returns to simulate a transient failure.
 var ErrLockWait = errors.New("Error 1205: Lock wait timeout exceeded")
@@ -56,6 +56,14 @@ func Effects(t testing.TB, db *sqlx.DB) int {
 	return n
 }
 
+// WantEffects fails the test unless exactly want effects committed.
+func WantEffects(t testing.TB, db *sqlx.DB, want int) {
+	t.Helper()
+	if got := Effects(t, db); got != want {
+		t.Fatalf("effects = %d, want %d", got, want)
+	}
+}
+
 // Increment is a Handler whose business change is one effect.
 func Increment(ctx context.Context, tx *sqlx.Tx, _ events.Envelope) error {
 	_, err := tx.ExecContext(ctx, `UPDATE counters SET n = n + 1 WHERE name = 'effects'`)
@@ -70,6 +78,43 @@ func InboxRows(t testing.TB, db *sqlx.DB, eventID string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Corrects records what each event a handler was given corrects: its
+// corrects_event_id header, "" for an event that corrects none.
+type Corrects struct {
+	mu sync.Mutex
+	of map[string]string // event id -> the event it corrects
+}
+
+// Record is h, recording what each event corrects before handling it.
+func (c *Corrects) Record(h inbox.Handler) inbox.Handler {
+	return func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		c.mu.Lock()
+		if c.of == nil {
+			c.of = map[string]string{}
+		}
+		c.of[e.EventID] = e.CorrectsEventID
+		c.mu.Unlock()
+		return h(ctx, tx, e)
+	}
+}
+
+// Of returns what the event eventID corrects, as its handler saw it, and
+// whether a handler saw it at all.
+func (c *Corrects) Of(eventID string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	corrects, ok := c.of[eventID]
+	return corrects, ok
+}
+
+// WantInboxRows fails the test unless eventID has want inbox rows.
+func WantInboxRows(t testing.TB, db *sqlx.DB, eventID string, want int) {
+	t.Helper()
+	if got := InboxRows(t, db, eventID); got != want {
+		t.Fatalf("inbox rows of %s = %d, want %d", eventID, got, want)
+	}
 }
 
 // Event is a new valid event of type typ for order 1.
@@ -325,4 +370,13 @@ func Counter(t testing.TB, reg *prometheus.Registry, name, consumer string) floa
 		}
 	}
 	return 0
+}
+
+// WantCounter fails the test unless the counter of reg named name, for
+// consumer, is want.
+func WantCounter(t testing.TB, reg *prometheus.Registry, name, consumer string, want float64) {
+	t.Helper()
+	if got := Counter(t, reg, name, consumer); got != want {
+		t.Fatalf("%s{consumer=%q} = %v, want %v", name, consumer, got, want)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -78,7 +77,7 @@ func Dial(t testing.TB) *amqp.Connection {
 // connected and stops it at cleanup.
 func Conn(t testing.TB, topo rabbit.Topology) *rabbit.Conn {
 	t.Helper()
-	c := rabbit.New(URL(), topo, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := rabbit.New(URL(), topo, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()
@@ -116,9 +115,11 @@ func CloseConnections(t testing.TB, substr string) int {
 	return n
 }
 
-// DeleteNamespace deletes every queue and exchange whose name starts with
-// the namespace (found with rabbitmqctl), whoever declared them: retry
-// tiers and dead-letter queues included.
+// DeleteNamespace deletes every queue whose name starts with the namespace
+// (found with rabbitmqctl), whoever declared them: retry tiers and
+// dead-letter queues included; then the namespace's two exchanges, the only
+// ones pkg/rabbit declares. One rabbitmqctl, not two: each starts an
+// Erlang VM, a second of CPU that every saga of the suite paid twice.
 func DeleteNamespace(t testing.TB, ns rabbit.Namespace) {
 	t.Helper()
 	conn := Dial(t)
@@ -129,26 +130,25 @@ func DeleteNamespace(t testing.TB, ns rabbit.Namespace) {
 		return
 	}
 	defer ch.Close()
-	for _, kind := range []string{"list_queues", "list_exchanges"} {
-		out, err := exec.Command("rabbitmqctl", "-q", kind, "name").CombinedOutput()
-		if err != nil {
-			t.Logf("rabbitmqctl %s: %v\n%s", kind, err, out)
+	out, err := exec.Command("rabbitmqctl", "-q", "list_queues", "name").CombinedOutput()
+	if err != nil {
+		t.Logf("rabbitmqctl list_queues: %v\n%s", err, out)
+	}
+	for _, name := range strings.Split(string(out), "\n") {
+		name = strings.TrimSpace(name)
+		if !strings.HasPrefix(name, string(ns)) {
 			continue
 		}
-		for _, name := range strings.Split(string(out), "\n") {
-			name = strings.TrimSpace(name)
-			if !strings.HasPrefix(name, string(ns)) {
-				continue
-			}
-			if kind == "list_queues" {
-				_, err = ch.QueueDelete(name, false, false, false)
-			} else {
-				err = ch.ExchangeDelete(name, false, false)
-			}
-			if err != nil {
-				t.Logf("delete %s: %v", name, err)
-				return
-			}
+		if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+			t.Logf("delete queue %s: %v", name, err)
+			return
+		}
+	}
+	// Deleting an exchange that is not there is no error for RabbitMQ.
+	for _, name := range []string{ns.Exchange(), ns.DeadLetterExchange()} {
+		if err := ch.ExchangeDelete(name, false, false); err != nil {
+			t.Logf("delete exchange %s: %v", name, err)
+			return
 		}
 	}
 }

@@ -95,27 +95,13 @@ func start(t *testing.T, db *sqldbtest.DB, ns rabbit.Namespace, extra map[string
 func TestRunReservesAndPublishesTheResult(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "inventory")
-	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, inventorybindings.Topology(ns))
-	// A queue of the test's own, standing in for the order service.
-	results := rabbittest.Topology(t, ns, rabbit.Queue{Name: "test.inventory-results",
-		Keys: []string{events.InventoryReserved, events.InventoryRejected}})
-	conn := rabbittest.Conn(t, results)
+	ns, pub := withResults(t, events.InventoryReserved, events.InventoryRejected)
 	base, stop := start(t, db, ns, nil)
 
 	const orderID = 42
-	payload, _ := json.Marshal(events.OrderCreatedV1{OrderID: orderID, CustomerID: "c-1", TotalCents: 750, Currency: "EUR",
-		Items: []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 250}, {SKU: "SKU-3", Quantity: 1, UnitPriceCents: 250}}})
-	e := events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: orderID, AggregateVersion: 1,
-		SchemaVersion: 1, CorrelationID: strconv.Itoa(orderID), OccurredAt: time.Now(), Payload: payload}
-	pub := conn.NewPublisher()
-	defer pub.Close()
-	// Ready means connected, and the topology is declared on connect, so
-	// the message routes; a return would still be retried.
-	testutil.WaitForErr(t, 15*time.Second, "publish OrderCreated", func() (bool, error) {
-		errs := pub.Publish(context.Background(), []rabbit.Message{rabbit.FromEnvelope(ns.Exchange(), e)}, 5*time.Second)
-		return errs[0] == nil, nil
-	})
+	e := envelope(events.OrderCreated, orderID, 1, events.OrderCreatedV1{OrderID: orderID, CustomerID: "c-1", TotalCents: 750,
+		Currency: "EUR", Items: []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 250}, {SKU: "SKU-3", Quantity: 1, UnitPriceCents: 250}}})
+	publish(t, pub, ns, e)
 
 	var res map[string]any
 	testutil.WaitForErr(t, 15*time.Second, "reservation 42", func() (bool, error) {
@@ -138,7 +124,7 @@ func TestRunReservesAndPublishesTheResult(t *testing.T) {
 		t.Errorf("stock SKU-1 = %v, want reserved 2, available 98", s)
 	}
 
-	msgs := rabbittest.Drain(t, ns.Queue("test.inventory-results"), 1, 15*time.Second)
+	msgs := rabbittest.Drain(t, ns.Queue(resultsQueue), 1, 15*time.Second)
 	if len(msgs) != 1 {
 		t.Fatalf("results queue: %d messages, want 1 InventoryReserved", len(msgs))
 	}
@@ -195,7 +181,36 @@ func TestRunReportsEveryBadSetting(t *testing.T) {
 	}
 }
 
-// publish sends e to the exchange, retrying until it routes.
+// resultsQueue is a queue of the test's own, standing in for the order
+// service.
+const resultsQueue = "test.inventory-results"
+
+// withResults makes the test's namespace with the service's topology and
+// resultsQueue bound to keys, and returns the namespace and a publisher to
+// its exchange.
+func withResults(t *testing.T, keys ...string) (rabbit.Namespace, *rabbit.Publisher) {
+	t.Helper()
+	ns := rabbittest.Namespace(t)
+	rabbittest.Cleanup(t, inventorybindings.Topology(ns))
+	conn := rabbittest.Conn(t, rabbittest.Topology(t, ns, rabbit.Queue{Name: resultsQueue, Keys: keys}))
+	pub := conn.NewPublisher()
+	t.Cleanup(pub.Close)
+	return ns, pub
+}
+
+// envelope is the order service's event of an order, as it publishes it.
+func envelope(typ string, orderID, version uint64, payload any) events.Envelope {
+	body, err := json.Marshal(payload)
+	if err != nil {
+		panic(err)
+	}
+	return events.Envelope{EventID: uuid.NewString(), Type: typ, AggregateID: orderID, AggregateVersion: version,
+		SchemaVersion: 1, CorrelationID: strconv.FormatUint(orderID, 10), OccurredAt: time.Now(), Payload: body}
+}
+
+// publish sends e to the exchange, retrying until it routes: ready means
+// connected, and the topology is declared on connect, so it routes; a
+// return would still be retried.
 func publish(t *testing.T, pub *rabbit.Publisher, ns rabbit.Namespace, e events.Envelope) {
 	t.Helper()
 	testutil.WaitForErr(t, 15*time.Second, "publish "+e.Type, func() (bool, error) {
@@ -230,29 +245,20 @@ func getJSON(t *testing.T, url, token string, v any) int {
 func TestRunExpiresLeasesAndReportsGaps(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "inventory")
-	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, inventorybindings.Topology(ns))
-	results := rabbittest.Topology(t, ns, rabbit.Queue{Name: "test.inventory-results",
-		Keys: []string{events.InventoryReserved, events.InventoryReservationExpired}})
-	conn := rabbittest.Conn(t, results)
+	ns, pub := withResults(t, events.InventoryReserved, events.InventoryReservationExpired)
 	const token = "test-admin-token"
 	base, _ := start(t, db, ns, map[string]string{
 		"RESERVATION_TTL": "1ms", "RESERVATION_SWEEP_INTERVAL": "50ms",
 		"GAP_DEADLINE": "1ms", "GAP_CHECK_INTERVAL": "50ms", "ADMIN_TOKEN": token,
 	})
-	pub := conn.NewPublisher()
-	defer pub.Close()
 
-	created, _ := json.Marshal(events.OrderCreatedV1{OrderID: 43, CustomerID: "c-1", TotalCents: 250, Currency: "EUR",
-		Items: []events.Item{{SKU: "SKU-3", Quantity: 1, UnitPriceCents: 250}}})
-	publish(t, pub, ns, events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: 43,
-		AggregateVersion: 1, SchemaVersion: 1, CorrelationID: "43", OccurredAt: time.Now(), Payload: created})
-	cancelled, _ := json.Marshal(events.OrderCancelledV1{OrderID: 44, Reason: "user cancel"})
-	cancelID := uuid.NewString()
-	publish(t, pub, ns, events.Envelope{EventID: cancelID, Type: events.OrderCancelled, AggregateID: 44,
-		AggregateVersion: 2, SchemaVersion: 1, CorrelationID: "44", OccurredAt: time.Now(), Payload: cancelled})
+	publish(t, pub, ns, envelope(events.OrderCreated, 43, 1, events.OrderCreatedV1{OrderID: 43, CustomerID: "c-1", TotalCents: 250,
+		Currency: "EUR", Items: []events.Item{{SKU: "SKU-3", Quantity: 1, UnitPriceCents: 250}}}))
+	cancel := envelope(events.OrderCancelled, 44, 2, events.OrderCancelledV1{OrderID: 44, Reason: "user cancel"})
+	cancelID := cancel.EventID
+	publish(t, pub, ns, cancel)
 
-	msgs := rabbittest.Drain(t, ns.Queue("test.inventory-results"), 2, 15*time.Second)
+	msgs := rabbittest.Drain(t, ns.Queue(resultsQueue), 2, 15*time.Second)
 	// The outbox does not order the two on the wire (two dispatcher
 	// workers may each take one); their versions do.
 	sort.Slice(msgs, func(i, j int) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,10 +21,69 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
 	"github.com/relmsg/ordersaga/services/payment-fake/pspsvc"
 )
+
+// stack is the payment service and the PSP process (pspsvc), both
+// in-process on one fresh schema, with a probe queue bound to what the
+// service publishes.
+type stack struct {
+	db     *sqldbtest.DB
+	ns     rabbit.Namespace
+	broker *rabbit.Conn  // declares the exchange and the probe queue
+	probe  string        // the probe queue's name
+	base   string        // the payment service, http://host:port
+	books  psptest.Books // the PSP's books, reached through the service
+}
+
+// startStack starts the PSP and the payment service, the service with the
+// settings every test here uses and env on top, and waits until the
+// service is ready. Outside demo mode the PSP charges only with its key
+// (PSP_TOKEN, token), which the payment service sends.
+func startStack(t *testing.T, token, probe string, keys []string, env map[string]string) *stack {
+	t.Helper()
+	s := &stack{db: sqldbtest.New(t, "payment"), ns: rabbittest.Namespace(t), probe: probe}
+	rabbittest.Cleanup(t, paymentbindings.Topology(s.ns))
+	s.broker = rabbittest.Conn(t, rabbittest.Topology(t, s.ns, rabbit.Queue{Name: probe, Keys: keys}))
+
+	addr, pspAddr := freeAddr(t), freeAddr(t)
+	s.base = "http://" + addr
+	s.books = psptest.New(s.base + "/psp")
+	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": s.db.DSN, "LOG_LEVEL": "warn", "INSTANCE_ID": "psp", "PSP_TOKEN": token})
+	all := map[string]string{
+		"PSP_URL":              "http://" + pspAddr + "/psp",
+		"PSP_TOKEN":            token,
+		"HTTP_ADDR":            addr,
+		"MYSQL_DSN":            s.db.DSN,
+		"AMQP_URL":             rabbittest.URL(),
+		"AMQP_NAMESPACE":       string(s.ns),
+		"LOG_LEVEL":            "warn",
+		"OUTBOX_POLL_INTERVAL": "250ms",
+		"SHUTDOWN_TIMEOUT":     "10s",
+	}
+	maps.Copy(all, env)
+	startService(t, all)
+	testutil.WaitFor(t, 30*time.Second, "the service to be ready", func() bool {
+		status, _ := get(s.base + "/readyz")
+		return status == http.StatusOK
+	})
+	return s
+}
+
+// drain takes n messages off the probe queue, and returns them by type.
+func (s *stack) drain(t *testing.T, n int) ([]amqp.Delivery, map[string]amqp.Delivery) {
+	t.Helper()
+	msgs := rabbittest.Drain(t, s.ns.Queue(s.probe), n, 15*time.Second)
+	byType := map[string]amqp.Delivery{}
+	for _, m := range msgs {
+		byType[m.Type] = m
+	}
+	return msgs, byType
+}
 
 // The whole service in-process against the real database and broker:
 // inventory.reserved in, through the outbox to the service's own PSP
@@ -31,37 +91,10 @@ import (
 // same schema), and payment.succeeded / payment.failed out.
 func TestRunChargesReservedOrders(t *testing.T) {
 	t.Parallel()
-	db := sqldbtest.New(t, "payment")
-	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, paymentbindings.Topology(ns))
-	const probeQueue = "probe.payment-results"
-	probe := rabbittest.Topology(t, ns, rabbit.Queue{Name: probeQueue,
-		Keys: []string{events.PaymentSucceeded, events.PaymentFailed}})
-	broker := rabbittest.Conn(t, probe) // declares the exchange and the probe queue
+	s := startStack(t, "k1", "probe.payment-results", []string{events.PaymentSucceeded, events.PaymentFailed}, nil)
+	base := s.base
 
-	addr, pspAddr := freeAddr(t), freeAddr(t)
-	base := "http://" + addr
-	// Outside demo mode the PSP charges only with its key (PSP_TOKEN),
-	// which the payment service sends.
-	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": db.DSN, "LOG_LEVEL": "warn", "INSTANCE_ID": "psp", "PSP_TOKEN": "k1"})
-	env := map[string]string{
-		"PSP_URL":              "http://" + pspAddr + "/psp",
-		"PSP_TOKEN":            "k1",
-		"HTTP_ADDR":            addr,
-		"MYSQL_DSN":            db.DSN,
-		"AMQP_URL":             rabbittest.URL(),
-		"AMQP_NAMESPACE":       string(ns),
-		"LOG_LEVEL":            "warn",
-		"OUTBOX_POLL_INTERVAL": "250ms",
-		"SHUTDOWN_TIMEOUT":     "10s",
-	}
-	startService(t, env)
-	testutil.WaitFor(t, 30*time.Second, "the service to be ready", func() bool {
-		status, _ := get(base + "/readyz")
-		return status == http.StatusOK
-	})
-
-	publish(t, broker, ns, reserved(42, "c-1", 1500), reserved(43, "decline-1", 2500))
+	publish(t, s.broker, s.ns, paymenttest.Reserved(42, "c-1", 1500), paymenttest.Reserved(43, "decline-1", 2500))
 
 	var p42, p43 map[string]any
 	testutil.WaitFor(t, 30*time.Second, "both payments to be decided", func() bool {
@@ -77,28 +110,11 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	}
 
 	// The results left through the outbox and were routed.
-	msgs := rabbittest.Drain(t, ns.Queue(probeQueue), 2, 15*time.Second)
-	byType := map[string]amqp.Delivery{}
-	for _, m := range msgs {
-		byType[m.Type] = m
-	}
+	msgs, byType := s.drain(t, 2)
 	if len(msgs) != 2 || len(byType) != 2 {
 		t.Fatalf("probe got %d messages %v, want one payment.succeeded and one payment.failed", len(msgs), byType)
 	}
-	ok := byType[events.PaymentSucceeded]
-	var succeeded events.PaymentSucceededV1
-	if err := json.Unmarshal(ok.Body, &succeeded); err != nil {
-		t.Fatal(err)
-	}
-	if want := (events.PaymentSucceededV1{OrderID: 42, AmountCents: 1500, Currency: "EUR", ChargeID: charge42}); succeeded != want {
-		t.Errorf("payment.succeeded = %+v, want %+v", succeeded, want)
-	}
-	if _, err := uuid.Parse(ok.MessageId); err != nil || ok.ContentType != "application/json" ||
-		ok.Headers[events.HeaderAggregateID] != "42" || ok.Headers[events.HeaderAggregateVersion] != int64(2) ||
-		ok.Headers[events.HeaderCorrelationID] != "42" || ok.DeliveryMode != amqp.Persistent {
-		t.Errorf("payment.succeeded message: id %q, content type %q, persistent %v, headers %v",
-			ok.MessageId, ok.ContentType, ok.DeliveryMode == amqp.Persistent, ok.Headers)
-	}
+	checkSucceeded(t, byType[events.PaymentSucceeded], charge42)
 	var failed events.PaymentFailedV1
 	if err := json.Unmarshal(byType[events.PaymentFailed].Body, &failed); err != nil {
 		t.Fatal(err)
@@ -108,9 +124,8 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	}
 
 	// Money: exactly one charge per order at the PSP, reached over HTTP.
-	pspClient := psp.NewClient(base+"/psp", nil)
 	for order, status := range map[string]string{"42": psp.StatusSucceeded, "43": psp.StatusDeclined} {
-		cs, err := pspClient.ChargesForOrder(context.Background(), order)
+		cs, err := s.books.Charges(context.Background(), order)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,8 +137,8 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	// Every outbox row was sent: two charge requests and two results.
 	testutil.WaitFor(t, 15*time.Second, "every outbox row to be marked sent", func() bool {
 		var sent, all int
-		_ = db.Get(&all, `SELECT COUNT(*) FROM outbox_events`)
-		_ = db.Get(&sent, `SELECT COUNT(*) FROM outbox_events WHERE status = 'sent'`)
+		_ = s.db.Get(&all, `SELECT COUNT(*) FROM outbox_events`)
+		_ = s.db.Get(&sent, `SELECT COUNT(*) FROM outbox_events WHERE status = 'sent'`)
 		return all == 4 && sent == 4
 	})
 
@@ -136,6 +151,25 @@ func TestRunChargesReservedOrders(t *testing.T) {
 	}
 }
 
+// checkSucceeded checks order 42's payment.succeeded as the broker
+// delivered it: its payload, and the contract's message properties.
+func checkSucceeded(t *testing.T, ok amqp.Delivery, chargeID string) {
+	t.Helper()
+	var succeeded events.PaymentSucceededV1
+	if err := json.Unmarshal(ok.Body, &succeeded); err != nil {
+		t.Fatal(err)
+	}
+	if want := (events.PaymentSucceededV1{OrderID: 42, AmountCents: 1500, Currency: "EUR", ChargeID: chargeID}); succeeded != want {
+		t.Errorf("payment.succeeded = %+v, want %+v", succeeded, want)
+	}
+	if _, err := uuid.Parse(ok.MessageId); err != nil || ok.ContentType != "application/json" ||
+		ok.Headers[events.HeaderAggregateID] != "42" || ok.Headers[events.HeaderAggregateVersion] != int64(2) ||
+		ok.Headers[events.HeaderCorrelationID] != "42" || ok.DeliveryMode != amqp.Persistent {
+		t.Errorf("payment.succeeded message: id %q, content type %q, persistent %v, headers %v",
+			ok.MessageId, ok.ContentType, ok.DeliveryMode == amqp.Persistent, ok.Headers)
+	}
+}
+
 // The compensation through the real broker: a charged order is cancelled
 // (order.cancelled on the saga exchange), the payment service refunds it
 // through its own payment.refund-requested and "payment-refunds" consumer,
@@ -145,39 +179,13 @@ func TestRunChargesReservedOrders(t *testing.T) {
 // the new metrics are exported.
 func TestRunRefundsCancelledOrders(t *testing.T) {
 	t.Parallel()
-	db := sqldbtest.New(t, "payment")
-	ns := rabbittest.Namespace(t)
-	rabbittest.Cleanup(t, paymentbindings.Topology(ns))
-	const probeQueue = "probe.payment-refunds"
-	probe := rabbittest.Topology(t, ns, rabbit.Queue{Name: probeQueue,
-		Keys: []string{events.PaymentSucceeded, events.PaymentRefunded}})
-	broker := rabbittest.Conn(t, probe)
+	s := startStack(t, "k2", "probe.payment-refunds", []string{events.PaymentSucceeded, events.PaymentRefunded},
+		map[string]string{"ADMIN_TOKEN": "t0ken", "PAYMENT_SWEEP_INTERVAL": "100ms"})
+	base := s.base
 
-	addr, pspAddr := freeAddr(t), freeAddr(t)
-	base := "http://" + addr
-	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": db.DSN, "LOG_LEVEL": "warn", "PSP_TOKEN": "k2"})
-	env := map[string]string{
-		"PSP_URL":                "http://" + pspAddr + "/psp",
-		"PSP_TOKEN":              "k2",
-		"HTTP_ADDR":              addr,
-		"MYSQL_DSN":              db.DSN,
-		"AMQP_URL":               rabbittest.URL(),
-		"AMQP_NAMESPACE":         string(ns),
-		"LOG_LEVEL":              "warn",
-		"OUTBOX_POLL_INTERVAL":   "250ms",
-		"SHUTDOWN_TIMEOUT":       "10s",
-		"ADMIN_TOKEN":            "t0ken",
-		"PAYMENT_SWEEP_INTERVAL": "100ms",
-	}
-	startService(t, env)
-	testutil.WaitFor(t, 30*time.Second, "the service to be ready", func() bool {
-		status, _ := get(base + "/readyz")
-		return status == http.StatusOK
-	})
-
-	publish(t, broker, ns, reserved(42, "c-1", 1500))
+	publish(t, s.broker, s.ns, paymenttest.Reserved(42, "c-1", 1500))
 	testutil.WaitFor(t, 30*time.Second, "the charge", func() bool { return payment(t, base, 42)["status"] == "succeeded" })
-	publish(t, broker, ns, cancelled(42))
+	publish(t, s.broker, s.ns, paymenttest.Cancelled(42, "customer asked"))
 	var p42 map[string]any
 	testutil.WaitFor(t, 30*time.Second, "the refund", func() bool {
 		p42 = payment(t, base, 42)
@@ -189,11 +197,7 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 		t.Errorf("payment 42 = %v, want refunded with a succeeded refund of 1500", p42)
 	}
 
-	msgs := rabbittest.Drain(t, ns.Queue(probeQueue), 2, 15*time.Second)
-	byType := map[string]amqp.Delivery{}
-	for _, m := range msgs {
-		byType[m.Type] = m
-	}
+	msgs, byType := s.drain(t, 2)
 	var refunded events.PaymentRefundedV1
 	if err := json.Unmarshal(byType[events.PaymentRefunded].Body, &refunded); err != nil {
 		t.Fatalf("payment.refunded: %v (got %d messages)", err, len(msgs))
@@ -204,31 +208,37 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 	if v := byType[events.PaymentRefunded].Headers[events.HeaderAggregateVersion]; v != int64(4) {
 		t.Errorf("payment.refunded aggregate_version = %v, want 4 (requested, succeeded, refund requested, refunded)", v)
 	}
-	pspClient := psp.NewClient(base+"/psp", nil)
-	charges, err := pspClient.ChargesForOrder(context.Background(), "42")
+	charges, err := s.books.Charges(context.Background(), "42")
 	if err != nil || len(charges) != 1 {
 		t.Fatalf("PSP charges = %v, %v; want 1", charges, err)
 	}
-	if refunds, err := pspClient.RefundsForCharge(context.Background(), charges[0].ChargeID); err != nil || len(refunds) != 1 ||
+	if refunds, err := s.books.Refunds(context.Background(), charges[0].ChargeID); err != nil || len(refunds) != 1 ||
 		refunds[0].AmountCents != 1500 {
 		t.Errorf("PSP refunds = %+v, %v; want one of 1500", refunds, err)
 	}
 
 	// Cancel first, then the late inventory.reserved.
-	publish(t, broker, ns, cancelled(50))
+	publish(t, s.broker, s.ns, paymenttest.Cancelled(50, "customer asked"))
 	testutil.WaitFor(t, 30*time.Second, "the cancel marker", func() bool {
 		return payment(t, base, 50)["status"] == "cancelled_before_charge"
 	})
-	late := reserved(50, "c-1", 900)
-	publish(t, broker, ns, late)
+	late := paymenttest.Reserved(50, "c-1", 900)
+	publish(t, s.broker, s.ns, late)
 	testutil.WaitFor(t, 30*time.Second, "the late event to be recorded as stale", func() bool {
 		reason, _ := payment(t, base, 50)["cancel_reason"].(string)
 		return strings.Contains(reason, late.EventID)
 	})
-	if cs, err := pspClient.ChargesForOrder(context.Background(), "50"); err != nil || len(cs) != 0 {
+	if cs, err := s.books.Charges(context.Background(), "50"); err != nil || len(cs) != 0 {
 		t.Errorf("PSP charges for order 50 = %v, %v; want none", cs, err)
 	}
+	checkAdminAndMetrics(t, base)
+}
 
+// checkAdminAndMetrics checks, after one refund and nothing parked, the
+// parked list under /admin (with the token only) and the compensation
+// metrics.
+func checkAdminAndMetrics(t *testing.T, base string) {
+	t.Helper()
 	if status, body := getWithToken(base+"/admin/needs-attention", "t0ken"); status != http.StatusOK ||
 		!strings.Contains(body, `"charges": []`) || !strings.Contains(body, `"refunds": []`) {
 		t.Errorf("GET /admin/needs-attention = %d %s", status, body)
@@ -243,16 +253,6 @@ func TestRunRefundsCancelledOrders(t *testing.T) {
 			t.Errorf("metrics lack %s:\n%s", want, grep(metrics, "payment_"))
 		}
 	}
-}
-
-func cancelled(orderID uint64) events.Envelope {
-	body, err := json.Marshal(events.OrderCancelledV1{OrderID: orderID, Reason: "customer asked"})
-	if err != nil {
-		panic(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCancelled, AggregateID: orderID,
-		AggregateVersion: 3, SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(orderID, 10),
-		OccurredAt: time.Now().UTC(), Payload: body}
 }
 
 func getWithToken(url, token string) (int, string) {
@@ -300,17 +300,6 @@ func start(t *testing.T, run func(context.Context, func(string) string, io.Write
 			t.Logf("service logs:\n%s", logs.String())
 		}
 	})
-}
-
-func reserved(orderID uint64, customer string, amount int64) events.Envelope {
-	body, err := json.Marshal(events.InventoryReservedV1{OrderID: orderID, CustomerID: customer,
-		Items: []events.Item{{SKU: "SKU-1", Quantity: 1, UnitPriceCents: amount}}, AmountCents: amount, Currency: "EUR"})
-	if err != nil {
-		panic(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.InventoryReserved, AggregateID: orderID,
-		AggregateVersion: 2, SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(orderID, 10),
-		OccurredAt: time.Now().UTC(), Payload: body}
 }
 
 // publish sends the events as inventory would, with publisher confirms.

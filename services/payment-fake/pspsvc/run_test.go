@@ -10,12 +10,12 @@ import (
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 	"github.com/relmsg/ordersaga/services/payment-fake/pspsvc"
 )
 
-// One PSP process, two callers (two payment instances): a decline switch
-// set through one applies to the other's charges too, and both see the
-// same books.
+// One PSP process, two callers (two payment instances): one decline switch
+// applies to the charges of both, and both see the same books.
 func TestOneSwitchForEveryCaller(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "payment")
@@ -52,7 +52,8 @@ func TestOneSwitchForEveryCaller(t *testing.T) {
 
 	one := psp.NewClient(base+"/psp", nil)
 	two := psp.NewClient("http://127.0.0.1:1/psp,"+base+"/psp", nil) // its first address is down
-	if err := one.SetSwitch(ctx, psp.Switch{Mode: psp.ModeDecline, Count: 2}); err != nil {
+	books := psptest.New(base + "/psp")
+	if err := books.SetSwitch(ctx, psp.Switch{Mode: psp.ModeDecline, Count: 2}); err != nil {
 		t.Fatal(err)
 	}
 	for i, c := range []*psp.Client{one, two} {
@@ -62,7 +63,7 @@ func TestOneSwitchForEveryCaller(t *testing.T) {
 			t.Errorf("caller %d: charge %+v, %v; want declined by the one switch", i+1, ch, err)
 		}
 	}
-	if sw, err := two.GetSwitch(ctx); err != nil || sw.Mode != psp.ModeNormal {
+	if sw, err := books.Switch(ctx); err != nil || sw.Mode != psp.ModeNormal {
 		t.Errorf("switch after its two calls: %+v, %v; want back to normal", sw, err)
 	}
 	if got, err := one.GetCharge(ctx, "charge-2"); err != nil || got.Status != psp.StatusDeclined {

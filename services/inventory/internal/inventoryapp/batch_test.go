@@ -69,9 +69,7 @@ func TestSagaEventsInBatches(t *testing.T) {
 				14: {inventory.Reserved, []string{events.InventoryReserved}},
 			}
 			for id, w := range want {
-				if r := f.reservation(t, id); r.Status != w.status {
-					t.Errorf("order %d: reservation %s, want %s", id, r.Status, w.status)
-				}
+				f.wantStatus(t, id, w.status)
 				var got []string
 				for _, row := range f.outbox(t, id) {
 					got = append(got, row.Type)

@@ -28,16 +28,10 @@ func TestBatchReadsItsReservationsOnce(t *testing.T) {
 		cancelled(t, 21),
 	)
 	for id, want := range map[uint64]inventory.Status{20: inventory.Committed, 21: inventory.Released, 22: inventory.Released} {
-		if r := f.reservation(t, id); r.Status != want {
-			t.Errorf("order %d: reservation %s, want %s", id, r.Status, want)
-		}
+		f.wantStatus(t, id, want)
 	}
 	// Sold: two SKU-1 and one SKU-3 left on hand; nothing stays reserved.
 	f.wantStock(t, map[string][2]int64{"SKU-1": {-2, 0}, "SKU-3": {-1, 0}})
-	if got := inboxtest.Counter(t, f.reg, "consumer_batches_total", inventorybindings.ConsumerName); got != 2 {
-		t.Errorf("batches = %v, want 2", got)
-	}
-	if got := inboxtest.Counter(t, f.reg, "consumer_batch_fallbacks_total", inventorybindings.ConsumerName); got != 0 {
-		t.Errorf("batch fallbacks = %v, want 0", got)
-	}
+	inboxtest.WantCounter(t, f.reg, "consumer_batches_total", inventorybindings.ConsumerName, 2)
+	inboxtest.WantCounter(t, f.reg, "consumer_batch_fallbacks_total", inventorybindings.ConsumerName, 0)
 }

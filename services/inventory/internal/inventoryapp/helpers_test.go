@@ -3,7 +3,6 @@ package inventoryapp_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -21,7 +20,7 @@ import (
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // seed is the stock of migrations/inventory/00100_stock.sql: {on_hand, reserved}.
 var seed = map[string][2]int64{
@@ -145,6 +144,14 @@ func (f *fixture) reservation(t *testing.T, orderID uint64) inventory.Reservatio
 		t.Fatalf("reservation %d: %v", orderID, err)
 	}
 	return r
+}
+
+// wantStatus checks the status of the order's reservation.
+func (f *fixture) wantStatus(t *testing.T, orderID uint64, want inventory.Status) {
+	t.Helper()
+	if r := f.reservation(t, orderID); r.Status != want {
+		t.Errorf("order %d: reservation %s, want %s", orderID, r.Status, want)
+	}
 }
 
 type outboxRow struct {

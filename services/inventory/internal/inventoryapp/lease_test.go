@@ -71,9 +71,7 @@ func TestLeaseExpiryReleasesTheStock(t *testing.T) {
 	if err := json.Unmarshal(out[1].Payload, &p); err != nil || p.Validate() != nil || p.OrderID != 1 || p.Reason == "" {
 		t.Errorf("InventoryReservationExpired payload = %s (%v), want order 1 with a reason", out[1].Payload, err)
 	}
-	if r := f.reservation(t, 2); r.Status != inventory.Reserved {
-		t.Errorf("order 2: status %s, want reserved (its lease is not over)", r.Status)
-	}
+	f.wantStatus(t, 2, inventory.Reserved) // its lease is not over
 
 	if round := f.sweep(t); round.Found != 0 || round.Expired != 0 {
 		t.Errorf("second sweep = %+v, want nothing", round)
@@ -103,9 +101,7 @@ func TestOnlyReservedRowsHaveALease(t *testing.T) {
 		t.Errorf("sweep = %+v, want only the reserved order expired", round)
 	}
 	for id, want := range map[uint64]inventory.Status{1: inventory.Rejected, 2: inventory.CancelledBeforeReserve, 3: inventory.Expired} {
-		if r := f.reservation(t, id); r.Status != want {
-			t.Errorf("order %d: status %s, want %s", id, r.Status, want)
-		}
+		f.wantStatus(t, id, want)
 	}
 }
 
@@ -239,9 +235,7 @@ func TestExpiryWinsStockStillThere(t *testing.T) {
 	f.wantStock(t, map[string][2]int64{"SKU-1": {-2, 0}, "SKU-3": {-5, 4}})
 	f.process(t, cancelled(t, 1))
 	f.wantStock(t, map[string][2]int64{"SKU-3": {0, 4}})
-	if r := f.reservation(t, 1); r.Status != inventory.Restocked {
-		t.Errorf("after the cancel: status %s, want restocked", r.Status)
-	}
+	f.wantStatus(t, 1, inventory.Restocked) // after the cancel
 }
 
 // Expiry wins and the stock is gone: another order took the released last
@@ -278,9 +272,7 @@ func TestExpiryWinsStockGone(t *testing.T) {
 	f.process(t, confirmed(t, 1))
 	f.process(t, cancelled(t, 1))
 	f.wantStock(t, map[string][2]int64{"SKU-LIMITED": {0, 1}})
-	if r := f.reservation(t, 1); r.Status != inventory.CommitFailed {
-		t.Errorf("status = %s, want commit_failed", r.Status)
-	}
+	f.wantStatus(t, 1, inventory.CommitFailed)
 	f.wantEvents(t, 1, events.InventoryReserved, events.InventoryReservationExpired, events.InventoryCommitFailed)
 }
 
@@ -306,9 +298,7 @@ func TestCancelAfterExpiryChangesNothing(t *testing.T) {
 
 	f.process(t, confirmed(t, 1))
 	f.wantStock(t, nil)
-	if r := f.reservation(t, 1); r.Status != inventory.Released {
-		t.Errorf("after a late confirm: status %s, want released", r.Status)
-	}
+	f.wantStatus(t, 1, inventory.Released) // after a late confirm
 	f.wantEvents(t, 1, events.InventoryReserved, events.InventoryReservationExpired)
 }
 

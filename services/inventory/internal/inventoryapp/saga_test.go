@@ -142,9 +142,7 @@ func TestCancelAfterConfirmRestocks(t *testing.T) {
 	f.process(t, cancelled(t, 4))
 
 	f.wantStock(t, nil)
-	if r := f.reservation(t, 4); r.Status != inventory.Restocked {
-		t.Errorf("status = %s, want restocked", r.Status)
-	}
+	f.wantStatus(t, 4, inventory.Restocked)
 	f.process(t, cancelled(t, 4))
 	f.wantStock(t, nil)
 }
@@ -163,17 +161,13 @@ func TestCancelOfASaleThatOvertookItsConfirm(t *testing.T) {
 	cancel.AggregateVersion = 4
 	f.process(t, cancel)
 
-	f.wantStock(t, nil) // sold and returned: back to the seed
-	if r := f.reservation(t, 14); r.Status != inventory.Restocked {
-		t.Errorf("status = %s after the cancel of a sale, want restocked", r.Status)
-	}
+	f.wantStock(t, nil)                      // sold and returned: back to the seed
+	f.wantStatus(t, 14, inventory.Restocked) // after the cancel of a sale
 	confirm := confirmed(t, 14)
 	confirm.AggregateVersion = 3
 	f.process(t, confirm) // late: changes nothing
 	f.wantStock(t, nil)
-	if r := f.reservation(t, 14); r.Status != inventory.Restocked {
-		t.Errorf("status = %s after the late confirm, want still restocked", r.Status)
-	}
+	f.wantStatus(t, 14, inventory.Restocked) // after the late confirm: still
 }
 
 func TestSameEventTwiceReservesOnce(t *testing.T) {
@@ -253,9 +247,7 @@ func TestCancelBeforeCreate(t *testing.T) {
 	f.process(t, confirmed(t, 7))
 	f.process(t, cancelled(t, 7))
 	f.wantStock(t, nil)
-	if r := f.reservation(t, 7); r.Status != inventory.CancelledBeforeReserve {
-		t.Errorf("status = %s, want cancelled_before_reserve", r.Status)
-	}
+	f.wantStatus(t, 7, inventory.CancelledBeforeReserve)
 }
 
 // Events that do not fit the reservation's status change nothing.
@@ -266,16 +258,12 @@ func TestStaleEventsChangeNothing(t *testing.T) {
 	f.process(t, created(t, 10, item("SKU-LIMITED", 5)))
 	f.process(t, cancelled(t, 10))
 	f.process(t, confirmed(t, 10))
-	if r := f.reservation(t, 10); r.Status != inventory.Rejected {
-		t.Errorf("order 10: status = %s, want rejected", r.Status)
-	}
+	f.wantStatus(t, 10, inventory.Rejected)
 	// Released: a late confirm does not sell released stock.
 	f.process(t, created(t, 11, item("SKU-2", 5)))
 	f.process(t, cancelled(t, 11))
 	f.process(t, confirmed(t, 11))
-	if r := f.reservation(t, 11); r.Status != inventory.Released {
-		t.Errorf("order 11: status = %s, want released", r.Status)
-	}
+	f.wantStatus(t, 11, inventory.Released)
 	// Committed: a second confirm sells nothing more.
 	f.process(t, created(t, 12, item("SKU-4", 5)))
 	f.process(t, confirmed(t, 12))
@@ -362,9 +350,7 @@ func TestIgnoreOrderLeavesAHangingReservation(t *testing.T) {
 	f.process(t, created(t, 17, item("SKU-1", 2)))
 
 	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 2}}) // held for a cancelled order
-	if r := f.reservation(t, 17); r.Status != inventory.Reserved {
-		t.Errorf("status = %s, want reserved (the anomaly)", r.Status)
-	}
+	f.wantStatus(t, 17, inventory.Reserved)              // the anomaly
 	if out := f.outbox(t, 17); len(out) != 1 || out[0].Type != events.InventoryReserved {
 		t.Errorf("outbox = %+v, want the InventoryReserved of a cancelled order", out)
 	}

@@ -3,7 +3,6 @@ package inventoryhttp_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -24,7 +23,7 @@ import (
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryhttp"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 type fixture struct {
 	db  *sqldbtest.DB

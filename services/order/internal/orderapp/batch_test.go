@@ -29,15 +29,7 @@ func TestResultsInBatches(t *testing.T) {
 			f := newFixture(t)
 			reg := prometheus.NewRegistry()
 			f.cons = newConsumer(f.db, f.app, reg)
-			ctx := context.Background()
-			var os []order.Order
-			for i := 0; i < 4; i++ {
-				o, _, err := f.app.Create(ctx, fmt.Sprintf("k%d", i), twoKeyboards)
-				if err != nil {
-					t.Fatal(err)
-				}
-				os = append(os, o)
-			}
+			os := f.createOrders(t, 4)
 			succeeded := func(o order.Order) events.Envelope {
 				return envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID,
 					AmountCents: o.TotalCents, Currency: "EUR", ChargeID: fmt.Sprint("ch_", o.ID)})
@@ -72,12 +64,8 @@ func TestResultsInBatches(t *testing.T) {
 			if batch > 1 {
 				wantBatches, wantFallbacks = 1, 1
 			}
-			if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != wantBatches {
-				t.Errorf("batches committed = %v, want %v", got, wantBatches)
-			}
-			if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != wantFallbacks {
-				t.Errorf("batches rolled back = %v, want %v", got, wantFallbacks)
-			}
+			inboxtest.WantCounter(t, reg, "consumer_batches_total", orderbindings.ConsumerName, wantBatches)
+			inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName, wantFallbacks)
 		})
 	}
 }
@@ -106,6 +94,20 @@ func deliveriesOf(es []events.Envelope) []rabbit.Delivery {
 	return ds
 }
 
+// createOrders creates n orders of twoKeyboards, keys k0, k1, ...
+func (f *fixture) createOrders(t *testing.T, n int) []order.Order {
+	t.Helper()
+	os := make([]order.Order, n)
+	for i := range os {
+		o, _, err := f.app.Create(context.Background(), fmt.Sprintf("k%d", i), twoKeyboards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os[i] = o
+	}
+	return os
+}
+
 // A batch of results, two of them for one order, writes each move's
 // order_history row as one message at a time would (from, to, trigger, the
 // consumed event, the emitted event), in delivery order and in one
@@ -116,43 +118,25 @@ func TestHistoryOfABatch(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	cons := newConsumer(f.db, f.app, reg)
-	var os []order.Order
-	for i := 0; i < 3; i++ {
-		o, _, err := f.app.Create(ctx, fmt.Sprintf("k%d", i), twoKeyboards)
-		if err != nil {
-			t.Fatal(err)
-		}
-		os = append(os, o)
-	}
+	f.cons = newConsumer(f.db, f.app, reg)
+	os := f.createOrders(t, 3)
 	a, b, c := os[0], os[1], os[2]
 	es := []events.Envelope{reserved(t, a), reserved(t, b),
 		envelope(t, events.InventoryRejected, c.ID, events.InventoryRejectedV1{OrderID: c.ID, Reason: "insufficient stock"}),
 		envelope(t, events.PaymentSucceeded, a.ID, events.PaymentSucceededV1{OrderID: a.ID, AmountCents: a.TotalCents,
 			Currency: "EUR", ChargeID: "ch_1"})}
-	consumerRows := func() []historyRow {
-		t.Helper()
-		var rows []historyRow
-		if err := f.db.Select(&rows, `SELECT order_id, from_status, to_status, trigger_name, actor, reason, event_id,
-  emitted_event_id, changed_at FROM order_history WHERE actor = ? ORDER BY id`, orderapp.ActorConsumer); err != nil {
-			t.Fatal(err)
-		}
-		return rows
-	}
 
 	// The batch fails right before its COMMIT, and so does each event on
 	// its own after it: nothing of theirs stays.
 	fp := failpoint.NewRegistry()
 	fp.Error("inbox.after-effect-before-commit", 1+len(es))
-	for i, d := range cons.HandleBatch(failpoint.WithRegistry(ctx, fp), deliveriesOf(es)) {
+	for i, d := range f.cons.HandleBatch(failpoint.WithRegistry(ctx, fp), deliveriesOf(es)) {
 		if d == rabbit.Ack() {
 			t.Fatalf("event %d acked, want it back for another try", i)
 		}
 	}
-	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != 1 {
-		t.Fatalf("batches rolled back = %v, want 1", got)
-	}
-	if rows := consumerRows(); len(rows) != 0 {
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName, 1)
+	if rows := f.consumerHistory(t); len(rows) != 0 {
 		t.Fatalf("history after the rollback: %+v, want none", rows)
 	}
 	for _, o := range os {
@@ -162,44 +146,20 @@ func TestHistoryOfABatch(t *testing.T) {
 	}
 
 	// Redelivered, the batch commits.
-	for i, d := range cons.HandleBatch(ctx, deliveriesOf(es)) {
-		if d != rabbit.Ack() {
-			t.Fatalf("%s of order %d: decision %+v, want ack", es[i].Type, es[i].AggregateID, d)
-		}
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != 1 {
-		t.Fatalf("batches committed = %v, want 1", got)
-	}
+	f.handleInBatches(t, len(es), es)
+	inboxtest.WantCounter(t, reg, "consumer_batches_total", orderbindings.ConsumerName, 1)
 	confirmed := outboxOf(f, t, a.ID, events.OrderConfirmed)
 	if len(confirmed) != 1 {
 		t.Fatalf("order.confirmed rows of order %d: %d, want 1", a.ID, len(confirmed))
 	}
-	want := []historyRow{
+	checkBatchHistory(t, f.consumerHistory(t), []historyRow{
 		{OrderID: a.ID, From: "pending_inventory", To: "awaiting_payment", Trigger: "inventory_reserved", EventID: &es[0].EventID},
 		{OrderID: b.ID, From: "pending_inventory", To: "awaiting_payment", Trigger: "inventory_reserved", EventID: &es[1].EventID},
 		{OrderID: c.ID, From: "pending_inventory", To: "rejected", Trigger: "inventory_rejected", Reason: "insufficient stock",
 			EventID: &es[2].EventID},
 		{OrderID: a.ID, From: "awaiting_payment", To: "confirmed", Trigger: "payment_succeeded", EventID: &es[3].EventID,
 			Emitted: &confirmed[0].EventID},
-	}
-	rows := consumerRows()
-	if len(rows) != len(want) {
-		t.Fatalf("history rows %+v, want %d", rows, len(want))
-	}
-	for i, w := range want {
-		r := rows[i]
-		if r.OrderID != w.OrderID || r.From != w.From || r.To != w.To || r.Trigger != w.Trigger || r.Actor != orderapp.ActorConsumer ||
-			r.Reason != w.Reason || deref(r.EventID) != deref(w.EventID) || deref(r.Emitted) != deref(w.Emitted) {
-			t.Errorf("history row %d: order %d %s -> %s by %s (%s) reason %q event %s emitted %s\n"+
-				"want order %d %s -> %s by %s (consumer) reason %q event %s emitted %s", i,
-				r.OrderID, r.From, r.To, r.Trigger, r.Actor, r.Reason, deref(r.EventID), deref(r.Emitted),
-				w.OrderID, w.From, w.To, w.Trigger, w.Reason, deref(w.EventID), deref(w.Emitted))
-		}
-		// One statement wrote them: one changed_at.
-		if !r.ChangedAt.Equal(rows[0].ChangedAt) {
-			t.Errorf("history row %d changed at %v, row 0 at %v: want one INSERT for the batch", i, r.ChangedAt, rows[0].ChangedAt)
-		}
-	}
+	})
 
 	// The timeline shows the confirm before the event it emitted.
 	tl, err := f.app.Timeline(ctx, a.ID)
@@ -216,6 +176,41 @@ func TestHistoryOfABatch(t *testing.T) {
 		"order.transition confirmed<nil>", "outbox.written <nil>order.confirmed"}
 	if fmt.Sprint(kinds) != fmt.Sprint(wantKinds) {
 		t.Errorf("timeline of order %d: %q, want %q", a.ID, kinds, wantKinds)
+	}
+}
+
+// consumerHistory is the order_history rows the consumer wrote, of every
+// order, in the order they were written.
+func (f *fixture) consumerHistory(t *testing.T) []historyRow {
+	t.Helper()
+	var rows []historyRow
+	if err := f.db.Select(&rows, `SELECT order_id, from_status, to_status, trigger_name, actor, reason, event_id,
+  emitted_event_id, changed_at FROM order_history WHERE actor = ? ORDER BY id`, orderapp.ActorConsumer); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// checkBatchHistory compares the consumer's history rows with want, and
+// checks that one statement wrote them all (one changed_at).
+func checkBatchHistory(t *testing.T, rows, want []historyRow) {
+	t.Helper()
+	if len(rows) != len(want) {
+		t.Fatalf("history rows %+v, want %d", rows, len(want))
+	}
+	for i, w := range want {
+		r := rows[i]
+		if r.OrderID != w.OrderID || r.From != w.From || r.To != w.To || r.Trigger != w.Trigger || r.Actor != orderapp.ActorConsumer ||
+			r.Reason != w.Reason || deref(r.EventID) != deref(w.EventID) || deref(r.Emitted) != deref(w.Emitted) {
+			t.Errorf("history row %d: order %d %s -> %s by %s (%s) reason %q event %s emitted %s\n"+
+				"want order %d %s -> %s by %s (consumer) reason %q event %s emitted %s", i,
+				r.OrderID, r.From, r.To, r.Trigger, r.Actor, r.Reason, deref(r.EventID), deref(r.Emitted),
+				w.OrderID, w.From, w.To, w.Trigger, w.Reason, deref(w.EventID), deref(w.Emitted))
+		}
+		// One statement wrote them: one changed_at.
+		if !r.ChangedAt.Equal(rows[0].ChangedAt) {
+			t.Errorf("history row %d changed at %v, row 0 at %v: want one INSERT for the batch", i, r.ChangedAt, rows[0].ChangedAt)
+		}
 	}
 }
 

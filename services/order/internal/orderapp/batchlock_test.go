@@ -1,7 +1,6 @@
 package orderapp_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 
@@ -23,15 +22,9 @@ func TestBatchLocksItsOrdersOnceAndDecidesOnTheirLatestState(t *testing.T) {
 	f := newFixture(t)
 	reg := prometheus.NewRegistry()
 	f.cons = newConsumer(f.db, f.app, reg)
-	ctx := context.Background()
+	os := f.createOrders(t, 3)
 	var es []events.Envelope
-	var os []order.Order
-	for i := 0; i < 3; i++ {
-		o, _, err := f.app.Create(ctx, fmt.Sprintf("lock-%d", i), twoKeyboards)
-		if err != nil {
-			t.Fatal(err)
-		}
-		os = append(os, o)
+	for _, o := range os {
 		es = append(es, reserved(t, o))
 	}
 	for _, o := range os {
@@ -52,10 +45,6 @@ func TestBatchLocksItsOrdersOnceAndDecidesOnTheirLatestState(t *testing.T) {
 			t.Errorf("order %d history %s, want %s", o.ID, got, want)
 		}
 	}
-	if got := inboxtest.Counter(t, reg, "consumer_batches_total", orderbindings.ConsumerName); got != 1 {
-		t.Errorf("batches = %v, want 1", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName); got != 0 {
-		t.Errorf("batch fallbacks = %v, want 0 (a stale order would roll the batch back)", got)
-	}
+	inboxtest.WantCounter(t, reg, "consumer_batches_total", orderbindings.ConsumerName, 1)
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName, 0)
 }

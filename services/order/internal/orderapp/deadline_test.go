@@ -9,6 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -241,13 +242,9 @@ func TestTwoSweepersCancelEachOrderOnce(t *testing.T) {
 		}()
 	}
 	// Both sweepers have read all n candidates and wait at the lock.
-	deadline := time.Now().Add(10 * time.Second)
-	for paused(fp, orderapp.FailpointDeadlineBeforeCancel) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the two sweepers did not both reach the failpoint")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, 10*time.Second, "the two sweepers to reach the failpoint", func() bool {
+		return paused(fp, orderapp.FailpointDeadlineBeforeCancel) >= 2
+	})
 	gate.Release()
 	wg.Wait()
 
@@ -351,15 +348,11 @@ func TestDeadlineSweepSurvivesAKilledSession(t *testing.T) {
 	// (order_history's, or that of orders, which the lock covers through
 	// the foreign key).
 	var victim int64
-	deadline := time.Now().Add(10 * time.Second)
-	for victim == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the sweep never opened its transaction")
-		}
+	testutil.WaitFor(t, 10*time.Second, "the sweep to open its transaction", func() bool {
 		_ = f.db.Get(&victim, `SELECT COALESCE(MAX(ID), 0) FROM information_schema.PROCESSLIST
 WHERE DB = DATABASE() AND ID <> ? AND STATE LIKE '%metadata lock%'`, connID(t, conn))
-		time.Sleep(5 * time.Millisecond)
-	}
+		return victim != 0
+	})
 	if _, err := f.db.Exec("KILL CONNECTION ?", victim); err != nil {
 		t.Fatal(err)
 	}

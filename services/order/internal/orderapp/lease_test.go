@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/instance"
@@ -27,10 +28,7 @@ import (
 func TestReconcilerLeaseOneInstanceRuns(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.awaitingPayment(t, "two-instances")
-	r.age(t, o.ID, 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
+	o := r.stale(t, "two-instances", 5*time.Minute, order.PaySucceeded)
 	second := orderapp.New(r.db, func() {}, quiet, orderapp.Config{
 		Deadlines: order.Deadlines{Participant: time.Hour, Payment: time.Hour},
 		Reconcile: orderapp.ReconcileConfig{Grace: time.Minute, RefundGrace: time.Minute, Batch: 50},
@@ -93,20 +91,13 @@ func killLeaseHolder(t *testing.T, db *sqlx.DB, job string) {
 	if _, err := db.Exec(`KILL CONNECTION ?`, id.Int64); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("session %d to lose the %s lease after KILL", id.Int64, job), func() bool {
 		var now sql.NullInt64
 		if err := db.Get(&now, q, job); err != nil {
 			t.Fatal(err)
 		}
-		if now.Int64 != id.Int64 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("session %d still holds the %s lease after KILL", id.Int64, job)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return now.Int64 != id.Int64
+	})
 }
 
 // A run's lease session is killed while the run waits before its first
@@ -118,11 +109,7 @@ func TestReconcilerStopsWhenItsLeaseIsLost(t *testing.T) {
 	r := newRecon(t)
 	var ids []uint64
 	for i, ago := range []time.Duration{6 * time.Minute, 5 * time.Minute} { // scanned in this order
-		o := r.awaitingPayment(t, fmt.Sprintf("lost-%d", i))
-		r.age(t, o.ID, ago)
-		r.inventory.set(o.ID, reservation(order.ResReserved))
-		r.payment.set(o.ID, payment(order.PaySucceeded))
-		ids = append(ids, o.ID)
+		ids = append(ids, r.stale(t, fmt.Sprintf("lost-%d", i), ago, order.PaySucceeded).ID)
 	}
 
 	gate, first := r.runPaused(t, context.Background(), "schedule")
@@ -174,10 +161,7 @@ WHERE x.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`
 func TestTwoRunsPastTheirLeaseCheckAuditARepairOnce(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.awaitingPayment(t, "past-the-check")
-	r.age(t, o.ID, 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
+	o := r.stale(t, "past-the-check", 5*time.Minute, order.PaySucceeded)
 	ctx := context.Background()
 
 	gate, first := r.runPaused(t, ctx, "schedule")
@@ -254,10 +238,7 @@ func waitForLockWaits(t *testing.T, db *sqlx.DB, n int) {
 func TestAdminRunsWaitWithoutTakingThePool(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.awaitingPayment(t, "operators")
-	r.age(t, o.ID, 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
+	o := r.stale(t, "operators", 5*time.Minute, order.PaySucceeded)
 	ctx := context.Background()
 	pool, err := sqldb.Open(ctx, sqldb.Config{DSN: r.dsn})
 	if err != nil {

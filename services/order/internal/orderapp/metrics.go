@@ -35,30 +35,24 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		deadlinesExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "order_deadlines_expired_total",
-			Help: "Orders cancelled by the deadline sweep, by the state whose deadline passed.",
-		}, []string{"status"}),
-		deadlineChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "order_payment_deadline_checks_total",
-			Help: "Orders whose payment deadline passed, by what payment said of the charge (succeeded, declined, refunded, not_charged, unknown, no_payment, not_asked) and what the sweep did (cancel, wait).",
-		}, []string{"outcome", "decision"}),
-		differences: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reconciliation_differences_total",
-			Help: "Orders the reconciler found whose records differ between the services, by classification.",
-		}, []string{"classification"}),
-		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reconciliation_repairs_total",
-			Help: "Repairs (and reports) of the reconciler, by action and outcome.",
-		}, []string{"action", "outcome"}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "reconciliation_runs_total",
-			Help: "Reconciliation passes, by what started them (schedule, admin).",
-		}, []string{"trigger"}),
-		leaseLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "order_lease_lost_total",
-			Help: "Runs of a one-at-a-time job (reconciler, deadline-sweep) stopped before their next change because their database lease was lost (their session ended; another run may hold it).",
-		}, []string{"job"}),
+		deadlinesExpired: counterVec("order_deadlines_expired_total",
+			"Orders cancelled by the deadline sweep, by the state whose deadline passed.",
+			"status"),
+		deadlineChecks: counterVec("order_payment_deadline_checks_total",
+			"Orders whose payment deadline passed, by what payment said of the charge (succeeded, declined, refunded, not_charged, unknown, no_payment, not_asked) and what the sweep did (cancel, wait).",
+			"outcome", "decision"),
+		differences: counterVec("reconciliation_differences_total",
+			"Orders the reconciler found whose records differ between the services, by classification.",
+			"classification"),
+		repairs: counterVec("reconciliation_repairs_total",
+			"Repairs (and reports) of the reconciler, by action and outcome.",
+			"action", "outcome"),
+		runs: counterVec("reconciliation_runs_total",
+			"Reconciliation passes, by what started them (schedule, admin).",
+			"trigger"),
+		leaseLost: counterVec("order_lease_lost_total",
+			"Runs of a one-at-a-time job (reconciler, deadline-sweep) stopped before their next change because their database lease was lost (their session ended; another run may hold it).",
+			"job"),
 	}
 	// Every series exists from the start, at 0, so rate() and alerts see
 	// the first increment.
@@ -89,6 +83,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.deadlinesExpired, m.deadlineChecks, m.differences, m.repairs, m.runs, m.leaseLost)
 	}
 	return m
+}
+
+// counterVec is a counter with labels: its name, help and label names.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 // Collector returns the scrape-time gauges: orders_oldest_open_age_seconds

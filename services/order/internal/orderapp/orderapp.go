@@ -342,19 +342,22 @@ func eventItems(items []order.Item) []events.Item {
 }
 
 // Get returns one order.
-func (a *App) Get(ctx context.Context, id uint64) (o order.Order, err error) {
-	err = sqldb.ReadRetry(ctx, a.txRetry(true), func() error {
-		o, err = orderdb.Get(ctx, a.db, id)
-		return err
-	})
-	return o, err
+func (a *App) Get(ctx context.Context, id uint64) (order.Order, error) {
+	return read(ctx, a, func() (order.Order, error) { return orderdb.Get(ctx, a.db, id) })
 }
 
 // List returns orders, newest first.
-func (a *App) List(ctx context.Context, status order.Status, beforeID uint64, limit int) (orders []order.Order, err error) {
-	err = sqldb.ReadRetry(ctx, a.txRetry(true), func() error {
-		orders, err = orderdb.List(ctx, a.db, status, beforeID, limit)
+func (a *App) List(ctx context.Context, status order.Status, beforeID uint64, limit int) ([]order.Order, error) {
+	return read(ctx, a, func() ([]order.Order, error) { return orderdb.List(ctx, a.db, status, beforeID, limit) })
+}
+
+// read runs fn, a read, again after a transient error (a killed session:
+// sqldb.ReadRetry with the app's retry), and returns what it read.
+func read[T any](ctx context.Context, a *App, fn func() (T, error)) (T, error) {
+	var v T
+	err := sqldb.ReadRetry(ctx, a.txRetry(true), func() (err error) {
+		v, err = fn()
 		return err
 	})
-	return orders, err
+	return v, err
 }

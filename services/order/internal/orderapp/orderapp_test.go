@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -26,7 +26,7 @@ import (
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 type fixture struct {
 	db    *sqlx.DB
@@ -69,6 +69,29 @@ func (f *fixture) count(t *testing.T, table string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// wantOneOrder checks that one order and one outbox event were written.
+func (f *fixture) wantOneOrder(t *testing.T) {
+	t.Helper()
+	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
+		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
+	}
+}
+
+// together runs fn(0) to fn(n-1) in n goroutines released at once, and
+// returns when all have returned.
+func together(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }
 
 var twoKeyboards = order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 2}, {SKU: "SKU-2", Quantity: 1}}}
@@ -180,9 +203,7 @@ func TestCreateReplayAfterTheCatalogueChanged(t *testing.T) {
 	if _, _, err := f.app.Create(ctx, "key-2", twoKeyboards); !errors.Is(err, order.ErrInvalid) {
 		t.Fatalf("new key, unknown sku: err = %v, want ErrInvalid", err)
 	}
-	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
-		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
-	}
+	f.wantOneOrder(t)
 }
 
 func TestCreateReplaysTheSameRequest(t *testing.T) {
@@ -206,9 +227,7 @@ func TestCreateReplaysTheSameRequest(t *testing.T) {
 	if _, _, err := f.app.Create(ctx, "key-1", other); !errors.Is(err, order.ErrIdempotencyConflict) {
 		t.Fatalf("same key, other body: err = %v, want ErrIdempotencyConflict", err)
 	}
-	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
-		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
-	}
+	f.wantOneOrder(t)
 }
 
 // Twenty concurrent requests with one key, released together: one order,
@@ -217,29 +236,18 @@ func TestConcurrentCreatesWithOneKeyMakeOneOrder(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	const n = 20
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	ids := make([]uint64, n)
 	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			o, _, err := f.app.Create(context.Background(), "same-key", twoKeyboards)
-			ids[i], errs[i] = o.ID, err
-		}()
-	}
-	close(start)
-	wg.Wait()
+	together(n, func(i int) {
+		o, _, err := f.app.Create(context.Background(), "same-key", twoKeyboards)
+		ids[i], errs[i] = o.ID, err
+	})
 	for i := range ids {
 		if errs[i] != nil || ids[i] != ids[0] || ids[0] == 0 {
 			t.Fatalf("caller %d: id %d err %v, want id %d", i, ids[i], errs[i], ids[0])
 		}
 	}
-	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
-		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
-	}
+	f.wantOneOrder(t)
 }
 
 // Ten cancels with one key, released together, half of them for another
@@ -254,8 +262,6 @@ func TestConcurrentCancelsWithOneKey(t *testing.T) {
 	a, _, _ := f.app.Create(ctx, "a", twoKeyboards)
 	b, _, _ := f.app.Create(ctx, "b", twoKeyboards)
 	const n = 10
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	type answer struct {
 		order    uint64
 		result   orderapp.CancelResult
@@ -263,21 +269,14 @@ func TestConcurrentCancelsWithOneKey(t *testing.T) {
 		err      error
 	}
 	answers := make([]answer, n)
-	for i := 0; i < n; i++ {
+	together(n, func(i int) {
 		id := a.ID
 		if i%2 == 1 {
 			id = b.ID
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			_, res, replayed, err := f.app.Cancel(ctx, "one-key", id, "changed my mind")
-			answers[i] = answer{id, res, replayed, err}
-		}()
-	}
-	close(start)
-	wg.Wait()
+		_, res, replayed, err := f.app.Cancel(ctx, "one-key", id, "changed my mind")
+		answers[i] = answer{id, res, replayed, err}
+	})
 	var winner uint64
 	for _, ans := range answers {
 		if ans.err == nil && !ans.replayed {
@@ -382,51 +381,67 @@ func (f *fixture) status(t *testing.T, id uint64) order.Order {
 	return o
 }
 
-func TestResultsDriveTheOrderToConfirmed(t *testing.T) {
+// The participants' results drive an order to its end. Each case delivers
+// its results in turn, each leaving the order in a status, and ends with
+// the order's reason and its outbox ("type vN", in version order). Results
+// that do not fit the state (anything after a terminal state) change
+// nothing.
+func TestResultsDriveTheOrder(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, reserved(t, o))
-	if s := f.status(t, o.ID).Status; s != order.AwaitingPayment {
-		t.Fatalf("after inventory.reserved: %s, want awaiting_payment", s)
+	type step struct {
+		event func(t *testing.T, o order.Order) events.Envelope
+		want  order.Status
 	}
-	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents, Currency: "EUR", ChargeID: "ch_1"}))
-	if s := f.status(t, o.ID).Status; s != order.Confirmed {
-		t.Fatalf("after payment.succeeded: %s, want confirmed", s)
+	paid := func(t *testing.T, o order.Order) events.Envelope {
+		return envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents,
+			Currency: "EUR", ChargeID: "ch_1"})
 	}
-	rows := f.outbox(t)
-	if len(rows) != 2 || rows[1].Type != events.OrderConfirmed || rows[1].Version != 2 {
-		t.Fatalf("outbox = %+v, want order.created v1 then order.confirmed v2", rows)
+	declined := func(t *testing.T, o order.Order) events.Envelope {
+		return envelope(t, events.PaymentFailed, o.ID, events.PaymentFailedV1{OrderID: o.ID, Reason: "card_declined"})
 	}
-}
-
-func TestPaymentFailureCancelsAndAsksForRelease(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, reserved(t, o))
-	f.deliver(t, envelope(t, events.PaymentFailed, o.ID, events.PaymentFailedV1{OrderID: o.ID, Reason: "card_declined"}))
-	got := f.status(t, o.ID)
-	if got.Status != order.Cancelled || got.StatusReason != "payment failed: card_declined" {
-		t.Fatalf("order = %s (%q), want cancelled because of the decline", got.Status, got.StatusReason)
+	outOfStock := func(t *testing.T, o order.Order) events.Envelope {
+		return envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "insufficient stock"})
 	}
-	rows := f.outbox(t)
-	if len(rows) != 2 || rows[1].Type != events.OrderCancelled || rows[1].Version != 2 {
-		t.Fatalf("outbox = %+v, want order.cancelled v2", rows)
-	}
-}
-
-func TestRejectionEndsTheOrderWithNothingToCompensate(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "insufficient stock"}))
-	got := f.status(t, o.ID)
-	if got.Status != order.Rejected || got.StatusReason != "insufficient stock" {
-		t.Fatalf("order = %s (%q), want rejected", got.Status, got.StatusReason)
-	}
-	if n := len(f.outbox(t)); n != 1 {
-		t.Fatalf("outbox rows = %d, want only order.created", n)
+	for _, tt := range []struct {
+		name   string
+		steps  []step
+		reason string
+		outbox string
+	}{
+		{"reserved, then paid: confirmed", []step{{reserved, order.AwaitingPayment}, {paid, order.Confirmed}},
+			"", "[order.created v1 order.confirmed v2]"},
+		{"reserved, then declined: cancelled, the stock to be released", []step{{reserved, order.AwaitingPayment}, {declined, order.Cancelled}},
+			"payment failed: card_declined", "[order.created v1 order.cancelled v2]"},
+		{"rejected: nothing to compensate", []step{{outOfStock, order.Rejected}},
+			"insufficient stock", "[order.created v1]"},
+		{"stale results after a terminal state", []step{{outOfStock, order.Rejected}, {reserved, order.Rejected}, {paid, order.Rejected}},
+			"insufficient stock", "[order.created v1]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			o, _, err := f.app.Create(context.Background(), "k", twoKeyboards)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, st := range tt.steps {
+				e := st.event(t, o)
+				f.deliver(t, e)
+				if s := f.status(t, o.ID).Status; s != st.want {
+					t.Fatalf("after result %d (%s): %s, want %s", i+1, e.Type, s, st.want)
+				}
+			}
+			if got := f.status(t, o.ID).StatusReason; tt.reason != "" && got != tt.reason {
+				t.Errorf("status reason %q, want %q", got, tt.reason)
+			}
+			var outbox []string
+			for _, r := range f.outbox(t) {
+				outbox = append(outbox, fmt.Sprintf("%s v%d", r.Type, r.Version))
+			}
+			if got := fmt.Sprint(outbox); got != tt.outbox {
+				t.Errorf("outbox %s, want %s", got, tt.outbox)
+			}
+		})
 	}
 }
 
@@ -449,23 +464,6 @@ func TestPaymentOvertakingTheReservationConfirms(t *testing.T) {
 	rows := f.outbox(t)
 	if len(rows) != 2 || rows[1].Type != events.OrderConfirmed {
 		t.Fatalf("outbox = %+v, want order.created and one order.confirmed", rows)
-	}
-}
-
-// Events that do not fit the state change nothing: anything after a
-// terminal state.
-func TestStaleEventsChangeNothing(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
-	f.deliver(t, envelope(t, events.InventoryRejected, o.ID, events.InventoryRejectedV1{OrderID: o.ID, Reason: "x"}))
-	f.deliver(t, reserved(t, o)) // after a terminal state
-	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID}))
-	if s := f.status(t, o.ID).Status; s != order.Rejected {
-		t.Fatalf("terminal order moved to %s", s)
-	}
-	if n := len(f.outbox(t)); n != 1 {
-		t.Fatalf("outbox rows = %d, want 1", n)
 	}
 }
 

@@ -59,87 +59,93 @@ func (p *peer) serve(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.hits[r.Method+" "+r.URL.Path]++
-	write := func(code int, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(v)
-	}
 	switch {
 	case strings.HasPrefix(r.URL.Path, "/psp"):
 		p.psp.Add(1)
 		p.t.Errorf("the order service called the PSP: %s %s", r.Method, r.URL)
-		write(http.StatusTeapot, map[string]string{"error": "no"})
+		writeJSON(w, http.StatusTeapot, map[string]string{"error": "no"})
 	case strings.HasPrefix(r.URL.Path, "/admin/"):
 		if r.Header.Get("Authorization") != "Bearer "+p.token {
-			write(http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong admin token"})
 			return
 		}
-		switch {
-		case r.Method == http.MethodGet && r.URL.Path == "/admin/outbox":
-			rows := p.outbox[r.URL.Query().Get("aggregate_id")]
-			if rows == nil {
-				rows = []map[string]any{}
-			}
-			write(http.StatusOK, map[string]any{"events": rows})
-		case r.Method == http.MethodGet && r.URL.Path == "/admin/inbox":
-			if p.inboxErr != 0 {
-				write(p.inboxErr, map[string]string{"error": "internal error"})
-				return
-			}
-			want := map[string]bool{}
-			for _, id := range strings.Split(r.URL.Query().Get("event_id"), ",") {
-				want[id] = true
-			}
-			rows := []map[string]any{}
-			for _, row := range p.inbox {
-				if want[row["event_id"].(string)] {
-					rows = append(rows, row)
-				}
-			}
-			write(http.StatusOK, map[string]any{"inbox": rows})
-		case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/admin/outbox/") && strings.HasSuffix(r.URL.Path, "/retry"):
-			id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/admin/outbox/"), "/retry")
-			for _, rows := range p.outbox {
-				for _, row := range rows {
-					if row["event_id"] == id && row["status"] == "failed" {
-						row["status"] = "pending"
-						p.retried = append(p.retried, id)
-						write(http.StatusOK, map[string]string{"event_id": id, "status": "pending"})
-						return
-					}
-				}
-			}
-			write(http.StatusConflict, map[string]string{"error": "no failed event " + id})
-		default:
-			write(http.StatusNotFound, map[string]string{"error": "no such endpoint"})
-		}
+		p.serveAdmin(w, r)
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, p.prefix) && strings.HasSuffix(r.URL.Path, "/outcome"):
 		id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, p.prefix), "/outcome")
-		if code, ok := p.status[id]; ok {
-			write(code, map[string]string{"error": "internal error"})
-			return
-		}
 		outcome, ok := p.outcomes[id]
-		if !ok {
-			write(http.StatusNotFound, map[string]string{"error": "payment not found"})
-			return
-		}
-		write(http.StatusOK, map[string]string{"order_id": id, "outcome": outcome, "source": "psp"})
+		p.answer(w, id, ok, "payment not found", map[string]string{"order_id": id, "outcome": outcome, "source": "psp"})
 	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, p.prefix):
 		id := strings.TrimPrefix(r.URL.Path, p.prefix)
-		if code, ok := p.status[id]; ok {
-			write(code, map[string]string{"error": "internal error"})
-			return
-		}
 		rec, ok := p.records[id]
-		if !ok {
-			write(http.StatusNotFound, map[string]string{"error": "not found"})
+		p.answer(w, id, ok, "not found", rec)
+	default:
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+	}
+}
+
+// serveAdmin answers the admin API: the outbox rows of an order, the inbox
+// rows of some events, the retry of a failed event. Under p.mu.
+func (p *peer) serveAdmin(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == "/admin/outbox":
+		rows := p.outbox[r.URL.Query().Get("aggregate_id")]
+		if rows == nil {
+			rows = []map[string]any{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"events": rows})
+	case r.Method == http.MethodGet && r.URL.Path == "/admin/inbox":
+		if p.inboxErr != 0 {
+			writeJSON(w, p.inboxErr, map[string]string{"error": "internal error"})
 			return
 		}
-		write(http.StatusOK, rec)
+		want := map[string]bool{}
+		for _, id := range strings.Split(r.URL.Query().Get("event_id"), ",") {
+			want[id] = true
+		}
+		rows := []map[string]any{}
+		for _, row := range p.inbox {
+			if want[row["event_id"].(string)] {
+				rows = append(rows, row)
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"inbox": rows})
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/admin/outbox/") && strings.HasSuffix(r.URL.Path, "/retry"):
+		id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/admin/outbox/"), "/retry")
+		for _, rows := range p.outbox {
+			for _, row := range rows {
+				if row["event_id"] == id && row["status"] == "failed" {
+					row["status"] = "pending"
+					p.retried = append(p.retried, id)
+					writeJSON(w, http.StatusOK, map[string]string{"event_id": id, "status": "pending"})
+					return
+				}
+			}
+		}
+		writeJSON(w, http.StatusConflict, map[string]string{"error": "no failed event " + id})
 	default:
-		write(http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})
 	}
+}
+
+// answer writes body, what the peer holds of order id: unless a status is
+// forced for the order (a broken peer), or the peer holds nothing of it
+// (found false: 404 with notFound). Under p.mu.
+func (p *peer) answer(w http.ResponseWriter, id string, found bool, notFound string, body any) {
+	if code, ok := p.status[id]; ok {
+		writeJSON(w, code, map[string]string{"error": "internal error"})
+		return
+	}
+	if !found {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": notFound})
+		return
+	}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func (p *peer) set(orderID uint64, rec map[string]any) {

@@ -416,11 +416,11 @@ func answerError(a *peerclient.Answer) string {
 	return fmt.Sprintf("HTTP %d", a.HTTPStatus)
 }
 
-// applyResult applies the participant's result to the order with the
-// trigger its lost event would have fired, through decide: the same
-// transition, the same emitted event, as if the event had arrived. The
-// order is compared with the scan under its row lock first.
-func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {
+// repairUnchanged runs repair in one transaction (retried) with the order
+// locked, if the order is still as the scan saw it (c). If it moved, the
+// repair is not made: the audit row says so, in moved's words.
+func (a *App) repairUnchanged(ctx context.Context, c orderdb.Candidate, audit *orderdb.Audit, moved func(order.Order) string,
+	repair func(tx *sqlx.Tx, o order.Order) error) error {
 	return sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
 		o, err := orderdb.Lock(ctx, tx, c.ID)
 		if err != nil {
@@ -428,10 +428,22 @@ func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candi
 		}
 		if !c.Same(o) {
 			audit.Outcome = OutcomeStateChanged
-			audit.Detail = fmt.Sprintf("the order moved during the scan (now %s, refund %s): %s not applied",
-				o.Status, o.RefundStatus, v.Trigger)
+			audit.Detail = moved(o)
 			return orderdb.InsertAudit(ctx, tx, *audit)
 		}
+		return repair(tx, o)
+	})
+}
+
+// applyResult applies the participant's result to the order with the
+// trigger its lost event would have fired, through decide: the same
+// transition, the same emitted event, as if the event had arrived. The
+// order is compared with the scan under its row lock first.
+func (a *App) applyResult(ctx context.Context, log *slog.Logger, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {
+	moved := func(o order.Order) string {
+		return fmt.Sprintf("the order moved during the scan (now %s, refund %s): %s not applied", o.Status, o.RefundStatus, v.Trigger)
+	}
+	return a.repairUnchanged(ctx, c, audit, moved, func(tx *sqlx.Tx, o order.Order) error {
 		changed, err := a.decide(ctx, Direct(tx), log, o, v.Trigger, v.Reason, cause{actor: ActorReconciler, repairID: audit.RepairID})
 		if err != nil {
 			return err

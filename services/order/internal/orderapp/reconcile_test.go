@@ -26,6 +26,34 @@ func (r *recon) awaitingPayment(t *testing.T, key string) order.Order {
 	return o
 }
 
+// stale creates an order awaiting payment whose last change was ago in the
+// past (outside the grace window when ago is past it), with inventory's
+// reservation reserved and payment's record in paymentStatus.
+func (r *recon) stale(t *testing.T, key string, ago time.Duration, paymentStatus string) order.Order {
+	t.Helper()
+	o := r.awaitingPayment(t, key)
+	r.age(t, o.ID, ago)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.set(o.ID, payment(paymentStatus))
+	return o
+}
+
+// wantOneRepair checks that a run made one repair, of classification
+// class, by action, with outcome ("": any), and returns it.
+func wantOneRepair(t *testing.T, sum orderapp.RunSummary, class, action, outcome string) orderapp.RepairSummary {
+	t.Helper()
+	if len(sum.Repairs) != 1 {
+		t.Fatalf("summary = %+v, want one repair", sum)
+	}
+	rep := sum.Repairs[0]
+	for _, c := range [][2]string{{rep.Classification, class}, {rep.Action, action}, {rep.Outcome, outcome}} {
+		if c[1] != "" && c[0] != c[1] {
+			t.Fatalf("summary = %+v, want one repair: %q / %q / %q", sum, class, action, outcome)
+		}
+	}
+	return rep
+}
+
 func reservation(status string) map[string]any {
 	return map[string]any{"status": status, "reason": "", "items": []any{}}
 }
@@ -54,10 +82,7 @@ func outboxOf(f *fixture, t *testing.T, id uint64, typ string) []outboxRow {
 func TestReconcilerRepairsALostPaymentResult(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.awaitingPayment(t, "stuck")
-	r.age(t, o.ID, 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
+	o := r.stale(t, "stuck", 5*time.Minute, order.PaySucceeded)
 
 	sum := r.run(t)
 	if sum.Checked != 1 || sum.Found["result_missing"] != 1 || len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
@@ -79,33 +104,7 @@ func TestReconcilerRepairsALostPaymentResult(t *testing.T) {
 	if len(audits) != 1 || audits[0].RepairID != rep.RepairID || audits[0].RunID != sum.RunID || audits[0].Outcome != "repaired" {
 		t.Fatalf("audit rows = %+v, want the one repair of run %s", audits, sum.RunID)
 	}
-	var ev struct {
-		Order struct {
-			Status string `json:"status"`
-		} `json:"order"`
-		Payment struct {
-			HTTPStatus int       `json:"http_status"`
-			AnsweredAt time.Time `json:"answered_at"`
-			Body       struct {
-				Status string `json:"status"`
-			} `json:"body"`
-		} `json:"payment"`
-		Reservation struct {
-			Body struct {
-				Status string `json:"status"`
-			} `json:"body"`
-		} `json:"inventory_reservation"`
-		OrderOutbox    []json.RawMessage `json:"order_outbox"`
-		Classification string            `json:"classification"`
-	}
-	if err := json.Unmarshal(audits[0].Evidence, &ev); err != nil {
-		t.Fatal(err)
-	}
-	if ev.Order.Status != "awaiting_payment" || ev.Payment.HTTPStatus != 200 || ev.Payment.Body.Status != "succeeded" ||
-		ev.Payment.AnsweredAt.IsZero() || ev.Reservation.Body.Status != "reserved" || len(ev.OrderOutbox) != 1 ||
-		ev.Classification != "result_missing" {
-		t.Fatalf("evidence = %s", audits[0].Evidence)
-	}
+	checkLostPaymentEvidence(t, audits[0].Evidence)
 	// order_history: the move, by the reconciler, with the repair id.
 	h := r.history(t, o.ID)
 	last := h[len(h)-1]
@@ -134,6 +133,40 @@ func TestReconcilerRepairsALostPaymentResult(t *testing.T) {
 	}
 }
 
+// checkLostPaymentEvidence checks the evidence the reconciler kept of a
+// lost payment result: what it read of the order, of payment (succeeded)
+// and of inventory (reserved), and its classification.
+func checkLostPaymentEvidence(t *testing.T, evidence json.RawMessage) {
+	t.Helper()
+	var ev struct {
+		Order struct {
+			Status string `json:"status"`
+		} `json:"order"`
+		Payment struct {
+			HTTPStatus int       `json:"http_status"`
+			AnsweredAt time.Time `json:"answered_at"`
+			Body       struct {
+				Status string `json:"status"`
+			} `json:"body"`
+		} `json:"payment"`
+		Reservation struct {
+			Body struct {
+				Status string `json:"status"`
+			} `json:"body"`
+		} `json:"inventory_reservation"`
+		OrderOutbox    []json.RawMessage `json:"order_outbox"`
+		Classification string            `json:"classification"`
+	}
+	if err := json.Unmarshal(evidence, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Order.Status != "awaiting_payment" || ev.Payment.HTTPStatus != 200 || ev.Payment.Body.Status != "succeeded" ||
+		ev.Payment.AnsweredAt.IsZero() || ev.Reservation.Body.Status != "reserved" || len(ev.OrderOutbox) != 1 ||
+		ev.Classification != "result_missing" {
+		t.Fatalf("evidence = %s", evidence)
+	}
+}
+
 // A healthy order, an order inside the grace window and an order whose
 // payment is still pending are left alone: no repair, no audit row.
 func TestReconcilerLeavesHealthyOrdersAlone(t *testing.T) {
@@ -143,10 +176,7 @@ func TestReconcilerLeavesHealthyOrdersAlone(t *testing.T) {
 	r.inventory.set(fresh.ID, reservation(order.ResReserved))
 	r.payment.set(fresh.ID, payment(order.PaySucceeded))
 
-	charging := r.awaitingPayment(t, "charging") // stale, but the payment is still pending
-	r.age(t, charging.ID, 5*time.Minute)
-	r.inventory.set(charging.ID, reservation(order.ResReserved))
-	r.payment.set(charging.ID, payment(order.PayPending))
+	charging := r.stale(t, "charging", 5*time.Minute, order.PayPending) // stale, but the payment is still pending
 
 	done := r.awaitingPayment(t, "done") // confirmed: closed
 	r.deliver(t, envelope(t, events.PaymentSucceeded, done.ID, events.PaymentSucceededV1{OrderID: done.ID}))
@@ -189,10 +219,7 @@ func TestReconcilerRepublishesAFailedEventByItsID(t *testing.T) {
 	// inventory and payment have no record (404).
 
 	sum := r.run(t)
-	if len(sum.Repairs) != 1 || sum.Repairs[0].Classification != "event_not_sent" || sum.Repairs[0].Action != "republish_event" ||
-		sum.Repairs[0].Outcome != "repaired" {
-		t.Fatalf("summary = %+v, want event_not_sent republished", sum)
-	}
+	wantOneRepair(t, sum, "event_not_sent", "republish_event", "repaired")
 	var row struct {
 		Status   string `db:"status"`
 		Attempts int    `db:"attempts"`
@@ -227,10 +254,7 @@ func TestReconcilerResendsASentButUnconsumedEvent(t *testing.T) {
 	r.age(t, o.ID, 5*time.Minute)
 
 	sum := r.run(t)
-	if len(sum.Repairs) != 1 || sum.Repairs[0].Classification != "not_consumed" || sum.Repairs[0].Action != "resend_event" ||
-		sum.Repairs[0].Outcome != "repaired" {
-		t.Fatalf("summary = %+v, want not_consumed resent", sum)
-	}
+	wantOneRepair(t, sum, "not_consumed", "resend_event", "repaired")
 	rows := r.outbox(t)
 	if len(rows) != 1 || rows[0].EventID != created.EventID || rows[0].Status != "pending" {
 		t.Fatalf("outbox = %+v, want the same event back to pending", rows)
@@ -268,9 +292,7 @@ func TestReconcilerAsksTheParticipantToRetryItsFailedEvent(t *testing.T) {
 		"aggregate_version": 1, "status": "failed", "attempts": 10, "created_at": time.Now().UTC()})
 
 	sum := r.run(t)
-	if len(sum.Repairs) != 1 || sum.Repairs[0].Action != "republish_participant_event" || sum.Repairs[0].Outcome != "repaired" {
-		t.Fatalf("summary = %+v", sum)
-	}
+	wantOneRepair(t, sum, "", "republish_participant_event", "repaired")
 	if len(r.inventory.retried) != 1 || r.inventory.retried[0] != "0190f0e0-0000-7000-8000-000000000001" {
 		t.Fatalf("inventory retried %v", r.inventory.retried)
 	}
@@ -285,10 +307,7 @@ func TestReconcilerAsksTheParticipantToRetryItsFailedEvent(t *testing.T) {
 func TestReconcilerRespectsAChangeDuringTheScan(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.awaitingPayment(t, "race")
-	r.age(t, o.ID, 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
+	o := r.stale(t, "race", 5*time.Minute, order.PaySucceeded)
 
 	gate, done := r.runPaused(t, context.Background(), "admin")
 	// The lost event arrives now.
@@ -322,9 +341,7 @@ func TestReconcilerDecidesNothingOnHalfTheEvidence(t *testing.T) {
 	o := r.awaitingPayment(t, "half")
 	r.age(t, o.ID, 5*time.Minute)
 	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.mu.Lock()
-	r.payment.status[itoa(o.ID)] = 500
-	r.payment.mu.Unlock()
+	r.payment.setStatus(o.ID, 500)
 
 	sum := r.run(t)
 	if sum.Found["unknown"] != 1 || len(sum.Repairs) != 0 {
@@ -340,10 +357,7 @@ func TestReconcilerDecidesNothingOnHalfTheEvidence(t *testing.T) {
 func TestReconcilerReportsWhatItCannotRepairOnce(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.awaitingPayment(t, "parked")
-	r.age(t, o.ID, 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PayNeedsAttention))
+	o := r.stale(t, "parked", 5*time.Minute, order.PayNeedsAttention)
 
 	first, second := r.run(t), r.run(t)
 	if len(first.Repairs) != 1 || first.Repairs[0].Classification != "really_failed" || first.Repairs[0].Outcome != "reported" {
@@ -382,9 +396,7 @@ func TestReconcilerClosesARefundWhoseResultWasLost(t *testing.T) {
 	r.payment.set(o.ID, p)
 
 	sum := r.run(t)
-	if len(sum.Repairs) != 1 || sum.Repairs[0].Classification != "result_missing" || sum.Repairs[0].Outcome != "repaired" {
-		t.Fatalf("summary = %+v", sum)
-	}
+	wantOneRepair(t, sum, "result_missing", "", "repaired")
 	if got := r.status(t, o.ID); got.Status != order.Cancelled || got.RefundStatus != order.RefundRefunded {
 		t.Fatalf("order = %s/%s, want cancelled/refunded", got.Status, got.RefundStatus)
 	}
@@ -401,6 +413,17 @@ func (r *recon) confirmed(t *testing.T, key string, ago time.Duration) order.Ord
 	}
 	r.age(t, o.ID, ago)
 	return o
+}
+
+// confirmNotApplied makes an order confirmed and finished 5 minutes ago
+// whose order.confirmed (returned) was sent, while inventory still shows
+// the stock reserved: the sale did not reach it. Payment shows the charge.
+func (r *recon) confirmNotApplied(t *testing.T, key string) (order.Order, outboxRow) {
+	t.Helper()
+	o := r.confirmed(t, key, 5*time.Minute)
+	r.inventory.set(o.ID, reservation(order.ResReserved))
+	r.payment.set(o.ID, payment(order.PaySucceeded))
+	return o, outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
 }
 
 type checkRow struct {
@@ -430,10 +453,7 @@ func (r *recon) check(t *testing.T, id uint64) *checkRow {
 func TestReconcilerResendsAConfirmInventoryNeverApplied(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.confirmed(t, "confirm-lost", 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
-	sent := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
+	o, sent := r.confirmNotApplied(t, "confirm-lost")
 
 	sum := r.run(t)
 	if sum.Checked != 1 || len(sum.Repairs) != 1 || len(sum.Errors) != 0 {
@@ -477,9 +497,7 @@ func TestReconcilerParksAFinishedOrderItCannotRepair(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
 	r.reg.MustRegister(r.app.Collector())
-	o := r.confirmed(t, "stubborn", 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
+	o, _ := r.confirmNotApplied(t, "stubborn")
 	for i := 0; i < order.MaxRepairs; i++ {
 		if sum := r.run(t); len(sum.Repairs) != 1 || sum.Repairs[0].Action != "resend_event" {
 			t.Fatalf("run %d = %+v, want a resend", i+1, sum)
@@ -490,9 +508,7 @@ func TestReconcilerParksAFinishedOrderItCannotRepair(t *testing.T) {
 		}
 	}
 	sum := r.run(t)
-	if len(sum.Repairs) != 1 || sum.Repairs[0].Action != "report" || sum.Repairs[0].Outcome != "reported" {
-		t.Fatalf("run after %d resends = %+v, want a report", order.MaxRepairs, sum)
-	}
+	wantOneRepair(t, sum, "", "report", "reported") // after order.MaxRepairs resends
 	c := r.check(t, o.ID)
 	if c == nil || c.Result != "needs_attention" || c.RepairID == nil || *c.RepairID != sum.Repairs[0].RepairID {
 		t.Fatalf("check row = %+v, want needs_attention with the report's repair id", c)

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
@@ -79,16 +78,10 @@ func (a *App) classifyWithInbox(ctx context.Context, obs order.Observation, v or
 // the order and the event are both still as the scan saw them: a replay
 // (outbox.Requeue).
 func (a *App) requeue(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit, from ...string) error {
-	return sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
-		o, err := orderdb.Lock(ctx, tx, c.ID)
-		if err != nil {
-			return err
-		}
-		if !c.Same(o) {
-			audit.Outcome = OutcomeStateChanged
-			audit.Detail = fmt.Sprintf("the order moved during the scan (now %s): event %s left alone", o.Status, v.EventID)
-			return orderdb.InsertAudit(ctx, tx, *audit)
-		}
+	moved := func(o order.Order) string {
+		return fmt.Sprintf("the order moved during the scan (now %s): event %s left alone", o.Status, v.EventID)
+	}
+	return a.repairUnchanged(ctx, c, audit, moved, func(tx *sqlx.Tx, _ order.Order) error {
 		done, err := outbox.Requeue(ctx, tx, v.EventID, from...)
 		if err != nil {
 			return err
@@ -110,16 +103,10 @@ func (a *App) requeue(ctx context.Context, c orderdb.Candidate, v order.Verdict,
 // event_id, the order's next version, corrects_event_id the original. The
 // original row is left as it is (sent, its history intact).
 func (a *App) correct(ctx context.Context, c orderdb.Candidate, v order.Verdict, audit *orderdb.Audit) error {
-	return sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
-		o, err := orderdb.Lock(ctx, tx, c.ID)
-		if err != nil {
-			return err
-		}
-		if !c.Same(o) {
-			audit.Outcome = OutcomeStateChanged
-			audit.Detail = fmt.Sprintf("the order moved during the scan (now %s): event %s not corrected", o.Status, v.EventID)
-			return orderdb.InsertAudit(ctx, tx, *audit)
-		}
+	moved := func(o order.Order) string {
+		return fmt.Sprintf("the order moved during the scan (now %s): event %s not corrected", o.Status, v.EventID)
+	}
+	return a.repairUnchanged(ctx, c, audit, moved, func(tx *sqlx.Tx, o order.Order) error {
 		orig, err := ownRow(ctx, tx, c.ID, v.EventID)
 		if err != nil {
 			return err

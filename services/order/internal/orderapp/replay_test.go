@@ -34,10 +34,7 @@ func (p *peer) processed(consumer, eventID string) {
 func TestReconcilerCorrectsAnEventTheParticipantProcessedWithoutItsEffect(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.confirmed(t, "confirm-unapplied", 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.set(o.ID, payment(order.PaySucceeded))
-	sent := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
+	o, sent := r.confirmNotApplied(t, "confirm-unapplied")
 	r.inventory.processed("inventory", sent.EventID)
 	before := r.status(t, o.ID)
 
@@ -107,20 +104,14 @@ func TestReconcilerReplaysAnEventTheParticipantNeverProcessed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRecon(t)
-			o := r.confirmed(t, "confirm-lost", 5*time.Minute)
-			r.inventory.set(o.ID, reservation(order.ResReserved))
-			r.payment.set(o.ID, payment(order.PaySucceeded))
-			sent := outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)[0]
+			o, sent := r.confirmNotApplied(t, "confirm-lost")
 			r.inventory.processed("inventory", "another-event")
 			if tc.broken {
 				r.inventory.failInbox(http.StatusInternalServerError)
 			}
 
 			sum := r.run(t)
-			if len(sum.Repairs) != 1 || sum.Repairs[0].Classification != "not_consumed" || sum.Repairs[0].Action != "resend_event" ||
-				sum.Repairs[0].Outcome != "repaired" {
-				t.Fatalf("summary = %+v, want not_consumed / resend_event / repaired", sum)
-			}
+			wantOneRepair(t, sum, "not_consumed", "resend_event", "repaired")
 			if n := r.inventory.hit("GET /admin/inbox"); n != 1 {
 				t.Fatalf("inventory's inbox asked %d times, want once before the replay", n)
 			}

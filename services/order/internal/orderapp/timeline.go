@@ -275,9 +275,7 @@ func reservationEntries(res *peerclient.Reservation) []TimelineEntry {
 	}
 	if res.UpdatedAt.After(res.CreatedAt) {
 		d := map[string]any{"status": res.Status}
-		if res.Reason != "" {
-			d["reason"] = res.Reason
-		}
+		setNonEmpty(d, "reason", res.Reason)
 		out = append(out, entry(res.UpdatedAt, svc, KindReservationUpdated, d))
 	}
 	return out
@@ -294,12 +292,8 @@ func paymentEntries(pay *peerclient.Payment) []TimelineEntry {
 		"amount_cents": pay.AmountCents})}
 	if pay.UpdatedAt.After(pay.CreatedAt) {
 		d := map[string]any{"status": pay.Status}
-		if pay.PSPChargeID != "" {
-			d["psp_charge_id"] = pay.PSPChargeID
-		}
-		if pay.FailureReason != "" {
-			d["failure_reason"] = pay.FailureReason
-		}
+		setNonEmpty(d, "psp_charge_id", pay.PSPChargeID)
+		setNonEmpty(d, "failure_reason", pay.FailureReason)
 		out = append(out, entry(pay.UpdatedAt, svc, KindPaymentUpdated, d))
 	}
 	if f := pay.Refund; f != nil {
@@ -349,6 +343,13 @@ func repairEntries(audits []orderdb.Audit) []TimelineEntry {
 func setIf(d map[string]any, key string, v *string) {
 	if v != nil {
 		d[key] = *v
+	}
+}
+
+// setNonEmpty sets d[key] to v unless v is empty.
+func setNonEmpty(d map[string]any, key, v string) {
+	if v != "" {
+		d[key] = v
 	}
 }
 

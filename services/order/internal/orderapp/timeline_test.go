@@ -26,22 +26,7 @@ func TestTimelineMergesTheThreeServicesInTimeOrder(t *testing.T) {
 	if len(own) != 1 {
 		t.Fatalf("order outbox = %+v, want order.created only", own)
 	}
-	// The peers' records, after everything the order service did.
-	base := time.Now().UTC().Add(time.Hour).Truncate(time.Microsecond)
-	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
-	r.inventory.setOutbox(o.ID, map[string]any{"event_id": "inv-1", "aggregate_version": 1, "event_type": events.InventoryReserved,
-		"status": "sent", "attempts": 1, "created_at": at(2), "sent_at": at(3)})
-	r.inventory.inbox = []map[string]any{{"consumer": "inventory", "event_id": own[0].EventID, "processed_at": at(1)}}
-	r.inventory.set(o.ID, map[string]any{"status": "committed", "reason": "", "expires_at": at(60), "expired_at": nil,
-		"created_at": at(1), "updated_at": at(9)})
-	r.payment.setOutbox(o.ID, map[string]any{"event_id": "pay-1", "aggregate_version": 1, "event_type": events.PaymentSucceeded,
-		"status": "pending", "attempts": 0, "total_attempts": 10, "requeues": 1, "created_at": at(5), "sent_at": nil})
-	r.payment.inbox = []map[string]any{{"consumer": "payment", "event_id": "inv-1", "processed_at": at(4)}}
-	pay := payment(order.PaySucceeded)
-	pay["created_at"], pay["updated_at"] = at(4), at(5)
-	pay["refund"] = map[string]any{"status": "succeeded", "amount_cents": 19000, "psp_refund_id": "re_1",
-		"created_at": at(7), "updated_at": at(8)}
-	r.payment.set(o.ID, pay)
+	r.chargedAndRefunded(o.ID, own[0].EventID)
 
 	tl, err := r.app.Timeline(context.Background(), o.ID)
 	if err != nil {
@@ -104,6 +89,28 @@ func TestTimelineMergesTheThreeServicesInTimeOrder(t *testing.T) {
 			t.Fatalf("entry %v from a reservation inventory did not give", e)
 		}
 	}
+}
+
+// chargedAndRefunded gives the peers the records of an order whose stock
+// was reserved and committed and whose payment was charged and refunded, at
+// times after everything the order service did (an hour ahead, second by
+// second); consumed is the order.created event inventory consumed.
+func (r *recon) chargedAndRefunded(orderID uint64, consumed string) {
+	base := time.Now().UTC().Add(time.Hour).Truncate(time.Microsecond)
+	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
+	r.inventory.setOutbox(orderID, map[string]any{"event_id": "inv-1", "aggregate_version": 1, "event_type": events.InventoryReserved,
+		"status": "sent", "attempts": 1, "created_at": at(2), "sent_at": at(3)})
+	r.inventory.inbox = []map[string]any{{"consumer": "inventory", "event_id": consumed, "processed_at": at(1)}}
+	r.inventory.set(orderID, map[string]any{"status": "committed", "reason": "", "expires_at": at(60), "expired_at": nil,
+		"created_at": at(1), "updated_at": at(9)})
+	r.payment.setOutbox(orderID, map[string]any{"event_id": "pay-1", "aggregate_version": 1, "event_type": events.PaymentSucceeded,
+		"status": "pending", "attempts": 0, "total_attempts": 10, "requeues": 1, "created_at": at(5), "sent_at": nil})
+	r.payment.inbox = []map[string]any{{"consumer": "payment", "event_id": "inv-1", "processed_at": at(4)}}
+	pay := payment(order.PaySucceeded)
+	pay["created_at"], pay["updated_at"] = at(4), at(5)
+	pay["refund"] = map[string]any{"status": "succeeded", "amount_cents": 19000, "psp_refund_id": "re_1",
+		"created_at": at(7), "updated_at": at(8)}
+	r.payment.set(orderID, pay)
 }
 
 // The timeline names the instance that acted where a row records it: the

@@ -22,7 +22,7 @@ import (
 func adminServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	db := sqldbtest.New(t, "order")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	app := orderapp.New(db.DB, func() {}, log, orderapp.Config{})
 	r := chi.NewRouter()
 	orderhttp.Routes(r, app, log)

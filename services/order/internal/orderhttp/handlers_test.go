@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,12 +24,17 @@ import (
 func server(t *testing.T) (*httptest.Server, *sqldbtest.DB) {
 	t.Helper()
 	db := sqldbtest.New(t, "order")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r := chi.NewRouter()
-	orderhttp.Routes(r, orderapp.New(db.DB, func() {}, log, orderapp.Config{}), log)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(router(db))
 	t.Cleanup(srv.Close)
 	return srv, db
+}
+
+// router is the order API over db, its logs discarded.
+func router(db *sqldbtest.DB) *chi.Mux {
+	log := slog.New(slog.DiscardHandler)
+	r := chi.NewRouter()
+	orderhttp.Routes(r, orderapp.New(db.DB, func() {}, log, orderapp.Config{}), log)
+	return r
 }
 
 func do(t *testing.T, method, url, contentType, key, body string) (int, map[string]any, http.Header) {
@@ -167,6 +171,13 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		!strings.HasSuffix(body["type"].(string), "#problem-idempotency-key-reused") {
 		t.Fatalf("key reuse: %d %v, want 422 idempotency-key-reused", code, body)
 	}
+}
+
+// A read of an order that does not exist, or with a bad query, gets a JSON
+// error.
+func TestBadReadsAreRefused(t *testing.T) {
+	t.Parallel()
+	srv, _ := server(t)
 	for _, path := range []string{"/orders/999", "/orders/abc", "/orders/0"} {
 		if code, body, _ := do(t, "GET", srv.URL+path, "", "", ""); code != 404 || body["error"] == nil {
 			t.Errorf("GET %s: %d %v, want 404 JSON", path, code, body)
@@ -250,11 +261,8 @@ func TestQuotedIdempotencyKey(t *testing.T) {
 func TestKeyInFlightIs409(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "order")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	r := chi.NewRouter()
-	orderhttp.Routes(r, orderapp.New(db.DB, func() {}, log, orderapp.Config{}), log)
 	fps := failpoint.NewRegistry()
-	srv := httptest.NewUnstartedServer(r)
+	srv := httptest.NewUnstartedServer(router(db))
 	srv.Config.BaseContext = func(net.Listener) context.Context { return failpoint.WithRegistry(context.Background(), fps) }
 	srv.Start()
 	t.Cleanup(srv.Close)

@@ -2,6 +2,7 @@ package payment
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,18 +20,27 @@ func TestTransitionTable(t *testing.T) {
 		Succeeded:             {Cancel: Succeeded, RefundCompleted: Refunded},
 		CancelledBeforeCharge: {ChargeSucceeded: Succeeded, ChargeDeclined: Failed},
 	}
-	for _, s := range append([]Status{NoPayment}, Statuses...) {
-		for _, tr := range Triggers {
-			got, ok := Next(s, tr)
+	walkTable(t, "Next", append([]Status{NoPayment}, Statuses...), Triggers, Next, want, Status.Terminal, Status.Valid)
+}
+
+// walkTable checks next, a transition function, on every (status, trigger)
+// pair against want (a pair not in it: no move), that a terminal status
+// accepts nothing, and that every move leads to a valid status.
+func walkTable[S ~string, T ~string](t *testing.T, name string, statuses []S, triggers []T, next func(S, T) (S, bool),
+	want map[S]map[T]S, terminal, valid func(S) bool) {
+	t.Helper()
+	for _, s := range statuses {
+		for _, tr := range triggers {
+			got, ok := next(s, tr)
 			wantTo, wantOK := want[s][tr]
 			if ok != wantOK || got != wantTo {
-				t.Errorf("Next(%q, %s) = (%q, %v), want (%q, %v)", s, tr, got, ok, wantTo, wantOK)
+				t.Errorf("%s(%q, %s) = (%q, %v), want (%q, %v)", name, s, tr, got, ok, wantTo, wantOK)
 			}
-			if s.Terminal() && ok {
+			if terminal(s) && ok {
 				t.Errorf("terminal status %s accepted %s", s, tr)
 			}
-			if ok && !got.Valid() {
-				t.Errorf("Next(%q, %s) leads to unknown status %q", s, tr, got)
+			if ok && !valid(got) {
+				t.Errorf("%s(%q, %s) leads to unknown status %q", name, s, tr, got)
 			}
 		}
 	}
@@ -54,18 +64,8 @@ func TestRefundTransitionTable(t *testing.T) {
 		RefundRequested:      {RefundDone: RefundSucceeded, RefundPark: RefundNeedsAttention},
 		RefundNeedsAttention: {RefundDone: RefundSucceeded, RefundRetry: RefundRequested},
 	}
-	for _, s := range append([]RefundStatus{NoRefund}, RefundStatuses...) {
-		for _, tr := range RefundTriggers {
-			got, ok := NextRefund(s, tr)
-			wantTo, wantOK := want[s][tr]
-			if ok != wantOK || got != wantTo {
-				t.Errorf("NextRefund(%q, %s) = (%q, %v), want (%q, %v)", s, tr, got, ok, wantTo, wantOK)
-			}
-			if s.Terminal() && ok {
-				t.Errorf("terminal refund status %s accepted %s", s, tr)
-			}
-		}
-	}
+	walkTable(t, "NextRefund", append([]RefundStatus{NoRefund}, RefundStatuses...), RefundTriggers, NextRefund, want,
+		RefundStatus.Terminal, func(s RefundStatus) bool { return slices.Contains(RefundStatuses, s) })
 }
 
 // A payment owes a refund exactly when it was charged and its order was

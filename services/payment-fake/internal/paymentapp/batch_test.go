@@ -49,10 +49,6 @@ func TestChargesInOneBatch(t *testing.T) {
 			t.Errorf("order %d: %d %s events, want 1", id, got, event)
 		}
 	}
-	if got := inboxtest.Counter(t, reg, "consumer_batches_total", paymentbindings.PSPConsumer); got != 1 {
-		t.Errorf("batches = %v, want 1", got)
-	}
-	if got := inboxtest.Counter(t, reg, "consumer_batch_fallbacks_total", paymentbindings.PSPConsumer); got != 0 {
-		t.Errorf("batch fallbacks = %v, want 0", got)
-	}
+	inboxtest.WantCounter(t, reg, "consumer_batches_total", paymentbindings.PSPConsumer, 1)
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", paymentbindings.PSPConsumer, 0)
 }

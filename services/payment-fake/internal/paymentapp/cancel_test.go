@@ -11,6 +11,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
@@ -31,7 +32,7 @@ func TestCancelBeforeReservedLeavesMarkerAndChargesNothing(t *testing.T) {
 		t.Fatalf("outbox = %v, want nothing (no event for a null compensation)", rows)
 	}
 
-	late := reserved(order, "c-1", 1500)
+	late := paymenttest.Reserved(order, "c-1", 1500)
 	if err := f.saga.Process(f.ctx, late); err != nil {
 		t.Fatalf("late inventory.reserved: %v, want processed (a stale event is a result, not an error)", err)
 	}
@@ -42,7 +43,7 @@ func TestCancelBeforeReservedLeavesMarkerAndChargesNothing(t *testing.T) {
 	}
 	// A second cancel and another copy of the late event change nothing.
 	f.cancel(t, order)
-	if err := f.saga.Process(f.ctx, reserved(order, "c-1", 1500)); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Reserved(order, "c-1", 1500)); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.payment(t, order); got.CancelReason != m.CancelReason || got.Status != m.Status {
@@ -115,10 +116,7 @@ func TestCancelAfterUnrecordedChargeQueriesAndRefunds(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
 	cmd := f.reserve(t, order, "c-1", 1500)
-	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
-	if err := f.charges.Process(f.ctx, cmd); err == nil {
-		t.Fatal("first attempt: want the injected error")
-	}
+	f.failAfterPSPCall(t, cmd)
 	f.cancel(t, order)
 
 	if err := f.charges.Process(f.ctx, cmd); err != nil {
@@ -216,10 +214,7 @@ func TestCancelOfAChargeInFlightFoundByTheSweepIsRefunded(t *testing.T) {
 	cfg.CancelSettle = time.Microsecond
 	f := newFixtureWith(t, 3*time.Second, cfg)
 	cmd := f.reserve(t, order, "c-1", 1500)
-	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
-	if err := f.charges.Process(f.ctx, cmd); err == nil {
-		t.Fatal("charge: want the injected error")
-	}
+	f.failAfterPSPCall(t, cmd)
 	f.cancel(t, order)
 	if rep := f.sweep(t); rep.Charges.Resolved != 1 {
 		t.Fatalf("sweep = %+v, want the outcome resolved", rep.Charges)
@@ -240,10 +235,7 @@ func TestCancelOfAChargeInFlightFoundByTheSweepIsRefunded(t *testing.T) {
 func TestCancelAfterSucceededRefunds(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	cmd := f.reserve(t, order, "c-1", 2500)
-	if err := f.charges.Process(f.ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "c-1", 2500)
 	f.cancel(t, order)
 	f.cancel(t, order)
 
@@ -277,10 +269,7 @@ func TestCancelAfterSucceededRefunds(t *testing.T) {
 func TestCancelAfterDeclineDoesNothing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	cmd := f.reserve(t, order, "decline-1", 1500)
-	if err := f.charges.Process(f.ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "decline-1", 1500)
 	f.cancel(t, order)
 	if p := f.payment(t, order); p.Status != payment.Failed || p.CancelRequested {
 		t.Errorf("payment = %+v, want failed, untouched", p)
@@ -295,9 +284,7 @@ func TestCancelAfterDeclineDoesNothing(t *testing.T) {
 func TestRefundLostResponseIsResolvedByStatusQuery(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	if err := f.charges.Process(f.ctx, f.reserve(t, order, "c-1", 1500)); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "c-1", 1500)
 	f.cancel(t, order)
 	f.setSwitch(t, psp.Switch{Mode: psp.ModeLoseResponse, Count: 1})
 	f.completeRefund(t, order, 1500)
@@ -319,8 +306,8 @@ func TestCancelRacingReservedNeverCharges(t *testing.T) {
 	errs := make([]error, 2*n)
 	for i := range n {
 		id := uint64(100 + i)
-		wg.Go(func() { <-start; errs[2*i] = f.saga.Process(f.ctx, reserved(id, "c-1", 1500)) })
-		wg.Go(func() { <-start; errs[2*i+1] = f.saga.Process(f.ctx, cancelled(id, "raced")) })
+		wg.Go(func() { <-start; errs[2*i] = f.saga.Process(f.ctx, paymenttest.Reserved(id, "c-1", 1500)) })
+		wg.Go(func() { <-start; errs[2*i+1] = f.saga.Process(f.ctx, paymenttest.Cancelled(id, "raced")) })
 	}
 	close(start)
 	wg.Wait()

@@ -56,21 +56,8 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 	if err != nil {
 		return nil, err
 	}
-	log := a.log.With("order_id", req.OrderID, "event_id", e.EventID, "event_type", e.Type,
-		"idempotency_key", req.IdempotencyKey)
-	if e.CorrectsEventID != "" {
-		// A new request (the sweep's or an operator's) for the same charge:
-		// a new event, so the inbox lets it through; the key keeps the PSP
-		// to one charge.
-		log = log.With("corrects_event_id", e.CorrectsEventID)
-	}
-
-	// A plain read: nothing is locked while the PSP is called. The record
-	// step locks the row and re-checks the status.
-	p, err := paymentdb.Get(ctx, a.db, req.OrderID)
-	if errors.Is(err, payment.ErrNotFound) {
-		return nil, inbox.Permanent(fmt.Errorf("charge requested for order %d, which has no payment", req.OrderID))
-	}
+	log := a.requestLog(e, req.OrderID, req.IdempotencyKey)
+	p, err := readRequested(ctx, a.db, paymentdb.Get, payment.ErrNotFound, "charge", "payment", req.OrderID)
 	if err != nil {
 		return nil, err
 	}
@@ -114,15 +101,7 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 		a.noteFailure(ctx, log, paymentdb.Charges, req.OrderID, err)
 		return nil, err
 	}
-	// Window: the PSP has decided, we have not recorded it. Whatever
-	// happens here, the message comes back and the same key gets the same
-	// charge.
-	if err := failpoint.Inject(ctx, FailpointAfterPSPCall); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, s Store, e events.Envelope) error {
-		return a.recordCharge(ctx, s, s.Log(log), req.OrderID, c)
-	}, nil
+	return recordStep(ctx, FailpointAfterPSPCall, log, req.OrderID, c, a.recordCharge)
 }
 
 // noop is the record step of an event that changes nothing.

@@ -84,9 +84,7 @@ func TestOperatorRetryOfARefundIsACorrection(t *testing.T) {
 	cfg := longDeadlines
 	cfg.RefundDeadline = time.Microsecond
 	f := newFixtureWith(t, 3*time.Second, cfg)
-	if err := f.charges.Process(f.ctx, f.reserve(t, order, "c-1", 1500)); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "c-1", 1500)
 	f.cancel(t, order)
 	first := f.outboxEvent(t, order, events.PaymentRefundRequested) // never consumed
 	if r := f.refund(t, order); r.RequestEventID != first.EventID || first.CorrectsEventID != "" {

@@ -35,7 +35,9 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 )
 
 // The differential tests of the payment service's three consumers
@@ -145,11 +147,7 @@ func newPaymentSystem(t *testing.T) *paymentSystem {
 	t.Helper()
 	db := sqldbtest.New(t, "payment")
 	door := &pspDoor{api: psp.NewServer(db.DB, quiet).Handler()}
-	mux := http.NewServeMux()
-	mux.Handle("/psp/", http.StripPrefix("/psp", door))
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close) // before the database is dropped
-	app := paymentapp.New(db.DB, psp.NewClient(ts.URL+"/psp", &http.Client{Timeout: 10 * time.Second}), quiet, nil, longDeadlines)
+	app := paymentapp.New(db.DB, psp.NewClient(psptest.Serve(t, door), &http.Client{Timeout: 10 * time.Second}), quiet, nil, longDeadlines)
 	s := &paymentSystem{db: db, door: door, reg: prometheus.NewRegistry(),
 		one: map[string]*inbox.Consumer{}, many: map[string]*batch.Consumer[paymentapp.Store]{}}
 	in, bm := inbox.NewMetrics(s.reg), batch.NewMetrics(s.reg)
@@ -353,25 +351,25 @@ func sagaScenario(t *rapid.T) *paymentScenario {
 		if amount > 0 && rapid.IntRange(0, 3).Draw(t, "paid already") == 0 {
 			req := chargeRequested(o, customer, amount)
 			sc.held = append(sc.held, req)
-			sc.seed = append(sc.seed, reserved(o, customer, amount), ownEvent(events.PaymentChargeRequested, o, 1, req))
+			sc.seed = append(sc.seed, paymenttest.Reserved(o, customer, amount), ownEvent(events.PaymentChargeRequested, o, 1, req))
 		} else {
-			is = batchtest.Events(reserved(o, customer, amount))
+			is = batchtest.Events(paymenttest.Reserved(o, customer, amount))
 		}
 		switch rapid.IntRange(0, 4).Draw(t, "second reserved") {
 		case 0:
-			is = append(is, batchtest.Events(reserved(o, customer, amount))...)
+			is = append(is, batchtest.Events(paymenttest.Reserved(o, customer, amount))...)
 		case 1:
-			is = append(is, batchtest.Events(reserved(o, customer, amount+100))...)
+			is = append(is, batchtest.Events(paymenttest.Reserved(o, customer, amount+100))...)
 		}
 		if rapid.Bool().Draw(t, "cancel") {
-			c := batchtest.Events(cancelled(o, "customer asked"))
+			c := batchtest.Events(paymenttest.Cancelled(o, "customer asked"))
 			if rapid.Bool().Draw(t, "cancel first") {
 				is = append(c, is...)
 			} else {
 				is = append(is, c...)
 			}
 			if rapid.IntRange(0, 3).Draw(t, "second cancel") == 0 {
-				is = append(is, batchtest.Events(cancelled(o, "asked again"))...)
+				is = append(is, batchtest.Events(paymenttest.Cancelled(o, "asked again"))...)
 			}
 		}
 		perOrder = append(perOrder, is)
@@ -396,14 +394,14 @@ func chargeScenario(t *rapid.T) *paymentScenario {
 		amount := rapid.SampledFrom([]int64{2500, 1200, psp.MaxAmountCents + 1}).Draw(t, "amount")
 		sc.answers[payment.ChargeKey(o)] = drawAnswer(t, "charge answer")
 		if rapid.IntRange(0, 5).Draw(t, "no payment") != 0 {
-			sc.seed = append(sc.seed, reserved(o, customer, amount))
+			sc.seed = append(sc.seed, paymenttest.Reserved(o, customer, amount))
 		}
 		req := ownEvent(events.PaymentChargeRequested, o, 1, chargeRequested(o, customer, amount))
 		other := ownEvent(events.PaymentChargeRequested, o, 1, chargeRequested(o, customer, amount+1))
 		is := requestItems(t, req, other)
 		if rapid.IntRange(0, 2).Draw(t, "cancel") == 0 {
 			name := fmt.Sprint("cancel ", o)
-			sc.acts[name] = cancelled(o, "customer asked")
+			sc.acts[name] = paymenttest.Cancelled(o, "customer asked")
 			is = slices.Insert(is, rapid.IntRange(0, len(is)).Draw(t, "cancel at"), batchtest.Item{Action: name})
 		}
 		perOrder = append(perOrder, is)
@@ -424,11 +422,11 @@ func refundScenario(t *rapid.T) *paymentScenario {
 		customer := fmt.Sprint("c-", o)
 		amount := rapid.SampledFrom([]int64{2500, 1200}).Draw(t, "amount")
 		sc.answers[payment.RefundKey(o)] = drawAnswer(t, "refund answer")
-		sc.seed = append(sc.seed, reserved(o, customer, amount))
+		sc.seed = append(sc.seed, paymenttest.Reserved(o, customer, amount))
 		if rapid.IntRange(0, 5).Draw(t, "not paid") != 0 {
 			charge := chargeRequested(o, customer, amount)
 			sc.held = append(sc.held, charge)
-			sc.seed = append(sc.seed, ownEvent(events.PaymentChargeRequested, o, 1, charge), cancelled(o, "customer asked"))
+			sc.seed = append(sc.seed, ownEvent(events.PaymentChargeRequested, o, 1, charge), paymenttest.Cancelled(o, "customer asked"))
 		}
 		req := ownEvent(events.PaymentRefundRequested, o, 3, refundRequested(o, amount))
 		other := ownEvent(events.PaymentRefundRequested, o, 3, refundRequested(o, amount-1))
@@ -504,11 +502,11 @@ func TestBatchOfAnExternalEventAndItsCopy(t *testing.T) {
 		key, pspTable   string
 	}{
 		{consumer: paymentbindings.PSPConsumer, queue: paymentbindings.PSPQueue,
-			sc:  paymentScenario{seed: []events.Envelope{reserved(1, "c-1", 2500)}},
+			sc:  paymentScenario{seed: []events.Envelope{paymenttest.Reserved(1, "c-1", 2500)}},
 			req: ownEvent(events.PaymentChargeRequested, 1, 1, charge), key: "charge-1", pspTable: "psp_charges"},
 		{consumer: paymentbindings.RefundConsumer, queue: paymentbindings.RefundQueue,
-			sc: paymentScenario{held: []events.PaymentChargeRequestedV1{charge}, seed: []events.Envelope{reserved(1, "c-1", 2500),
-				ownEvent(events.PaymentChargeRequested, 1, 1, charge), cancelled(1, "customer asked")}},
+			sc: paymentScenario{held: []events.PaymentChargeRequestedV1{charge}, seed: []events.Envelope{paymenttest.Reserved(1, "c-1", 2500),
+				ownEvent(events.PaymentChargeRequested, 1, 1, charge), paymenttest.Cancelled(1, "customer asked")}},
 			req: ownEvent(events.PaymentRefundRequested, 1, 3, refundRequested(1, 2500)), key: "refund-1", pspTable: "psp_refunds"},
 	} {
 		t.Run(tc.consumer, func(t *testing.T) {

@@ -4,17 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
@@ -29,10 +26,12 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // fixture is the payment service's three consumers on a fresh database,
 // with a real fake PSP on the same database (as in production, its own
@@ -40,7 +39,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type fixture struct {
 	db        *sqldbtest.DB
 	psp       *psp.Server
-	pspView   *psp.Client // the test's own client, for assertions
+	pspView   *psp.Client   // the test's own client, for assertions
+	books     psptest.Books // the PSP's books, for assertions
 	app       *paymentapp.App
 	saga      *inbox.Consumer
 	charges   *inbox.Consumer
@@ -85,12 +85,8 @@ func newFixtureWith(t *testing.T, pspTimeout time.Duration, cfg paymentapp.Confi
 		}
 		api.ServeHTTP(w, r)
 	})
-	mux := http.NewServeMux()
-	mux.Handle("/psp/", http.StripPrefix("/psp", counted))
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close) // before the database is dropped
-	base := ts.URL + "/psp"
-	f.pspView = psp.NewClient(base, nil)
+	base := psptest.Serve(t, counted)
+	f.pspView, f.books = psp.NewClient(base, nil), psptest.New(base)
 
 	f.app = paymentapp.New(f.db.DB, psp.NewClient(base, &http.Client{Timeout: pspTimeout}), quiet, f.metrics, cfg)
 	f.saga, _ = f.consumer(paymentbindings.SagaConsumer, paymentbindings.SagaHandlers(f.app), nil)
@@ -110,26 +106,37 @@ func (f *fixture) consumer(name string, hs batch.Handlers[paymentapp.Store], reg
 	return batch.New(cfg, hs, opt)
 }
 
-// reserved is inventory's event for an order, as it arrives on the wire.
-func reserved(orderID uint64, customer string, amount int64) events.Envelope {
-	body, err := json.Marshal(events.InventoryReservedV1{OrderID: orderID, CustomerID: customer,
-		Items: []events.Item{{SKU: "SKU-1", Quantity: 1, UnitPriceCents: amount}}, AmountCents: amount, Currency: "EUR"})
-	if err != nil {
-		panic(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.InventoryReserved, AggregateID: orderID,
-		AggregateVersion: 2, SchemaVersion: 1, CorrelationID: strconv.FormatUint(orderID, 10),
-		OccurredAt: time.Now().UTC(), Payload: body}
-}
-
 // reserve processes inventory.reserved and returns the charge request it
 // wrote to the outbox, as the dispatcher would publish it.
 func (f *fixture) reserve(t *testing.T, orderID uint64, customer string, amount int64) events.Envelope {
 	t.Helper()
-	if err := f.saga.Process(f.ctx, reserved(orderID, customer, amount)); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Reserved(orderID, customer, amount)); err != nil {
 		t.Fatalf("process inventory.reserved: %v", err)
 	}
 	return f.outboxEvent(t, orderID, events.PaymentChargeRequested)
+}
+
+// charged processes inventory.reserved and then the charge request it
+// wrote, as the PSP consumer does, failing the test on any error; it
+// returns the charge request.
+func (f *fixture) charged(t *testing.T, orderID uint64, customer string, amount int64) events.Envelope {
+	t.Helper()
+	cmd := f.reserve(t, orderID, customer, amount)
+	if err := f.charges.Process(f.ctx, cmd); err != nil {
+		t.Fatalf("process the charge request: %v", err)
+	}
+	return cmd
+}
+
+// failAfterPSPCall processes the charge request cmd with the process
+// failing after the PSP's answer, before the outcome is recorded (the
+// failpoint's injected error), and fails the test if it does not fail.
+func (f *fixture) failAfterPSPCall(t *testing.T, cmd events.Envelope) {
+	t.Helper()
+	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
+	if err := f.charges.Process(f.ctx, cmd); err == nil {
+		t.Fatal("charge request: want the injected error after the PSP call")
+	}
 }
 
 type outboxRow struct {
@@ -192,7 +199,7 @@ func (f *fixture) payment(t *testing.T, orderID uint64) payment.Payment {
 // pspCharges is what the PSP holds for the order: the truth about money.
 func (f *fixture) pspCharges(t *testing.T, orderID uint64) []psp.Charge {
 	t.Helper()
-	cs, err := f.pspView.ChargesForOrder(context.Background(), strconv.FormatUint(orderID, 10))
+	cs, err := f.books.Charges(context.Background(), strconv.FormatUint(orderID, 10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,21 +237,10 @@ func decode[T any](t *testing.T, raw []byte) T {
 	return v
 }
 
-// cancelled is the order service's order.cancelled, as it arrives.
-func cancelled(orderID uint64, reason string) events.Envelope {
-	body, err := json.Marshal(events.OrderCancelledV1{OrderID: orderID, Reason: reason})
-	if err != nil {
-		panic(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCancelled, AggregateID: orderID,
-		AggregateVersion: 3, SchemaVersion: 1, CorrelationID: strconv.FormatUint(orderID, 10),
-		OccurredAt: time.Now().UTC(), Payload: body}
-}
-
 // cancel processes order.cancelled for the order.
 func (f *fixture) cancel(t *testing.T, orderID uint64) {
 	t.Helper()
-	if err := f.saga.Process(f.ctx, cancelled(orderID, "customer asked")); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Cancelled(orderID, "customer asked")); err != nil {
 		t.Fatalf("process order.cancelled: %v", err)
 	}
 }
@@ -299,7 +295,7 @@ func (f *fixture) pspRefunds(t *testing.T, orderID uint64) []psp.Refund {
 	t.Helper()
 	var out []psp.Refund
 	for _, c := range f.pspCharges(t, orderID) {
-		rs, err := f.pspView.RefundsForCharge(context.Background(), c.ChargeID)
+		rs, err := f.books.Refunds(context.Background(), c.ChargeID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,10 +40,7 @@ func TestOutcomeAnswersFromTheRecordOrThePSP(t *testing.T) {
 	check("pending, the PSP down", 2, down, paymentapp.OutcomeUnknown, paymentapp.SourcePSP)
 	// Open, charged at the PSP, not recorded.
 	cmd := f.reserve(t, 3, "c-1", 1500)
-	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
-	if err := f.charges.Process(f.ctx, cmd); err == nil {
-		t.Fatal("want the injected error")
-	}
+	f.failAfterPSPCall(t, cmd)
 	check("pending, charged at the PSP", 3, f.app, paymentapp.OutcomeSucceeded, paymentapp.SourcePSP)
 	if p := f.payment(t, 3); p.Status != payment.Pending {
 		t.Errorf("payment after the question = %s, want pending (Outcome records nothing)", p.Status)
@@ -53,9 +50,7 @@ func TestOutcomeAnswersFromTheRecordOrThePSP(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("succeeded", 3, f.app, paymentapp.OutcomeSucceeded, paymentapp.SourceRecord)
-	if err := f.charges.Process(f.ctx, f.reserve(t, 4, "decline-1", 1500)); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, 4, "decline-1", 1500)
 	check("declined", 4, f.app, paymentapp.OutcomeDeclined, paymentapp.SourceRecord)
 	f.reserve(t, 5, "c-1", 1500)
 	f.cancel(t, 5)

@@ -208,22 +208,19 @@ const (
 
 func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		pspCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payment_psp_calls_total",
-			Help: "Calls to the PSP by call (charge, status, refund, refund_status) and result (ok, outcome_unknown, not_found, refused, error).",
-		}, []string{"call", "result"}),
+		pspCalls: counterVec("payment_psp_calls_total",
+			"Calls to the PSP by call (charge, status, refund, refund_status) and result (ok, outcome_unknown, not_found, refused, error).",
+			"call", "result"),
 		compensationFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "payment_compensation_failures_total",
 			Help: "Refund attempts that failed: the PSP refused, or the outcome stayed unknown after the status query.",
 		}),
-		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payment_refunds_total",
-			Help: "Refunds by result: requested, succeeded, needs_attention (parked for an operator).",
-		}, []string{"result"}),
-		sweep: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payment_sweep_actions_total",
-			Help: "What the sweep did with the rows it claimed, by kind (charge, refund) and action (resolved, rerequested, parked, voided, waiting, error).",
-		}, []string{"kind", "action"}),
+		refunds: counterVec("payment_refunds_total",
+			"Refunds by result: requested, succeeded, needs_attention (parked for an operator).",
+			"result"),
+		sweep: counterVec("payment_sweep_actions_total",
+			"What the sweep did with the rows it claimed, by kind (charge, refund) and action (resolved, rerequested, parked, voided, waiting, error).",
+			"kind", "action"),
 	}
 	// Export every series at zero from the start: alerts and dashboards see
 	// a zero, not an absent series, before the first failure.
@@ -244,6 +241,11 @@ func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.pspCalls, m.compensationFailures, m.refunds, m.sweep, &parkedCollector{db: db})
 	}
 	return m
+}
+
+// counterVec is a counter with labels: its name, help and label names.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
 // observe counts one PSP call by its result.

@@ -3,6 +3,7 @@ package paymentapp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
@@ -17,6 +19,7 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenttest"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
@@ -62,7 +65,7 @@ func TestInventoryReservedCreatesPendingPaymentAndChargeRequest(t *testing.T) {
 func TestInventoryReservedTwiceMakesOnePayment(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	e := reserved(order, "c-1", 1500)
+	e := paymenttest.Reserved(order, "c-1", 1500)
 	if err := f.saga.Process(f.ctx, e); err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +75,10 @@ func TestInventoryReservedTwiceMakesOnePayment(t *testing.T) {
 	// The same fact under another event id (re-published, redriven as new)
 	// and even a disagreeing amount: the order's payment exists, nothing
 	// changes, and the event still counts as processed.
-	if err := f.saga.Process(f.ctx, reserved(order, "c-1", 1500)); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Reserved(order, "c-1", 1500)); err != nil {
 		t.Fatalf("same order, new event id: %v", err)
 	}
-	if err := f.saga.Process(f.ctx, reserved(order, "c-1", 9900)); err != nil {
+	if err := f.saga.Process(f.ctx, paymenttest.Reserved(order, "c-1", 9900)); err != nil {
 		t.Fatalf("same order, other amount: %v", err)
 	}
 	if p := f.payment(t, order); p.AmountCents != 1500 || p.Status != payment.Pending || p.Version != 1 {
@@ -95,7 +98,7 @@ func TestInventoryReservedTwiceMakesOnePayment(t *testing.T) {
 func TestInvalidReservationIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	e := reserved(order, "c-1", 1500)
+	e := paymenttest.Reserved(order, "c-1", 1500)
 	e.Payload = []byte(`{"order_id":"42","customer_id":"c-1","items":[{"sku":"A","quantity":1,"unit_price_cents":1}],"amount_cents":1,"currency":"euro"}`)
 	if err := f.saga.Process(f.ctx, e); !errors.Is(err, events.ErrInvalid) {
 		t.Fatalf("currency euro: err = %v, want events.ErrInvalid", err)
@@ -277,10 +280,7 @@ func TestChargeNotMadeIsRetriedWithTheSameKey(t *testing.T) {
 func TestSameChargeRequestTwiceCallsThePSPOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	cmd := f.reserve(t, order, "c-1", 1500)
-	if err := f.charges.Process(f.ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
+	cmd := f.charged(t, order, "c-1", 1500)
 	if err := f.charges.Process(f.ctx, cmd); !errors.Is(err, inbox.ErrAlreadyProcessed) {
 		t.Fatalf("second delivery: err = %v, want ErrAlreadyProcessed", err)
 	}
@@ -298,10 +298,7 @@ func TestSameChargeRequestTwiceCallsThePSPOnce(t *testing.T) {
 func TestDecidedPaymentIsNotChargedAgain(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	cmd := f.reserve(t, order, "c-1", 1500)
-	if err := f.charges.Process(f.ctx, cmd); err != nil {
-		t.Fatal(err)
-	}
+	cmd := f.charged(t, order, "c-1", 1500)
 	before := f.payment(t, order)
 	again := cmd
 	again.EventID = uuid.NewString()
@@ -411,23 +408,15 @@ func TestConcurrentChargeRequestsHaveOneEffect(t *testing.T) {
 		e.EventID = uuid.NewString()
 		wg.Go(func() { errs[i] = f.charges.Process(f.ctx, e) })
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		paused := 0
+	t.Cleanup(gate.Release) // if the wait fails: let the attempts go
+	testutil.WaitFor(t, 15*time.Second, fmt.Sprintf("all %d attempts to reach the window", n), func() bool {
 		for _, s := range f.failpoint.Armed() {
 			if s.Name == paymentapp.FailpointAfterPSPCall {
-				paused = s.Paused
+				return s.Paused == n
 			}
 		}
-		if paused == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			gate.Release()
-			t.Fatalf("%d of %d attempts reached the window", paused, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return false
+	})
 	gate.Release()
 	wg.Wait()
 	for i, err := range errs {

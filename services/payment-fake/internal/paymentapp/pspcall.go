@@ -6,7 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/jmoiron/sqlx"
+
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/inbox/batch"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
@@ -19,6 +24,48 @@ import (
 // status by the business key, then decide whether to retry. The business
 // key is the idempotency key the call was made with; the PSP answers a
 // status query by it and never charges or refunds twice for it.
+
+// requestLog is the logger of an event that asks for a call to the PSP (a
+// charge or a refund): the order, the event, the idempotency key and, on a
+// new request for the same call (the sweep's or an operator's: a new
+// event, so the inbox lets it through; the key keeps the PSP to one charge
+// or refund), the event it corrects.
+func (a *App) requestLog(e events.Envelope, orderID uint64, key string) *slog.Logger {
+	log := a.log.With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type, "idempotency_key", key)
+	if e.CorrectsEventID != "" {
+		log = log.With("corrects_event_id", e.CorrectsEventID)
+	}
+	return log
+}
+
+// readRequested reads the row (the payment of a charge, or a refund) that
+// an event asks the PSP about, with get, a plain read: nothing is locked
+// while the PSP is called, and the record step locks the row and checks
+// it again. No row (absent) is permanent: the event asks for a call
+// (charge, refund) of a row this service never wrote.
+func readRequested[T any](ctx context.Context, db sqlx.QueryerContext, get func(context.Context, sqlx.QueryerContext, uint64) (T, error),
+	absent error, call, row string, orderID uint64) (T, error) {
+	v, err := get(ctx, db, orderID)
+	if errors.Is(err, absent) {
+		return v, inbox.Permanent(fmt.Errorf("%s requested for order %d, which has no %s", call, orderID, row))
+	}
+	return v, err
+}
+
+// recordStep is how ChargeAtPSP and RefundAtPSP end once the PSP has
+// answered v: the failpoint of the window where the PSP has decided and we
+// have not recorded it (whatever happens there, the message comes back and
+// the same key gets the same answer), then the Handler that records v in
+// the inbox transaction with record (recordCharge, recordRefund).
+func recordStep[T any](ctx context.Context, failpointName string, log *slog.Logger, orderID uint64, v T,
+	record func(context.Context, Store, *slog.Logger, uint64, T) error) (batch.Handler[Store], error) {
+	if err := failpoint.Inject(ctx, failpointName); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, s Store, _ events.Envelope) error {
+		return record(ctx, s, s.Log(log), orderID, v)
+	}, nil
+}
 
 // keyedCall is one call to the PSP, a charge or a refund, and the status
 // query that goes with it. chargeCall and refundCall build them.

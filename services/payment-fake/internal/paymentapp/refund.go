@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/inbox"
@@ -81,18 +80,8 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 	if err != nil {
 		return nil, err
 	}
-	log := a.log.With("order_id", req.OrderID, "event_id", e.EventID, "event_type", e.Type,
-		"idempotency_key", req.IdempotencyKey)
-	if e.CorrectsEventID != "" {
-		// A new request (the sweep's or an operator's) for the same refund:
-		// a new event, so the inbox lets it through; the key keeps the PSP
-		// to one refund.
-		log = log.With("corrects_event_id", e.CorrectsEventID)
-	}
-	f, err := paymentdb.GetRefund(ctx, a.db, req.OrderID)
-	if errors.Is(err, paymentdb.ErrNoRefund) {
-		return nil, inbox.Permanent(fmt.Errorf("refund requested for order %d, which has no refund", req.OrderID))
-	}
+	log := a.requestLog(e, req.OrderID, req.IdempotencyKey)
+	f, err := readRequested(ctx, a.db, paymentdb.GetRefund, paymentdb.ErrNoRefund, "refund", "refund", req.OrderID)
 	if err != nil {
 		return nil, err
 	}
@@ -124,12 +113,7 @@ func (a *App) RefundAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 		a.noteFailure(ctx, log, paymentdb.Refunds, req.OrderID, err)
 		return nil, err
 	}
-	if err := failpoint.Inject(ctx, FailpointAfterPSPRefund); err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, s Store, _ events.Envelope) error {
-		return a.recordRefund(ctx, s, s.Log(log), req.OrderID, r)
-	}, nil
+	return recordStep(ctx, FailpointAfterPSPRefund, log, req.OrderID, r, a.recordRefund)
 }
 
 func refundRequest(f payment.Refund) psp.RefundRequest {

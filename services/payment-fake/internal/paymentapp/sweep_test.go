@@ -33,10 +33,7 @@ func TestSweepResolvesChargeTheConsumerDidNotRecord(t *testing.T) {
 	f := newFixture(t, 3*time.Second)
 	cmd := f.reserve(t, order, "c-1", 1500)
 	f.setSwitch(t, psp.Switch{Mode: psp.ModeLoseResponse, Count: 1})
-	f.failpoint.Error(paymentapp.FailpointAfterPSPCall, 1)
-	if err := f.charges.Process(f.ctx, cmd); err == nil {
-		t.Fatal("consumer: want the injected error after the PSP call")
-	}
+	f.failAfterPSPCall(t, cmd)
 	if p := f.payment(t, order); p.Status != payment.Pending {
 		t.Fatalf("payment = %s, want pending", p.Status)
 	}
@@ -183,9 +180,7 @@ func TestRefundFailingPastDeadlineIsParkedThenRetried(t *testing.T) {
 	cfg := longDeadlines
 	cfg.RefundDeadline = time.Microsecond
 	f := newFixtureWith(t, 3*time.Second, cfg)
-	if err := f.charges.Process(f.ctx, f.reserve(t, order, "c-1", 1500)); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "c-1", 1500)
 	f.cancel(t, order)
 	f.setSwitch(t, psp.Switch{Mode: psp.ModeError5xx})
 	req := f.outboxEvent(t, order, events.PaymentRefundRequested)
@@ -220,28 +215,9 @@ func TestRefundFailingPastDeadlineIsParkedThenRetried(t *testing.T) {
 	}
 
 	ts := adminServer(t, f)
-	status, body := adminCall(t, ts, http.MethodGet, "/admin/needs-attention", "secret")
-	var list struct {
-		Charges []map[string]any `json:"charges"`
-		Refunds []map[string]any `json:"refunds"`
-	}
-	if err := json.Unmarshal([]byte(body), &list); status != http.StatusOK || err != nil {
-		t.Fatalf("GET /admin/needs-attention = %d %s", status, body)
-	}
-	if len(list.Charges) != 0 || len(list.Refunds) != 1 {
-		t.Fatalf("needs-attention = %s, want one refund", body)
-	}
-	got := list.Refunds[0]
-	if got["order_id"] != "42" || got["status"] != "needs_attention" || got["attempts"] != 1.0 ||
-		got["amount_cents"] != 1500.0 || !strings.Contains(fmt.Sprint(got["last_error"]), "502") ||
-		!strings.Contains(fmt.Sprint(got["parked_reason"]), "deadline") || got["parked_at"] == nil {
-		t.Errorf("listed refund = %v, want order 42 with its evidence", got)
-	}
-	if status, _ := adminCall(t, ts, http.MethodGet, "/admin/needs-attention", ""); status != http.StatusUnauthorized {
-		t.Errorf("without the token: %d, want 401", status)
-	}
+	checkParkedRefundListed(t, ts)
 
-	status, body = adminCall(t, ts, http.MethodPost, "/admin/needs-attention/42/retry", "secret")
+	status, body := adminCall(t, ts, http.MethodPost, "/admin/needs-attention/42/retry", "secret")
 	if status != http.StatusOK || !strings.Contains(body, `"kind": "refund"`) || !strings.Contains(body, `"status": "requested"`) {
 		t.Fatalf("retry = %d %s, want the refund requested again", status, body)
 	}
@@ -269,6 +245,32 @@ func TestRefundFailingPastDeadlineIsParkedThenRetried(t *testing.T) {
 	}
 }
 
+// checkParkedRefundListed checks that the admin endpoint lists order 42's
+// parked refund, with its evidence, and only with the token.
+func checkParkedRefundListed(t *testing.T, ts *httptest.Server) {
+	t.Helper()
+	status, body := adminCall(t, ts, http.MethodGet, "/admin/needs-attention", "secret")
+	var list struct {
+		Charges []map[string]any `json:"charges"`
+		Refunds []map[string]any `json:"refunds"`
+	}
+	if err := json.Unmarshal([]byte(body), &list); status != http.StatusOK || err != nil {
+		t.Fatalf("GET /admin/needs-attention = %d %s", status, body)
+	}
+	if len(list.Charges) != 0 || len(list.Refunds) != 1 {
+		t.Fatalf("needs-attention = %s, want one refund", body)
+	}
+	got := list.Refunds[0]
+	if got["order_id"] != "42" || got["status"] != "needs_attention" || got["attempts"] != 1.0 ||
+		got["amount_cents"] != 1500.0 || !strings.Contains(fmt.Sprint(got["last_error"]), "502") ||
+		!strings.Contains(fmt.Sprint(got["parked_reason"]), "deadline") || got["parked_at"] == nil {
+		t.Errorf("listed refund = %v, want order 42 with its evidence", got)
+	}
+	if status, _ := adminCall(t, ts, http.MethodGet, "/admin/needs-attention", ""); status != http.StatusUnauthorized {
+		t.Errorf("without the token: %d, want 401", status)
+	}
+}
+
 // A refund whose answer the sweep finds at the PSP (the consumer failed
 // after the PSP refunded) is recorded by the sweep; one refund, and a
 // refund the PSP has no record of is requested again before its deadline.
@@ -276,9 +278,7 @@ func TestSweepResolvesAndRerequestsRefunds(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
 	for _, id := range []uint64{order, order + 1} {
-		if err := f.charges.Process(f.ctx, f.reserve(t, id, "c-1", 1500)); err != nil {
-			t.Fatal(err)
-		}
+		f.charged(t, id, "c-1", 1500)
 		f.cancel(t, id)
 	}
 	f.failpoint.Error(paymentapp.FailpointAfterPSPRefund, 1)
@@ -402,9 +402,7 @@ func adminCall(t *testing.T, ts *httptest.Server, method, path, token string) (i
 func TestRefundRefusedByPSPIsParkedAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
-	if err := f.charges.Process(f.ctx, f.reserve(t, order, "c-1", 1500)); err != nil {
-		t.Fatal(err)
-	}
+	f.charged(t, order, "c-1", 1500)
 	charge := f.pspCharges(t, order)[0]
 	if _, err := f.pspView.Refund(context.Background(), psp.RefundRequest{IdempotencyKey: "refund-42",
 		ChargeID: charge.ChargeID, AmountCents: 100}); err != nil {

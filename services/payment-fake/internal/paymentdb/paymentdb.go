@@ -24,26 +24,39 @@ import (
 // ErrExists: the order has a payment (or a cancel marker) already.
 var ErrExists = errors.New("payment for this order exists")
 
+// stepRow is the columns a payment's row and a refund's row share (Step):
+// the order, the key and the amount of the call to the PSP, the status,
+// and the evidence of failed attempts.
+type stepRow struct {
+	OrderID        uint64         `db:"order_id"`
+	IdempotencyKey string         `db:"idempotency_key"`
+	AmountCents    int64          `db:"amount_cents"`
+	Status         string         `db:"status"`
+	Attempts       int            `db:"attempts"`
+	LastError      string         `db:"last_error"`
+	ParkedReason   string         `db:"parked_reason"`
+	RequestEventID sql.NullString `db:"request_event_id"`
+	CreatedAt      time.Time      `db:"created_at"`
+	UpdatedAt      time.Time      `db:"updated_at"`
+}
+
+// parkedColumns is what the lists of parked rows read besides the row.
+type parkedColumns struct {
+	SweepRounds int          `db:"sweep_rounds"`
+	ParkedAt    sql.NullTime `db:"parked_at"`
+}
+
 type paymentRow struct {
-	OrderID           uint64         `db:"order_id"`
+	stepRow
 	CustomerID        string         `db:"customer_id"`
-	AmountCents       int64          `db:"amount_cents"`
 	Currency          string         `db:"currency"`
-	Status            string         `db:"status"`
-	IdempotencyKey    string         `db:"idempotency_key"`
 	PSPChargeID       sql.NullString `db:"psp_charge_id"`
 	FailureReason     string         `db:"failure_reason"`
 	ChargeSentAt      sql.NullTime   `db:"charge_sent_at"`
 	CancelRequestedAt sql.NullTime   `db:"cancel_requested_at"`
 	CancelReason      string         `db:"cancel_reason"`
 	DeadlineAt        sql.NullTime   `db:"deadline_at"`
-	Attempts          int            `db:"attempts"`
-	LastError         string         `db:"last_error"`
-	ParkedReason      string         `db:"parked_reason"`
 	Version           uint64         `db:"aggregate_version"`
-	RequestEventID    sql.NullString `db:"request_event_id"`
-	CreatedAt         time.Time      `db:"created_at"`
-	UpdatedAt         time.Time      `db:"updated_at"`
 }
 
 const paymentColumns = `order_id, customer_id, amount_cents, currency, status, idempotency_key,
@@ -74,15 +87,8 @@ func Insert(ctx context.Context, tx *sqlx.Tx, p payment.Payment, deadline, grace
   (order_id, customer_id, amount_cents, currency, status, idempotency_key, aggregate_version,
    deadline_at, next_attempt_at, request_event_id)
 VALUES (?, ?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)), NULLIF(?, ''))`
-	_, err := tx.ExecContext(ctx, q, p.OrderID, p.CustomerID, p.AmountCents, p.Currency, p.Status,
-		p.IdempotencyKey, p.Version, deadline.Microseconds(), grace.Microseconds(), p.RequestEventID)
-	if sqldb.IsDuplicateKey(err) {
-		return ErrExists
-	}
-	if err != nil {
-		return fmt.Errorf("insert payment %d: %w", p.OrderID, err)
-	}
-	return nil
+	return insertOnce(ctx, tx, ErrExists, "insert payment", p.OrderID, q, p.OrderID, p.CustomerID, p.AmountCents, p.Currency,
+		p.Status, p.IdempotencyKey, p.Version, deadline.Microseconds(), grace.Microseconds(), p.RequestEventID)
 }
 
 // InsertMarker inserts the row a cancel leaves for an order with no
@@ -92,12 +98,19 @@ func InsertMarker(ctx context.Context, tx *sqlx.Tx, m payment.Payment) error {
   (order_id, customer_id, amount_cents, currency, status, idempotency_key, aggregate_version,
    cancel_requested_at, cancel_reason)
 VALUES (?, '', 0, '', ?, ?, 0, NOW(6), ?)`
-	_, err := tx.ExecContext(ctx, q, m.OrderID, m.Status, m.IdempotencyKey, m.CancelReason)
+	return insertOnce(ctx, tx, ErrExists, "insert cancel marker", m.OrderID, q, m.OrderID, m.Status, m.IdempotencyKey, m.CancelReason)
+}
+
+// insertOnce runs q, an INSERT of the order's one row, with args: a
+// duplicate key is exists (the primary key decides, see Insert), another
+// error is wrapped as what the order's.
+func insertOnce(ctx context.Context, tx *sqlx.Tx, exists error, what string, orderID uint64, q string, args ...any) error {
+	_, err := tx.ExecContext(ctx, q, args...)
 	if sqldb.IsDuplicateKey(err) {
-		return ErrExists
+		return exists
 	}
 	if err != nil {
-		return fmt.Errorf("insert cancel marker %d: %w", m.OrderID, err)
+		return fmt.Errorf("%s %d: %w", what, orderID, err)
 	}
 	return nil
 }
@@ -105,11 +118,7 @@ VALUES (?, '', 0, '', ?, ?, 0, NOW(6), ?)`
 // Get returns an order's payment, or payment.ErrNotFound.
 func Get(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = ?`
-	var r paymentRow
-	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
-		return payment.Payment{}, sqldb.NoRowsAs(err, payment.ErrNotFound, "get payment %d", orderID)
-	}
-	return r.domain(), nil
+	return getRow[paymentRow](ctx, db, q, orderID, payment.ErrNotFound, "get payment")
 }
 
 // Lock reads an order's payment and locks its row until the transaction
@@ -117,9 +126,18 @@ func Get(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.P
 // same order. Lock order everywhere: the payment, then its refund.
 func Lock(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id = ? FOR UPDATE`
-	var r paymentRow
-	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
-		return payment.Payment{}, sqldb.NoRowsAs(err, payment.ErrNotFound, "lock payment %d", orderID)
+	return getRow[paymentRow](ctx, tx, q, orderID, payment.ErrNotFound, "lock payment")
+}
+
+// getRow runs q, the SELECT of an order's one row (a payment's or a
+// refund's), and returns it as the domain sees it; no row is notFound, any
+// other error is wrapped as what (e.g. "get payment") the order's.
+func getRow[R interface{ domain() D }, D any](ctx context.Context, db sqlx.QueryerContext, q string, orderID uint64,
+	notFound error, what string) (D, error) {
+	var r R
+	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
+		var zero D
+		return zero, sqldb.NoRowsAs(err, notFound, "%s %d", what, orderID)
 	}
 	return r.domain(), nil
 }
@@ -267,13 +285,21 @@ WHERE order_id = ? AND status = ? AND deadline_at <= NOW(6)`
 func Parked(ctx context.Context, db sqlx.QueryerContext, limit int) ([]ParkedPayment, error) {
 	const q = `SELECT ` + paymentColumns + `, sweep_rounds, parked_at FROM payments
 WHERE status = ? ORDER BY parked_at, order_id LIMIT ?`
-	var rows []parkedPaymentRow
-	if err := sqlx.SelectContext(ctx, db, &rows, q, payment.NeedsAttention, limit); err != nil {
-		return nil, fmt.Errorf("parked payments: %w", err)
+	return selectParked(ctx, db, q, payment.NeedsAttention, limit, "parked payments", parkedPaymentRow.parked)
+}
+
+// selectParked runs q, the list of the rows parked in status (R, a row
+// with its parkedColumns), oldest first, and returns each as parked makes
+// it; an error is wrapped as what.
+func selectParked[R, P any](ctx context.Context, db sqlx.QueryerContext, q string, status any, limit int, what string,
+	parked func(R) P) ([]P, error) {
+	var rows []R
+	if err := sqlx.SelectContext(ctx, db, &rows, q, status, limit); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	out := make([]ParkedPayment, len(rows))
+	out := make([]P, len(rows))
 	for i, r := range rows {
-		out[i] = ParkedPayment{Payment: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
+		out[i] = parked(r)
 	}
 	return out, nil
 }
@@ -287,8 +313,11 @@ type ParkedPayment struct {
 
 type parkedPaymentRow struct {
 	paymentRow
-	SweepRounds int          `db:"sweep_rounds"`
-	ParkedAt    sql.NullTime `db:"parked_at"`
+	parkedColumns
+}
+
+func (r parkedPaymentRow) parked() ParkedPayment {
+	return ParkedPayment{Payment: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
 }
 
 // CountParked returns the rows parked as needs_attention in payments and in

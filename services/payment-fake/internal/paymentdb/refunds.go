@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -20,20 +19,11 @@ var ErrNoRefund = errors.New("refund not found")
 var ErrRefundExists = errors.New("refund for this order exists")
 
 type refundRow struct {
-	OrderID        uint64         `db:"order_id"`
-	IdempotencyKey string         `db:"idempotency_key"`
-	PSPChargeID    string         `db:"psp_charge_id"`
-	AmountCents    int64          `db:"amount_cents"`
-	Status         string         `db:"status"`
-	PSPRefundID    sql.NullString `db:"psp_refund_id"`
-	Reason         string         `db:"reason"`
-	DeadlineAt     time.Time      `db:"deadline_at"`
-	Attempts       int            `db:"attempts"`
-	LastError      string         `db:"last_error"`
-	ParkedReason   string         `db:"parked_reason"`
-	RequestEventID sql.NullString `db:"request_event_id"`
-	CreatedAt      time.Time      `db:"created_at"`
-	UpdatedAt      time.Time      `db:"updated_at"`
+	stepRow
+	PSPChargeID string         `db:"psp_charge_id"`
+	PSPRefundID sql.NullString `db:"psp_refund_id"`
+	Reason      string         `db:"reason"`
+	DeadlineAt  time.Time      `db:"deadline_at"`
 }
 
 const refundColumns = `order_id, idempotency_key, psp_charge_id, amount_cents, status, psp_refund_id, reason,
@@ -57,35 +47,20 @@ func InsertRefund(ctx context.Context, tx *sqlx.Tx, f payment.Refund, deadline, 
   (order_id, idempotency_key, psp_charge_id, amount_cents, status, reason, deadline_at, next_attempt_at,
    request_event_id)
 VALUES (?, ?, ?, ?, ?, ?, TIMESTAMPADD(MICROSECOND, ?, NOW(6)), TIMESTAMPADD(MICROSECOND, ?, NOW(6)), NULLIF(?, ''))`
-	_, err := tx.ExecContext(ctx, q, f.OrderID, f.IdempotencyKey, f.PSPChargeID, f.AmountCents, f.Status,
-		f.Reason, deadline.Microseconds(), grace.Microseconds(), f.RequestEventID)
-	if sqldb.IsDuplicateKey(err) {
-		return ErrRefundExists
-	}
-	if err != nil {
-		return fmt.Errorf("insert refund %d: %w", f.OrderID, err)
-	}
-	return nil
+	return insertOnce(ctx, tx, ErrRefundExists, "insert refund", f.OrderID, q, f.OrderID, f.IdempotencyKey, f.PSPChargeID,
+		f.AmountCents, f.Status, f.Reason, deadline.Microseconds(), grace.Microseconds(), f.RequestEventID)
 }
 
 // GetRefund returns an order's refund, or ErrNoRefund.
 func GetRefund(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (payment.Refund, error) {
 	const q = `SELECT ` + refundColumns + ` FROM refunds WHERE order_id = ?`
-	var r refundRow
-	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
-		return payment.Refund{}, sqldb.NoRowsAs(err, ErrNoRefund, "get refund %d", orderID)
-	}
-	return r.domain(), nil
+	return getRow[refundRow](ctx, db, q, orderID, ErrNoRefund, "get refund")
 }
 
 // LockRefund reads an order's refund and locks it. Lock the payment first.
 func LockRefund(ctx context.Context, tx *sqlx.Tx, orderID uint64) (payment.Refund, error) {
 	const q = `SELECT ` + refundColumns + ` FROM refunds WHERE order_id = ? FOR UPDATE`
-	var r refundRow
-	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
-		return payment.Refund{}, sqldb.NoRowsAs(err, ErrNoRefund, "lock refund %d", orderID)
-	}
-	return r.domain(), nil
+	return getRow[refundRow](ctx, tx, q, orderID, ErrNoRefund, "lock refund")
 }
 
 // RefundDone records the PSP's refund: compare-and-set on the status read.
@@ -118,8 +93,11 @@ type ParkedRefund struct {
 
 type parkedRefundRow struct {
 	refundRow
-	SweepRounds int          `db:"sweep_rounds"`
-	ParkedAt    sql.NullTime `db:"parked_at"`
+	parkedColumns
+}
+
+func (r parkedRefundRow) parked() ParkedRefund {
+	return ParkedRefund{Refund: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
 }
 
 // ParkedRefunds returns the refunds parked as needs_attention, oldest
@@ -127,13 +105,5 @@ type parkedRefundRow struct {
 func ParkedRefunds(ctx context.Context, db sqlx.QueryerContext, limit int) ([]ParkedRefund, error) {
 	const q = `SELECT ` + refundColumns + `, sweep_rounds, parked_at FROM refunds
 WHERE status = ? ORDER BY parked_at, order_id LIMIT ?`
-	var rows []parkedRefundRow
-	if err := sqlx.SelectContext(ctx, db, &rows, q, payment.RefundNeedsAttention, limit); err != nil {
-		return nil, fmt.Errorf("parked refunds: %w", err)
-	}
-	out := make([]ParkedRefund, len(rows))
-	for i, r := range rows {
-		out[i] = ParkedRefund{Refund: r.domain(), SweepRounds: r.SweepRounds, ParkedAt: r.ParkedAt.Time}
-	}
-	return out, nil
+	return selectParked(ctx, db, q, payment.RefundNeedsAttention, limit, "parked refunds", parkedRefundRow.parked)
 }

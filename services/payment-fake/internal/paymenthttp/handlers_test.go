@@ -23,9 +23,10 @@ import (
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenthttp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func server(t *testing.T, demoMode bool) (*httptest.Server, *sqldbtest.DB) {
 	t.Helper()
@@ -42,11 +43,8 @@ func serverWith(t *testing.T, demoMode bool, firstPSP string, admin func(http.Ha
 	app := paymentapp.New(db.DB, psp.NewClient("http://127.0.0.1:1/psp", nil), quiet, nil, paymentapp.Config{})
 	// The PSP as its process serves it: under /psp, switches guarded by
 	// its own demo mode.
-	pspMux := http.NewServeMux()
-	pspMux.Handle("/psp/", http.StripPrefix("/psp", psp.Guard(psp.NewServer(db.DB, quiet).Handler(), psp.Access{Demo: demoMode}, quiet)))
-	pspTS := httptest.NewServer(pspMux)
-	t.Cleanup(pspTS.Close)
-	paymenthttp.Routes(r, app, endpoints.Must(firstPSP+pspTS.URL+"/psp"), admin, quiet)
+	pspURL := psptest.Serve(t, psp.Guard(psp.NewServer(db.DB, quiet).Handler(), psp.Access{Demo: demoMode}, quiet))
+	paymenthttp.Routes(r, app, endpoints.Must(firstPSP+pspURL), admin, quiet)
 	ts := httptest.NewServer(r)
 	t.Cleanup(ts.Close)
 	return ts, db

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 const chargeBody = `{"idempotency_key":"order-42-charge","order_ref":"42","customer_id":"c-1","amount_cents":1500,"currency":"EUR"}`
@@ -284,12 +286,10 @@ func TestChargeStatusQueries(t *testing.T) {
 		t.Errorf("GET unknown charge = %d %s, want a 404 problem saying %s", status, body, want)
 	}
 
-	list, err := p.client.ChargesForOrder(ctx, "7")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(list) != 2 || list[0] != a || list[1] != b {
-		t.Errorf("ChargesForOrder(7) = %+v, want [%+v %+v]", list, a, b)
+	var list wire.ChargeList
+	p.getJSON(t, "/charges?order_ref=7", &list)
+	if len(list.Charges) != 2 || list.Charges[0] != a || list.Charges[1] != b {
+		t.Errorf("GET /charges?order_ref=7 = %+v, want [%+v %+v]", list.Charges, a, b)
 	}
 	status, _, body = p.call(t, http.MethodGet, "/charges?order_ref=999", "")
 	if status != http.StatusOK || compactJSON(t, body) != `{"charges":[]}` {

@@ -95,18 +95,6 @@ func (c *Client) GetCharge(ctx context.Context, idempotencyKey string) (Charge, 
 	return ch, nil
 }
 
-// ChargesForOrder returns every charge record the PSP holds for an order,
-// oldest first.
-func (c *Client) ChargesForOrder(ctx context.Context, orderRef string) ([]Charge, error) {
-	var out struct {
-		Charges []Charge `json:"charges"`
-	}
-	if err := c.do(ctx, http.MethodGet, "/charges?order_ref="+url.QueryEscape(orderRef), nil, &out); err != nil {
-		return nil, fmt.Errorf("psp charges for order %s: %w", orderRef, err)
-	}
-	return out.Charges, nil
-}
-
 // Refund asks the PSP to refund (part of) a succeeded charge, once per
 // req.IdempotencyKey. Errors: ErrOutcomeUnknown (query GetRefund), or
 // *APIError (422 for a declined or unknown charge or too large an amount).
@@ -125,34 +113,6 @@ func (c *Client) GetRefund(ctx context.Context, idempotencyKey string) (Refund, 
 		return Refund{}, fmt.Errorf("psp get refund %s: %w", idempotencyKey, notFound(err))
 	}
 	return f, nil
-}
-
-// RefundsForCharge returns every refund of a charge, oldest first.
-func (c *Client) RefundsForCharge(ctx context.Context, chargeID string) ([]Refund, error) {
-	var out struct {
-		Refunds []Refund `json:"refunds"`
-	}
-	if err := c.do(ctx, http.MethodGet, "/refunds?charge_id="+url.QueryEscape(chargeID), nil, &out); err != nil {
-		return nil, fmt.Errorf("psp refunds for charge %s: %w", chargeID, err)
-	}
-	return out.Refunds, nil
-}
-
-// SetSwitch sets the PSP's fault switch (PUT /switches).
-func (c *Client) SetSwitch(ctx context.Context, sw Switch) error {
-	if err := c.do(ctx, http.MethodPut, "/switches", sw, nil); err != nil {
-		return fmt.Errorf("psp set switch: %w", err)
-	}
-	return nil
-}
-
-// GetSwitch returns the PSP's fault switch (GET /switches).
-func (c *Client) GetSwitch(ctx context.Context) (Switch, error) {
-	var sw Switch
-	if err := c.do(ctx, http.MethodGet, "/switches", nil, &sw); err != nil {
-		return Switch{}, fmt.Errorf("psp get switch: %w", err)
-	}
-	return sw, nil
 }
 
 // do sends one request and sorts the result into the classes callers act on:

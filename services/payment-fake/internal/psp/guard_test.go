@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -19,13 +18,7 @@ func TestGuardKeepsWritesToTheirCallers(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "payment")
 	srv := NewServer(db.DB, slog.New(slog.DiscardHandler))
-	serve := func(a Access) string {
-		mux := http.NewServeMux()
-		mux.Handle("/psp/", http.StripPrefix("/psp", Guard(srv.Handler(), a, nil)))
-		ts := httptest.NewServer(mux)
-		t.Cleanup(ts.Close)
-		return ts.URL + "/psp"
-	}
+	serve := func(a Access) string { return mount(t, Guard(srv.Handler(), a, nil)) }
 	keyed := serve(Access{Demo: true, AdminToken: "adm", Token: "psp-key"})
 	closed := serve(Access{Demo: false})
 	charge := `{"idempotency_key":"charge-9","order_ref":"9","customer_id":"c-1","amount_cents":100,"currency":"EUR"}`

@@ -2,6 +2,7 @@ package psp
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,12 +27,20 @@ func newTestPSP(t *testing.T) *testPSP {
 	t.Helper()
 	db := sqldbtest.New(t, "payment")
 	srv := NewServer(db.DB, slog.New(slog.DiscardHandler))
-	mux := http.NewServeMux()
-	mux.Handle("/psp/", http.StripPrefix("/psp", srv.Handler()))
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close) // runs before the database is dropped
-	base := ts.URL + "/psp"
+	base := mount(t, srv.Handler())
 	return &testPSP{srv: srv, db: db, base: base, client: NewClient(base, &http.Client{Timeout: 10 * time.Second})}
+}
+
+// mount serves h the way the PSP process serves it, under /psp with the
+// prefix stripped, until the test ends (before its database is dropped),
+// and returns its base URL.
+func mount(t *testing.T, h http.Handler) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/psp/", http.StripPrefix("/psp", h))
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts.URL + "/psp"
 }
 
 // call sends one raw request and returns the status, headers and body.
@@ -106,10 +115,28 @@ func (p *testPSP) mustCharge(t *testing.T, req ChargeRequest) Charge {
 	return c
 }
 
+// mustSetSwitch sets the fault switch over HTTP (PUT /switches).
 func (p *testPSP) mustSetSwitch(t *testing.T, sw Switch) {
 	t.Helper()
-	if err := p.client.SetSwitch(context.Background(), sw); err != nil {
-		t.Fatalf("SetSwitch(%+v): %v", sw, err)
+	body, err := json.Marshal(sw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, answer := p.call(t, http.MethodPut, "/switches", string(body)); status != http.StatusOK {
+		t.Fatalf("PUT /switches %s = %d %s, want 200", body, status, answer)
+	}
+}
+
+// getJSON sends GET path and decodes its answer into out; an answer other
+// than 200 fails the test.
+func (p *testPSP) getJSON(t *testing.T, path string, out any) {
+	t.Helper()
+	status, _, body := p.call(t, http.MethodGet, path, "")
+	if status != http.StatusOK {
+		t.Fatalf("GET %s = %d %s, want 200", path, status, body)
+	}
+	if err := json.Unmarshal([]byte(body), out); err != nil {
+		t.Fatalf("GET %s: %v in %s", path, err, body)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 func TestRefundIdempotent(t *testing.T) {
@@ -46,9 +48,10 @@ func TestRefundIdempotent(t *testing.T) {
 	if _, err := p.client.GetRefund(context.Background(), "nope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("GetRefund(unknown) error = %v, want ErrNotFound", err)
 	}
-	list, err := p.client.RefundsForCharge(context.Background(), c.ChargeID)
-	if err != nil || len(list) != 1 || list[0] != f1 {
-		t.Errorf("RefundsForCharge = %+v, %v; want [%+v]", list, err, f1)
+	var list wire.PSPRefundList
+	p.getJSON(t, "/refunds?charge_id="+c.ChargeID, &list)
+	if len(list.Refunds) != 1 || list.Refunds[0] != f1 {
+		t.Errorf("GET /refunds?charge_id=%s = %+v, want [%+v]", c.ChargeID, list.Refunds, f1)
 	}
 }
 

@@ -26,18 +26,12 @@ type chargeRow struct {
 	CreatedAt      time.Time `db:"created_at"`
 }
 
+// charge is the row as the API answers it: the same fields (the row's
+// carry column tags), the time in UTC.
 func (r chargeRow) charge() Charge {
-	return Charge{
-		ChargeID:       r.ChargeID,
-		IdempotencyKey: r.IdempotencyKey,
-		OrderRef:       r.OrderRef,
-		CustomerID:     r.CustomerID,
-		AmountCents:    r.AmountCents,
-		Currency:       r.Currency,
-		Status:         r.Status,
-		DeclineCode:    r.DeclineCode,
-		CreatedAt:      r.CreatedAt.UTC(),
-	}
+	c := Charge(r)
+	c.CreatedAt = c.CreatedAt.UTC()
+	return c
 }
 
 type refundRow struct {
@@ -49,15 +43,37 @@ type refundRow struct {
 	CreatedAt      time.Time `db:"created_at"`
 }
 
+// refund is the row as the API answers it, like chargeRow.charge.
 func (r refundRow) refund() Refund {
-	return Refund{
-		RefundID:       r.RefundID,
-		IdempotencyKey: r.IdempotencyKey,
-		ChargeID:       r.ChargeID,
-		AmountCents:    r.AmountCents,
-		Status:         r.Status,
-		CreatedAt:      r.CreatedAt.UTC(),
+	f := Refund(r)
+	f.CreatedAt = f.CreatedAt.UTC()
+	return f
+}
+
+// getOne runs q, the SELECT of one row by arg, and returns it converted;
+// no row is notFound, another error is wrapped as what.
+func getOne[R, T any](ctx context.Context, db sqlx.QueryerContext, convert func(R) T, q string, arg any,
+	notFound error, what string) (T, error) {
+	var r R
+	if err := sqlx.GetContext(ctx, db, &r, q, arg); err != nil {
+		var zero T
+		return zero, sqldb.NoRowsAs(err, notFound, "%s", what)
 	}
+	return convert(r), nil
+}
+
+// selectAll runs q, the SELECT of rows by arg, and returns them converted;
+// an error is wrapped as what.
+func selectAll[R, T any](ctx context.Context, db sqlx.QueryerContext, convert func(R) T, q string, arg any, what string) ([]T, error) {
+	var rows []R
+	if err := sqlx.SelectContext(ctx, db, &rows, q, arg); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	out := make([]T, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, convert(r))
+	}
+	return out, nil
 }
 
 // insertCharge writes a new charge, r as given (its created_at included). It
@@ -80,26 +96,14 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 func chargeByKey(ctx context.Context, db sqlx.QueryerContext, key string) (Charge, error) {
 	const q = `SELECT charge_id, idempotency_key, order_ref, customer_id, amount_cents, currency, status, decline_code, created_at
 FROM psp_charges WHERE idempotency_key = ?`
-	var r chargeRow
-	if err := sqlx.GetContext(ctx, db, &r, q, key); err != nil {
-		return Charge{}, sqldb.NoRowsAs(err, errNoCharge, "charge by key")
-	}
-	return r.charge(), nil
+	return getOne(ctx, db, chargeRow.charge, q, key, errNoCharge, "charge by key")
 }
 
 // chargesForOrder returns every charge record of an order, oldest first.
 func chargesForOrder(ctx context.Context, db sqlx.QueryerContext, orderRef string) ([]Charge, error) {
 	const q = `SELECT charge_id, idempotency_key, order_ref, customer_id, amount_cents, currency, status, decline_code, created_at
 FROM psp_charges WHERE order_ref = ? ORDER BY created_at, charge_id`
-	var rows []chargeRow
-	if err := sqlx.SelectContext(ctx, db, &rows, q, orderRef); err != nil {
-		return nil, fmt.Errorf("charges for order: %w", err)
-	}
-	out := make([]Charge, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, r.charge())
-	}
-	return out, nil
+	return selectAll(ctx, db, chargeRow.charge, q, orderRef, "charges for order")
 }
 
 // lockCharge reads a charge and locks its row until the transaction ends, so
@@ -108,11 +112,7 @@ FROM psp_charges WHERE order_ref = ? ORDER BY created_at, charge_id`
 func lockCharge(ctx context.Context, tx *sqlx.Tx, chargeID string) (Charge, error) {
 	const q = `SELECT charge_id, idempotency_key, order_ref, customer_id, amount_cents, currency, status, decline_code, created_at
 FROM psp_charges WHERE charge_id = ? FOR UPDATE`
-	var r chargeRow
-	if err := tx.GetContext(ctx, &r, q, chargeID); err != nil {
-		return Charge{}, sqldb.NoRowsAs(err, errUnknownCharge, "lock charge")
-	}
-	return r.charge(), nil
+	return getOne(ctx, tx, chargeRow.charge, q, chargeID, errUnknownCharge, "lock charge")
 }
 
 // insertRefund writes a new refund, r as given; like insertCharge it fails
@@ -141,24 +141,12 @@ func refundedCents(ctx context.Context, tx *sqlx.Tx, chargeID string) (int64, er
 func refundByKey(ctx context.Context, db sqlx.QueryerContext, key string) (Refund, error) {
 	const q = `SELECT refund_id, idempotency_key, charge_id, amount_cents, status, created_at
 FROM psp_refunds WHERE idempotency_key = ?`
-	var r refundRow
-	if err := sqlx.GetContext(ctx, db, &r, q, key); err != nil {
-		return Refund{}, sqldb.NoRowsAs(err, errNoRefund, "refund by key")
-	}
-	return r.refund(), nil
+	return getOne(ctx, db, refundRow.refund, q, key, errNoRefund, "refund by key")
 }
 
 // refundsForCharge returns every refund of a charge, oldest first.
 func refundsForCharge(ctx context.Context, db sqlx.QueryerContext, chargeID string) ([]Refund, error) {
 	const q = `SELECT refund_id, idempotency_key, charge_id, amount_cents, status, created_at
 FROM psp_refunds WHERE charge_id = ? ORDER BY created_at, refund_id`
-	var rows []refundRow
-	if err := sqlx.SelectContext(ctx, db, &rows, q, chargeID); err != nil {
-		return nil, fmt.Errorf("refunds for charge: %w", err)
-	}
-	out := make([]Refund, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, r.refund())
-	}
-	return out, nil
+	return selectAll(ctx, db, refundRow.refund, q, chargeID, "refunds for charge")
 }
