@@ -48,8 +48,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 	db.MustExec(`CREATE TABLE effects (event_id CHAR(36) PRIMARY KEY)`)
 	ns := rabbittest.Namespace(t)
 	topology := func(ns rabbit.Namespace) rabbit.Topology {
-		return rabbit.Topology{Exchange: ns.Exchange(), DeadLetterExchange: ns.DeadLetterExchange(),
-			Queues: []rabbit.Queue{{Name: ns.Queue("svc.order-events"), Keys: []string{events.OrderCreated}}}}
+		return ns.Topology(rabbit.Queue{Name: "svc.order-events", Keys: []string{events.OrderCreated}})
 	}
 	rabbittest.Cleanup(t, topology(ns))
 

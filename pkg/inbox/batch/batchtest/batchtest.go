@@ -11,6 +11,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -335,16 +336,18 @@ func poison(t *rapid.T, queue string, i int) rabbit.Delivery {
 	return d
 }
 
-// DefaultChecks makes rapid run n checks of each property unless the
-// command line says otherwise (-rapid.checks): enough for the suite to
-// catch a regression in seconds; run more by hand when changing the batch
-// layer. Call it from TestMain, after flag.Parse.
-func DefaultChecks(n int) {
+// Main is a differential test package's TestMain: it runs the package's
+// tests with rapid making n checks of each property unless the command
+// line says otherwise (-rapid.checks): enough for the suite to catch a
+// regression in seconds; run more by hand when changing the batch layer.
+func Main(m *testing.M, n int) {
+	flag.Parse()
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
 	if !set {
 		_ = flag.Set("rapid.checks", fmt.Sprint(n))
 	}
+	os.Exit(m.Run())
 }
 
 // WantBatches fails t unless the batch layer, whose metrics are on reg,
