@@ -47,6 +47,17 @@ func Metric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) 
 	return value, found
 }
 
+// MustMetric is Metric for a series g must have: the test fails if it has
+// none.
+func MustMetric(t testing.TB, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	v, ok := Metric(t, g, name, labels...)
+	if !ok {
+		t.Fatalf("no series %s with labels %q", name, labels)
+	}
+	return v
+}
+
 func contains(labels [][2]string, name, value string) bool {
 	for _, l := range labels {
 		if l[0] == name && l[1] == value {

@@ -23,6 +23,9 @@ func TestSeriesAndMetric(t *testing.T) {
 	if v, ok := Metric(t, reg, "calls_total", "result", "ok"); !ok || v != 2 {
 		t.Errorf("Metric(result=ok) = %v, %v; want 2", v, ok)
 	}
+	if v := MustMetric(t, reg, "open"); v != 3 {
+		t.Errorf("MustMetric(open) = %v, want 3", v)
+	}
 	if v, ok := Metric(t, reg, "calls_total", "result", "error"); ok || v != 0 {
 		t.Errorf("Metric(result=error) = %v, %v; want none", v, ok)
 	}

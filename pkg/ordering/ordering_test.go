@@ -352,9 +352,5 @@ func (h countAlerts) WithGroup(string) slog.Handler      { return h }
 // parkedGauge reads consumer_parked_events{state} from reg.
 func parkedGauge(t *testing.T, reg *prometheus.Registry, state string) float64 {
 	t.Helper()
-	v, ok := testutil.Metric(t, reg, "consumer_parked_events", "state", state)
-	if !ok {
-		t.Fatalf("no consumer_parked_events{state=%q}", state)
-	}
-	return v
+	return testutil.MustMetric(t, reg, "consumer_parked_events", "state", state)
 }

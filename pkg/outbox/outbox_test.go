@@ -387,11 +387,7 @@ func metered(t *testing.T, n int, cfg outbox.Config) (db *sqldbtest.DB, ids []st
 // counter reads an unlabelled counter from reg.
 func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	v, ok := testutil.Metric(t, reg, name)
-	if !ok {
-		t.Fatalf("%s not exported", name)
-	}
-	return v
+	return testutil.MustMetric(t, reg, name)
 }
 
 // waitDue waits until an outbox row is due (its backoff has passed).
@@ -748,11 +744,7 @@ func TestWakeClaimsOnceWithManyIdleWorkers(t *testing.T) {
 // claims reads outbox_claims_total{result} from reg.
 func claims(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	t.Helper()
-	v, ok := testutil.Metric(t, reg, "outbox_claims_total", "result", result)
-	if !ok {
-		t.Fatalf("outbox_claims_total{result=%q} not exported", result)
-	}
-	return v
+	return testutil.MustMetric(t, reg, "outbox_claims_total", "result", result)
 }
 
 // The read API of the operator's view (List, OfAggregate, Summarize) and

@@ -273,11 +273,7 @@ func (r *recon) run(t *testing.T) orderapp.RunSummary {
 
 func (r *recon) counter(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	v, ok := testutil.Metric(t, r.reg, name, labels...)
-	if !ok {
-		t.Fatalf("metric %s%v not found", name, labels)
-	}
-	return v
+	return testutil.MustMetric(t, r.reg, name, labels...)
 }
 
 type auditRow struct {
