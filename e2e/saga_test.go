@@ -64,6 +64,17 @@ func waitStatus(t *testing.T, s *sagatest.Saga, id, want string) orderJSON {
 	return o
 }
 
+// waitReservation waits until inventory's reservation of the order is in
+// status want.
+func waitReservation(t *testing.T, s *sagatest.Saga, orderID, want string) {
+	t.Helper()
+	sagatest.Eventually(t, 15*time.Second, "reservation "+orderID+" to be "+want, func() bool {
+		var r reservationJSON
+		s.Inventory.Do("GET", "/reservations/"+orderID, nil, nil, &r)
+		return r.Status == want
+	})
+}
+
 func stock(t *testing.T, s *sagatest.Saga, sku string) stockJSON {
 	t.Helper()
 	var st stockJSON
@@ -116,11 +127,7 @@ func TestSagaHappyPathConfirms(t *testing.T) {
 	waitStatus(t, s, o.OrderID, "confirmed")
 
 	// Stock: two keyboards sold; the reservation became a sale.
-	sagatest.Eventually(t, 10*time.Second, "the reservation to be committed", func() bool {
-		var r reservationJSON
-		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
-		return r.Status == "committed"
-	})
+	waitReservation(t, s, o.OrderID, "committed")
 	after := stock(t, s, "SKU-1")
 	if after.OnHand != before.OnHand-2 || after.Reserved != 0 {
 		t.Fatalf("stock after confirm: %+v, want on_hand %d and nothing reserved", after, before.OnHand-2)
@@ -184,11 +191,7 @@ func TestSagaPaymentDeclinedCancelsAndReleases(t *testing.T) {
 	if got.StatusReason == "" {
 		t.Fatal("cancelled order has no reason")
 	}
-	sagatest.Eventually(t, 10*time.Second, "the reservation to be released", func() bool {
-		var r reservationJSON
-		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
-		return r.Status == "released"
-	})
+	waitReservation(t, s, o.OrderID, "released")
 	if after := stock(t, s, "SKU-3"); after != before {
 		t.Fatalf("stock after the release: %+v, want it back to %+v", after, before)
 	}
