@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,8 +19,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
-	"github.com/prometheus/procfs"
+	"golang.org/x/sync/errgroup"
 
+	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -30,15 +30,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// envInt reads a knob of the benchmarks (BENCH_RATE=200 ...).
-func envInt(key string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(key)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
+var quiet = slog.New(slog.DiscardHandler)
 
 // fixture is a fresh database of one service's schema and a broker
 // namespace with one durable quorum queue, "bench.events", bound to the
@@ -60,44 +52,10 @@ func newFixture(b *testing.B, service string, keys ...string) *fixture {
 }
 
 // purge empties the queue so the next phase publishes into an empty one.
-func (f *fixture) purge(b *testing.B) {
-	b.Helper()
-	conn := rabbittest.Dial(b)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ch.Close()
-	if _, err := ch.QueuePurge(f.queue, false); err != nil {
-		b.Fatalf("purge %s: %v", f.queue, err)
-	}
-}
+func (f *fixture) purge(b *testing.B) { benchtest.Purge(b, f.queue) }
 
 // queueDepth is the number of ready messages in the queue.
-func (f *fixture) queueDepth(b *testing.B) int {
-	b.Helper()
-	conn := rabbittest.Dial(b)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ch.Close()
-	q, err := ch.QueueDeclarePassive(f.queue, true, false, false, false, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return q.Messages
-}
-
-// orderCreated is a realistic payload: what the order service writes for a
-// two-line order (about 200 bytes).
-func orderCreated(id uint64) events.OrderCreatedV1 {
-	return events.OrderCreatedV1{OrderID: id, CustomerID: fmt.Sprintf("customer-%d", id%1000),
-		Items:      []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}, {SKU: "SKU-2", Quantity: 1, UnitPriceCents: 1200}},
-		TotalCents: 19000, Currency: "EUR"}
-}
+func (f *fixture) queueDepth(b *testing.B) int { return benchtest.QueueDepth(b, f.queue) }
 
 // prefill commits n pending OrderCreated events, 500 per transaction.
 func prefill(b *testing.B, db *sqlx.DB, n int) {
@@ -108,7 +66,7 @@ func prefill(b *testing.B, db *sqlx.DB, n int) {
 		evs := make([]outbox.Event, batch)
 		for i := range evs {
 			id := uint64(done + i + 1)
-			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: orderCreated(id)}
+			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: benchtest.OrderCreated(id)}
 		}
 		err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
 			_, err := outbox.Add(ctx, tx, evs...)
@@ -137,7 +95,7 @@ func messages(exchange string, n int) []rabbit.Message {
 	out := make([]rabbit.Message, n)
 	for i := range out {
 		id := uint64(i + 1)
-		body, _ := json.Marshal(orderCreated(id))
+		body, _ := json.Marshal(benchtest.OrderCreated(id))
 		out[i] = rabbit.FromEnvelope(exchange, events.Envelope{
 			EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: id, AggregateVersion: 1,
 			SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(id, 10),
@@ -153,8 +111,6 @@ func messages(exchange string, n int) []rabbit.Message {
 // returns how long it took. Every message must be confirmed.
 func publishAll(b *testing.B, conn *rabbit.Conn, msgs []rabbit.Message, publishers, batch int) time.Duration {
 	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, publishers)
 	pubs := make([]*rabbit.Publisher, publishers)
 	for i := range pubs {
 		pubs[i] = conn.NewPublisher() // opens its channel on first use, as a dispatcher's does
@@ -165,25 +121,23 @@ func publishAll(b *testing.B, conn *rabbit.Conn, msgs []rabbit.Message, publishe
 		}
 	}()
 	start := time.Now()
+	var g errgroup.Group
 	for w := range publishers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error {
 			for i := w * batch; i < len(msgs); i += publishers * batch {
 				part := msgs[i:min(i+batch, len(msgs))]
 				for j, err := range pubs[w].Publish(context.Background(), part, 30*time.Second) {
 					if err != nil {
-						errs <- fmt.Errorf("message %d: %w", i+j, err)
-						return
+						return fmt.Errorf("message %d: %w", i+j, err)
 					}
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	err := g.Wait()
 	took := time.Since(start)
-	close(errs)
-	for err := range errs {
+	if err != nil {
 		b.Fatalf("raw publish: %v", err)
 	}
 	return took
@@ -207,109 +161,6 @@ func reportLatency(b *testing.B, prefix string, ds []time.Duration) {
 	b.ReportMetric(msf(percentile(ds, 90)), prefix+"p90_ms")
 	b.ReportMetric(msf(percentile(ds, 99)), prefix+"p99_ms")
 	b.ReportMetric(msf(percentile(ds, 100)), prefix+"max_ms")
-}
-
-// cpuMeter measures the CPU time the database server, the broker and this
-// process use over an interval, from /proc through procfs (Linux; elsewhere
-// it reports nothing). Cores = CPU seconds / wall seconds. other_cores is
-// everything else busy on the machine meanwhile (other tests sharing the
-// servers' host): a high value means the figure is disturbed.
-type cpuMeter struct {
-	fs    procfs.FS
-	pids  map[string][]int
-	start map[string]float64
-	busy0 float64
-	t0    time.Time
-}
-
-func startCPU() *cpuMeter {
-	m := &cpuMeter{start: map[string]float64{}}
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return m // not Linux: no pids, nothing reported
-	}
-	m.fs = fs
-	m.pids = map[string][]int{
-		"db": append(m.oldestByComm("mariadbd"), m.oldestByComm("mysqld")...),
-		"mq": m.oldestByComm("beam.smp"),
-		"go": {os.Getpid()},
-	}
-	for k, pids := range m.pids {
-		m.start[k] = m.cpuSeconds(pids)
-	}
-	m.busy0 = m.machineBusy()
-	m.t0 = time.Now()
-	return m
-}
-
-// machineBusy is the busy time of all CPUs in seconds (/proc/stat).
-func (m *cpuMeter) machineBusy() float64 {
-	st, err := m.fs.Stat()
-	if err != nil {
-		return 0
-	}
-	c := st.CPUTotal // guest time is inside user
-	return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
-}
-
-// report adds db_cores, mq_cores and go_cores to the benchmark.
-func (m *cpuMeter) report(b *testing.B, prefix string) {
-	wall := time.Since(m.t0).Seconds()
-	if wall <= 0 {
-		return
-	}
-	var ours float64
-	for _, k := range []string{"db", "mq", "go"} {
-		if len(m.pids[k]) == 0 {
-			continue
-		}
-		cores := (m.cpuSeconds(m.pids[k]) - m.start[k]) / wall
-		ours += cores
-		b.ReportMetric(math.Round(cores*100)/100, prefix+k+"_cores")
-	}
-	if m.busy0 > 0 {
-		all := (m.machineBusy() - m.busy0) / wall
-		b.ReportMetric(math.Round(max(0, all-ours)*100)/100, prefix+"other_cores")
-	}
-}
-
-// cpuSeconds is the user+system time the processes have used.
-func (m *cpuMeter) cpuSeconds(pids []int) float64 {
-	var sum float64
-	for _, pid := range pids {
-		if st, err := m.stat(pid); err == nil {
-			sum += st.CPUTime()
-		}
-	}
-	return sum
-}
-
-func (m *cpuMeter) stat(pid int) (procfs.ProcStat, error) {
-	p, err := m.fs.Proc(pid)
-	if err != nil {
-		return procfs.ProcStat{}, err
-	}
-	return p.Stat()
-}
-
-// oldestByComm returns the oldest process with that command name (the
-// server itself, not a short-lived rabbitmqctl that is also a beam.smp).
-func (m *cpuMeter) oldestByComm(comm string) []int {
-	procs, _ := m.fs.AllProcs()
-	best, bestStart := 0, uint64(math.MaxUint64)
-	for _, p := range procs {
-		st, err := p.Stat()
-		if err != nil || st.Comm != comm {
-			continue
-		}
-		if st.Starttime < bestStart {
-			best, bestStart = p.PID, st.Starttime
-		}
-	}
-	if best == 0 {
-		return nil
-	}
-	return []int{best}
 }
 
 // sqlCounter is a TCP proxy in front of the MySQL server that counts the

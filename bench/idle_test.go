@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/internal/sagatest"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
@@ -25,7 +26,7 @@ import (
 // at most every 5 s). The target is under 2 statements/s per idle
 // dispatcher. Run with -benchtime 1x.
 func BenchmarkIdle(b *testing.B) {
-	secs := envInt("BENCH_IDLE_SECONDS", 10)
+	secs := benchtest.EnvInt("BENCH_IDLE_SECONDS", 10)
 	for _, lease := range []time.Duration{30 * time.Second, 5 * time.Second} {
 		b.Run(fmt.Sprintf("dispatcher/lease=%s", lease), func(b *testing.B) {
 			f := newFixture(b, "order", events.OrderCreated)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -51,12 +52,12 @@ func BenchmarkConsumer(b *testing.B) {
 			// Ceiling: consume and ack, nothing else.
 			publishAll(b, f.conn, messages(f.ns.Exchange(), n), 1, 500)
 			var acked atomic.Int64
-			rawCPU := startCPU()
+			rawCPU := benchtest.StartCPU()
 			raw := consumeN(b, f.conn, cfg, n, func(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
 				acked.Add(1)
 				return rabbit.Ack()
 			}, &acked)
-			rawCPU.report(b, "ceiling_")
+			rawCPU.Report(b, "ceiling_")
 
 			// The inbox consumer on a fresh set of messages (new event ids).
 			publishAll(b, f.conn, messages(f.ns.Exchange(), n), 1, 500)
@@ -68,7 +69,7 @@ func BenchmarkConsumer(b *testing.B) {
 			con := inbox.NewConsumer(inbox.Config{Name: "bench", DB: f.db.DB, Log: quiet,
 				Handlers:    map[events.Type]inbox.Handler{events.OrderCreated: handler},
 				AfterCommit: func() { committed.Add(1) }})
-			cpu := startCPU()
+			cpu := benchtest.StartCPU()
 			b.StartTimer()
 			var handled atomic.Int64
 			took := consumeN(b, f.conn, cfg, n, func(ctx context.Context, d rabbit.Delivery) rabbit.Decision {
@@ -76,7 +77,7 @@ func BenchmarkConsumer(b *testing.B) {
 				return con.Handle(ctx, d)
 			}, &committed)
 			b.StopTimer()
-			cpu.report(b, "")
+			cpu.Report(b, "")
 
 			var rows int
 			if err := f.db.Get(&rows, `SELECT COUNT(*) FROM consumer_inbox`); err != nil || rows != n {
@@ -183,7 +184,7 @@ func BenchmarkCommitRate(b *testing.B) {
 				var next atomic.Int64
 				var wg sync.WaitGroup
 				errs := make(chan error, conns)
-				cpu := startCPU()
+				cpu := benchtest.StartCPU()
 				b.StartTimer()
 				start := time.Now()
 				for range conns {
@@ -215,7 +216,7 @@ func BenchmarkCommitRate(b *testing.B) {
 				wg.Wait()
 				took := time.Since(start)
 				b.StopTimer()
-				cpu.report(b, "")
+				cpu.Report(b, "")
 				close(errs)
 				for err := range errs {
 					b.Fatal(err)

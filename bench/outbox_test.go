@@ -12,6 +12,8 @@ import (
 	"github.com/jmoiron/sqlx"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/internal/benchtest"
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -36,19 +38,19 @@ func BenchmarkOutboxDrain(b *testing.B) {
 			f := newFixture(b, "order", events.OrderCreated)
 			n := b.N
 
-			rawCPU := startCPU()
+			rawCPU := benchtest.StartCPU()
 			raw := publishAll(b, f.conn, messages(f.ns.Exchange(), n), c.workers, c.batch)
-			rawCPU.report(b, "ceiling_")
+			rawCPU.Report(b, "ceiling_")
 			f.purge(b)
 
 			prefill(b, f.db.DB, n)
 			d := outbox.New(f.db.DB, outbox.Config{Exchange: f.ns.Exchange(), Workers: c.workers,
 				BatchSize: c.batch, Log: quiet, NewPublisher: outbox.RabbitPublishers(f.conn)})
-			cpu := startCPU()
+			cpu := benchtest.StartCPU()
 			b.StartTimer()
 			took := drain(b, d, c.workers, func() outbox.Publisher { return f.conn.NewPublisher() })
 			b.StopTimer()
-			cpu.report(b, "")
+			cpu.Report(b, "")
 			if sent := countStatus(b, f.db.DB, "sent"); sent != n {
 				b.Fatalf("sent rows = %d, want %d", sent, n)
 			}
@@ -63,9 +65,9 @@ func BenchmarkOutboxDrain(b *testing.B) {
 			// broker that confirms at once. No dispatcher that keeps the
 			// chapter's two writes per event can drain faster than this.
 			prefill(b, f.db.DB, n)
-			dbCPU := startCPU()
+			dbCPU := benchtest.StartCPU()
 			dbOnly := drain(b, d, c.workers, func() outbox.Publisher { return ackAll{} })
-			dbCPU.report(b, "dbonly_")
+			dbCPU.Report(b, "dbonly_")
 			b.ReportMetric(float64(n)/dbOnly.Seconds(), "dbonly_events/s")
 			b.ReportMetric(100*raw.Seconds()/dbOnly.Seconds(), "dbonly_pct_of_ceiling")
 		})
@@ -76,34 +78,12 @@ func BenchmarkOutboxDrain(b *testing.B) {
 // a claim comes back empty, and returns how long it took.
 func drain(b *testing.B, d *outbox.Dispatcher, workers int, newPub func() outbox.Publisher) time.Duration {
 	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pub := newPub()
-			defer pub.Close()
-			for {
-				res, err := d.DispatchOnce(context.Background(), pub)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if res.Claimed == 0 {
-					return
-				}
-			}
-		}()
+	pubs := make([]outbox.Publisher, workers)
+	for i := range pubs {
+		pubs[i] = newPub()
+		defer pubs[i].Close()
 	}
-	wg.Wait()
-	took := time.Since(start)
-	close(errs)
-	for err := range errs {
-		b.Fatalf("dispatch: %v", err)
-	}
-	return took
+	return benchtest.Drain(b, d, pubs)
 }
 
 // BenchmarkRawPublish is the broker alone: b.N persistent, mandatory
@@ -118,11 +98,11 @@ func BenchmarkRawPublish(b *testing.B) {
 			b.StopTimer()
 			f := newFixture(b, "order", events.OrderCreated)
 			msgs := messages(f.ns.Exchange(), b.N)
-			cpu := startCPU()
+			cpu := benchtest.StartCPU()
 			b.StartTimer()
 			took := publishAll(b, f.conn, msgs, c.publishers, c.batch)
 			b.StopTimer()
-			cpu.report(b, "")
+			cpu.Report(b, "")
 			b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
 		})
 	}
@@ -131,11 +111,11 @@ func BenchmarkRawPublish(b *testing.B) {
 			b.StopTimer()
 			f := newFixture(b, "order", events.OrderCreated)
 			msgs := messages(f.ns.Exchange(), b.N)
-			cpu := startCPU()
+			cpu := benchtest.StartCPU()
 			b.StartTimer()
 			took := publishWindow(b, f.conn, msgs, window)
 			b.StopTimer()
-			cpu.report(b, "")
+			cpu.Report(b, "")
 			b.ReportMetric(float64(b.N)/took.Seconds(), "msgs/s")
 		})
 	}
@@ -191,8 +171,8 @@ func publishWindow(b *testing.B, conn *rabbit.Conn, msgs []rabbit.Message, windo
 // The ceiling is the broker alone at the same rate: publish one message
 // (confirmed) -> delivery. Run with -benchtime 1x.
 func BenchmarkCommitToPublish(b *testing.B) {
-	rate := envInt("BENCH_RATE", 100)
-	secs := envInt("BENCH_SECONDS", 10)
+	rate := benchtest.EnvInt("BENCH_RATE", 100)
+	secs := benchtest.EnvInt("BENCH_SECONDS", 10)
 	for _, wake := range []bool{true, false} {
 		name := "wake"
 		if !wake {
@@ -228,7 +208,7 @@ func BenchmarkCommitToPublish(b *testing.B) {
 
 			committedAt := map[string]time.Time{}
 			var commits []time.Duration
-			cpu := startCPU()
+			cpu := benchtest.StartCPU()
 			b.StartTimer()
 			tick(total, rate, func(i int) {
 				var ids []string
@@ -236,7 +216,7 @@ func BenchmarkCommitToPublish(b *testing.B) {
 				err := sqldb.WithTx(context.Background(), f.db.DB, func(tx *sqlx.Tx) error {
 					var err error
 					ids, err = outbox.Add(context.Background(), tx, outbox.Event{AggregateID: uint64(i + 1),
-						AggregateVersion: 1, Type: events.OrderCreated, Payload: orderCreated(uint64(i + 1))})
+						AggregateVersion: 1, Type: events.OrderCreated, Payload: benchtest.OrderCreated(uint64(i + 1))})
 					return err
 				})
 				if err != nil {
@@ -251,7 +231,7 @@ func BenchmarkCommitToPublish(b *testing.B) {
 			})
 			lat := recv.latencies(b, committedAt, 5*time.Second)
 			b.StopTimer()
-			cpu.report(b, "")
+			cpu.Report(b, "")
 			reportLatency(b, "", lat)
 			reportLatency(b, "raw_", raw)
 			reportLatency(b, "commit_", commits)
@@ -308,29 +288,23 @@ func newReceiver(b *testing.B, queue string) *receiver {
 // sent and returns arrival - sent for each.
 func (r *receiver) latencies(b *testing.B, sent map[string]time.Time, wait time.Duration) []time.Duration {
 	b.Helper()
-	deadline := time.Now().Add(wait)
-	for {
+	testutil.WaitFor(b, wait, fmt.Sprintf("all %d messages to arrive", len(sent)), func() bool {
 		r.mu.Lock()
-		missing := 0
+		defer r.mu.Unlock()
 		for id := range sent {
 			if _, ok := r.got[id]; !ok {
-				missing++
+				return false
 			}
 		}
-		if missing == 0 || time.Now().After(deadline) {
-			defer r.mu.Unlock()
-			if missing > 0 {
-				b.Fatalf("%d of %d messages never arrived", missing, len(sent))
-			}
-			out := make([]time.Duration, 0, len(sent))
-			for id, t := range sent {
-				out = append(out, r.got[id].Sub(t))
-			}
-			return out
-		}
-		r.mu.Unlock()
-		time.Sleep(20 * time.Millisecond)
+		return true
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]time.Duration, 0, len(sent))
+	for id, t := range sent {
+		out = append(out, r.got[id].Sub(t))
 	}
+	return out
 }
 
 // ackAll is a Publisher whose broker confirms everything at once: it
@@ -365,7 +339,7 @@ func BenchmarkClaim(b *testing.B) {
 	var plan string
 	sent := 0
 	if os.Getenv("BENCH_BIG") == "1" {
-		sent = envInt("BENCH_SENT_ROWS", 1_000_000)
+		sent = benchtest.EnvInt("BENCH_SENT_ROWS", 1_000_000)
 		big = sqldbtest.New(b, "order")
 		start := time.Now()
 		fillSent(b, big.DB, sent)
@@ -477,7 +451,7 @@ func addPending(b *testing.B, db *sqlx.DB, n int) {
 	evs := make([]outbox.Event, n)
 	for i := range evs {
 		evs[i] = outbox.Event{AggregateID: uint64(i + 1), AggregateVersion: 1, Type: events.OrderCreated,
-			Payload: orderCreated(uint64(i + 1))}
+			Payload: benchtest.OrderCreated(uint64(i + 1))}
 	}
 	ctx := context.Background()
 	err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
@@ -568,7 +542,7 @@ func BenchmarkOutboxTableCost(b *testing.B) {
 			var published time.Time
 			pub := ackAll{at: &published}
 			var claimT, markT time.Duration
-			cpu := startCPU()
+			cpu := benchtest.StartCPU()
 			b.StartTimer()
 			for {
 				t0 := time.Now()
@@ -583,7 +557,7 @@ func BenchmarkOutboxTableCost(b *testing.B) {
 				markT += time.Since(published)
 			}
 			b.StopTimer()
-			cpu.report(b, "")
+			cpu.Report(b, "")
 			if sent := countStatus(b, db, "sent"); sent != b.N {
 				b.Fatalf("sent rows = %d, want %d", sent, b.N)
 			}

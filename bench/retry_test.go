@@ -9,6 +9,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/internal/benchtest"
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
@@ -47,20 +49,17 @@ func BenchmarkRetryTier(b *testing.B) {
 					msgs[i].RoutingKey = tier
 					msgs[i].Publishing.Expiration = "1"
 				}
-				cpu := startCPU()
+				cpu := benchtest.StartCPU()
 				b.StartTimer()
 				start := time.Now()
 				lat := publishOneByOne(b, conn, msgs, publishers)
 				took := time.Since(start)
-				for f.queueDepth(b) < b.N {
-					if time.Since(start) > 5*time.Minute {
-						b.Fatalf("only %d of %d retries back after 5 minutes", f.queueDepth(b), b.N)
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
+				testutil.WaitFor(b, 5*time.Minute, fmt.Sprintf("all %d retries back", b.N), func() bool {
+					return f.queueDepth(b) >= b.N
+				})
 				back := time.Since(start)
 				b.StopTimer()
-				cpu.report(b, "")
+				cpu.Report(b, "")
 				b.ReportMetric(float64(b.N)/took.Seconds(), "retries/s")
 				b.ReportMetric(back.Seconds(), "back_s")
 				reportLatency(b, "publish_", lat)
@@ -73,21 +72,15 @@ func BenchmarkRetryTier(b *testing.B) {
 // dead-lettering back to queue that every kind has.
 func declareTier(b *testing.B, queue string, kind amqp.Table) string {
 	b.Helper()
-	conn := rabbittest.Dial(b)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ch.Close()
 	args := amqp.Table{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": queue}
 	for k, v := range kind {
 		args[k] = v
 	}
 	name := rabbit.RetryQueue(queue, 0) // deleted with the topology
-	if _, err := ch.QueueDeclare(name, true, false, false, false, args); err != nil {
-		b.Fatal(err)
-	}
+	benchtest.Channel(b, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, true, false, false, false, args)
+		return err
+	})
 	return name
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/internal/sagatest"
 )
 
@@ -50,12 +51,30 @@ func BenchmarkSagaCost(b *testing.B) {
 		before[name] = c.snapshot()
 	}
 
+	cpu := benchtest.StartCPU()
+	b.ResetTimer()
+	start := time.Now()
+	sendOrders(b, s, n)
+	// Done when every order is terminal (read on a connection of our own,
+	// not counted) and the services have gone back to their idle rate.
+	sagatest.Eventually(b, 2*time.Minute, "every order terminal", func() bool {
+		var done int
+		_ = s.Order.DB.Get(&done, `SELECT COUNT(*) FROM orders WHERE status IN ('confirmed', 'rejected', 'cancelled')`)
+		return done == n
+	})
+	settle(counters)
+	took := time.Since(start)
+	b.StopTimer()
+
+	reportCost(b, counters, idle, before, cpu, n, took.Seconds())
+}
+
+// sendOrders creates orders 0..n-1 from 8 clients at once, one in twenty
+// for a customer the PSP declines.
+func sendOrders(b *testing.B, s *sagatest.Saga, n int) {
 	skus := []string{"SKU-1", "SKU-2", "SKU-4"}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	cpu := startCPU()
-	b.ResetTimer()
-	start := time.Now()
 	for range 8 {
 		wg.Add(1)
 		go func() {
@@ -81,18 +100,12 @@ func BenchmarkSagaCost(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	// Done when every order is terminal (read on a connection of our own,
-	// not counted) and the services have gone back to their idle rate.
-	sagatest.Eventually(b, 2*time.Minute, "every order terminal", func() bool {
-		var done int
-		_ = s.Order.DB.Get(&done, `SELECT COUNT(*) FROM orders WHERE status IN ('confirmed', 'rejected', 'cancelled')`)
-		return done == n
-	})
-	settle(counters)
-	took := time.Since(start)
-	b.StopTimer()
+}
 
-	wall := took.Seconds()
+// reportCost reports what one order cost each service (statements and
+// transactions, less the idle rate measured over 5 s between idle and
+// before) and each kind of process (CPU), over wall seconds.
+func reportCost(b *testing.B, counters map[string]*sqlCounter, idle, before map[string]map[string]int, cpu *benchtest.CPU, n int, wall float64) {
 	var all float64
 	for _, name := range slices.Sorted(maps.Keys(counters)) {
 		idleKinds, idleTotal := diff(idle[name], before[name]) // 5 s of idle
@@ -109,10 +122,9 @@ func BenchmarkSagaCost(b *testing.B) {
 		b.Logf("%s per order: %s (idle %.1f/s subtracted from the total)", name, strings.Join(parts, ", "), idleRate)
 	}
 	b.ReportMetric(all, "stmts/order")
-	for _, k := range []string{"db", "mq", "go"} {
-		if len(cpu.pids[k]) > 0 {
-			ms := (cpu.cpuSeconds(cpu.pids[k]) - cpu.start[k]) * 1000 / float64(n)
-			b.ReportMetric(ms, k+"_cpu_ms/order")
+	for _, k := range benchtest.Kinds {
+		if secs, ok := cpu.Seconds(k); ok {
+			b.ReportMetric(secs*1000/float64(n), k+"_cpu_ms/order")
 		}
 	}
 	b.ReportMetric(float64(n)/wall, "orders/s")

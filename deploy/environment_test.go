@@ -30,49 +30,7 @@ func TestComposeAppEnvironment(t *testing.T) {
 	example := loadEnvExample(t)
 	p := loadCompose(t, nil)
 	for _, svc := range stack.Services {
-		t.Run(svc.Name, func(t *testing.T) {
-			env := environment(p, svc.Name)
-			required := []string{"HTTP_ADDR", "INSTANCE_ID", "MYSQL_DSN", "AMQP_URL", "DEMO_MODE", "ADMIN_TOKEN", "MYSQL_CREATE_DATABASE", "LOG_LEVEL", "OUTBOX_LEASE", "FAILPOINTS"}
-			if svc.Name == "payment-fake" {
-				required = append(required, "PSP_URL")
-			}
-			for _, k := range required {
-				if _, ok := env[k]; !ok {
-					t.Errorf("environment has no %s", k)
-				}
-			}
-			checks := []struct{ key, want string }{
-				{"HTTP_ADDR", ":" + strconv.Itoa(svc.Port)},
-				{"INSTANCE_ID", svc.Instance(1).ID()},
-				{"MYSQL_CREATE_DATABASE", "false"}, // the schemas come from deploy/provision.sh
-				{"DEMO_MODE", example["DEMO_MODE"]},
-				{"LOG_LEVEL", example["LOG_LEVEL"]},
-				{"OUTBOX_LEASE", "5s"},
-				{"FAILPOINTS", example[svc.Key+"_FAILPOINTS"]},
-			}
-			for _, c := range checks {
-				if got := env[c.key]; got != c.want {
-					t.Errorf("%s = %q, want %q", c.key, got, c.want)
-				}
-			}
-			if got, want := env["ADMIN_TOKEN"], example["ADMIN_TOKEN"]; got != want {
-				t.Errorf("ADMIN_TOKEN = %q, want .env.example's %q (the same as scripts/up.sh)", got, want)
-			}
-			checkDSN(t, env["MYSQL_DSN"], example[svc.Key+"_DB_USER"], example[svc.Key+"_DB_PASSWORD"], "mysql:3306", svc.DB)
-			// The default profile's node first, then the ha profile's.
-			checkAMQP(t, env["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], haNodes...)
-
-			// What the service itself makes of it: the shared loader
-			// must accept every value.
-			senv := process.NewEnv(func(k string) string { return env[k] })
-			cfg := process.Load(senv, svc.Name, ":"+strconv.Itoa(svc.Port), svc.DB)
-			if err := senv.Err(); err != nil {
-				t.Fatalf("pkg/compose/process rejects the compose environment: %v", err)
-			}
-			if cfg.CreateDatabase || !cfg.DemoMode || cfg.OutboxLease != 5*time.Second {
-				t.Errorf("loaded config: CreateDatabase=%v DemoMode=%v OutboxLease=%s, want false, true, 5s", cfg.CreateDatabase, cfg.DemoMode, cfg.OutboxLease)
-			}
-		})
+		t.Run(svc.Name, func(t *testing.T) { checkServiceEnvironment(t, example, environment(p, svc.Name), svc) })
 	}
 
 	// Only the payment service talks to the PSP, which lives on its own
@@ -105,6 +63,51 @@ func TestComposeAppEnvironment(t *testing.T) {
 		if env["INVENTORY_URL"] != want[0] || env["PAYMENT_URL"] != want[1] {
 			t.Errorf("%s: INVENTORY_URL %q, PAYMENT_URL %q, want %q, %q", name, env["INVENTORY_URL"], env["PAYMENT_URL"], want[0], want[1])
 		}
+	}
+}
+
+// checkServiceEnvironment holds one service's compose environment to
+// .env.example, and to what the service's own loader accepts.
+func checkServiceEnvironment(t *testing.T, example, env map[string]string, svc stack.Service) {
+	required := []string{"HTTP_ADDR", "INSTANCE_ID", "MYSQL_DSN", "AMQP_URL", "DEMO_MODE", "ADMIN_TOKEN", "MYSQL_CREATE_DATABASE", "LOG_LEVEL", "OUTBOX_LEASE", "FAILPOINTS"}
+	if svc.Name == "payment-fake" {
+		required = append(required, "PSP_URL")
+	}
+	for _, k := range required {
+		if _, ok := env[k]; !ok {
+			t.Errorf("environment has no %s", k)
+		}
+	}
+	checks := []struct{ key, want string }{
+		{"HTTP_ADDR", ":" + strconv.Itoa(svc.Port)},
+		{"INSTANCE_ID", svc.Instance(1).ID()},
+		{"MYSQL_CREATE_DATABASE", "false"}, // the schemas come from deploy/provision.sh
+		{"DEMO_MODE", example["DEMO_MODE"]},
+		{"LOG_LEVEL", example["LOG_LEVEL"]},
+		{"OUTBOX_LEASE", "5s"},
+		{"FAILPOINTS", example[svc.Key+"_FAILPOINTS"]},
+	}
+	for _, c := range checks {
+		if got := env[c.key]; got != c.want {
+			t.Errorf("%s = %q, want %q", c.key, got, c.want)
+		}
+	}
+	if got, want := env["ADMIN_TOKEN"], example["ADMIN_TOKEN"]; got != want {
+		t.Errorf("ADMIN_TOKEN = %q, want .env.example's %q (the same as scripts/up.sh)", got, want)
+	}
+	checkDSN(t, env["MYSQL_DSN"], example[svc.Key+"_DB_USER"], example[svc.Key+"_DB_PASSWORD"], "mysql:3306", svc.DB)
+	// The default profile's node first, then the ha profile's.
+	checkAMQP(t, env["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], haNodes...)
+
+	// What the service itself makes of it: the shared loader
+	// must accept every value.
+	senv := process.NewEnv(func(k string) string { return env[k] })
+	cfg := process.Load(senv, svc.Name, ":"+strconv.Itoa(svc.Port), svc.DB)
+	if err := senv.Err(); err != nil {
+		t.Fatalf("pkg/compose/process rejects the compose environment: %v", err)
+	}
+	if cfg.CreateDatabase || !cfg.DemoMode || cfg.OutboxLease != 5*time.Second {
+		t.Errorf("loaded config: CreateDatabase=%v DemoMode=%v OutboxLease=%s, want false, true, 5s", cfg.CreateDatabase, cfg.DemoMode, cfg.OutboxLease)
 	}
 }
 

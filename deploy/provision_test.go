@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/relmsg/ordersaga/internal/stack"
 )
 
@@ -149,24 +150,7 @@ func parseDefinitions(t *testing.T, out string) definitions {
 
 func TestRabbitMQDefinitions(t *testing.T) {
 	p := loadCompose(t, nil)
-	rb := p.Services["rabbitmq"]
-	script, _ := bindMount(p, "rabbitmq", "deploy/rabbitmq/entrypoint.sh")
-	if script == "" {
-		t.Fatalf("rabbitmq volumes %+v: deploy/rabbitmq/entrypoint.sh is not mounted", rb.Volumes)
-	}
-	if !slices.Contains(rb.Entrypoint, script) {
-		t.Errorf("rabbitmq entrypoint %q does not run %s", rb.Entrypoint, script)
-	}
-	if target, ro := bindMount(p, "rabbitmq", "deploy/provision.sh"); target != provisionPath || !ro {
-		t.Errorf("rabbitmq mounts deploy/provision.sh at %q (read-only %v), want %s read-only (entrypoint.sh runs it)", target, ro, provisionPath)
-	}
-	// Overriding the entrypoint clears the image's command.
-	if !slices.Equal(rb.Command, []string{"rabbitmq-server"}) {
-		t.Errorf("rabbitmq command = %q, want [rabbitmq-server]", rb.Command)
-	}
-	if rb.Hostname == "" {
-		t.Error("rabbitmq has no fixed hostname: the node name (and its data volume) would change with each container")
-	}
+	checkRabbitMQEntrypoint(t, p)
 
 	env := environment(p, "rabbitmq")
 	out, err := runScript(t, env, []string{"deploy/provision.sh", "rabbitmq"})
@@ -179,32 +163,7 @@ func TestRabbitMQDefinitions(t *testing.T) {
 	}
 
 	example := loadEnvExample(t)
-	type user struct{ password, tags string }
-	want := map[string]user{
-		env["RABBITMQ_ADMIN_USER"]: {env["RABBITMQ_ADMIN_PASSWORD"], "administrator"},
-	}
-	for _, svc := range stack.Services {
-		want[example[svc.Key+"_AMQP_USER"]] = user{example[svc.Key+"_AMQP_PASSWORD"], ""}
-	}
-	got := map[string]user{}
-	for _, u := range defs.Users {
-		got[u.Name] = user{u.Password, strings.Join(u.Tags, ",")}
-	}
-	if !maps.Equal(got, want) {
-		t.Errorf("users = %v, want %v", got, want)
-	}
-	perms := map[string]string{}
-	for _, p := range defs.Permissions {
-		perms[p.User] = fmt.Sprintf("%s %s %s %s", p.VHost, p.Configure, p.Write, p.Read)
-	}
-	for name := range want {
-		if got := perms[name]; got != "/ .* .* .*" {
-			t.Errorf("permissions of %s = %q, want configure/write/read .* on /", name, got)
-		}
-	}
-	if len(perms) != len(want) {
-		t.Errorf("permissions for %d users, want %d", len(perms), len(want))
-	}
+	checkRabbitMQUsers(t, defs, env, example)
 
 	t.Run("quoting", func(t *testing.T) {
 		env := maps.Clone(env)
@@ -237,6 +196,63 @@ func TestRabbitMQDefinitions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkRabbitMQEntrypoint: the broker's container runs
+// deploy/rabbitmq/entrypoint.sh, which runs deploy/provision.sh mounted
+// read-only, under a fixed hostname.
+func checkRabbitMQEntrypoint(t *testing.T, p *types.Project) {
+	t.Helper()
+	rb := p.Services["rabbitmq"]
+	script, _ := bindMount(p, "rabbitmq", "deploy/rabbitmq/entrypoint.sh")
+	if script == "" {
+		t.Fatalf("rabbitmq volumes %+v: deploy/rabbitmq/entrypoint.sh is not mounted", rb.Volumes)
+	}
+	if !slices.Contains(rb.Entrypoint, script) {
+		t.Errorf("rabbitmq entrypoint %q does not run %s", rb.Entrypoint, script)
+	}
+	if target, ro := bindMount(p, "rabbitmq", "deploy/provision.sh"); target != provisionPath || !ro {
+		t.Errorf("rabbitmq mounts deploy/provision.sh at %q (read-only %v), want %s read-only (entrypoint.sh runs it)", target, ro, provisionPath)
+	}
+	// Overriding the entrypoint clears the image's command.
+	if !slices.Equal(rb.Command, []string{"rabbitmq-server"}) {
+		t.Errorf("rabbitmq command = %q, want [rabbitmq-server]", rb.Command)
+	}
+	if rb.Hostname == "" {
+		t.Error("rabbitmq has no fixed hostname: the node name (and its data volume) would change with each container")
+	}
+}
+
+// checkRabbitMQUsers: the definitions hold the admin and one user per
+// service, each with its password from the settings and full rights on /.
+func checkRabbitMQUsers(t *testing.T, defs definitions, env, example map[string]string) {
+	t.Helper()
+	type user struct{ password, tags string }
+	want := map[string]user{
+		env["RABBITMQ_ADMIN_USER"]: {env["RABBITMQ_ADMIN_PASSWORD"], "administrator"},
+	}
+	for _, svc := range stack.Services {
+		want[example[svc.Key+"_AMQP_USER"]] = user{example[svc.Key+"_AMQP_PASSWORD"], ""}
+	}
+	got := map[string]user{}
+	for _, u := range defs.Users {
+		got[u.Name] = user{u.Password, strings.Join(u.Tags, ",")}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("users = %v, want %v", got, want)
+	}
+	perms := map[string]string{}
+	for _, p := range defs.Permissions {
+		perms[p.User] = fmt.Sprintf("%s %s %s %s", p.VHost, p.Configure, p.Write, p.Read)
+	}
+	for name := range want {
+		if got := perms[name]; got != "/ .* .* .*" {
+			t.Errorf("permissions of %s = %q, want configure/write/read .* on /", name, got)
+		}
+	}
+	if len(perms) != len(want) {
+		t.Errorf("permissions for %d users, want %d", len(perms), len(want))
+	}
 }
 
 // TestRabbitMQEntrypointBoot runs the entrypoint's real path with a

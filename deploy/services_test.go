@@ -283,15 +283,27 @@ func TestComposeViewer(t *testing.T) {
 // every service, like scripts/up.sh -n 2, with no fixed host port.
 func TestComposeHAProfile(t *testing.T) {
 	p := loadCompose(t, nil)
-	inHA := func(name string) types.ServiceConfig {
-		t.Helper()
-		s, ok := p.Services[name]
-		if !ok || !slices.Equal(s.Profiles, []string{"ha"}) {
-			t.Fatalf("%s missing or not in the ha profile only (profiles %v)", name, s.Profiles)
-		}
-		return s
+	checkHABrokerNodes(t, p)
+	example := loadEnvExample(t)
+	for _, svc := range stack.Services {
+		checkHASecondInstance(t, p, example, svc)
 	}
+}
 
+// inHAProfile is a service of the ha profile only.
+func inHAProfile(t *testing.T, p *types.Project, name string) types.ServiceConfig {
+	t.Helper()
+	s, ok := p.Services[name]
+	if !ok || !slices.Equal(s.Profiles, []string{"ha"}) {
+		t.Fatalf("%s missing or not in the ha profile only (profiles %v)", name, s.Profiles)
+	}
+	return s
+}
+
+// checkHABrokerNodes: the three nodes share rabbitmq's image, entrypoint
+// and cookie, join one after the other, and cluster.conf names each.
+func checkHABrokerNodes(t *testing.T, p *types.Project) {
+	t.Helper()
 	conf := readFile(t, "deploy/rabbitmq/cluster.conf")
 	lines := nonEmptyLines(conf)
 	if !slices.Contains(lines, "cluster_formation.peer_discovery_backend = classic_config") {
@@ -306,7 +318,7 @@ func TestComposeHAProfile(t *testing.T) {
 	for i, name := range []string{"rabbitmq", "rabbitmq-2", "rabbitmq-3"} {
 		s := first
 		if name != "rabbitmq" {
-			s = inHA(name)
+			s = inHAProfile(t, p, name)
 			if target, ro := bindMount(p, name, "deploy/rabbitmq/cluster.conf"); !strings.HasPrefix(target, "/etc/rabbitmq/conf.d/") || !ro {
 				t.Errorf("%s mounts cluster.conf at %q (read-only %v), want /etc/rabbitmq/conf.d/, read-only", name, target, ro)
 			}
@@ -329,48 +341,50 @@ func TestComposeHAProfile(t *testing.T) {
 			t.Errorf("%s has no healthcheck", name)
 		}
 	}
+}
 
-	example := loadEnvExample(t)
-	for _, svc := range stack.Services {
-		name := svc.Instance(2).Name()
-		s := inHA(name)
-		one := p.Services[svc.Name]
-		if s.Build == nil || one.Build == nil || *s.Build.Args["PACKAGE"] != *one.Build.Args["PACKAGE"] || s.Restart != one.Restart {
-			t.Errorf("%s is not built and restarted like %s", name, svc.Name)
-		}
-		for _, dep := range []string{"mysql", "rabbitmq", "rabbitmq-2", "rabbitmq-3"} {
-			if got := s.DependsOn[dep].Condition; got != "service_healthy" {
-				t.Errorf("%s depends_on %s: %q, want service_healthy", name, dep, got)
-			}
-		}
-		if len(s.Ports) != 1 || s.Ports[0].Published != "" || s.Ports[0].HostIP != "127.0.0.1" || s.Ports[0].Target != uint32(svc.Port) {
-			t.Errorf("%s ports %+v: want %d on 127.0.0.1 with no fixed host port (docker compose port %s %d)", name, s.Ports, svc.Port, name, svc.Port)
-		}
-		// The same settings as the first instance but its identity and its
-		// order of the nodes (and of its peers' instances, checked in
-		// TestComposeEnvironment): another one first.
-		env, env1 := environment(p, name), environment(p, svc.Name)
-		rotated := map[string]bool{"INSTANCE_ID": true, "AMQP_URL": true, "INVENTORY_URL": true, "PAYMENT_URL": true, "PSP_URL": true}
-		for _, k := range slices.Sorted(maps.Keys(env1)) {
-			if !rotated[k] && env[k] != env1[k] {
-				t.Errorf("%s %s = %q, want %s's %q", name, k, env[k], svc.Name, env1[k])
-			}
-		}
-		if env["INSTANCE_ID"] != svc.Instance(2).ID() {
-			t.Errorf("%s INSTANCE_ID = %q, want %q", name, env["INSTANCE_ID"], svc.Instance(2).ID())
-		}
-		// Every node, in the ring's order, starting from one of the ha
-		// profile's nodes (the first instances start from rabbitmq).
-		first := -1
-		for k := range haNodes {
-			if strings.Contains(strings.Split(env["AMQP_URL"], ",")[0], "@"+haNodes[k]+"/") {
-				first = k
-			}
-		}
-		if first <= 0 {
-			t.Errorf("%s AMQP_URL = %q: want it to start from rabbitmq-2 or rabbitmq-3", name, env["AMQP_URL"])
-			continue
-		}
-		checkAMQP(t, env["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], stack.Rotate(haNodes, first)...)
+// checkHASecondInstance: a service's second instance is built, started and
+// set like its first, but for its identity and its own order of the nodes.
+func checkHASecondInstance(t *testing.T, p *types.Project, example map[string]string, svc stack.Service) {
+	t.Helper()
+	name := svc.Instance(2).Name()
+	s := inHAProfile(t, p, name)
+	one := p.Services[svc.Name]
+	if s.Build == nil || one.Build == nil || *s.Build.Args["PACKAGE"] != *one.Build.Args["PACKAGE"] || s.Restart != one.Restart {
+		t.Errorf("%s is not built and restarted like %s", name, svc.Name)
 	}
+	for _, dep := range []string{"mysql", "rabbitmq", "rabbitmq-2", "rabbitmq-3"} {
+		if got := s.DependsOn[dep].Condition; got != "service_healthy" {
+			t.Errorf("%s depends_on %s: %q, want service_healthy", name, dep, got)
+		}
+	}
+	if len(s.Ports) != 1 || s.Ports[0].Published != "" || s.Ports[0].HostIP != "127.0.0.1" || s.Ports[0].Target != uint32(svc.Port) {
+		t.Errorf("%s ports %+v: want %d on 127.0.0.1 with no fixed host port (docker compose port %s %d)", name, s.Ports, svc.Port, name, svc.Port)
+	}
+	// The same settings as the first instance but its identity and its
+	// order of the nodes (and of its peers' instances, checked in
+	// TestComposeEnvironment): another one first.
+	env, env1 := environment(p, name), environment(p, svc.Name)
+	rotated := map[string]bool{"INSTANCE_ID": true, "AMQP_URL": true, "INVENTORY_URL": true, "PAYMENT_URL": true, "PSP_URL": true}
+	for _, k := range slices.Sorted(maps.Keys(env1)) {
+		if !rotated[k] && env[k] != env1[k] {
+			t.Errorf("%s %s = %q, want %s's %q", name, k, env[k], svc.Name, env1[k])
+		}
+	}
+	if env["INSTANCE_ID"] != svc.Instance(2).ID() {
+		t.Errorf("%s INSTANCE_ID = %q, want %q", name, env["INSTANCE_ID"], svc.Instance(2).ID())
+	}
+	// Every node, in the ring's order, starting from one of the ha
+	// profile's nodes (the first instances start from rabbitmq).
+	first := -1
+	for k := range haNodes {
+		if strings.Contains(strings.Split(env["AMQP_URL"], ",")[0], "@"+haNodes[k]+"/") {
+			first = k
+		}
+	}
+	if first <= 0 {
+		t.Errorf("%s AMQP_URL = %q: want it to start from rabbitmq-2 or rabbitmq-3", name, env["AMQP_URL"])
+		return
+	}
+	checkAMQP(t, env["AMQP_URL"], example[svc.Key+"_AMQP_USER"], example[svc.Key+"_AMQP_PASSWORD"], stack.Rotate(haNodes, first)...)
 }

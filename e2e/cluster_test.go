@@ -24,6 +24,7 @@ import (
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/stack"
 	"github.com/relmsg/ordersaga/internal/testutil"
+	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -66,54 +67,49 @@ func outboxAcrossANodeSwitch(t *testing.T, nodes []*rabbitnode.Node) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var loops sync.WaitGroup
 	t.Cleanup(func() { cancel(); loops.Wait() })
+	fp := failpoint.NewRegistry()
 	loops.Go(func() { _ = conn.Run(ctx) })
-	loops.Go(func() { _ = d.Run(ctx) })
+	loops.Go(func() { _ = d.Run(failpoint.WithRegistry(ctx, fp)) })
 	testutil.WaitFor(t, 30*time.Second, "the connection", conn.Connected)
+	// One event first, so that the dispatcher's channel is open on its
+	// node before the node freezes.
+	warm := addEventsFrom(t, db.DB, 1000, 1)
+	d.Wake()
+	testutil.WaitFor(t, 30*time.Second, "the first event sent", func() bool { return countStatus(t, db.DB)["sent"] == 1 })
 
+	// The next batch stops after it is sent, before its confirms are
+	// awaited: the node dies with the batch on the wire.
+	sent := fp.Pause("outbox.dispatch.after-publish-before-confirm", 1)
+	t.Cleanup(sent.Release) // before the loops' cleanup: last in, first out
 	victim := nodeAt(t, nodes, conn.Address())
 	if err := syscall.Kill(victim.PID(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	ids := addEvents(t, db.DB, 50)
+	ids := append(warm, addEvents(t, db.DB, 50)...)
 	d.Wake()
-	testutil.WaitFor(t, 15*time.Second, "a batch published and waiting for its confirms", func() bool {
-		return countStatus(t, db.DB)["sending"] > 0
-	})
+	select {
+	case <-sent.Reached():
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch was published to the frozen node")
+	}
 	pending, err := outbox.List(context.Background(), db.DB, outbox.Filter{Status: "sending", Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sent := countStatus(t, db.DB)["sent"]; sent > 0 {
-		t.Fatalf("%d rows marked sent while their node was frozen", sent)
+	if sent := countStatus(t, db.DB)["sent"]; sent > int64(len(warm)) {
+		t.Fatalf("%d rows marked sent while their node was frozen", sent-int64(len(warm)))
 	}
 	if err := syscall.Kill(victim.PID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	sent.Release()
 	testutil.WaitFor(t, 60*time.Second, "every row sent through another node", func() bool {
 		return countStatus(t, db.DB)["sent"] == int64(len(ids))
 	})
 	if addr := conn.Address(); addr == "" || nodeAt(t, nodes, addr) == victim {
 		t.Errorf("the dispatcher's connection is on %q, want another node than %s", addr, victim.Name())
 	}
-	// The batch that was waiting for its confirms when its node died was
-	// published again (attempts counts the claims) before it was sent.
-	rows, err := outbox.List(context.Background(), db.DB, outbox.Filter{Status: "sent", Limit: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	attempts := map[string]int{}
-	resent := 0
-	for _, r := range rows {
-		attempts[r.EventID] = r.Attempts
-		if r.Attempts > 1 {
-			resent++
-		}
-	}
-	for _, r := range pending {
-		if attempts[r.EventID] < 2 {
-			t.Errorf("event %s, unconfirmed when its node died, is sent after %d attempt(s): want a second publish", r.EventID, attempts[r.EventID])
-		}
-	}
+	resent := wantPublishedAgain(t, db.DB, pending)
 	if err := victim.Restart(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +126,31 @@ func outboxAcrossANodeSwitch(t *testing.T, nodes []*rabbitnode.Node) {
 	}
 	t.Logf("%d events, %d waiting for their confirms at the kill, %d published more than once, %d arrived (%d distinct)",
 		len(ids), len(pending), resent, sum(got), len(got))
+}
+
+// wantPublishedAgain: the batch that was waiting for its confirms when its
+// node died was published again (attempts counts the claims) before it was
+// sent. It returns how many rows were published more than once.
+func wantPublishedAgain(t *testing.T, db *sqlx.DB, pending []outbox.Row) int {
+	t.Helper()
+	rows, err := outbox.List(context.Background(), db, outbox.Filter{Status: "sent", Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempts := map[string]int{}
+	resent := 0
+	for _, r := range rows {
+		attempts[r.EventID] = r.Attempts
+		if r.Attempts > 1 {
+			resent++
+		}
+	}
+	for _, r := range pending {
+		if attempts[r.EventID] < 2 {
+			t.Errorf("event %s, unconfirmed when its node died, is sent after %d attempt(s): want a second publish", r.EventID, attempts[r.EventID])
+		}
+	}
+	return resent
 }
 
 // leaderAndInstanceKills: a mixed load (the chaos run's) while the node
@@ -286,12 +307,16 @@ func ownQueues(ctx context.Context, node *rabbitnode.Node, ns rabbit.Namespace) 
 }
 
 // addEvents commits n order.created events in one transaction.
-func addEvents(t *testing.T, db *sqlx.DB, n int) []string {
+func addEvents(t *testing.T, db *sqlx.DB, n int) []string { return addEventsFrom(t, db, 1, n) }
+
+// addEventsFrom commits n order.created events of orders first, first+1, ...
+func addEventsFrom(t *testing.T, db *sqlx.DB, first uint64, n int) []string {
 	t.Helper()
 	evs := make([]outbox.Event, n)
 	for i := range evs {
-		evs[i] = outbox.Event{AggregateID: uint64(i + 1), AggregateVersion: 1, Type: "order.created",
-			Payload: map[string]any{"order_id": strconv.Itoa(i + 1)}}
+		id := first + uint64(i)
+		evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: "order.created",
+			Payload: map[string]any{"order_id": strconv.FormatUint(id, 10)}}
 	}
 	var ids []string
 	if err := sqldb.WithTx(context.Background(), db, func(tx *sqlx.Tx) (err error) {

@@ -77,8 +77,24 @@ func TestChaosRun(t *testing.T) {
 	rep.Print(&out)
 	t.Logf("report:\n%s", out.String())
 
-	// The run did what it says: every fault kind was injected, every kind
-	// of request was sent and accepted.
+	checkEveryKindRan(t, rep, kinds)
+	// Every rule is asserted (the answers a client got included: no 5xx,
+	// issue 11 finding 8; no payment left pending, finding 7).
+	for _, v := range rep.Violations {
+		t.Errorf("violation (seed %d): %s", seed, v)
+	}
+	// The live read catches a wrong row in the stack's tables, and only
+	// while it is there.
+	checkLivePlant(ctx, t, rep)
+	if t.Failed() {
+		t.Logf("service logs:\n%s", logs(40, ""))
+	}
+}
+
+// checkEveryKindRan: the run did what it says, every fault kind was
+// injected and every kind of request was sent and accepted.
+func checkEveryKindRan(t *testing.T, rep *chaos.Report, kinds []chaos.FaultKind) {
+	t.Helper()
 	for _, k := range kinds {
 		if rep.FaultsByKind[k] == 0 {
 			t.Errorf("no %s fault was injected", k)
@@ -100,13 +116,12 @@ func TestChaosRun(t *testing.T) {
 			t.Errorf("no %s order was accepted", k)
 		}
 	}
-	// Every rule is asserted (the answers a client got included: no 5xx,
-	// issue 11 finding 8; no payment left pending, finding 7).
-	for _, v := range rep.Violations {
-		t.Errorf("violation (seed %d): %s", seed, v)
-	}
-	// The live read catches a wrong row in the stack's tables, and only
-	// while it is there.
+}
+
+// checkLivePlant plants a wrong row into the stack the run left and checks
+// that the live read catches it.
+func checkLivePlant(ctx context.Context, t *testing.T, rep *chaos.Report) {
+	t.Helper()
 	p, err := chaos.PlantLive(ctx, rep)
 	if err != nil {
 		t.Errorf("live plant: %v", err)
@@ -117,9 +132,6 @@ func TestChaosRun(t *testing.T) {
 		if !p.Caught() {
 			t.Errorf("the live read did not catch the plant: %+v", p)
 		}
-	}
-	if t.Failed() {
-		t.Logf("service logs:\n%s", logs(40, ""))
 	}
 }
 

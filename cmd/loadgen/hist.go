@@ -56,16 +56,6 @@ func (h *histogram) stats() stats {
 	return s
 }
 
-// percentile returns the nearest-rank percentile p (0 < p <= 100): the
-// smallest sample such that at least p% of the samples are <= it. Zero for
-// an empty histogram.
-func (h *histogram) percentile(p float64) time.Duration {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.sort()
-	return h.percentileLocked(p)
-}
-
 func (h *histogram) percentileLocked(p float64) time.Duration {
 	n := len(h.samples)
 	if n == 0 {

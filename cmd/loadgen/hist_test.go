@@ -101,3 +101,13 @@ func TestHistogramConcurrentAndResorted(t *testing.T) {
 		t.Fatalf("max after a late add = %v, want 1h", got)
 	}
 }
+
+// percentile returns the nearest-rank percentile p (0 < p <= 100): the
+// smallest sample such that at least p% of the samples are <= it. Zero for
+// an empty histogram.
+func (h *histogram) percentile(p float64) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sort()
+	return h.percentileLocked(p)
+}

@@ -110,17 +110,7 @@ func (r *runner) summarize(start, sendEnd, end time.Time, procs []watched, busy 
 
 	r.mu.Lock()
 	s.Timeline = slices.Clone(r.timeline)
-	n := 0
-	for _, sec := range r.timeline {
-		if sec.OtherCores >= 0 {
-			s.OtherCores.Mean += sec.OtherCores
-			s.OtherCores.Max = math.Max(s.OtherCores.Max, sec.OtherCores)
-			n++
-		}
-	}
-	if n > 0 {
-		s.OtherCores.Mean = round3(s.OtherCores.Mean / float64(n))
-	}
+	s.OtherCores.Mean, s.OtherCores.Max = otherCores(r.timeline)
 	s.Terminal = len(r.terminalAt)
 	s.Outcomes = maps.Clone(r.outcomes)
 	s.Unexpected = maps.Clone(r.unexpected)
@@ -172,6 +162,23 @@ func (r *runner) summarize(start, sendEnd, end time.Time, procs []watched, busy 
 		s.Follow.RequestsPS = round3(float64(s.Follow.Requests) / total)
 	}
 	return s
+}
+
+// otherCores is the mean and the worst second of the CPU that unwatched
+// processes used, over the seconds where it is known.
+func otherCores(timeline []second) (mean, worst float64) {
+	n := 0
+	for _, sec := range timeline {
+		if sec.OtherCores >= 0 {
+			mean += sec.OtherCores
+			worst = math.Max(worst, sec.OtherCores)
+			n++
+		}
+	}
+	if n > 0 {
+		mean = round3(mean / float64(n))
+	}
+	return mean, worst
 }
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs"
-
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/stack"
 )
@@ -40,7 +38,7 @@ func down(cfg config, con *console) error {
 }
 
 func stopStack(cfg config, con *console, f stack.File) {
-	if isOurs(f.Supervisor.PID, f.Supervisor.Exe) {
+	if stack.RunsExe(f.Supervisor.PID, f.Supervisor.Exe) {
 		con.say("stopping the stack (supervisor pid %d)", f.Supervisor.PID)
 		_ = syscall.Kill(f.Supervisor.PID, syscall.SIGTERM)
 		// It gives the services UP_STOP_TIMEOUT, then kills them, then
@@ -55,7 +53,7 @@ func stopStack(cfg config, con *console, f stack.File) {
 	// What the supervisor left: processes first, the broker after them.
 	var procs []leftover
 	for _, p := range f.Processes {
-		if isOurs(p.PID, p.Exe) {
+		if stack.RunsExe(p.PID, p.Exe) {
 			procs = append(procs, leftover{p.Name, p.PID, p.Exe})
 		}
 	}
@@ -118,23 +116,9 @@ func stopNodesLeft(cfg config, con *console, nodes []stack.Node) {
 	wg.Wait()
 }
 
-// isOurs: pid still runs exe (a pid can be reused; a zombie has no
-// executable).
-func isOurs(pid int, exe string) bool {
-	if pid <= 0 {
-		return false
-	}
-	proc, err := procfs.NewProc(pid)
-	if err != nil {
-		return false
-	}
-	got, err := proc.Executable()
-	return err == nil && strings.TrimSuffix(got, " (deleted)") == exe
-}
-
 // waitGone waits up to d for pid to end.
 func waitGone(pid int, exe string, d time.Duration) bool {
-	for deadline := time.Now().Add(d); isOurs(pid, exe); time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(d); stack.RunsExe(pid, exe); time.Sleep(200 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			return false
 		}

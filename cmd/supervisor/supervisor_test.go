@@ -21,6 +21,7 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
 	"github.com/relmsg/ordersaga/internal/stack"
+	"github.com/relmsg/ordersaga/internal/testutil"
 )
 
 // testSupervisor supervises two stand-in services (shell scripts that log a
@@ -52,15 +53,17 @@ func testSupervisor(t *testing.T) (*supervisor, config) {
 // waitLog waits until the log at path holds n lines that contain line.
 func waitLog(t *testing.T, path, line string, n int) string {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile(path)
-		if strings.Count(string(b), line) >= n {
-			return string(b)
+	var b []byte
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s:\n%s", path, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %d× %q within 10s:\n%s", path, n, line, b)
-		}
-	}
+	}()
+	testutil.WaitFor(t, 10*time.Second, fmt.Sprintf("%d× %q in %s", n, line, path), func() bool {
+		b, _ = os.ReadFile(path)
+		return strings.Count(string(b), line) >= n
+	})
+	return string(b)
 }
 
 func readPID(t *testing.T, path string) int {
@@ -107,15 +110,14 @@ func TestSupervisorRestartsAndStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	var again stack.Process
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if f, err := stack.Read(cfg.runDir); err == nil && f.Processes[0].Restarts == 1 {
-			again = f.Processes[0]
-			break
+	testutil.WaitFor(t, 10*time.Second, "alpha to be started again", func() bool {
+		f, err := stack.Read(cfg.runDir)
+		if err != nil || f.Processes[0].Restarts != 1 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("alpha was not started again within 10s")
-		}
-	}
+		again = f.Processes[0]
+		return true
+	})
 	if again.PID == alpha.PID || readPID(t, alpha.PIDFile) != again.PID {
 		t.Errorf("after the restart: pid %d (was %d), alpha.pid %d", again.PID, alpha.PID, readPID(t, alpha.PIDFile))
 	}
@@ -249,15 +251,14 @@ func TestSupervisorRestartsAKilledNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var again stack.Node
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if f, err := stack.Read(runDir); err == nil && f.Nodes[0].Restarts == 1 {
-			again = f.Nodes[0]
-			break
+	testutil.WaitFor(t, 90*time.Second, "the node to be started again", func() bool {
+		f, err := stack.Read(runDir)
+		if err != nil || f.Nodes[0].Restarts != 1 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the node was not started again within 90s")
-		}
-	}
+		again = f.Nodes[0]
+		return true
+	})
 	if again.PID == n.PID || !rabbitnode.Running(again.PID) {
 		t.Errorf("after the restart: pid %d (was %d)", again.PID, n.PID)
 	}

@@ -208,7 +208,7 @@ func checkPorts(cfg config, con *console) error {
 			continue
 		}
 		busy = true
-		if p, ok := find(f, want.Name); ok && isOurs(p.PID, p.Exe) {
+		if p, ok := find(f, want.Name); ok && stack.RunsExe(p.PID, p.Exe) {
 			con.say("%s is already running on :%s (pid %d, started by scripts/up.sh)", want.Name, u.Port(), p.PID)
 		} else {
 			con.say("port %s (%s) is in use by another process (see: ss -ltnp 'sport = :%s')", u.Port(), want.Name, u.Port())

@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/relmsg/ordersaga/internal/testutil"
 )
 
 func TestViewerRunsOnDemoStacksOnly(t *testing.T) {
@@ -27,14 +28,18 @@ func TestViewerServesThePageUntilStopped(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, env, out) }()
 
 	// The start line names the address.
 	var url string
-	deadline := time.Now().Add(10 * time.Second)
-	for url == "" {
+	defer func() {
+		if url == "" {
+			t.Logf("output:\n%s", out.String())
+		}
+	}()
+	testutil.WaitFor(t, 10*time.Second, "the start line", func() bool {
 		for _, line := range strings.Split(out.String(), "\n") {
 			var l struct {
 				Msg string `json:"msg"`
@@ -44,11 +49,8 @@ func TestViewerServesThePageUntilStopped(t *testing.T) {
 				url = l.URL
 			}
 		}
-		if url == "" && time.Now().After(deadline) {
-			t.Fatalf("no start line after 10s:\n%s", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return url != ""
+	})
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -66,21 +68,4 @@ func TestViewerServesThePageUntilStopped(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after the stop signal")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -303,47 +303,51 @@ func (b ClusterBroker) leaderOf(ctx context.Context, queue string) (node, name s
 // (a second or more to wait: time to list the queues and send the
 // signal), the one holding the most retries, the longest on a tie.
 func (b ClusterBroker) RetryLeader(ctx context.Context, queue string) (node, tier string, n int, err error) {
-	var errs []error
-	for _, nd := range b.running() {
-		qs, err := nd.QuorumQueues(ctx)
-		if err != nil {
-			errs = append(errs, err)
+	qs, err := b.quorumQueues(ctx)
+	if err != nil {
+		return "", "", 0, err
+	}
+	best, bestTier := rabbitnode.QuorumQueue{}, -1
+	for _, q := range qs {
+		var k int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(q.Name, queue+".delay."), "%d", &k); err != nil ||
+			!strings.HasPrefix(q.Name, queue+".delay.") || k < 2 || q.Leader == "" || q.Messages == 0 {
 			continue
 		}
-		best, bestTier := rabbitnode.QuorumQueue{}, -1
-		for _, q := range qs {
-			var k int
-			if _, err := fmt.Sscanf(strings.TrimPrefix(q.Name, queue+".delay."), "%d", &k); err != nil ||
-				!strings.HasPrefix(q.Name, queue+".delay.") || k < 2 || q.Leader == "" || q.Messages == 0 {
-				continue
-			}
-			if q.Messages > best.Messages || (q.Messages == best.Messages && k > bestTier) {
-				best, bestTier = q, k
-			}
+		if q.Messages > best.Messages || (q.Messages == best.Messages && k > bestTier) {
+			best, bestTier = q, k
 		}
-		if bestTier < 0 {
-			return "", "", 0, nil
-		}
-		node, _, _ = strings.Cut(best.Leader, "@")
-		return node, best.Name, int(best.Messages), nil
 	}
-	return "", "", 0, fmt.Errorf("no running node listed the queues: %w", errors.Join(errs...))
+	if bestTier < 0 {
+		return "", "", 0, nil
+	}
+	node, _, _ = strings.Cut(best.Leader, "@")
+	return node, best.Name, int(best.Messages), nil
 }
 
 // QueueTotals implements Cluster, as the first running node lists them.
 func (b ClusterBroker) QueueTotals(ctx context.Context) (map[string]int, error) {
+	qs, err := b.quorumQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, q := range qs {
+		out[q.Name] = int(q.Messages)
+	}
+	return out, nil
+}
+
+// quorumQueues are the cluster's quorum queues as the first running node
+// that answers lists them.
+func (b ClusterBroker) quorumQueues(ctx context.Context) ([]rabbitnode.QuorumQueue, error) {
 	var errs []error
 	for _, n := range b.running() {
 		qs, err := n.QuorumQueues(ctx)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+		if err == nil {
+			return qs, nil
 		}
-		out := map[string]int{}
-		for _, q := range qs {
-			out[q.Name] = int(q.Messages)
-		}
-		return out, nil
+		errs = append(errs, err)
 	}
 	return nil, fmt.Errorf("no running node listed the queues: %w", errors.Join(errs...))
 }

@@ -289,11 +289,6 @@ func firstTiers(queue string) []string {
 	return out
 }
 
-// eventOf reads the envelope of a delivery (its id, type and order).
-func eventOf(d amqp.Delivery) (events.Envelope, error) {
-	return rabbit.Delivery{Delivery: d}.Envelope()
-}
-
 // Capture binds a queue of the run's own to the stack's exchange with the
 // consumer's event types: it keeps a copy of the latest events published
 // to the consumer, exactly as published (the copy-take fault's fillers).

@@ -206,29 +206,29 @@ func TestFaultsCheck(t *testing.T) {
 			s.Faults = append(s.Faults, FaultRecord{Fault: Fault{Kind: FaultKill, Target: "order"}})
 		}, ""},
 		{"a kill that failed explains nothing", func(s *Snapshot) {
-			fault(s, FaultKill, func(f *FaultRecord) { f.Error = "no pid" })
+			plantFault(s, FaultKill, func(f *FaultRecord) { f.Error = "no pid" })
 		}, "restart"},
 		{"a consumer the copy-take did not reach", func(s *Snapshot) {
-			fault(s, FaultCopyTake, func(f *FaultRecord) { f.CopyTakes = f.CopyTakes[1:] })
+			plantFault(s, FaultCopyTake, func(f *FaultRecord) { f.CopyTakes = f.CopyTakes[1:] })
 		}, "copy-take"},
 		{"an event not applied after its copies", func(s *Snapshot) {
-			fault(s, FaultCopyTake, func(f *FaultRecord) { f.CopyTakes[0].Applied = 0 })
+			plantFault(s, FaultCopyTake, func(f *FaultRecord) { f.CopyTakes[0].Applied = 0 })
 		}, "copy-take"},
 		{"a copy-take that failed", func(s *Snapshot) {
-			fault(s, FaultCopyTake, func(f *FaultRecord) { f.Error = "processes changed" })
+			plantFault(s, FaultCopyTake, func(f *FaultRecord) { f.Error = "processes changed" })
 		}, "copy-take"},
-		{"a retry kill with no record", func(s *Snapshot) { fault(s, FaultNodeKill, func(f *FaultRecord) { f.Retry = nil }) }, "retry-in-flight"},
+		{"a retry kill with no record", func(s *Snapshot) { plantFault(s, FaultNodeKill, func(f *FaultRecord) { f.Retry = nil }) }, "retry-in-flight"},
 		{"a busiest-queue kill needs no retry", func(s *Snapshot) {
-			fault(s, FaultNodeKill, func(f *FaultRecord) { f.Target, f.Retry = "leader", nil })
+			plantFault(s, FaultNodeKill, func(f *FaultRecord) { f.Target, f.Retry = "leader", nil })
 		}, ""},
 		{"an outage no delivery outlasted", func(s *Snapshot) {
-			fault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.GaveUp = nil })
+			plantFault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.GaveUp = nil })
 		}, "give-up"},
 		{"a dead letter of the outage not redriven", func(s *Snapshot) {
-			fault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.DeadLetters = 1 })
+			plantFault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.DeadLetters = 1 })
 		}, "give-up"},
 		{"a delivery that gave up, then a dead letter redriven and applied", func(s *Snapshot) {
-			fault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.DeadLetters, f.Outage.Redriven = 1, 1 })
+			plantFault(s, FaultDBOutage, func(f *FaultRecord) { f.Outage.DeadLetters, f.Outage.Redriven = 1, 1 })
 		}, ""},
 	}
 	for _, tt := range tests {

@@ -79,7 +79,7 @@ var pspModes = []string{"lose-response", "error-5xx", "fail-before-charge", "slo
 
 // Processes finds the process of each instance, for signals: StackFile
 // reads scripts/up.sh's .run/stack.json, the test harness has its own
-// supervisor (Supervised).
+// supervisor (chaostest.Supervised).
 type Processes interface {
 	// PID returns the process of the instance ("order", "order-2",
 	// "payment") now: after a restart it is a new one.

@@ -2,8 +2,8 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
@@ -21,84 +21,114 @@ func (o *observer) readLeftovers(ctx context.Context, svc string) (Leftovers, []
 		return l, nil, err
 	}
 	l.Outbox["pending"], l.Outbox["sending"] = sum.ByStatus["pending"], sum.ByStatus["sending"]
-
-	var failed struct {
-		Events []struct {
-			EventID     string    `json:"event_id"`
-			EventType   string    `json:"event_type"`
-			AggregateID string    `json:"aggregate_id"`
-			Attempts    int       `json:"attempts"`
-			CreatedAt   time.Time `json:"created_at"`
-		} `json:"events"`
-	}
-	if err := o.lab.Get(ctx, svc, "/admin/outbox?status=failed&limit=1000", &failed); err != nil {
+	failed, err := o.failedEvents(ctx, svc)
+	if err != nil {
 		return l, nil, err
 	}
-	var failedRows []Item
-	for _, e := range failed.Events {
-		failedRows = append(failedRows, Item{ID: "event " + e.EventID,
-			Detail: fmt.Sprintf("%s of order %s failed after %d attempts", e.EventType, e.AggregateID, e.Attempts)})
-	}
-
-	var dls struct {
-		DeadLetters []struct {
-			ID        uint64 `json:"id"`
-			Consumer  string `json:"consumer"`
-			EventID   string `json:"event_id"`
-			EventType string `json:"event_type"`
-			Reason    string `json:"reason"`
-			Attempts  int    `json:"attempts"`
-		} `json:"dead_letters"`
-	}
-	if err := o.lab.Get(ctx, svc, "/admin/dead-letters?status=dead&limit=1000", &dls); err != nil {
+	if l.DeadLetters, err = o.deadLetters(ctx, svc); err != nil {
 		return l, nil, err
 	}
-	for _, d := range dls.DeadLetters {
-		l.DeadLetters = append(l.DeadLetters, Item{ID: fmt.Sprintf("dead letter %d", d.ID),
-			Detail: fmt.Sprintf("%s %s (%s) after %d attempts: %s", d.Consumer, d.EventType, d.EventID, d.Attempts, clip(d.Reason, 120))})
-	}
-
-	var parked struct {
-		Parked []struct {
-			Consumer    string `json:"consumer"`
-			EventID     string `json:"event_id"`
-			EventType   string `json:"event_type"`
-			AggregateID string `json:"aggregate_id"`
-			Version     uint64 `json:"aggregate_version"`
-			WaitingFor  uint64 `json:"waiting_for_version"`
-		} `json:"parked"`
-	}
-	if err := o.lab.Get(ctx, svc, "/admin/parked?state=waiting&limit=1000", &parked); err != nil {
+	if l.Parked, err = o.parked(ctx, svc); err != nil {
 		return l, nil, err
 	}
-	for _, p := range parked.Parked {
-		l.Parked = append(l.Parked, Item{ID: p.Consumer + " " + p.EventID,
-			Detail: fmt.Sprintf("%s v%d of %s waits for v%d", p.EventType, p.Version, p.AggregateID, p.WaitingFor)})
-	}
-
 	switch svc {
 	case "inventory":
-		var gaps wire.GapList
-		if err := o.lab.Get(ctx, svc, "/admin/gaps?open=true&limit=1000", &gaps); err != nil {
-			return l, nil, err
-		}
-		for _, g := range gaps.Gaps {
-			l.Gaps = append(l.Gaps, Item{ID: fmt.Sprintf("gap %d", g.ID),
-				Detail: fmt.Sprintf("order %s: %s v%d arrived, v%d never did", g.AggregateID, g.EventType, g.ReceivedVersion, g.ExpectedVersion)})
-		}
+		l.Gaps, err = o.openGaps(ctx, svc)
 	case "payment":
-		var att wire.NeedsAttention
-		if err := o.lab.Get(ctx, svc, "/admin/needs-attention?limit=1000", &att); err != nil {
-			return l, nil, err
-		}
-		for _, c := range att.Charges {
-			l.NeedsAttention = append(l.NeedsAttention, Item{ID: "charge of order " + c.OrderID, Detail: clip(c.ParkedReason, 120)})
-		}
-		for _, f := range att.Refunds {
-			l.NeedsAttention = append(l.NeedsAttention, Item{ID: "refund of order " + f.OrderID, Detail: clip(f.ParkedReason, 120)})
+		l.NeedsAttention, err = o.needsAttention(ctx, svc)
+	}
+	return l, failed, err
+}
+
+// adminItems reads the list under key of a service's admin answer and
+// names each row for a reader.
+func adminItems[R any](ctx context.Context, o *observer, svc, path, key string, item func(R) Item) ([]Item, error) {
+	var page map[string]json.RawMessage
+	if err := o.lab.Get(ctx, svc, path, &page); err != nil {
+		return nil, err
+	}
+	var rows []R
+	if raw, ok := page[key]; ok {
+		if err := json.Unmarshal(raw, &rows); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", svc, path, err)
 		}
 	}
-	return l, failedRows, nil
+	var items []Item
+	for _, r := range rows {
+		items = append(items, item(r))
+	}
+	return items, nil
+}
+
+// failedEvents lists the service's outbox rows that gave up.
+func (o *observer) failedEvents(ctx context.Context, svc string) ([]Item, error) {
+	type row struct {
+		EventID     string `json:"event_id"`
+		EventType   string `json:"event_type"`
+		AggregateID string `json:"aggregate_id"`
+		Attempts    int    `json:"attempts"`
+	}
+	return adminItems(ctx, o, svc, "/admin/outbox?status=failed&limit=1000", "events", func(e row) Item {
+		return Item{ID: "event " + e.EventID,
+			Detail: fmt.Sprintf("%s of order %s failed after %d attempts", e.EventType, e.AggregateID, e.Attempts)}
+	})
+}
+
+// deadLetters lists the service's dead letters not yet redriven.
+func (o *observer) deadLetters(ctx context.Context, svc string) ([]Item, error) {
+	type row struct {
+		ID        uint64 `json:"id"`
+		Consumer  string `json:"consumer"`
+		EventID   string `json:"event_id"`
+		EventType string `json:"event_type"`
+		Reason    string `json:"reason"`
+		Attempts  int    `json:"attempts"`
+	}
+	return adminItems(ctx, o, svc, "/admin/dead-letters?status=dead&limit=1000", "dead_letters", func(d row) Item {
+		return Item{ID: fmt.Sprintf("dead letter %d", d.ID),
+			Detail: fmt.Sprintf("%s %s (%s) after %d attempts: %s", d.Consumer, d.EventType, d.EventID, d.Attempts, clip(d.Reason, 120))}
+	})
+}
+
+// parked lists the events the service's consumers hold back, waiting for
+// an earlier version of their aggregate.
+func (o *observer) parked(ctx context.Context, svc string) ([]Item, error) {
+	type row struct {
+		Consumer    string `json:"consumer"`
+		EventID     string `json:"event_id"`
+		EventType   string `json:"event_type"`
+		AggregateID string `json:"aggregate_id"`
+		Version     uint64 `json:"aggregate_version"`
+		WaitingFor  uint64 `json:"waiting_for_version"`
+	}
+	return adminItems(ctx, o, svc, "/admin/parked?state=waiting&limit=1000", "parked", func(p row) Item {
+		return Item{ID: p.Consumer + " " + p.EventID,
+			Detail: fmt.Sprintf("%s v%d of %s waits for v%d", p.EventType, p.Version, p.AggregateID, p.WaitingFor)}
+	})
+}
+
+// openGaps lists inventory's open version gaps.
+func (o *observer) openGaps(ctx context.Context, svc string) ([]Item, error) {
+	return adminItems(ctx, o, svc, "/admin/gaps?open=true&limit=1000", "gaps", func(g wire.Gap) Item {
+		return Item{ID: fmt.Sprintf("gap %d", g.ID),
+			Detail: fmt.Sprintf("order %s: %s v%d arrived, v%d never did", g.AggregateID, g.EventType, g.ReceivedVersion, g.ExpectedVersion)}
+	})
+}
+
+// needsAttention lists payment's charges and refunds parked for a person.
+func (o *observer) needsAttention(ctx context.Context, svc string) ([]Item, error) {
+	var att wire.NeedsAttention
+	if err := o.lab.Get(ctx, svc, "/admin/needs-attention?limit=1000", &att); err != nil {
+		return nil, err
+	}
+	var items []Item
+	for _, c := range att.Charges {
+		items = append(items, Item{ID: "charge of order " + c.OrderID, Detail: clip(c.ParkedReason, 120)})
+	}
+	for _, f := range att.Refunds {
+		items = append(items, Item{ID: "refund of order " + f.OrderID, Detail: clip(f.ParkedReason, 120)})
+	}
+	return items, nil
 }
 
 // baseline is the leftovers a live stack already had before the run: they

@@ -198,6 +198,19 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "chaos run: seed %d, tag %s, load %s at %g orders/s, a fault every %s (%s)\n\n",
 		r.Seed, r.Tag, round(r.Load.Duration), r.Load.Rate, round(r.FaultEvery), orNone(strings.Join(kinds, ", ")))
 
+	r.printOutcomes(w)
+	fmt.Fprintln(w, "\nanswers to the load")
+	for _, k := range sortedKeys(r.Answers) {
+		fmt.Fprintf(w, "  %-48s %6d\n", k, r.Answers[k])
+	}
+
+	r.printFaults(w)
+	r.printTiming(w)
+	r.printConsistency(w)
+}
+
+// printOutcomes is the table of orders by request kind and outcome.
+func (r *Report) printOutcomes(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "orders by outcome\t")
 	for _, c := range outcomeColumns {
@@ -223,14 +236,12 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintln(tw)
 	tw.Flush()
+}
 
-	fmt.Fprintln(w, "\nanswers to the load")
-	for _, k := range sortedKeys(r.Answers) {
-		fmt.Fprintf(w, "  %-48s %6d\n", k, r.Answers[k])
-	}
-
+// printFaults lists each fault injected, and the count of each kind.
+func (r *Report) printFaults(w io.Writer) {
 	fmt.Fprintf(w, "\nfaults (%d)\n", len(r.Faults))
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, f := range r.Faults {
 		res := f.Detail
 		if f.Error != "" {
@@ -246,7 +257,11 @@ func (r *Report) Print(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "  by kind: %s\n", orNone(strings.Join(byKind, ", ")))
+}
 
+// printTiming is how long orders took, how long the system took to rest,
+// and what the inboxes dropped.
+func (r *Report) printTiming(w io.Writer) {
 	t := r.TimeToTerminal
 	fmt.Fprintf(w, "\ntime to terminal (first POST to first terminal status, %d orders): p50 %s, p95 %s, p99 %s, max %s\n",
 		t.N, t.P50, t.P95, t.P99, t.Max)
@@ -268,9 +283,13 @@ func (r *Report) Print(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+}
 
+// printConsistency is the verdict of each check, the violations (a few per
+// rule) and the final PASS or FAIL line.
+func (r *Report) printConsistency(w io.Writer) {
 	fmt.Fprintln(w, "\nconsistency")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, c := range r.Checks {
 		verdict := "ok"
 		if c.Violations > 0 {

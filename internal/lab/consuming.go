@@ -29,17 +29,7 @@ func consumeRecovery(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 			return err
 		}
 	}
-	if err := l.arm(ctx, "inventory", point, "error", count); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("consume"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitHit(ctx, "inventory to fail inside its transaction", "inventory", point); err != nil {
-		return err
-	}
-	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, created, err := l.orderInto(ctx, trap{"inventory", point, "error", count, "inventory to fail inside its transaction"}, key("consume"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -101,17 +91,7 @@ func ackLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
 	const point = "inbox.after-commit-before-ack"
 	l.begin(ctx, r, sku)
-	if err := l.arm(ctx, "inventory", point, "error", 1); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("ack"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitHit(ctx, "inventory to commit and lose its ACK", "inventory", point); err != nil {
-		return err
-	}
-	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, created, err := l.orderInto(ctx, trap{"inventory", point, "error", 1, "inventory to commit and lose its ACK"}, key("ack"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -148,17 +128,7 @@ func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) err
 	if err := l.wrongWayOn(ctx, r, "inventory"); err != nil {
 		return err
 	}
-	if err := l.arm(ctx, "inventory", point, "pause", 1); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("concurrent"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitPaused(ctx, "the first delivery to hold the event", "inventory", point); err != nil {
-		return err
-	}
-	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, created, err := l.orderInto(ctx, trap{"inventory", point, "pause", 1, "the first delivery to hold the event"}, key("concurrent"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -212,33 +182,12 @@ func concurrentDuplicate(ctx context.Context, l *Lab, r *Report, wrong bool) err
 
 func outOfOrder(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	const sku, qty = "SKU-2", 4
-	const point = "outbox.dispatch.after-claim"
 	l.begin(ctx, r, sku)
 	if err := l.wrongWayOn(ctx, r, "inventory"); err != nil {
 		return err
 	}
-	// The create's first dispatch fails after its claim: it stays
-	// 'sending' until its lease expires, so the cancel overtakes it.
-	if err := l.arm(ctx, "order", point, "error", 1); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("order"), sku, qty)
+	o, err := cancelBeforeCreate(ctx, l, sku, qty)
 	if err != nil {
-		return err
-	}
-	if err := l.waitHit(ctx, "the create to be held back", "order", point); err != nil {
-		return err
-	}
-	code, _, err := l.call(ctx, "order", http.MethodPost, "/orders/"+o.OrderID+"/cancel",
-		map[string]string{"Idempotency-Key": key("cancel")}, map[string]string{"reason": "lab: cancel before create"}, nil)
-	if err != nil || code != http.StatusAccepted {
-		return fmt.Errorf("cancel: %d %v", code, err)
-	}
-	l.step(Step{Kind: StepCancel, OrderID: o.OrderID})
-	if err := l.waitFor(ctx, "inventory to see the cancel first", func() (bool, error) {
-		res, err := l.reservation(ctx, o.OrderID)
-		return res.Status != "", err
-	}); err != nil {
 		return err
 	}
 	res, _ := l.reservation(ctx, o.OrderID)
@@ -260,43 +209,78 @@ func outOfOrder(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 		return err
 	}
 	if wrong {
-		err := l.waitFor(ctx, "inventory to reserve for the cancelled order", func() (bool, error) {
-			res, err := l.reservation(ctx, o.OrderID)
-			return res.Status == "reserved" || res.Status == "committed", err
-		})
-		if err != nil {
-			return err
-		}
-		b, err := l.quietBooks(ctx, o.OrderID)
-		if err != nil {
-			return err
-		}
-		r.Sections = append(r.Sections, l.snapshot(ctx, "after the late create (wrong way: order ignored)", o.OrderID, sku))
-		r.check(b.Order.Status == "cancelled" && b.Reservation.Status == "reserved" && reserves(b.Reservation, sku, qty),
-			chkOOHeld, o.OrderID, b.Order.Status, lines(b.Reservation))
-		_, reserved := b.outboxRow("inventory", events.InventoryReserved)
-		r.check(reserved, chkOOToldSaga, len(b.Outbox["inventory"]), reserved)
-		r.checkNothingCharged(b) // payment's own cancel marker held
-		r.Verdict = "WRONG WAY (ignore order): the late create was applied after its cancel and reserved stock for a " +
-			"cancelled order (and set the rest of the saga going). The cancel marker and state-transition checks are " +
-			"what prevent this."
-		return nil
+		return lateCreateApplied(ctx, l, r, o.OrderID, sku, qty)
 	}
+	return lateCreateIgnored(ctx, l, r, o.OrderID, sku)
+}
+
+// cancelBeforeCreate places an order whose create is held back and cancels
+// it: the create's first dispatch fails after its claim, so it stays
+// 'sending' until its lease expires, and the cancel overtakes it. It
+// returns once inventory has seen the cancel.
+func cancelBeforeCreate(ctx context.Context, l *Lab, sku string, qty int) (Order, error) {
+	const point = "outbox.dispatch.after-claim"
+	o, _, err := l.orderInto(ctx, trap{"order", point, "error", 1, "the create to be held back"}, key("order"), sku, qty)
+	if err != nil {
+		return o, err
+	}
+	code, _, err := l.call(ctx, "order", http.MethodPost, "/orders/"+o.OrderID+"/cancel",
+		map[string]string{"Idempotency-Key": key("cancel")}, map[string]string{"reason": "lab: cancel before create"}, nil)
+	if err != nil || code != http.StatusAccepted {
+		return o, fmt.Errorf("cancel: %d %v", code, err)
+	}
+	l.step(Step{Kind: StepCancel, OrderID: o.OrderID})
+	return o, l.waitFor(ctx, "inventory to see the cancel first", func() (bool, error) {
+		res, err := l.reservation(ctx, o.OrderID)
+		return res.Status != "", err
+	})
+}
+
+// lateCreateApplied is the wrong way's ending: inventory ignores the
+// order of events, so the late create reserves stock for a cancelled
+// order.
+func lateCreateApplied(ctx context.Context, l *Lab, r *Report, orderID, sku string, qty int) error {
+	err := l.waitFor(ctx, "inventory to reserve for the cancelled order", func() (bool, error) {
+		res, err := l.reservation(ctx, orderID)
+		return res.Status == "reserved" || res.Status == "committed", err
+	})
+	if err != nil {
+		return err
+	}
+	b, err := l.quietBooks(ctx, orderID)
+	if err != nil {
+		return err
+	}
+	r.Sections = append(r.Sections, l.snapshot(ctx, "after the late create (wrong way: order ignored)", orderID, sku))
+	r.check(b.Order.Status == "cancelled" && b.Reservation.Status == "reserved" && reserves(b.Reservation, sku, qty),
+		chkOOHeld, orderID, b.Order.Status, lines(b.Reservation))
+	_, reserved := b.outboxRow("inventory", events.InventoryReserved)
+	r.check(reserved, chkOOToldSaga, len(b.Outbox["inventory"]), reserved)
+	r.checkNothingCharged(b) // payment's own cancel marker held
+	r.Verdict = "WRONG WAY (ignore order): the late create was applied after its cancel and reserved stock for a " +
+		"cancelled order (and set the rest of the saga going). The cancel marker and state-transition checks are " +
+		"what prevent this."
+	return nil
+}
+
+// lateCreateIgnored is the right way's ending: the late create finds the
+// cancel's marker and changes nothing, and the gap it filled is closed.
+func lateCreateIgnored(ctx context.Context, l *Lab, r *Report, orderID, sku string) error {
 	if err := l.waitFor(ctx, "payment to record the cancel", func() (bool, error) {
-		pay, err := l.payment(ctx, o.OrderID)
+		pay, err := l.payment(ctx, orderID)
 		return pay.Status != "", err
 	}); err != nil {
 		return err
 	}
-	b, err := l.quietBooks(ctx, o.OrderID)
+	b, err := l.quietBooks(ctx, orderID)
 	if err != nil {
 		return err
 	}
-	gaps, _ = l.gaps(ctx, o.OrderID)
-	r.Sections = append(r.Sections, l.snapshot(ctx, "after the late create arrived", o.OrderID, sku))
-	r.check(b.Order.Status == "cancelled", chkOONotRevived, o.OrderID, b.Order.Status)
+	gaps, _ := l.gaps(ctx, orderID)
+	r.Sections = append(r.Sections, l.snapshot(ctx, "after the late create arrived", orderID, sku))
+	r.check(b.Order.Status == "cancelled", chkOONotRevived, orderID, b.Order.Status)
 	r.checkStates(b, "cancelled", "cancelled_before_reserve", "cancelled_before_charge")
-	r.checkNothingHeld(chkOOLateNothing, o.OrderID, b.Reservation)
+	r.checkNothingHeld(chkOOLateNothing, orderID, b.Reservation)
 	r.checkNothingCharged(b)
 	r.checkEvents(b, Events{"order": {events.OrderCreated, events.OrderCancelled}})
 	r.checkConsumedOnce(b)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -99,7 +98,7 @@ func (t *LiveTarget) broker(ctx context.Context) (*rabbit.Conn, error) {
 	t.mu.Lock()
 	if t.conn == nil {
 		topo := rabbit.Topology{Exchange: rabbit.Namespace("").Exchange(), DeadLetterExchange: rabbit.Namespace("").DeadLetterExchange()}
-		t.conn = rabbit.New(t.amqpURL, topo, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		t.conn = rabbit.New(t.amqpURL, topo, slog.New(slog.DiscardHandler))
 		cctx, cancel := context.WithCancel(context.Background())
 		t.stop = cancel
 		go t.conn.Run(cctx)

@@ -139,17 +139,7 @@ func sendRecovery(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
 	l.begin(ctx, r, sku)
 	const point = "outbox.dispatch.before-claim"
-	if err := l.arm(ctx, "order", point, "pause", 0); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("send"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitPaused(ctx, "the dispatcher to stop at "+point, "order", point); err != nil {
-		return err
-	}
-	created, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, created, err := l.orderInto(ctx, trap{"order", point, "pause", 0, "the dispatcher to stop at " + point}, key("send"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -266,35 +256,51 @@ func (l *Lab) crashed(ctx context.Context, r *Report, lb Label, svc, point strin
 
 // --- lease expiry --------------------------------------------------------
 
+// The two dispatchers of the lease experiment stop at these points: A
+// after its publish is confirmed (so its lease expires before it marks),
+// B right after its own claim (so A's late mark meets B's live claim).
+const (
+	leasePointA = "outbox.dispatch.after-confirm-before-mark"
+	leasePointB = "outbox.dispatch.after-claim"
+)
+
 func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	// A sold-out SKU: inventory rejects the order, so the order service
 	// emits no further event and its outbox holds only this OrderCreated.
 	const sku, qty = "SKU-SOLDOUT", 1
-	const pointA = "outbox.dispatch.after-confirm-before-mark"
-	const pointB = "outbox.dispatch.after-claim"
 	l.begin(ctx, r, sku)
 	if err := l.wrongWayOn(ctx, r, "order"); err != nil {
 		return err
 	}
-	if err := l.arm(ctx, "order", pointA, "pause", 1); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("lease"), sku, qty)
+	o, a, tokenB, err := reclaimedByB(ctx, l, r, sku, qty)
 	if err != nil {
 		return err
 	}
-	if err := l.waitPaused(ctx, "dispatcher A to pause after the confirm", "order", pointA); err != nil {
+	tokenA := *a.ClaimToken
+	if err := lateMarkOfA(ctx, l, r, wrong, o.OrderID, sku, tokenA, tokenB); err != nil {
 		return err
 	}
-	a, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
-	if err != nil || a.ClaimToken == nil {
-		return fmt.Errorf("A's claim: %+v %v", a, err)
+	if err := letBFinish(ctx, l, wrong, o.OrderID, a.EventID, tokenA); err != nil {
+		return err
+	}
+	return leaseExpiryBooks(ctx, l, r, wrong, o.OrderID, sku, tokenA, tokenB)
+}
+
+// reclaimedByB places the order, pauses dispatcher A after its confirm
+// and waits for A's lease to expire and dispatcher B to claim the row
+// again. It returns the order, A's row (with A's claim) and B's token.
+func reclaimedByB(ctx context.Context, l *Lab, r *Report, sku string, qty int) (Order, OutboxRow, string, error) {
+	const pointA, pointB = leasePointA, leasePointB
+	o, a, err := l.orderInto(ctx, trap{"order", pointA, "pause", 1, "dispatcher A to pause after the confirm"}, key("lease"), sku, qty)
+	if err != nil {
+		return o, a, "", err
+	}
+	if a.ClaimToken == nil {
+		return o, a, "", fmt.Errorf("A's claim: %+v", a)
 	}
 	tokenA := *a.ClaimToken
-	// B will stop right after its own claim, so A's late mark meets B's
-	// live claim.
 	if err := l.arm(ctx, "order", pointB, "pause", 1); err != nil {
-		return err
+		return o, a, "", err
 	}
 	var b OutboxRow
 	if err := l.waitFor(ctx, "A's lease to expire and dispatcher B to re-claim", func() (bool, error) {
@@ -303,32 +309,45 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 	}); err != nil {
 		fpA, _ := l.failpoint(ctx, "order", pointA)
 		fpB, _ := l.failpoint(ctx, "order", pointB)
-		return fmt.Errorf("%w (last row: %s, %d attempts, claim %v; A %+v; B %+v)", err, b.Status, b.Attempts, b.ClaimToken, fpA, fpB)
+		return o, a, "", fmt.Errorf("%w (last row: %s, %d attempts, claim %v; A %+v; B %+v)", err, b.Status, b.Attempts, b.ClaimToken, fpA, fpB)
 	}
 	tokenB := *b.ClaimToken
 	r.Sections = append(r.Sections, l.snapshot(ctx, "A paused with an expired lease; B holds a new claim", o.OrderID, sku))
 	r.check(b.Attempts == 2, chkLEReclaimed, short(tokenB), short(tokenA), b.Attempts)
+	return o, a, tokenB, nil
+}
 
-	if err := l.release(ctx, "order", pointA); err != nil { // A resumes and marks
+// lateMarkOfA lets A resume and try its mark-sent while B holds the claim:
+// the right way changes nothing, the wrong way overwrites B's claim.
+func lateMarkOfA(ctx context.Context, l *Lab, r *Report, wrong bool, orderID, sku, tokenA, tokenB string) error {
+	if err := l.release(ctx, "order", leasePointA); err != nil { // A resumes and marks
 		return err
 	}
 	var afterA OutboxRow
+	var err error
 	if err := l.waitFor(ctx, "A to try its mark-sent", func() (bool, error) {
-		afterA, err = l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+		afterA, err = l.outboxEvent(ctx, "order", orderID, events.OrderCreated)
 		return afterA.Status == "sent" || l.told(ctx, "order", tokenA).count("", logClaimLost) > 0, err
 	}); err != nil {
 		return err
 	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "A resumed and tried to mark the row sent", o.OrderID, sku))
+	r.Sections = append(r.Sections, l.snapshot(ctx, "A resumed and tried to mark the row sent", orderID, sku))
 	if wrong {
 		r.check(afterA.Status == "sent" && afterA.ClaimToken == nil, chkLEOverwrote, afterA.Status, short(tokenB))
 	} else {
 		r.check(afterA.Status == "sending" && afterA.ClaimToken != nil && *afterA.ClaimToken == tokenB, chkLEUnchanged, afterA.Status, short(tokenB))
 	}
+	return nil
+}
+
+// letBFinish releases B and waits for it to publish and mark, for the row
+// to settle and for inventory to drop B's copy of the event.
+func letBFinish(ctx context.Context, l *Lab, wrong bool, orderID, eventID, tokenA string) error {
+	const pointB = leasePointB
 	if err := l.release(ctx, "order", pointB); err != nil {
 		return err
 	}
-	if err := l.waitOrder(ctx, o.OrderID, "rejected"); err != nil {
+	if err := l.waitOrder(ctx, orderID, "rejected"); err != nil {
 		return err
 	}
 	if err := l.waitFor(ctx, "B to publish and mark", func() (bool, error) {
@@ -338,27 +357,32 @@ func leaseExpiry(ctx context.Context, l *Lab, r *Report, wrong bool) error {
 		return err
 	}
 	if err := l.waitFor(ctx, "the row to settle", func() (bool, error) {
-		ev, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+		ev, err := l.outboxEvent(ctx, "order", orderID, events.OrderCreated)
 		// The wrong way marks by event id alone: nobody ever sees a lost claim.
 		return ev.Status == "sent" && (wrong || l.told(ctx, "order", tokenA).count("", logClaimLost) > 0), err
 	}); err != nil {
 		return err
 	}
-	if _, err := l.waitLogged(ctx, "inventory to drop B's copy", "inventory", "inventory", logDuplicate, a.EventID, 1); err != nil {
-		return err
-	}
-	bk, err := l.quietBooks(ctx, o.OrderID)
+	_, err := l.waitLogged(ctx, "inventory to drop B's copy", "inventory", "inventory", logDuplicate, eventID, 1)
+	return err
+}
+
+// leaseExpiryBooks checks the order's books once B finished: one effect,
+// and the lost claim logged (the right way) or never noticed (the wrong
+// way).
+func leaseExpiryBooks(ctx context.Context, l *Lab, r *Report, wrong bool, orderID, sku, tokenA, tokenB string) error {
+	bk, err := l.quietBooks(ctx, orderID)
 	if err != nil {
 		return err
 	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "after B finished", o.OrderID, sku))
+	r.Sections = append(r.Sections, l.snapshot(ctx, "after B finished", orderID, sku))
 	created, _ := bk.outboxRow("order", events.OrderCreated)
 	processed, dropped := l.told(ctx, "inventory", created.EventID).inbox("inventory")
 	r.check(bk.Reservation.Status == "rejected" && bk.inboxRows("inventory", created.EventID) == 1 && processed == 1 && dropped == 1,
 		chkLEOneEffect, orNone(bk.Reservation.Status), bk.inboxRows("inventory", created.EventID), "inventory", short(created.EventID), processed, dropped)
 	// Sold out: one rejection, whoever marked the row.
 	r.checkStates(bk, "rejected", "rejected", "")
-	r.checkNothingHeld(chkLENothing, o.OrderID, bk.Reservation)
+	r.checkNothingHeld(chkLENothing, orderID, bk.Reservation)
 	r.checkNothingCharged(bk)
 	r.checkEvents(bk, Events{"order": {events.OrderCreated}, "inventory": {events.InventoryRejected}})
 	r.checkConsumedOnce(bk)

@@ -82,17 +82,7 @@ func confirmLost(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 2
 	const point = "outbox.dispatch.after-publish-before-confirm"
 	l.begin(ctx, r, sku)
-	if err := l.arm(ctx, "order", point, "error", 1); err != nil {
-		return err
-	}
-	o, err := l.placeOrder(ctx, key("confirm"), sku, qty)
-	if err != nil {
-		return err
-	}
-	if err := l.waitHit(ctx, "the dispatcher to publish and lose the confirm", "order", point); err != nil {
-		return err
-	}
-	first, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
+	o, first, err := l.orderInto(ctx, trap{"order", point, "error", 1, "the dispatcher to publish and lose the confirm"}, key("confirm"), sku, qty)
 	if err != nil {
 		return err
 	}
@@ -144,37 +134,9 @@ func unroutable(ctx context.Context, l *Lab, r *Report, _ bool) (err error) {
 	if err != nil {
 		return err
 	}
-	var row OutboxRow
-	if err := l.waitFor(ctx, "the event to come back unroutable three times, or to fail", func() (bool, error) {
-		ev, err := l.outboxEvent(ctx, "order", o.OrderID, events.OrderCreated)
-		row = ev
-		return ev.Status == outbox.StatusFailed || (ev.Status == outbox.StatusPending && ev.TotalAttempts >= 3), err
-	}); err != nil {
-		return err
-	}
-	if row.Status == outbox.StatusFailed {
-		// The alert follows the row's release: wait for it.
-		if _, err := l.waitLogged(ctx, "the failure to be alerted on", "order", "", logOutboxFailed, row.EventID, 1); err != nil {
-			return err
-		}
-	}
-	atOrder := l.told(ctx, "order", row.EventID)
-	returned := atOrder.count("", logAttemptFailed) + atOrder.count("", logOutboxFailed)
-	kept, err := l.books(ctx, o.OrderID)
+	row, err := returnedAndKept(ctx, l, r, o.OrderID, sku)
 	if err != nil {
 		return err
-	}
-	r.Sections = append(r.Sections, l.snapshot(ctx, "returned by the broker: kept, retried with a backoff", o.OrderID, sku))
-	r.check(returned >= 2 && strings.Contains(atOrder.errs(""), "unroutable"), chkURReturned, short(row.EventID), returned, atOrder.errs(""))
-	r.check(row.SentAt == nil && row.TotalAttempts >= 2 && row.FirstAttemptAt != nil &&
-		(row.Status == outbox.StatusFailed || row.NextAttemptAt.After(*row.FirstAttemptAt)),
-		chkURKept, short(row.EventID), row.Status, row.TotalAttempts, clock(row.FirstAttemptAt), clock(&row.NextAttemptAt))
-	r.checkStates(kept, "pending_inventory", "", "")
-	r.checkNothingHeld(chkURNothing, o.OrderID, kept.Reservation)
-	r.check(kept.inboxRows("inventory", row.EventID) == 0, chkURNobody, kept.inboxRows("inventory", row.EventID))
-	if row.Status == outbox.StatusFailed {
-		alerts := atOrder.count("", logOutboxFailed)
-		r.check(alerts == 1 && row.SentAt == nil, chkURFailed, short(row.EventID), alerts)
 	}
 
 	// Recovery: the binding comes back (a deploy finished, an operator
@@ -185,14 +147,9 @@ func unroutable(ctx context.Context, l *Lab, r *Report, _ bool) (err error) {
 		return err
 	}
 	if row.Status == outbox.StatusFailed {
-		code, _, err := l.call(ctx, "order", http.MethodPost, "/admin/outbox/"+row.EventID+"/retry", nil, nil, nil)
-		if err == nil && code != http.StatusOK {
-			err = fmt.Errorf("POST /admin/outbox/%s/retry answered %d", row.EventID, code)
-		}
-		if err != nil {
+		if err := retryFailedEvent(ctx, l, row.EventID); err != nil {
 			return err
 		}
-		l.step(Step{Kind: StepOperator, Service: "order", What: "retried the failed event " + short(row.EventID) + " (POST /admin/outbox/{event_id}/retry)"})
 	}
 	b, err := l.settle(ctx, r, "after the binding came back", o.OrderID, sku, qty, nil)
 	if err != nil {
@@ -202,8 +159,8 @@ func unroutable(ctx context.Context, l *Lab, r *Report, _ bool) (err error) {
 	// Every attempt came back but the last, whenever the binding returned
 	// between two of them: each failed attempt is a line of the order
 	// service's log about the event.
-	atOrder = l.told(ctx, "order", row.EventID)
-	returned = atOrder.count("", logAttemptFailed) + atOrder.count("", logOutboxFailed)
+	atOrder := l.told(ctx, "order", row.EventID)
+	returned := atOrder.count("", logAttemptFailed) + atOrder.count("", logOutboxFailed)
 	r.check(sent.EventID == row.EventID && sent.TotalAttempts == returned+1, chkURWent, short(sent.EventID), sent.TotalAttempts, returned)
 	how := "at its next attempt"
 	if row.Status == outbox.StatusFailed {
@@ -213,5 +170,58 @@ func unroutable(ctx context.Context, l *Lab, r *Report, _ bool) (err error) {
 		"acking it, so the dispatcher did not mark it sent: the row stayed in the outbox with its attempts and a " +
 		"backoff, 'failed' (kept, alerted on) at its limit, never lost. Once the binding was back the same event_id " +
 		"was delivered " + how + ", and applied once."
+	return nil
+}
+
+// returnedAndKept waits for the broker to return the order's create (three
+// times, or until the row fails at its limit) and checks that the outbox
+// kept it, with its attempts and a backoff, and that nobody received it.
+func returnedAndKept(ctx context.Context, l *Lab, r *Report, orderID, sku string) (OutboxRow, error) {
+	var row OutboxRow
+	if err := l.waitFor(ctx, "the event to come back unroutable three times, or to fail", func() (bool, error) {
+		ev, err := l.outboxEvent(ctx, "order", orderID, events.OrderCreated)
+		row = ev
+		return ev.Status == outbox.StatusFailed || (ev.Status == outbox.StatusPending && ev.TotalAttempts >= 3), err
+	}); err != nil {
+		return row, err
+	}
+	if row.Status == outbox.StatusFailed {
+		// The alert follows the row's release: wait for it.
+		if _, err := l.waitLogged(ctx, "the failure to be alerted on", "order", "", logOutboxFailed, row.EventID, 1); err != nil {
+			return row, err
+		}
+	}
+	atOrder := l.told(ctx, "order", row.EventID)
+	returned := atOrder.count("", logAttemptFailed) + atOrder.count("", logOutboxFailed)
+	kept, err := l.books(ctx, orderID)
+	if err != nil {
+		return row, err
+	}
+	r.Sections = append(r.Sections, l.snapshot(ctx, "returned by the broker: kept, retried with a backoff", orderID, sku))
+	r.check(returned >= 2 && strings.Contains(atOrder.errs(""), "unroutable"), chkURReturned, short(row.EventID), returned, atOrder.errs(""))
+	r.check(row.SentAt == nil && row.TotalAttempts >= 2 && row.FirstAttemptAt != nil &&
+		(row.Status == outbox.StatusFailed || row.NextAttemptAt.After(*row.FirstAttemptAt)),
+		chkURKept, short(row.EventID), row.Status, row.TotalAttempts, clock(row.FirstAttemptAt), clock(&row.NextAttemptAt))
+	r.checkStates(kept, "pending_inventory", "", "")
+	r.checkNothingHeld(chkURNothing, orderID, kept.Reservation)
+	r.check(kept.inboxRows("inventory", row.EventID) == 0, chkURNobody, kept.inboxRows("inventory", row.EventID))
+	if row.Status == outbox.StatusFailed {
+		alerts := atOrder.count("", logOutboxFailed)
+		r.check(alerts == 1 && row.SentAt == nil, chkURFailed, short(row.EventID), alerts)
+	}
+	return row, nil
+}
+
+// retryFailedEvent is the operator's retry of a failed outbox row, which
+// keeps its event_id and its history.
+func retryFailedEvent(ctx context.Context, l *Lab, eventID string) error {
+	code, _, err := l.call(ctx, "order", http.MethodPost, "/admin/outbox/"+eventID+"/retry", nil, nil, nil)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("POST /admin/outbox/%s/retry answered %d", eventID, code)
+	}
+	if err != nil {
+		return err
+	}
+	l.step(Step{Kind: StepOperator, Service: "order", What: "retried the failed event " + short(eventID) + " (POST /admin/outbox/{event_id}/retry)"})
 	return nil
 }

@@ -17,13 +17,11 @@
 package rabbitnode
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +29,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -350,145 +347,12 @@ func (n *Node) PIDFile() string { return n.path("pid") }
 // Config is what the node was started with (its defaults filled in).
 func (n *Node) Config() Config { return n.cfg }
 
-// PID is the Erlang VM's process id: the one this handle started, or,
-// once that one has ended, the one the node's pid file names (another
-// handle or the stack's supervisor started the node again).
-func (n *Node) PID() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.pid != 0 && !Running(n.pid) {
-		if p := n.pidFromFile(); p != 0 && Running(p) {
-			n.pid = p
-		}
-	}
-	return n.pid
-}
-
-func (n *Node) setPID(pid int) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.pid = pid
-}
-
-// Alive reports whether the node's VM is running: its pid runs, and (on
-// Linux) its command line names this node's HOME, so that a pid the system
-// has given to another process since does not count.
-func (n *Node) Alive() bool {
-	pid := n.PID()
-	if !Running(pid) {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return true // not Linux: the pid is all we have
-	}
-	return bytes.Contains(b, []byte(n.path("home")))
-}
-
-// Executable is the program the node's VM runs (beam.smp), as /proc shows
-// it: a pid that no longer runs it is not the node ("" when unknown).
-func (n *Node) Executable() string {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", n.PID()))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSuffix(exe, " (deleted)")
-}
-
 // Cookie is the node's Erlang cookie (for the other nodes of a cluster).
 func (n *Node) Cookie() string { return n.cfg.Cookie }
 
 // URL is the AMQP URL of the node's default user (guest may log in from
 // 127.0.0.1).
 func (n *Node) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", n.cfg.Port) }
-
-// Ctl runs rabbitmqctl against this node only and returns its output.
-func (n *Node) Ctl(ctx context.Context, args ...string) (string, error) {
-	return n.tool(ctx, nil, "rabbitmqctl", args...)
-}
-
-// Queues runs rabbitmq-queues against this node only (quorum_status,
-// rebalance, grow) and returns its output.
-func (n *Node) Queues(ctx context.Context, args ...string) (string, error) {
-	return n.tool(ctx, nil, "rabbitmq-queues", args...)
-}
-
-// tool runs one of the package's command line tools, addressed to this
-// node by name with this node's HOME (its cookie), stdin on its input.
-func (n *Node) tool(ctx context.Context, stdin []byte, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(n.cfg.BinDir, name), append([]string{"-n", n.name}, args...)...)
-	cmd.Env = n.env
-	cmd.Dir = n.cfg.Dir
-	if stdin != nil {
-		cmd.Stdin = bytes.NewReader(stdin)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("%s -n %s %s: %v: %s", name, n.name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return string(out), nil
-}
-
-// StopApp stops the RabbitMQ application, leaving the Erlang VM running:
-// every client connection drops and nothing accepts new ones, as in a
-// broker restart.
-func (n *Node) StopApp(ctx context.Context) error {
-	_, err := n.Ctl(ctx, "stop_app")
-	return err
-}
-
-// StartApp starts the application again and waits until it accepts AMQP
-// connections.
-func (n *Node) StartApp(ctx context.Context) error {
-	if _, err := n.Ctl(ctx, "start_app"); err != nil {
-		return err
-	}
-	return n.WaitReady(ctx)
-}
-
-var closedCount = regexp.MustCompile(`Closed (\d+) connections`)
-
-// CloseAllConnections makes the node close every client connection, in
-// every virtual host, with the given reason; it returns how many it closed.
-func (n *Node) CloseAllConnections(ctx context.Context, reason string) (int, error) {
-	out, err := n.Ctl(ctx, "close_all_connections", "--global", reason)
-	if err != nil {
-		return 0, err
-	}
-	count := 0
-	for _, m := range closedCount.FindAllStringSubmatch(out, -1) {
-		k, _ := strconv.Atoi(m[1])
-		count += k
-	}
-	return count, nil
-}
-
-// Stop ends the node by its pid: SIGTERM (the VM shuts down cleanly), and
-// SIGKILL if it still runs after 30 s or when ctx ends first.
-func (n *Node) Stop(ctx context.Context) error {
-	if !n.Alive() {
-		return nil
-	}
-	pid := n.PID()
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("rabbitnode %s: SIGTERM %d: %w", n.name, pid, err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for Running(pid) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			for range 50 {
-				if !Running(pid) {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			return fmt.Errorf("rabbitnode %s: no exit after SIGTERM; killed", n.name)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return nil
-}
 
 // LogTail returns the last lines of the node's log (for error messages).
 func (n *Node) LogTail(lines int) string {
@@ -501,45 +365,4 @@ func (n *Node) LogTail(lines int) string {
 		all = all[len(all)-lines:]
 	}
 	return strings.Join(all, "\n")
-}
-
-// FreePort returns a port in 5710-5999 that is free now, with its
-// distribution port (+20000) free too: away from the system broker (5672,
-// 25672) and from a cluster on 5701-5703. Another process may still take it
-// before the node binds it; Start then fails with the node's log.
-func FreePort() (int, error) {
-	start := 5710 + int(time.Now().UnixNano()%290)
-	for i := range 290 {
-		p := 5710 + (start-5710+i)%290
-		if portFree(p) && portFree(p+20000) {
-			return p, nil
-		}
-	}
-	return 0, errors.New("rabbitnode: no free port in 5710-5999")
-}
-
-func portFree(port int) bool {
-	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
-}
-
-// Running reports whether pid exists and is not a zombie. The detached VM
-// is not our child, so there is no Wait to learn that it ended (and a VM
-// that ended may linger as a zombie until init reaps it).
-func Running(pid int) bool {
-	if pid <= 0 || syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true // not Linux: kill -0 is all we have
-	}
-	if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) {
-		return b[i+2] != 'Z'
-	}
-	return true
 }

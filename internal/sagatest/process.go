@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,25 +98,15 @@ func (s *Service) StartProcess(extra map[string]string) *Process {
 	p := &Process{cmd: cmd, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	s.t.Cleanup(func() { p.Kill() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(s.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
+	s.waitReady(s.Name+" process", func() bool { return true }, func() (bool, error) {
 		select {
 		case <-p.done:
-			s.t.Fatalf("%s process exited during start: %v\n%s", s.Name, p.err, s.logs.tail(20))
+			return true, p.err
 		default:
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s process not ready after 30s\n%s", s.Name, s.logs.tail(20))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
+	return p
 }
 
 // WaitExit waits for the process to end by itself and reports whether it

@@ -195,28 +195,43 @@ func (s *Service) Start() {
 	done := s.done
 	s.mu.Unlock()
 	go func() { done <- s.run(ctx, func(k string) string { return s.Env[k] }, s.logs) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(s.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(s.logs.String()[from:], `"msg":"listening"`) {
-				return
-			}
-		}
+	listening := func() bool { return strings.Contains(s.logs.String()[from:], `"msg":"listening"`) }
+	s.waitReady(s.Name, listening, func() (bool, error) {
 		select {
 		case err := <-done:
 			s.mu.Lock()
 			s.cancel = nil // nothing left to stop
 			s.mu.Unlock()
-			s.t.Fatalf("%s exited during start: %v\n%s", s.Name, err, s.logs.tail(20))
+			return true, err
 		default:
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s not ready after 30s\n%s", s.Name, s.logs.tail(20))
+	})
+}
+
+// waitReady waits up to 30 s until the service's /readyz answers 200 and
+// ready holds; it fails the test, with the service's last log lines, when
+// that does not come or exited reports that what was started has ended.
+func (s *Service) waitReady(what string, ready func() bool, exited func() (bool, error)) {
+	s.t.Helper()
+	came := false
+	defer func() {
+		if !came {
+			s.t.Logf("%s's log:\n%s", s.Name, s.logs.tail(20))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	testutil.WaitFor(s.t, 30*time.Second, what+" to be ready", func() bool {
+		if gone, err := exited(); gone {
+			s.t.Fatalf("%s exited during start: %v", what, err)
+		}
+		resp, err := http.Get(s.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && ready()
+	})
+	came = true
 }
 
 // Stop sends the service its shutdown signal and waits for Run to return.

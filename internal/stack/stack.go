@@ -8,7 +8,7 @@
 // tools (the failure lab, the chaos run, the viewer) read.
 //
 // docker-compose.yml runs the same services; the tests in deploy/ hold it
-// against this table and Service.Env.
+// against this table and Instance.Env.
 package stack
 
 import (
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/procfs"
 )
 
 // Service is one service of the saga.
@@ -104,12 +105,6 @@ func (i Instance) Port() int { return i.Service.Port + InstanceSpacing*(i.K-1) }
 
 // URL is where the instance answers on this machine.
 func (i Instance) URL() string { return "http://127.0.0.1:" + strconv.Itoa(i.Port()) }
-
-// Env is what the service's first instance gets against the machine's
-// broker (Instance.Env for the others and for a cluster).
-func (s Service) Env(getenv func(string) string, httpHost string) map[string]string {
-	return s.Instance(1).Env(getenv, httpHost, nil)
-}
 
 // Env is what the instance gets on top of the environment it inherits,
 // computed from the settings (getenv: the shell's environment, then .env
@@ -347,6 +342,21 @@ type Process struct {
 	Log      string `json:"log"`      // its stdout and stderr
 	PIDFile  string `json:"pid_file"` // PID, for a human: kill -STOP $(cat .run/order.pid)
 	Restarts int    `json:"restarts"` // times it died by itself and was started again
+}
+
+// RunsExe reports whether pid still runs exe, as /proc shows it: a pid the
+// system has given to another program since is not ours, and a zombie
+// runs nothing.
+func RunsExe(pid int, exe string) bool {
+	if pid <= 0 {
+		return false
+	}
+	proc, err := procfs.NewProc(pid)
+	if err != nil {
+		return false
+	}
+	got, err := proc.Executable()
+	return err == nil && strings.TrimSuffix(got, " (deleted)") == exe
 }
 
 // Node is one RabbitMQ node of the stack's cluster (internal/rabbitnode).

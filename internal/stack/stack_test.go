@@ -197,3 +197,9 @@ func TestTokens(t *testing.T) {
 		t.Errorf("ViewerURL = %q", got)
 	}
 }
+
+// Env is what the service's first instance gets against the machine's
+// broker (Instance.Env for the others and for a cluster).
+func (s Service) Env(getenv func(string) string, httpHost string) map[string]string {
+	return s.Instance(1).Env(getenv, httpHost, nil)
+}

@@ -60,33 +60,9 @@ func TestViewerInTheBrowser(t *testing.T) {
 
 	var confirmed string // the order of the next subtest, for those after it
 	t.Run("an order reaches confirmed with its outbox and inbox steps drawn", func(t *testing.T) {
-		b.do(t, "fill the form",
-			chromedp.SetValue(chromedp.CSS("#customer"), "c-browser"),
-			chromedp.SetValue(chromedp.CSS("select.sku"), "SKU-1"),
-			chromedp.SetValue(chromedp.CSS("input.qty"), "2"),
-		)
-		id := create(t, b)
-		confirmed = id
-		b.wait(t, "order "+id+" confirmed in the timeline header",
-			`document.querySelector("#timeline-head .pill") && document.querySelector("#timeline-head .pill").dataset.status === "confirmed"`)
-		// The saga's whole path: five outbox rows published, six inbox rows
-		// (docs/walkthrough.md), the reservation committed.
-		b.wait(t, "the timeline to settle", `document.querySelector("#live.off") !== null`)
-		steps := func(sel string) string { return `document.querySelectorAll('#diagram g.step` + sel + `').length` }
-		b.wait(t, "every step drawn",
-			steps(`[data-kind="outbox.written"]`)+` === 5 && `+steps(`[data-kind="outbox.sent"]`)+` === 5 && `+
-				steps(`[data-kind="inbox.processed"]`)+` === 6 && `+
-				steps(`[data-kind="order.transition"][data-status="confirmed"]`)+` === 1 && `+
-				steps(`[data-kind="reservation.updated"][data-status="committed"]`)+` === 1 && `+
-				steps(`[data-kind="psp.charge"][data-status="succeeded"]`)+` === 1 && `+
-				steps(`[data-kind="outbox.written"][data-status="sent"]`)+` === 5`)
-		b.do(t, "pick the first outbox step", chromedp.Click(chromedp.CSS(`#diagram g.step[data-kind="outbox.written"] rect.box`)))
-		b.wait(t, "its record and table in the detail panel",
-			`document.querySelector("#detail-body code") && document.querySelector("#detail-body code").textContent.includes("outbox_events")`)
-		// A click moved the step-through to that step; back to the last.
-		b.do(t, "back to the last step", chromedp.Click(chromedp.CSS("#step-last")))
-		b.wait(t, "no step faded", `document.querySelectorAll("#diagram g.step.future").length === 0`)
-		b.shot(t, "viewer-timeline-confirmed.png", "body")
+		fillForm(t, b, "c-browser", "SKU-1", "2")
+		confirmed = create(t, b)
+		confirmedAndDrawn(t, b, confirmed)
 	})
 
 	t.Run("the tables as of each step are rebuilt from the story", func(t *testing.T) {
@@ -107,38 +83,7 @@ func TestViewerInTheBrowser(t *testing.T) {
 		sharedLink(t, b, chrome, base, confirmed)
 	})
 
-	t.Run("the same key twice shows one order", func(t *testing.T) {
-		b.do(t, "fill the form",
-			chromedp.SetValue(chromedp.CSS("#customer"), "c-twice"),
-			chromedp.SetValue(chromedp.CSS("#idem-key"), "browser-twice-1"),
-		)
-		first := create(t, b)
-		b.do(t, "send it again", chromedp.Click(chromedp.CSS("#send-again")))
-		again := b.eval(t, `document.querySelector("#create-result .ok").dataset.orderId`,
-			`document.querySelector('#create-result .ok[data-replayed="true"][data-key="browser-twice-1"]')`)
-		if again != first {
-			t.Errorf("the replay answered order %s, the first create %s", again, first)
-		}
-		b.wait(t, "one row for the customer in the orders list",
-			`Array.from(document.querySelectorAll("#orders-body td.cust")).filter((td) => td.textContent === "c-twice").length === 1 &&
-			 document.querySelector('#orders-body tr[data-order-id="`+first+`"]') !== null`)
-		// And the service agrees: one order for that customer.
-		var list struct {
-			Orders []struct {
-				CustomerID string `json:"customer_id"`
-			} `json:"orders"`
-		}
-		s.Order.Do("GET", "/orders?limit=500", nil, nil, &list)
-		n := 0
-		for _, o := range list.Orders {
-			if o.CustomerID == "c-twice" {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("the order service has %d orders for c-twice, want 1", n)
-		}
-	})
+	t.Run("the same key twice shows one order", func(t *testing.T) { sameKeyTwiceShowsOneOrder(t, b, s) })
 
 	t.Run("atomic-commit's right way and wrong way side by side, the broken invariant marked", func(t *testing.T) {
 		sideBySide(t, b, "atomic-commit")
@@ -148,71 +93,149 @@ func TestViewerInTheBrowser(t *testing.T) {
 			document.querySelector("#invariant.broken") !== null`)
 	})
 
-	t.Run("duplicate-window from the page shows its verdict", func(t *testing.T) {
-		runExperiment(t, b, "duplicate-window")
-		b.wait(t, "the crash and restart step", `document.querySelector('#steps li[data-kind="restarted"]') !== null`)
-		b.shot(t, "viewer-lab-duplicate-window.png", ".runview")
-		// The run has an address, listed among the recent runs; a reload
-		// shows the same run.
-		run := b.eval(t, `document.querySelector("#run .runhead").dataset.run`, `document.querySelector("#run .runhead[data-run]") !== null`)
-		b.wait(t, "the run's address, and its link in the list", `location.hash === "#/lab/runs/`+run+`" &&
-			document.querySelector('#runs-list a[href="#/lab/runs/`+run+`"]') !== null`)
-		b.reload(t)
-		b.wait(t, "the same run and verdict after the reload",
-			`document.querySelector('#run .runhead[data-run="`+run+`"][data-experiment="duplicate-window"]') !== null &&
-			document.querySelector('#verdict[data-passed="true"]') !== null && document.querySelectorAll("#checks li").length > 0`)
-		// The order it used opens in the timeline, with the re-send and the
-		// copy the inbox dropped.
-		b.do(t, "open its order", chromedp.Click(chromedp.CSS("#open-order")))
-		b.wait(t, "the re-sent OrderCreated drawn", `document.querySelector('#diagram g.step[data-kind="outbox.sent"][data-resent="true"]') !== null &&
-			document.querySelector('#diagram g.step[data-kind="inbox.duplicate"][data-dropped="true"]') !== null`)
-		b.wait(t, "the timeline to settle", `document.querySelector("#live.off") !== null`)
-		b.shot(t, "viewer-timeline-duplicate.png", ".timeline")
-	})
+	t.Run("duplicate-window from the page shows its verdict", func(t *testing.T) { duplicateWindowFromThePage(t, b) })
 
-	t.Run("the decline switch makes the next order cancelled, with the release drawn", func(t *testing.T) {
-		b.do(t, "open the switches", chromedp.Click(chromedp.CSS(`.tab[data-tab="switches"]`)))
-		b.wait(t, "the PSP's current mode", `document.querySelector("#psp-mode") !== null`)
-		b.do(t, "choose decline for one call",
-			chromedp.SetValue(chromedp.CSS("#psp-mode-select"), "decline"),
-			chromedp.SetValue(chromedp.CSS("#psp-count"), "1"),
-		)
-		b.do(t, "set it", chromedp.Click(chromedp.CSS("#psp-set")))
-		b.wait(t, "the PSP in decline mode", `document.querySelector("#psp-mode").dataset.mode === "decline"`)
-		b.shot(t, "viewer-switches.png", "body")
-		b.do(t, "back to the orders", chromedp.Click(chromedp.CSS(`.tab[data-tab="saga"]`)))
-		b.do(t, "fill the form",
-			chromedp.SetValue(chromedp.CSS("#customer"), "c-declined"),
-			chromedp.SetValue(chromedp.CSS("select.sku"), "SKU-3"),
-			chromedp.SetValue(chromedp.CSS("input.qty"), "1"),
-		)
-		create(t, b)
-		b.wait(t, "the order cancelled", `document.querySelector("#timeline-head .pill") && document.querySelector("#timeline-head .pill").dataset.status === "cancelled"`)
-		b.wait(t, "the declined charge and the release drawn",
-			`document.querySelector('#diagram g.step[data-kind="psp.charge"][data-status="declined"]') !== null &&
-			 document.querySelector('#diagram g.step[data-kind="reservation.updated"][data-status="released"]') !== null &&
-			 document.querySelector('#diagram g.step[data-kind="order.transition"][data-status="cancelled"]') !== null`)
-		b.wait(t, "the timeline to settle", `document.querySelector("#live.off") !== null`)
-		b.shot(t, "viewer-timeline-cancelled.png", ".timeline")
-	})
+	t.Run("the decline switch makes the next order cancelled, with the release drawn", func(t *testing.T) { declineSwitch(t, b) })
 
-	t.Run("the language toggle changes the labels", func(t *testing.T) {
-		before := b.eval(t, `document.querySelector('.tab[data-tab="lab"]').textContent`, `true`)
-		b.do(t, "switch language", chromedp.Click(chromedp.CSS("#lang-toggle")))
-		b.wait(t, "Chinese labels", `document.documentElement.lang === "zh-CN" &&
-			document.querySelector('.tab[data-tab="lab"]').textContent === "故障实验室" &&
-			document.querySelector("#create").textContent === "创建订单" &&
-			document.querySelector("#diagram .lanename").textContent === "订单服务" &&
-			document.querySelector("#step-label").textContent.startsWith("第 ") &&
-			document.querySelector("#asof > summary").textContent === "这一步之后的表和队列"`)
-		b.shot(t, "viewer-zh.png", "body")
-		b.do(t, "switch back", chromedp.Click(chromedp.CSS("#lang-toggle")))
-		b.wait(t, "English labels again", `document.querySelector('.tab[data-tab="lab"]').textContent === `+jsString(before))
-	})
+	t.Run("the language toggle changes the labels", func(t *testing.T) { languageToggle(t, b) })
 
 	if errs := b.consoleErrors(); len(errs) > 0 {
 		t.Errorf("the page logged %d console error(s):\n  %s", len(errs), strings.Join(errs, "\n  "))
 	}
+}
+
+// sameKeyTwiceShowsOneOrder: the form sent twice with one idempotency key is
+// one order, in the page and in the order service.
+func sameKeyTwiceShowsOneOrder(t *testing.T, b *browser, s *sagatest.Saga) {
+	b.do(t, "fill the form",
+		chromedp.SetValue(chromedp.CSS("#customer"), "c-twice"),
+		chromedp.SetValue(chromedp.CSS("#idem-key"), "browser-twice-1"),
+	)
+	first := create(t, b)
+	b.do(t, "send it again", chromedp.Click(chromedp.CSS("#send-again")))
+	again := b.eval(t, `document.querySelector("#create-result .ok").dataset.orderId`,
+		`document.querySelector('#create-result .ok[data-replayed="true"][data-key="browser-twice-1"]')`)
+	if again != first {
+		t.Errorf("the replay answered order %s, the first create %s", again, first)
+	}
+	b.wait(t, "one row for the customer in the orders list",
+		`Array.from(document.querySelectorAll("#orders-body td.cust")).filter((td) => td.textContent === "c-twice").length === 1 &&
+		 document.querySelector('#orders-body tr[data-order-id="`+first+`"]') !== null`)
+	// And the service agrees: one order for that customer.
+	var list struct {
+		Orders []struct {
+			CustomerID string `json:"customer_id"`
+		} `json:"orders"`
+	}
+	s.Order.Do("GET", "/orders?limit=500", nil, nil, &list)
+	n := 0
+	for _, o := range list.Orders {
+		if o.CustomerID == "c-twice" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the order service has %d orders for c-twice, want 1", n)
+	}
+}
+
+// duplicateWindowFromThePage runs the experiment from the lab panel: its
+// verdict, its address (kept across a reload), and its order's timeline with
+// the re-send and the dropped copy.
+func duplicateWindowFromThePage(t *testing.T, b *browser) {
+	runExperiment(t, b, "duplicate-window")
+	b.wait(t, "the crash and restart step", `document.querySelector('#steps li[data-kind="restarted"]') !== null`)
+	b.shot(t, "viewer-lab-duplicate-window.png", ".runview")
+	// The run has an address, listed among the recent runs; a reload
+	// shows the same run.
+	run := b.eval(t, `document.querySelector("#run .runhead").dataset.run`, `document.querySelector("#run .runhead[data-run]") !== null`)
+	b.wait(t, "the run's address, and its link in the list", `location.hash === "#/lab/runs/`+run+`" &&
+		document.querySelector('#runs-list a[href="#/lab/runs/`+run+`"]') !== null`)
+	b.reload(t)
+	b.wait(t, "the same run and verdict after the reload",
+		`document.querySelector('#run .runhead[data-run="`+run+`"][data-experiment="duplicate-window"]') !== null &&
+		document.querySelector('#verdict[data-passed="true"]') !== null && document.querySelectorAll("#checks li").length > 0`)
+	// The order it used opens in the timeline, with the re-send and the
+	// copy the inbox dropped.
+	b.do(t, "open its order", chromedp.Click(chromedp.CSS("#open-order")))
+	b.wait(t, "the re-sent OrderCreated drawn", `document.querySelector('#diagram g.step[data-kind="outbox.sent"][data-resent="true"]') !== null &&
+		document.querySelector('#diagram g.step[data-kind="inbox.duplicate"][data-dropped="true"]') !== null`)
+	b.wait(t, "the timeline to settle", `document.querySelector("#live.off") !== null`)
+	b.shot(t, "viewer-timeline-duplicate.png", ".timeline")
+}
+
+// declineSwitch sets the PSP to decline one call from the switches tab; the
+// next order ends cancelled with its stock released.
+func declineSwitch(t *testing.T, b *browser) {
+	b.do(t, "open the switches", chromedp.Click(chromedp.CSS(`.tab[data-tab="switches"]`)))
+	b.wait(t, "the PSP's current mode", `document.querySelector("#psp-mode") !== null`)
+	b.do(t, "choose decline for one call",
+		chromedp.SetValue(chromedp.CSS("#psp-mode-select"), "decline"),
+		chromedp.SetValue(chromedp.CSS("#psp-count"), "1"),
+	)
+	b.do(t, "set it", chromedp.Click(chromedp.CSS("#psp-set")))
+	b.wait(t, "the PSP in decline mode", `document.querySelector("#psp-mode").dataset.mode === "decline"`)
+	b.shot(t, "viewer-switches.png", "body")
+	b.do(t, "back to the orders", chromedp.Click(chromedp.CSS(`.tab[data-tab="saga"]`)))
+	fillForm(t, b, "c-declined", "SKU-3", "1")
+	create(t, b)
+	b.wait(t, "the order cancelled", `document.querySelector("#timeline-head .pill") && document.querySelector("#timeline-head .pill").dataset.status === "cancelled"`)
+	b.wait(t, "the declined charge and the release drawn",
+		`document.querySelector('#diagram g.step[data-kind="psp.charge"][data-status="declined"]') !== null &&
+		 document.querySelector('#diagram g.step[data-kind="reservation.updated"][data-status="released"]') !== null &&
+		 document.querySelector('#diagram g.step[data-kind="order.transition"][data-status="cancelled"]') !== null`)
+	b.wait(t, "the timeline to settle", `document.querySelector("#live.off") !== null`)
+	b.shot(t, "viewer-timeline-cancelled.png", ".timeline")
+}
+
+// languageToggle switches the page to Chinese and back.
+func languageToggle(t *testing.T, b *browser) {
+	before := b.eval(t, `document.querySelector('.tab[data-tab="lab"]').textContent`, `true`)
+	b.do(t, "switch language", chromedp.Click(chromedp.CSS("#lang-toggle")))
+	b.wait(t, "Chinese labels", `document.documentElement.lang === "zh-CN" &&
+		document.querySelector('.tab[data-tab="lab"]').textContent === "故障实验室" &&
+		document.querySelector("#create").textContent === "创建订单" &&
+		document.querySelector("#diagram .lanename").textContent === "订单服务" &&
+		document.querySelector("#step-label").textContent.startsWith("第 ") &&
+		document.querySelector("#asof > summary").textContent === "这一步之后的表和队列"`)
+	b.shot(t, "viewer-zh.png", "body")
+	b.do(t, "switch back", chromedp.Click(chromedp.CSS("#lang-toggle")))
+	b.wait(t, "English labels again", `document.querySelector('.tab[data-tab="lab"]').textContent === `+jsString(before))
+}
+
+// confirmedAndDrawn waits for order id to end confirmed with the whole
+// saga drawn in the timeline, and looks at one step's record.
+func confirmedAndDrawn(t *testing.T, b *browser, id string) {
+	b.wait(t, "order "+id+" confirmed in the timeline header",
+		`document.querySelector("#timeline-head .pill") && document.querySelector("#timeline-head .pill").dataset.status === "confirmed"`)
+	// The saga's whole path: five outbox rows published, six inbox rows
+	// (docs/walkthrough.md), the reservation committed.
+	b.wait(t, "the timeline to settle", `document.querySelector("#live.off") !== null`)
+	steps := func(sel string) string { return `document.querySelectorAll('#diagram g.step` + sel + `').length` }
+	b.wait(t, "every step drawn",
+		steps(`[data-kind="outbox.written"]`)+` === 5 && `+steps(`[data-kind="outbox.sent"]`)+` === 5 && `+
+			steps(`[data-kind="inbox.processed"]`)+` === 6 && `+
+			steps(`[data-kind="order.transition"][data-status="confirmed"]`)+` === 1 && `+
+			steps(`[data-kind="reservation.updated"][data-status="committed"]`)+` === 1 && `+
+			steps(`[data-kind="psp.charge"][data-status="succeeded"]`)+` === 1 && `+
+			steps(`[data-kind="outbox.written"][data-status="sent"]`)+` === 5`)
+	b.do(t, "pick the first outbox step", chromedp.Click(chromedp.CSS(`#diagram g.step[data-kind="outbox.written"] rect.box`)))
+	b.wait(t, "its record and table in the detail panel",
+		`document.querySelector("#detail-body code") && document.querySelector("#detail-body code").textContent.includes("outbox_events")`)
+	// A click moved the step-through to that step; back to the last.
+	b.do(t, "back to the last step", chromedp.Click(chromedp.CSS("#step-last")))
+	b.wait(t, "no step faded", `document.querySelectorAll("#diagram g.step.future").length === 0`)
+	b.shot(t, "viewer-timeline-confirmed.png", "body")
+}
+
+// fillForm fills the create form with one line.
+func fillForm(t *testing.T, b *browser, customer, sku, qty string) {
+	t.Helper()
+	b.do(t, "fill the form",
+		chromedp.SetValue(chromedp.CSS("#customer"), customer),
+		chromedp.SetValue(chromedp.CSS("select.sku"), sku),
+		chromedp.SetValue(chromedp.CSS("input.qty"), qty),
+	)
 }
 
 // sideBySide runs an experiment's right way and wrong way as a pair from

@@ -50,56 +50,9 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	for _, svc := range []string{"order", "inventory", "payment"} {
 		sh := &serviceHealth{Warnings: []string{}}
 		h.Services[svc] = sh
-		warn := func(msg string) {
-			mu.Lock()
-			sh.Warnings = append(sh.Warnings, msg)
-			mu.Unlock()
+		for _, read := range s.serviceReads(ctx, svc, sh, &mu) {
+			do(read)
 		}
-		do(func() {
-			a := s.get(ctx, svc, "/readyz")
-			sh.Up = a.ok()
-			if !sh.Up {
-				sh.Ready = a.problem(svc, "/readyz")
-			}
-			var hz wire.Health
-			if s.getInto(ctx, svc, "/healthz", &hz) == nil {
-				sh.StartedAt = hz.StartedAt.Format(time.RFC3339Nano)
-			}
-		})
-		do(func() {
-			a := s.get(ctx, svc, "/admin/outbox/summary")
-			if a.ok() {
-				sh.Outbox = a.Body
-			} else {
-				warn(a.problem(svc, "/admin/outbox/summary"))
-			}
-		})
-		do(func() {
-			var out struct {
-				DeadLetters []json.RawMessage `json:"dead_letters"`
-			}
-			if err := s.getInto(ctx, svc, "/admin/dead-letters?status=dead&limit=1000", &out); err != nil {
-				warn(err.Error())
-			}
-			sh.DeadLetters = len(out.DeadLetters)
-		})
-		do(func() {
-			var out struct {
-				Parked []struct {
-					DeadlineAt string `json:"deadline_at"`
-				} `json:"parked"`
-			}
-			var overdue struct {
-				Parked []json.RawMessage `json:"parked"`
-			}
-			if err := s.getInto(ctx, svc, "/admin/parked?state=waiting&limit=1000", &out); err != nil {
-				warn(err.Error())
-			}
-			if err := s.getInto(ctx, svc, "/admin/parked?state=overdue&limit=1000", &overdue); err != nil {
-				warn(err.Error())
-			}
-			sh.Parked, sh.ParkedOverdue = len(out.Parked), len(overdue.Parked)
-		})
 	}
 	for _, status := range []string{"pending_inventory", "awaiting_payment"} {
 		do(func() {
@@ -118,6 +71,64 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	})
 	wg.Wait()
 	web.WriteJSON(w, http.StatusOK, h)
+}
+
+// serviceReads are the reads that fill in one service's health, to run at
+// once: readiness and start time, outbox summary, dead letters, parked
+// events. mu guards sh's warnings.
+func (s *Server) serviceReads(ctx context.Context, svc string, sh *serviceHealth, mu *sync.Mutex) []func() {
+	warn := func(msg string) {
+		mu.Lock()
+		sh.Warnings = append(sh.Warnings, msg)
+		mu.Unlock()
+	}
+	return []func(){
+		func() {
+			a := s.get(ctx, svc, "/readyz")
+			sh.Up = a.ok()
+			if !sh.Up {
+				sh.Ready = a.problem(svc, "/readyz")
+			}
+			var hz wire.Health
+			if s.getInto(ctx, svc, "/healthz", &hz) == nil {
+				sh.StartedAt = hz.StartedAt.Format(time.RFC3339Nano)
+			}
+		},
+		func() {
+			a := s.get(ctx, svc, "/admin/outbox/summary")
+			if a.ok() {
+				sh.Outbox = a.Body
+			} else {
+				warn(a.problem(svc, "/admin/outbox/summary"))
+			}
+		},
+		func() {
+			var out struct {
+				DeadLetters []json.RawMessage `json:"dead_letters"`
+			}
+			if err := s.getInto(ctx, svc, "/admin/dead-letters?status=dead&limit=1000", &out); err != nil {
+				warn(err.Error())
+			}
+			sh.DeadLetters = len(out.DeadLetters)
+		},
+		func() {
+			var out struct {
+				Parked []struct {
+					DeadlineAt string `json:"deadline_at"`
+				} `json:"parked"`
+			}
+			var overdue struct {
+				Parked []json.RawMessage `json:"parked"`
+			}
+			if err := s.getInto(ctx, svc, "/admin/parked?state=waiting&limit=1000", &out); err != nil {
+				warn(err.Error())
+			}
+			if err := s.getInto(ctx, svc, "/admin/parked?state=overdue&limit=1000", &overdue); err != nil {
+				warn(err.Error())
+			}
+			sh.Parked, sh.ParkedOverdue = len(out.Parked), len(overdue.Parked)
+		},
+	}
 }
 
 // count is the length of the list under key in a service's answer; -1 when

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/internal/viewer"
 )
 
@@ -36,13 +36,7 @@ func TestLabRunsKeepTheirAddresses(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	start := func() string {
-		srv := viewer.New(viewer.Config{Target: fixedTarget{}, RunsDir: dir, Patience: time.Second, Timeout: time.Second})
-		ts := httptest.NewServer(srv.Handler())
-		t.Cleanup(srv.Close)
-		t.Cleanup(ts.Close)
-		viewerTokens.Store(ts.URL, srv.Token())
-		t.Cleanup(func() { viewerTokens.Delete(ts.URL) })
-		return ts.URL
+		return serve(t, viewer.New(viewer.Config{Target: fixedTarget{}, RunsDir: dir, Patience: time.Second, Timeout: time.Second}))
 	}
 	get := func(base string, id int) (labRun, int) {
 		t.Helper()
@@ -55,7 +49,6 @@ func TestLabRunsKeepTheirAddresses(t *testing.T) {
 		}
 		return run, r.status
 	}
-	asJSON := map[string]string{"Content-Type": "application/json"}
 
 	base := start()
 	for _, body := range []string{
@@ -74,22 +67,15 @@ func TestLabRunsKeepTheirAddresses(t *testing.T) {
 	if right.WrongWay != "" || right.Pair != right.ID+1 {
 		t.Fatalf("the pair's first run = %+v, want the right way naming run %d as its pair", right, right.ID+1)
 	}
-	deadline := time.Now().Add(time.Minute)
 	var wrong labRun
-	for {
+	testutil.WaitFor(t, time.Minute, "the wrong way's run to finish", func() bool {
 		wrong, _ = get(base, right.Pair)
 		first, _ := get(base, right.ID)
 		if wrong.State == "running" && first.State == "running" {
 			t.Fatalf("both ways of the pair run at once")
 		}
-		if wrong.State == "passed" || wrong.State == "failed" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the wrong way's run still %s after a minute", wrong.State)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return wrong.State == "passed" || wrong.State == "failed"
+	})
 	if wrong.WrongWay == "" || wrong.Pair != right.ID || wrong.Experiment != "atomic-commit" || wrong.Report == nil {
 		t.Fatalf("the pair's second run = %+v, want atomic-commit's wrong way naming run %d, with its report", wrong, right.ID)
 	}

@@ -57,9 +57,8 @@ type story struct {
 const deadLetterScan = 200
 
 func (s *Server) story(w http.ResponseWriter, r *http.Request) {
-	raw := chi.URLParam(r, "id")
-	if _, ok := web.ParseID(raw); !ok {
-		web.WriteError(w, r, nil, web.Errorf(http.StatusNotFound, "order not found"))
+	raw, ok := orderParam(w, r)
+	if !ok {
 		return
 	}
 	st, orderAnswer := s.gather(r.Context(), raw)
@@ -82,132 +81,190 @@ func (s *Server) story(w http.ResponseWriter, r *http.Request) {
 	web.WriteJSON(w, http.StatusOK, st)
 }
 
+// orderParam is the route's order id; when it is not one, it answers 404
+// and reports false.
+func orderParam(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := chi.URLParam(r, "id")
+	if _, ok := web.ParseID(id); !ok {
+		web.WriteError(w, r, nil, web.Errorf(http.StatusNotFound, "order not found"))
+		return "", false
+	}
+	return id, true
+}
+
 // gather asks every service at once. It returns the order service's answer
 // to GET /orders/{id} too, to pass on when nobody knows the order.
 func (s *Server) gather(ctx context.Context, id string) (*story, answer) {
-	st := &story{OrderID: id, Outbox: map[string][]json.RawMessage{}, PSPCharges: []json.RawMessage{},
-		PSPRefunds: []json.RawMessage{}, DeadLetters: []map[string]any{}, Parked: []map[string]any{},
-		Gaps: []json.RawMessage{}, Warnings: []string{}, Queues: sagaQueues}
-	var (
-		mu          sync.Mutex
-		wg          sync.WaitGroup
-		orderAnswer answer
-		deadLetters = map[string][]map[string]any{}
-	)
-	warn := func(msg string) {
-		mu.Lock()
-		st.Warnings = append(st.Warnings, msg)
-		mu.Unlock()
+	g := &gathering{s: s, id: id, deadLetters: map[string][]map[string]any{}, st: &story{OrderID: id,
+		Outbox: map[string][]json.RawMessage{}, PSPCharges: []json.RawMessage{}, PSPRefunds: []json.RawMessage{},
+		DeadLetters: []map[string]any{}, Parked: []map[string]any{}, Gaps: []json.RawMessage{}, Warnings: []string{},
+		Queues: sagaQueues}}
+	g.do(func() { g.order(ctx) })
+	for _, svc := range storyServices {
+		g.do(func() { g.outbox(ctx, svc) })
+		g.do(func() { g.scanDeadLetters(ctx, svc) })
+		g.do(func() { g.parked(ctx, svc) })
 	}
-	do := func(f func()) {
-		wg.Add(1)
-		go func() { defer wg.Done(); f() }()
-	}
-	// record keeps a 200 answer; 404 means "none"; anything else warns.
-	record := func(service, path string, into *json.RawMessage) {
-		a := s.get(ctx, service, path)
-		switch {
-		case a.ok():
-			*into = a.Body
-		case a.Err == nil && a.Status == http.StatusNotFound:
-		default:
-			warn(a.problem(service, path))
-		}
-	}
-
-	do(func() {
-		orderAnswer = s.get(ctx, "order", "/orders/"+id)
-		if orderAnswer.ok() {
-			st.Order = orderAnswer.Body
-			record("order", "/admin/orders/"+id+"/timeline", &st.Timeline)
-		} else if orderAnswer.Err != nil || orderAnswer.Status != http.StatusNotFound {
-			warn(orderAnswer.problem("order", "/orders/"+id))
-		}
-	})
-	for _, svc := range []string{"order", "inventory", "payment"} {
-		do(func() {
-			var out struct {
-				Events []json.RawMessage `json:"events"`
-			}
-			path := "/admin/outbox?limit=1000&aggregate_id=" + id
-			if err := s.getInto(ctx, svc, path, &out); err != nil {
-				warn(err.Error())
-			}
-			mu.Lock()
-			st.Outbox[svc] = nonNil(out.Events)
-			mu.Unlock()
-		})
-		do(func() {
-			var out struct {
-				DeadLetters []map[string]any `json:"dead_letters"`
-			}
-			if err := s.getInto(ctx, svc, fmt.Sprintf("/admin/dead-letters?limit=%d", deadLetterScan), &out); err != nil {
-				warn(err.Error())
-			}
-			mu.Lock()
-			deadLetters[svc] = out.DeadLetters
-			mu.Unlock()
-		})
-		do(func() {
-			var out struct {
-				Parked []map[string]any `json:"parked"`
-			}
-			if err := s.getInto(ctx, svc, "/admin/parked?state=all&limit=1000", &out); err != nil {
-				warn(err.Error())
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			for _, p := range out.Parked {
-				if fmt.Sprint(p["aggregate_id"]) == id {
-					p["service"] = svc
-					st.Parked = append(st.Parked, p)
-				}
-			}
-		})
-	}
-	do(func() {
-		var out struct {
-			Gaps []json.RawMessage `json:"gaps"`
-		}
-		if err := s.getInto(ctx, "inventory", "/admin/gaps?aggregate_id="+id, &out); err != nil {
-			warn(err.Error())
-		}
-		st.Gaps = nonNil(out.Gaps)
-	})
-	do(func() { record("inventory", "/reservations/"+id, &st.Reservation) })
-	do(func() { record("payment", "/payments/"+id, &st.Payment) })
-	do(func() {
-		var out struct {
-			Charges []json.RawMessage `json:"charges"`
-		}
-		if err := s.getInto(ctx, "psp", "/psp/charges?order_ref="+url.QueryEscape(id), &out); err != nil {
-			warn(err.Error())
-			return
-		}
-		st.PSPCharges = nonNil(out.Charges)
-		for _, c := range out.Charges {
-			var ch wire.Charge
-			if json.Unmarshal(c, &ch) != nil || ch.Status != "succeeded" {
-				continue
-			}
-			var refunds struct {
-				Refunds []json.RawMessage `json:"refunds"`
-			}
-			if err := s.getInto(ctx, "psp", "/psp/refunds?charge_id="+url.QueryEscape(ch.ChargeID), &refunds); err != nil {
-				warn(err.Error())
-				continue
-			}
-			st.PSPRefunds = append(st.PSPRefunds, refunds.Refunds...)
-		}
-	})
-	wg.Wait()
+	g.do(func() { g.gaps(ctx) })
+	g.do(func() { g.record(ctx, "inventory", "/reservations/"+id, &g.st.Reservation) })
+	g.do(func() { g.record(ctx, "payment", "/payments/"+id, &g.st.Payment) })
+	g.do(func() { g.psp(ctx) })
+	g.wg.Wait()
 
 	// The order's events, by id, select its dead letters (and, with no
 	// timeline, its inbox rows).
+	idList := g.matchDeadLetters()
+	if g.st.Timeline == nil && len(idList) > 0 {
+		g.st.Inbox = map[string][]json.RawMessage{}
+		for _, svc := range storyServices {
+			g.do(func() { g.inbox(ctx, svc, idList) })
+		}
+		g.wg.Wait()
+	}
+	return g.st, g.orderAnswer
+}
+
+// storyServices are the services whose messaging tables a story reads.
+var storyServices = []string{"order", "inventory", "payment"}
+
+// gathering is one story being read: the reads run at once, each filling
+// its own part of st (mu guards the shared maps and lists).
+type gathering struct {
+	s           *Server
+	id          string
+	st          *story
+	mu          sync.Mutex
+	wg          sync.WaitGroup
+	orderAnswer answer
+	deadLetters map[string][]map[string]any // service -> its newest dead letters
+}
+
+func (g *gathering) warn(msg string) {
+	g.mu.Lock()
+	g.st.Warnings = append(g.st.Warnings, msg)
+	g.mu.Unlock()
+}
+
+func (g *gathering) do(f func()) {
+	g.wg.Add(1)
+	go func() { defer g.wg.Done(); f() }()
+}
+
+// record keeps a 200 answer; 404 means "none"; anything else warns.
+func (g *gathering) record(ctx context.Context, service, path string, into *json.RawMessage) {
+	a := g.s.get(ctx, service, path)
+	switch {
+	case a.ok():
+		*into = a.Body
+	case a.Err == nil && a.Status == http.StatusNotFound:
+	default:
+		g.warn(a.problem(service, path))
+	}
+}
+
+// order reads the order and, when it exists, its timeline.
+func (g *gathering) order(ctx context.Context) {
+	g.orderAnswer = g.s.get(ctx, "order", "/orders/"+g.id)
+	if g.orderAnswer.ok() {
+		g.st.Order = g.orderAnswer.Body
+		g.record(ctx, "order", "/admin/orders/"+g.id+"/timeline", &g.st.Timeline)
+	} else if g.orderAnswer.Err != nil || g.orderAnswer.Status != http.StatusNotFound {
+		g.warn(g.orderAnswer.problem("order", "/orders/"+g.id))
+	}
+}
+
+// outbox reads a service's outbox rows of the order.
+func (g *gathering) outbox(ctx context.Context, svc string) {
+	var out struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	path := "/admin/outbox?limit=1000&aggregate_id=" + g.id
+	if err := g.s.getInto(ctx, svc, path, &out); err != nil {
+		g.warn(err.Error())
+	}
+	g.mu.Lock()
+	g.st.Outbox[svc] = nonNil(out.Events)
+	g.mu.Unlock()
+}
+
+// scanDeadLetters reads a service's newest dead letters, to be matched to
+// the order's events once those are known.
+func (g *gathering) scanDeadLetters(ctx context.Context, svc string) {
+	var out struct {
+		DeadLetters []map[string]any `json:"dead_letters"`
+	}
+	if err := g.s.getInto(ctx, svc, fmt.Sprintf("/admin/dead-letters?limit=%d", deadLetterScan), &out); err != nil {
+		g.warn(err.Error())
+	}
+	g.mu.Lock()
+	g.deadLetters[svc] = out.DeadLetters
+	g.mu.Unlock()
+}
+
+// parked keeps a service's parked events of the order.
+func (g *gathering) parked(ctx context.Context, svc string) {
+	var out struct {
+		Parked []map[string]any `json:"parked"`
+	}
+	if err := g.s.getInto(ctx, svc, "/admin/parked?state=all&limit=1000", &out); err != nil {
+		g.warn(err.Error())
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, p := range out.Parked {
+		if fmt.Sprint(p["aggregate_id"]) == g.id {
+			p["service"] = svc
+			g.st.Parked = append(g.st.Parked, p)
+		}
+	}
+}
+
+// gaps reads inventory's ordering gaps of the order.
+func (g *gathering) gaps(ctx context.Context) {
+	var out struct {
+		Gaps []json.RawMessage `json:"gaps"`
+	}
+	if err := g.s.getInto(ctx, "inventory", "/admin/gaps?aggregate_id="+g.id, &out); err != nil {
+		g.warn(err.Error())
+	}
+	g.st.Gaps = nonNil(out.Gaps)
+}
+
+// psp reads the PSP's charges of the order, and the refunds of each
+// succeeded one.
+func (g *gathering) psp(ctx context.Context) {
+	var out struct {
+		Charges []json.RawMessage `json:"charges"`
+	}
+	if err := g.s.getInto(ctx, "psp", "/psp/charges?order_ref="+url.QueryEscape(g.id), &out); err != nil {
+		g.warn(err.Error())
+		return
+	}
+	g.st.PSPCharges = nonNil(out.Charges)
+	for _, c := range out.Charges {
+		var ch wire.Charge
+		if json.Unmarshal(c, &ch) != nil || ch.Status != "succeeded" {
+			continue
+		}
+		var refunds struct {
+			Refunds []json.RawMessage `json:"refunds"`
+		}
+		if err := g.s.getInto(ctx, "psp", "/psp/refunds?charge_id="+url.QueryEscape(ch.ChargeID), &refunds); err != nil {
+			g.warn(err.Error())
+			continue
+		}
+		g.st.PSPRefunds = append(g.st.PSPRefunds, refunds.Refunds...)
+	}
+}
+
+// matchDeadLetters keeps the dead letters of the order's events (by
+// event_id, or by the aggregate_id or correlation_id header) and returns
+// the order's event ids.
+func (g *gathering) matchDeadLetters() []string {
 	ids := map[string]bool{}
 	var idList []string
-	for _, svc := range []string{"order", "inventory", "payment"} {
-		for _, row := range st.Outbox[svc] {
+	for _, svc := range storyServices {
+		for _, row := range g.st.Outbox[svc] {
 			var e struct {
 				EventID string `json:"event_id"`
 			}
@@ -217,33 +274,29 @@ func (s *Server) gather(ctx context.Context, id string) (*story, answer) {
 			}
 		}
 	}
-	for _, svc := range []string{"order", "inventory", "payment"} {
-		for _, dl := range deadLetters[svc] {
-			if ids[fmt.Sprint(dl["event_id"])] || headerIs(dl, "aggregate_id", id) || headerIs(dl, "correlation_id", id) {
+	for _, svc := range storyServices {
+		for _, dl := range g.deadLetters[svc] {
+			if ids[fmt.Sprint(dl["event_id"])] || headerIs(dl, "aggregate_id", g.id) || headerIs(dl, "correlation_id", g.id) {
 				dl["service"] = svc
-				st.DeadLetters = append(st.DeadLetters, dl)
+				g.st.DeadLetters = append(g.st.DeadLetters, dl)
 			}
 		}
 	}
-	if st.Timeline == nil && len(idList) > 0 {
-		st.Inbox = map[string][]json.RawMessage{}
-		for _, svc := range []string{"order", "inventory", "payment"} {
-			do(func() {
-				var out struct {
-					Inbox []json.RawMessage `json:"inbox"`
-				}
-				path := "/admin/inbox?event_id=" + url.QueryEscape(strings.Join(idList, ","))
-				if err := s.getInto(ctx, svc, path, &out); err != nil {
-					warn(err.Error())
-				}
-				mu.Lock()
-				st.Inbox[svc] = nonNil(out.Inbox)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
+	return idList
+}
+
+// inbox reads a service's inbox rows of the order's events.
+func (g *gathering) inbox(ctx context.Context, svc string, idList []string) {
+	var out struct {
+		Inbox []json.RawMessage `json:"inbox"`
 	}
-	return st, orderAnswer
+	path := "/admin/inbox?event_id=" + url.QueryEscape(strings.Join(idList, ","))
+	if err := g.s.getInto(ctx, svc, path, &out); err != nil {
+		g.warn(err.Error())
+	}
+	g.mu.Lock()
+	g.st.Inbox[svc] = nonNil(out.Inbox)
+	g.mu.Unlock()
 }
 
 // headerIs reports whether a dead letter's message header holds value.

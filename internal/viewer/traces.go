@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/relmsg/ordersaga/pkg/base/web"
 )
 
@@ -89,9 +87,8 @@ type jaegerProcess struct {
 const maxLinkedTraces = 8
 
 func (s *Server) orderTrace(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
-	if _, ok := web.ParseID(id); !ok {
-		web.WriteError(w, r, nil, web.Errorf(http.StatusNotFound, "order not found"))
+	id, ok := orderParam(w, r)
+	if !ok {
 		return
 	}
 	if s.cfg.JaegerURL == "" {

@@ -46,14 +46,9 @@ func TestOrderTraceFromJaeger(t *testing.T) {
 		}
 	}))
 	t.Cleanup(jaeger.Close)
-	srv := viewer.New(viewer.Config{Token: "tok", JaegerURL: jaeger.URL, JaegerUIURL: "http://ui.example"})
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	t.Cleanup(srv.Close)
-	viewerTokens.Store(ts.URL, "tok")
-	t.Cleanup(func() { viewerTokens.Delete(ts.URL) })
+	base := serve(t, viewer.New(viewer.Config{Token: "tok", JaegerURL: jaeger.URL, JaegerUIURL: "http://ui.example"}))
 
-	r := call(t, "GET", ts.URL+"/api/orders/42/trace", nil, "")
+	r := call(t, "GET", base+"/api/orders/42/trace", nil, "")
 	if r.status != 200 {
 		t.Fatalf("GET trace: %d %s", r.status, r.body)
 	}
@@ -94,12 +89,8 @@ func TestOrderTraceFromJaeger(t *testing.T) {
 		t.Errorf("first span %s: want the spans in time order", v.Spans[0].SpanID)
 	}
 
-	off := viewer.New(viewer.Config{Token: "tok"})
-	ots := httptest.NewServer(off.Handler())
-	t.Cleanup(ots.Close)
-	viewerTokens.Store(ots.URL, "tok")
-	t.Cleanup(func() { viewerTokens.Delete(ots.URL) })
-	if r := call(t, "GET", ots.URL+"/api/orders/42/trace", nil, ""); r.status != 404 || !strings.Contains(r.body, "--tracing") {
+	off := serve(t, viewer.New(viewer.Config{Token: "tok"}))
+	if r := call(t, "GET", off+"/api/orders/42/trace", nil, ""); r.status != 404 || !strings.Contains(r.body, "--tracing") {
 		t.Errorf("without JAEGER_URL: %d %s, want 404 saying how to turn tracing on", r.status, r.body)
 	}
 }

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	peer "github.com/relmsg/ordersaga/bench/peers/watermill"
+	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
@@ -50,7 +48,7 @@ func BenchmarkDrain(b *testing.B) {
 		// same one-confirm-at-a-time publishing.
 		sides = append(sides, side{"watermill_b500", func(b *testing.B, n int) drained { return drainPeer(b, n, 500) }})
 	}
-	rounds, first := envInt("BENCH_ROUNDS", 3), envInt("BENCH_FIRST_ROUND", 1)
+	rounds, first := benchtest.EnvInt("BENCH_ROUNDS", 3), benchtest.EnvInt("BENCH_FIRST_ROUND", 1)
 	for r := first - 1; r < first-1+rounds; r++ {
 		b.Run(fmt.Sprintf("round=%d", r+1), func(b *testing.B) {
 			b.StopTimer()
@@ -73,23 +71,16 @@ func BenchmarkDrain(b *testing.B) {
 
 const warmup = 1000
 
-// envInt reads a positive integer knob of the benchmark.
-func envInt(key string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(key)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
 // drained is one timed drain: how long it took and the CPU it used.
 type drained struct {
 	took                 time.Duration
 	db, mq, goCPU, other float64
 }
 
-func (d *drained) stop(start time.Time, c *cpu) {
+func (d *drained) stop(start time.Time, c *benchtest.CPU) {
 	d.took = time.Since(start)
-	d.db, d.mq, d.goCPU, d.other = c.cores()
+	cores, other := c.Cores()
+	d.db, d.mq, d.goCPU, d.other = cores["db"], cores["mq"], cores["go"], other
 }
 
 // drainOurs: a fresh world, a dispatcher with workers x batch, one
@@ -109,15 +100,15 @@ func drainOurs(b *testing.B, n, workers, batch int) drained {
 	}
 	warm := min(warmup, n)
 	prefillOurs(b, w.db.DB, 0, warm)
-	drainLoops(b, d, pubs)
+	benchtest.Drain(b, d, pubs)
 	w.purge(b)
 
 	prefillOurs(b, w.db.DB, warm, n)
 	var res drained
-	c := startCPU()
+	c := benchtest.StartCPU()
 	b.StartTimer()
 	start := time.Now()
-	drainLoops(b, d, pubs)
+	benchtest.Drain(b, d, pubs)
 	res.stop(start, c)
 	b.StopTimer()
 	var sent int
@@ -131,35 +122,6 @@ func drainOurs(b *testing.B, n, workers, batch int) drained {
 		b.Fatalf("queue depth = %d, want %d", depth, n)
 	}
 	return res
-}
-
-// drainLoops runs one DispatchOnce loop per publisher until a claim comes
-// back empty: what a Dispatcher worker does with a backlog.
-func drainLoops(b *testing.B, d *outbox.Dispatcher, pubs []outbox.Publisher) {
-	b.Helper()
-	var wg sync.WaitGroup
-	errs := make(chan error, len(pubs))
-	for _, pub := range pubs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				res, err := d.DispatchOnce(context.Background(), pub)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if res.Claimed == 0 {
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatalf("dispatch: %v", err)
-	}
 }
 
 // drainPeer: a fresh world, the Forwarder's tables, one watermill-amqp
@@ -193,7 +155,7 @@ func drainPeer(b *testing.B, n, batch int) drained {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c := startCPU()
+		c := benchtest.StartCPU()
 		start := time.Now()
 		stop, err := peer.Start(context.Background(), fwd)
 		if err != nil {
@@ -235,106 +197,4 @@ func drainPeer(b *testing.B, n, batch int) drained {
 		b.Fatalf("queue depth = %d, want %d", depth, n)
 	}
 	return res
-}
-
-// cpu measures, over one timed drain, the CPU used by the database
-// server, the broker and this process, in cores (CPU seconds per wall
-// second), and other: what else kept the machine busy meanwhile (the
-// machine is shared; a high value means a disturbed run). Linux /proc
-// only; elsewhere it reports zeros.
-type cpu struct {
-	t0    time.Time
-	pids  []int // mariadbd (or mysqld), beam.smp, this process
-	ticks []int64
-	all   int64
-}
-
-func startCPU() *cpu {
-	db := pidOf("mariadbd")
-	if db == 0 {
-		db = pidOf("mysqld")
-	}
-	c := &cpu{t0: time.Now(), pids: []int{db, pidOf("beam.smp"), os.Getpid()}}
-	for _, p := range c.pids {
-		c.ticks = append(c.ticks, procTicks(p))
-	}
-	c.all = machineTicks()
-	return c
-}
-
-// cores returns db, mq, go and other cores since startCPU.
-func (c *cpu) cores() (db, mq, goc, other float64) {
-	wall := time.Since(c.t0).Seconds() * 100 // USER_HZ = 100 ticks per second
-	var v [3]float64
-	for i, p := range c.pids {
-		v[i] = float64(procTicks(p)-c.ticks[i]) / wall
-	}
-	all := float64(machineTicks()-c.all) / wall
-	return v[0], v[1], v[2], max(0, all-v[0]-v[1]-v[2])
-}
-
-// pidOf is the oldest process whose command is comm (the server, not a
-// short-lived rabbitmqctl, which is also a beam.smp; pids wrap, so the
-// lowest pid is not always the oldest), 0 if none.
-func pidOf(comm string) int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	best, bestStart := 0, int64(-1)
-	for _, d := range dirs {
-		c, err := os.ReadFile(d)
-		if err != nil || strings.TrimSpace(string(c)) != comm {
-			continue
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-		if err != nil {
-			continue
-		}
-		if f := procStat(pid); len(f) > 19 {
-			start, _ := strconv.ParseInt(f[19], 10, 64) // field 22: start time
-			if bestStart < 0 || start < bestStart {
-				best, bestStart = pid, start
-			}
-		}
-	}
-	return best
-}
-
-// procStat is /proc/<pid>/stat from field 3 on (after the command, which
-// may contain spaces).
-func procStat(pid int) []string {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	_, rest, _ := strings.Cut(string(raw), ") ")
-	return strings.Fields(rest)
-}
-
-// procTicks is a process's user + system time in ticks (fields 14 and 15).
-func procTicks(pid int) int64 {
-	f := procStat(pid)
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
-}
-
-// machineTicks is the busy time of all CPUs in ticks: the first line of
-// /proc/stat without idle and iowait (guest time is inside user).
-func machineTicks() int64 {
-	raw, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(raw), "\n")
-	var total int64
-	for i, f := range strings.Fields(line)[1:] {
-		if i == 3 || i == 4 || i >= 8 {
-			continue
-		}
-		v, _ := strconv.ParseInt(f, 10, 64)
-		total += v
-	}
-	return total
 }

@@ -3,8 +3,6 @@ package watermillpeer_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -14,9 +12,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	peer "github.com/relmsg/ordersaga/bench/peers/watermill"
+	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -25,7 +23,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // world is what each side gets: a fresh database with the order service's
 // schema (our outbox_events; the peer adds its own tables) and a broker
@@ -62,41 +60,11 @@ func (w *world) declare(t testing.TB, withQueue bool) {
 	}
 }
 
-// channel runs fn on a fresh channel of a plain connection to the broker.
-func channel(t testing.TB, fn func(ch *amqp.Channel) error) {
-	t.Helper()
-	conn := rabbittest.Dial(t)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	if err := fn(ch); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // queueDepth is the number of ready messages in the queue.
-func (w *world) queueDepth(t testing.TB) int {
-	t.Helper()
-	var n int
-	channel(t, func(ch *amqp.Channel) error {
-		q, err := ch.QueueDeclarePassive(w.queue, true, false, false, false, nil)
-		n = q.Messages
-		return err
-	})
-	return n
-}
+func (w *world) queueDepth(t testing.TB) int { return benchtest.QueueDepth(t, w.queue) }
 
 // purge empties the queue after a warm-up.
-func (w *world) purge(t testing.TB) {
-	t.Helper()
-	channel(t, func(ch *amqp.Channel) error {
-		_, err := ch.QueuePurge(w.queue, false)
-		return err
-	})
-}
+func (w *world) purge(t testing.TB) { benchtest.Purge(t, w.queue) }
 
 // forward starts a Forwarder on the peer's outbox in db that publishes
 // through a recorder around pub (done after target successes), and stops
@@ -116,21 +84,11 @@ func forward(t testing.TB, db *sqlx.DB, s peer.SQL, pub message.Publisher, targe
 	return rec
 }
 
-// orderCreated is the payload of the backlog: what the order service
-// writes for a two-line order (about 200 bytes), the same shape as the
-// product's bench/helpers_test.go uses (it is in a _test.go file there,
-// so it cannot be imported).
-func orderCreated(id uint64) events.OrderCreatedV1 {
-	return events.OrderCreatedV1{OrderID: id, CustomerID: fmt.Sprintf("customer-%d", id%1000),
-		Items:      []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}, {SKU: "SKU-2", Quantity: 1, UnitPriceCents: 1200}},
-		TotalCents: 19000, Currency: "EUR"}
-}
-
 // envelope is OrderCreated for order id, with a fresh event id: what the
 // peer's outbox is given.
 func envelope(t testing.TB, id uint64) events.Envelope {
 	t.Helper()
-	body, err := json.Marshal(orderCreated(id))
+	body, err := json.Marshal(benchtest.OrderCreated(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +108,7 @@ func prefillOurs(t testing.TB, db *sqlx.DB, first, n int) []string {
 		evs := make([]outbox.Event, batch)
 		for i := range evs {
 			id := uint64(first + done + i + 1)
-			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: orderCreated(id)}
+			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: benchtest.OrderCreated(id)}
 		}
 		err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
 			got, err := outbox.Add(ctx, tx, evs...)
@@ -233,16 +191,4 @@ func (r *recorder) of(id string) []error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]error(nil), r.results[id]...)
-}
-
-// eventually polls cond every 10 ms until it holds or wait passes.
-func eventually(t testing.TB, wait time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", wait, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -50,7 +50,7 @@ type Harness struct {
 	Databases map[string]string
 	// NS is the namespace of the stack's exchanges and queues.
 	NS     rabbit.Namespace
-	procs  chaos.Supervised
+	procs  Supervised
 	logDir string
 }
 
@@ -90,7 +90,7 @@ func Start(t *testing.T, o Options) *Harness {
 	}
 	t.Cleanup(func() { root.Close() })
 
-	st := &Harness{Databases: map[string]string{}, NS: ss.NS, procs: chaos.Supervised{}, logDir: t.TempDir()}
+	st := &Harness{Databases: map[string]string{}, NS: ss.NS, procs: Supervised{}, logDir: t.TempDir()}
 	sessions := map[string]chaos.Session{}
 	urls := map[string]string{}
 	for _, svc := range []*sagatest.Service{ss.Inventory, ss.Payment, ss.Order} {
@@ -169,7 +169,7 @@ func (st *Harness) start(t *testing.T, name, bin string, env map[string]string) 
 	for k, v := range env {
 		list = append(list, k+"="+v)
 	}
-	sup := &chaos.Supervisor{Path: bin, Env: list, Log: logFile, Delay: 500 * time.Millisecond}
+	sup := &Supervisor{Path: bin, Env: list, Log: logFile, Delay: 500 * time.Millisecond}
 	if err := sup.Start(); err != nil {
 		t.Fatal(err)
 	}

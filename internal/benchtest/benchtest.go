@@ -1,0 +1,234 @@
+// Package benchtest holds what the benchmarks of bench/ and the peer
+// comparison of bench/peers/watermill (a module of its own) share: the CPU
+// meter both report cores with, the drain loop that empties an outbox with
+// our dispatcher, a plain broker channel, the knobs they read from the
+// environment and the payload of their backlogs. One copy, so that the two
+// sides of a comparison are measured the same way.
+package benchtest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/procfs"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/outbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
+)
+
+// EnvInt reads a positive integer knob of a benchmark (BENCH_RATE=200 ...).
+func EnvInt(key string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(key)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// OrderCreated is a realistic payload: what the order service writes for a
+// two-line order (about 200 bytes).
+func OrderCreated(id uint64) events.OrderCreatedV1 {
+	return events.OrderCreatedV1{OrderID: id, CustomerID: fmt.Sprintf("customer-%d", id%1000),
+		Items:      []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}, {SKU: "SKU-2", Quantity: 1, UnitPriceCents: 1200}},
+		TotalCents: 19000, Currency: "EUR"}
+}
+
+// Channel runs fn on a fresh channel of a plain connection to the broker,
+// for what the product's connection does not do (purge, inspect, declare
+// odd queues).
+func Channel(t testing.TB, fn func(ch *amqp.Channel) error) {
+	t.Helper()
+	conn := rabbittest.Dial(t)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := fn(ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// QueueDepth is the number of ready messages in queue.
+func QueueDepth(t testing.TB, queue string) int {
+	t.Helper()
+	var n int
+	Channel(t, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		n = q.Messages
+		return err
+	})
+	return n
+}
+
+// Purge empties queue, so that the next phase publishes into an empty one.
+func Purge(t testing.TB, queue string) {
+	t.Helper()
+	Channel(t, func(ch *amqp.Channel) error {
+		if _, err := ch.QueuePurge(queue, false); err != nil {
+			return fmt.Errorf("purge %s: %w", queue, err)
+		}
+		return nil
+	})
+}
+
+// Drain runs one DispatchOnce loop per publisher until a claim comes back
+// empty (what a Dispatcher worker does with a backlog), and returns how
+// long it took.
+func Drain(b *testing.B, d *outbox.Dispatcher, pubs []outbox.Publisher) time.Duration {
+	b.Helper()
+	start := time.Now()
+	var g errgroup.Group
+	for _, pub := range pubs {
+		g.Go(func() error {
+			for {
+				res, err := d.DispatchOnce(context.Background(), pub)
+				if err != nil || res.Claimed == 0 {
+					return err
+				}
+			}
+		})
+	}
+	err := g.Wait()
+	took := time.Since(start)
+	if err != nil {
+		b.Fatalf("dispatch: %v", err)
+	}
+	return took
+}
+
+// CPU measures the CPU time the database server ("db"), the broker ("mq")
+// and this process ("go") use over an interval, from /proc through procfs
+// (Linux; elsewhere it measures nothing). Cores = CPU seconds / wall
+// seconds. Other is everything else busy on the machine meanwhile (other
+// tests sharing the servers' host): a high value means the figure is
+// disturbed.
+type CPU struct {
+	fs    procfs.FS
+	pids  map[string][]int
+	start map[string]float64
+	busy0 float64
+	t0    time.Time
+}
+
+// Kinds are the processes a CPU meter follows, in report order.
+var Kinds = []string{"db", "mq", "go"}
+
+// StartCPU starts measuring.
+func StartCPU() *CPU {
+	m := &CPU{start: map[string]float64{}}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return m // not Linux: no pids, nothing reported
+	}
+	m.fs = fs
+	m.pids = map[string][]int{
+		"db": append(m.oldestByComm("mariadbd"), m.oldestByComm("mysqld")...),
+		"mq": m.oldestByComm("beam.smp"),
+		"go": {os.Getpid()},
+	}
+	for k, pids := range m.pids {
+		m.start[k] = m.cpuSeconds(pids)
+	}
+	m.busy0 = m.machineBusy()
+	m.t0 = time.Now()
+	return m
+}
+
+// Seconds is the CPU time the processes of kind k have used since the
+// start; ok is false when there is no such process to measure.
+func (m *CPU) Seconds(k string) (secs float64, ok bool) {
+	if len(m.pids[k]) == 0 {
+		return 0, false
+	}
+	return m.cpuSeconds(m.pids[k]) - m.start[k], true
+}
+
+// Cores is the cores each kind used since the start (0 for one not
+// measured) and other, what the rest of the machine used meanwhile.
+func (m *CPU) Cores() (cores map[string]float64, other float64) {
+	cores = map[string]float64{}
+	wall := time.Since(m.t0).Seconds()
+	if wall <= 0 {
+		return cores, 0
+	}
+	var ours float64
+	for _, k := range Kinds {
+		if s, ok := m.Seconds(k); ok {
+			cores[k] = s / wall
+			ours += s / wall
+		}
+	}
+	if m.busy0 > 0 {
+		other = max(0, (m.machineBusy()-m.busy0)/wall-ours)
+	}
+	return cores, other
+}
+
+// Report adds <prefix>db_cores, mq_cores, go_cores and other_cores to the
+// benchmark, for the kinds measured.
+func (m *CPU) Report(b *testing.B, prefix string) {
+	cores, other := m.Cores()
+	for _, k := range Kinds {
+		if c, ok := cores[k]; ok {
+			b.ReportMetric(math.Round(c*100)/100, prefix+k+"_cores")
+		}
+	}
+	if m.busy0 > 0 {
+		b.ReportMetric(math.Round(other*100)/100, prefix+"other_cores")
+	}
+}
+
+// machineBusy is the busy time of all CPUs in seconds (/proc/stat).
+func (m *CPU) machineBusy() float64 {
+	st, err := m.fs.Stat()
+	if err != nil {
+		return 0
+	}
+	c := st.CPUTotal // guest time is inside user
+	return c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ + c.Steal
+}
+
+// cpuSeconds is the user+system time the processes have used.
+func (m *CPU) cpuSeconds(pids []int) float64 {
+	var sum float64
+	for _, pid := range pids {
+		p, err := m.fs.Proc(pid)
+		if err != nil {
+			continue
+		}
+		if st, err := p.Stat(); err == nil {
+			sum += st.CPUTime()
+		}
+	}
+	return sum
+}
+
+// oldestByComm returns the oldest process with that command name (the
+// server itself, not a short-lived rabbitmqctl that is also a beam.smp;
+// pids wrap, so the lowest pid is not always the oldest).
+func (m *CPU) oldestByComm(comm string) []int {
+	procs, _ := m.fs.AllProcs()
+	best, bestStart := 0, uint64(math.MaxUint64)
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil || st.Comm != comm {
+			continue
+		}
+		if st.Starttime < bestStart {
+			best, bestStart = p.PID, st.Starttime
+		}
+	}
+	if best == 0 {
+		return nil
+	}
+	return []int{best}
+}
