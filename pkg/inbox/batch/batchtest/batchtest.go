@@ -11,6 +11,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -158,6 +159,20 @@ func Decision(d rabbit.Decision) string {
 	default:
 		return "retry"
 	}
+}
+
+// WithMechanisms returns queries and, by the names "inbox", "outbox" and
+// "dead letters", the queries of the rows the chapter's mechanisms write
+// in a consumer's transaction (without times and generated ids): what
+// every differential test compares besides its service's own tables.
+func WithMechanisms(queries map[string]string) map[string]string {
+	all := map[string]string{
+		"inbox":        `SELECT consumer_name, event_id, payload_sha256 FROM consumer_inbox ORDER BY event_id`,
+		"outbox":       `SELECT aggregate_id, aggregate_version, event_type, payload FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
+		"dead letters": `SELECT event_id, event_type, reason, attempts FROM dead_letters ORDER BY event_id`,
+	}
+	maps.Copy(all, queries)
+	return all
 }
 
 // Rows reads the result of each query (explicit columns, a full ORDER BY,
