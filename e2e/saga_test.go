@@ -64,6 +64,15 @@ func waitStatus(t *testing.T, s *sagatest.Saga, id, want string) orderJSON {
 	return o
 }
 
+// waitFailed waits until the order is in status want, an end that is not
+// a sale, and fails the test unless the order says why.
+func waitFailed(t *testing.T, s *sagatest.Saga, id, want string) {
+	t.Helper()
+	if o := waitStatus(t, s, id, want); o.StatusReason == "" {
+		t.Fatalf("%s order %s has no reason", want, id)
+	}
+}
+
 // waitReservation waits until inventory's reservation of the order is in
 // status want.
 func waitReservation(t *testing.T, s *sagatest.Saga, orderID, want string) {
@@ -162,10 +171,7 @@ func TestSagaInsufficientStockRejects(t *testing.T) {
 	s := sagatest.Start(t)
 	before := stock(t, s, "SKU-LIMITED")
 	o := createOrder(t, s, "short-1", "c-1", "SKU-LIMITED", 2)
-	got := waitStatus(t, s, o.OrderID, "rejected")
-	if got.StatusReason == "" {
-		t.Fatal("rejected order has no reason")
-	}
+	waitFailed(t, s, o.OrderID, "rejected")
 	if after := stock(t, s, "SKU-LIMITED"); after != before {
 		t.Fatalf("stock changed by a rejected order: %+v -> %+v", before, after)
 	}
@@ -187,10 +193,7 @@ func TestSagaPaymentDeclinedCancelsAndReleases(t *testing.T) {
 	s := sagatest.Start(t)
 	before := stock(t, s, "SKU-3")
 	o := createOrder(t, s, "declined-1", "decline-1", "SKU-3", 3)
-	got := waitStatus(t, s, o.OrderID, "cancelled")
-	if got.StatusReason == "" {
-		t.Fatal("cancelled order has no reason")
-	}
+	waitFailed(t, s, o.OrderID, "cancelled")
 	waitReservation(t, s, o.OrderID, "released")
 	if after := stock(t, s, "SKU-3"); after != before {
 		t.Fatalf("stock after the release: %+v, want it back to %+v", after, before)
