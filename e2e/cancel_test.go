@@ -45,11 +45,7 @@ func TestCancelAfterConfirmRefundsAndRestocks(t *testing.T) {
 	if got.Status != "cancelled" {
 		t.Fatalf("order %s after the refund, want cancelled", got.Status)
 	}
-	sagatest.Eventually(t, 10*time.Second, "the goods to be restocked", func() bool {
-		var r reservationJSON
-		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
-		return r.Status == "restocked"
-	})
+	waitReservation(t, s, o.OrderID, "restocked")
 	if after := stock(t, s, "SKU-3"); after != before {
 		t.Fatalf("stock after restock = %+v, want %+v", after, before)
 	}

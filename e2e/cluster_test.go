@@ -58,8 +58,7 @@ func TestScaleOutOnACluster(t *testing.T) {
 func outboxAcrossANodeSwitch(t *testing.T, nodes []*rabbitnode.Node) {
 	db := sqldbtest.New(t, "order")
 	ns := rabbittest.Namespace(t)
-	topo := rabbit.Topology{Exchange: ns.Exchange(), DeadLetterExchange: ns.DeadLetterExchange(),
-		Queues: []rabbit.Queue{{Name: ns.Queue("sink"), Keys: []string{"order.created"}}}}
+	topo := ns.Topology(rabbit.Queue{Name: "sink", Keys: []string{"order.created"}})
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	conn := rabbit.New(clusterURLs(nodes, 0), topo, quiet)
 	d := outbox.New(db.DB, outbox.Config{Exchange: topo.Exchange, NewPublisher: outbox.RabbitPublishers(conn),

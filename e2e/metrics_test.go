@@ -81,11 +81,7 @@ func TestConsumerAndBusinessMetrics(t *testing.T) {
 	inv := s.Inventory
 	o := createOrder(t, s, "cm-1", "c-1", "SKU-2", 1)
 	waitStatus(t, s, o.OrderID, "confirmed")
-	sagatest.Eventually(t, 10*time.Second, "inventory to commit the sale", func() bool {
-		var r reservationJSON
-		inv.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
-		return r.Status == "committed"
-	})
+	waitReservation(t, s, o.OrderID, "committed")
 	delivered0 := inv.Metric("consumer_deliveries_total", "consumer", "inventory")
 	processed0 := inv.Metric("consumer_processed_total", "consumer", "inventory")
 	dups0 := inv.Metric("consumer_duplicates_suppressed_total", "consumer", "inventory")

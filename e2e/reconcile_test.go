@@ -278,11 +278,7 @@ func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 	// The saga closes as if the event had arrived: confirmed, the sale
 	// committed, one charge.
 	waitStatus(t, s, o.OrderID, "confirmed")
-	sagatest.Eventually(t, 15*time.Second, "inventory to commit the sale", func() bool {
-		var r reservationJSON
-		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
-		return r.Status == "committed"
-	})
+	waitReservation(t, s, o.OrderID, "committed")
 	if after := stock(t, s, "SKU-1"); after.OnHand != before.OnHand-2 || after.Reserved != 0 {
 		t.Fatalf("stock %+v, want on_hand %d and nothing reserved", after, before.OnHand-2)
 	}
@@ -526,11 +522,7 @@ func TestPaymentDeadlineAsksPaymentBeforeCancelling(t *testing.T) {
 	}
 	gate.Release()
 	waitStatus(t, s, o.OrderID, "confirmed")
-	sagatest.Eventually(t, 10*time.Second, "the sale to be committed", func() bool {
-		var r reservationJSON
-		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
-		return r.Status == "committed"
-	})
+	waitReservation(t, s, o.OrderID, "committed")
 	if after := stock(t, s, "SKU-4"); after.OnHand != before.OnHand-1 || after.Reserved != 0 {
 		t.Fatalf("stock %+v, want one sold", after)
 	}

@@ -64,6 +64,26 @@ func waitStatus(t *testing.T, s *sagatest.Saga, id, want string) orderJSON {
 	return o
 }
 
+// waitFailed waits until the order is in status want, an end that is not
+// a sale, and fails the test unless the order says why.
+func waitFailed(t *testing.T, s *sagatest.Saga, id, want string) {
+	t.Helper()
+	if o := waitStatus(t, s, id, want); o.StatusReason == "" {
+		t.Fatalf("%s order %s has no reason", want, id)
+	}
+}
+
+// waitReservation waits until inventory's reservation of the order is in
+// status want.
+func waitReservation(t *testing.T, s *sagatest.Saga, orderID, want string) {
+	t.Helper()
+	sagatest.Eventually(t, 15*time.Second, "reservation "+orderID+" to be "+want, func() bool {
+		var r reservationJSON
+		s.Inventory.Do("GET", "/reservations/"+orderID, nil, nil, &r)
+		return r.Status == want
+	})
+}
+
 func stock(t *testing.T, s *sagatest.Saga, sku string) stockJSON {
 	t.Helper()
 	var st stockJSON
@@ -116,11 +136,7 @@ func TestSagaHappyPathConfirms(t *testing.T) {
 	waitStatus(t, s, o.OrderID, "confirmed")
 
 	// Stock: two keyboards sold; the reservation became a sale.
-	sagatest.Eventually(t, 10*time.Second, "the reservation to be committed", func() bool {
-		var r reservationJSON
-		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
-		return r.Status == "committed"
-	})
+	waitReservation(t, s, o.OrderID, "committed")
 	after := stock(t, s, "SKU-1")
 	if after.OnHand != before.OnHand-2 || after.Reserved != 0 {
 		t.Fatalf("stock after confirm: %+v, want on_hand %d and nothing reserved", after, before.OnHand-2)
@@ -155,10 +171,7 @@ func TestSagaInsufficientStockRejects(t *testing.T) {
 	s := sagatest.Start(t)
 	before := stock(t, s, "SKU-LIMITED")
 	o := createOrder(t, s, "short-1", "c-1", "SKU-LIMITED", 2)
-	got := waitStatus(t, s, o.OrderID, "rejected")
-	if got.StatusReason == "" {
-		t.Fatal("rejected order has no reason")
-	}
+	waitFailed(t, s, o.OrderID, "rejected")
 	if after := stock(t, s, "SKU-LIMITED"); after != before {
 		t.Fatalf("stock changed by a rejected order: %+v -> %+v", before, after)
 	}
@@ -180,15 +193,8 @@ func TestSagaPaymentDeclinedCancelsAndReleases(t *testing.T) {
 	s := sagatest.Start(t)
 	before := stock(t, s, "SKU-3")
 	o := createOrder(t, s, "declined-1", "decline-1", "SKU-3", 3)
-	got := waitStatus(t, s, o.OrderID, "cancelled")
-	if got.StatusReason == "" {
-		t.Fatal("cancelled order has no reason")
-	}
-	sagatest.Eventually(t, 10*time.Second, "the reservation to be released", func() bool {
-		var r reservationJSON
-		s.Inventory.Do("GET", "/reservations/"+o.OrderID, nil, nil, &r)
-		return r.Status == "released"
-	})
+	waitFailed(t, s, o.OrderID, "cancelled")
+	waitReservation(t, s, o.OrderID, "released")
 	if after := stock(t, s, "SKU-3"); after != before {
 		t.Fatalf("stock after the release: %+v, want it back to %+v", after, before)
 	}

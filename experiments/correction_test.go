@@ -2,15 +2,12 @@ package experiments
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
-	"github.com/relmsg/ordersaga/pkg/base/sqldb"
-	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 )
@@ -28,70 +25,42 @@ import (
 func TestACorrectionIsANewEventAReplayIsNot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	producer := sqldbtest.New(t, "order")
 	consumer := inboxtest.DB(t)
 	var fixed atomic.Bool
-	var mu sync.Mutex
-	corrects := map[string]string{} // event id -> corrects_event_id, as the handler read it
-	c, reg := inboxtest.Metered(consumer.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-		mu.Lock()
-		corrects[e.EventID] = e.CorrectsEventID
-		mu.Unlock()
+	var seen inboxtest.Corrects // corrects_event_id as the handler read it
+	c, reg := inboxtest.Metered(consumer.DB, "inventory", seen.Record(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
 		if !fixed.Load() {
 			return nil // the bug: processed, nothing recorded
 		}
 		return inboxtest.Increment(ctx, tx, e)
-	})
+	}))
 	b := inboxtest.Consume(t, c.Handle, 1)
-	d := outbox.New(producer.DB, outbox.Config{Exchange: b.NS.Exchange(),
-		NewPublisher: func() outbox.Publisher { return b.Conn.NewPublisher() }})
-	pub := b.Conn.NewPublisher()
-	t.Cleanup(pub.Close)
-	dispatch := func() {
-		t.Helper()
-		if res, err := d.DispatchOnce(ctx, pub); err != nil || res.Sent != 1 {
-			t.Fatalf("dispatch = %+v, %v; want one sent", res, err)
-		}
-	}
-	write := func(e outbox.Event) string {
-		t.Helper()
-		var ids []string
-		if err := sqldb.WithTx(ctx, producer.DB, func(tx *sqlx.Tx) error {
-			var err error
-			ids, err = outbox.Add(ctx, tx, e)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return ids[0]
-	}
+	producer := b.Producer(t)
 	duplicates := func() float64 {
 		return inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory")
 	}
 	payload := map[string]string{"order_id": "1"}
 
-	original := write(outbox.Event{AggregateID: 1, AggregateVersion: 1, Type: events.OrderCreated, Payload: payload})
-	dispatch()
+	original := producer.Add(t, outbox.Event{AggregateID: 1, AggregateVersion: 1, Type: events.OrderCreated, Payload: payload})
+	producer.Dispatch(t, 1)
 	inboxtest.WaitFor(t, "the original to be processed", func() bool { return inboxtest.InboxRows(t, consumer.DB, original) == 1 })
 	fixed.Store(true)
 
 	if done, err := outbox.Requeue(ctx, producer.DB, original, outbox.StatusSent); err != nil || !done {
 		t.Fatalf("requeue = %v, %v", done, err)
 	}
-	dispatch()
+	producer.Dispatch(t, 1)
 	inboxtest.WaitFor(t, "the replay to be dropped", func() bool { return duplicates() == 1 })
 	if n := inboxtest.Effects(t, consumer.DB); n != 0 {
 		t.Fatalf("effects after the replay = %d, want 0: the inbox must drop a replay", n)
 	}
 	t.Logf("the replay kept event_id %s: the inbox dropped it as a duplicate, and the effect is still missing", original)
 
-	correction := write(outbox.Event{AggregateID: 1, AggregateVersion: 2, Type: events.OrderCreated, Payload: payload,
+	correction := producer.Add(t, outbox.Event{AggregateID: 1, AggregateVersion: 2, Type: events.OrderCreated, Payload: payload,
 		Corrects: original})
-	dispatch()
+	producer.Dispatch(t, 1)
 	inboxtest.WaitFor(t, "the correction to be applied", func() bool { return inboxtest.Effects(t, consumer.DB) == 1 })
-	mu.Lock()
-	got := corrects[correction]
-	mu.Unlock()
+	got, _ := seen.Of(correction)
 	if correction == original || got != original || duplicates() != 1 {
 		t.Fatalf("correction %s read as correcting %q (duplicates %g), want a new id correcting %s", correction, got, duplicates(), original)
 	}

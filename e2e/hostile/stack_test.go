@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"sort"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/internal/viewer"
 	"github.com/relmsg/ordersaga/pkg/base/web"
 )
@@ -63,15 +63,12 @@ func serveViewer(t *testing.T, s *sagatest.Saga) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- web.Serve(ctx, ln, srv.Handler(), 5*time.Second) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) {
-			t.Errorf("viewer: %v", err)
+	t.Cleanup(srv.Close) // after the server below has stopped
+	testutil.Background(t, "viewer", func(ctx context.Context) error {
+		if err := web.Serve(ctx, ln, srv.Handler(), 5*time.Second); !errors.Is(err, http.ErrServerClosed) {
+			return err
 		}
-		srv.Close()
+		return nil
 	})
 	return "http://" + ln.Addr().String()
 }
@@ -168,18 +165,8 @@ func deref(p *int64) any {
 // armed failpoint would show as a change too).
 func (e *env) get(t *testing.T, url string) string {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url, nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%d %s", resp.StatusCode, body)
+	a := testutil.Call(t, http.MethodGet, url, "", "Authorization", "Bearer "+adminToken)
+	return fmt.Sprintf("%d %s", a.Status, a.Body)
 }
 
 // diff lists what changed between two snapshots.

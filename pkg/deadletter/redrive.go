@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
@@ -245,12 +246,8 @@ type loaded struct {
 
 func (r *Redriver) load(ctx context.Context, sel Selection) ([]loaded, error) {
 	if len(sel.IDs) > 0 {
-		q, args, err := sqlx.In(deadLetterColumns+` WHERE id IN (?)`, sel.IDs)
-		if err != nil {
-			return nil, err
-		}
 		var dls []Letter
-		if err := r.DB.SelectContext(ctx, &dls, q, args...); err != nil {
+		if err := sqldb.SelectIn(ctx, r.DB, &dls, deadLetterColumns+` WHERE id IN (?)`, sel.IDs); err != nil {
 			return nil, fmt.Errorf("load dead letters: %w", err)
 		}
 		byID := make(map[uint64]*Letter, len(dls))

@@ -161,13 +161,9 @@ func lookup(ctx context.Context, db sqlx.QueryerContext, consumer, eventID strin
 // Committed reports which of the events consumer has an inbox row for: one
 // read for several events (a consumer batch), where Seen is one per event.
 func Committed(ctx context.Context, db sqlx.QueryerContext, consumer string, eventIDs []string) (map[string]bool, error) {
-	q, args, err := sqlx.In(`SELECT event_id FROM consumer_inbox WHERE consumer_name = ? AND event_id IN (?)`,
-		consumer, eventIDs)
-	if err != nil {
-		return nil, fmt.Errorf("inbox lookup of %d events: %w", len(eventIDs), err)
-	}
+	const q = `SELECT event_id FROM consumer_inbox WHERE consumer_name = ? AND event_id IN (?)`
 	var found []string
-	if err := sqlx.SelectContext(ctx, db, &found, q, args...); err != nil {
+	if err := sqldb.SelectIn(ctx, db, &found, q, consumer, eventIDs); err != nil {
 		return nil, fmt.Errorf("inbox lookup of %d events: %w", len(eventIDs), err)
 	}
 	out := make(map[string]bool, len(found))
@@ -192,12 +188,9 @@ func Rows(ctx context.Context, db sqlx.QueryerContext, eventIDs []string) ([]Row
 	if len(eventIDs) == 0 {
 		return rows, nil
 	}
-	q, args, err := sqlx.In(`SELECT consumer_name, event_id, processed_at, instance FROM consumer_inbox
-WHERE event_id IN (?) ORDER BY processed_at`, eventIDs)
-	if err != nil {
-		return nil, err
-	}
-	if err := sqlx.SelectContext(ctx, db, &rows, q, args...); err != nil {
+	const q = `SELECT consumer_name, event_id, processed_at, instance FROM consumer_inbox
+WHERE event_id IN (?) ORDER BY processed_at`
+	if err := sqldb.SelectIn(ctx, db, &rows, q, eventIDs); err != nil {
 		return nil, fmt.Errorf("inbox rows: %w", err)
 	}
 	return rows, nil

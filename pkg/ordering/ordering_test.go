@@ -15,6 +15,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -351,19 +352,5 @@ func (h countAlerts) WithGroup(string) slog.Handler      { return h }
 // parkedGauge reads consumer_parked_events{state} from reg.
 func parkedGauge(t *testing.T, reg *prometheus.Registry, state string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "state" && l.GetValue() == state {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no consumer_parked_events{state=%q}", state)
-	return 0
+	return testutil.MustMetric(t, reg, "consumer_parked_events", "state", state)
 }

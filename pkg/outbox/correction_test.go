@@ -28,32 +28,22 @@ import (
 func TestCorrectionIsANewEventThatNamesTheEventItCorrects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	producer := sqldbtest.New(t, "order")
 	consumer := inboxtest.DB(t)
 	var seen inboxtest.Corrects
 	c, reg := inboxtest.Metered(consumer.DB, "inventory", seen.Record(inboxtest.Increment))
 	b := inboxtest.Consume(t, c.Handle, 1)
-	d := outbox.New(producer.DB, outbox.Config{Exchange: b.NS.Exchange(), Log: quiet,
-		NewPublisher: func() outbox.Publisher { return b.Conn.NewPublisher() }})
-	pub := b.Conn.NewPublisher()
-	t.Cleanup(pub.Close)
-	dispatch := func(want int) {
-		t.Helper()
-		if res, err := d.DispatchOnce(ctx, pub); err != nil || res.Sent != want {
-			t.Fatalf("dispatch = %+v, %v; want %d sent", res, err, want)
-		}
-	}
+	producer := b.Producer(t)
 	payload := map[string]string{"order_id": "1"}
 
-	original := add(t, producer.DB, outbox.Event{AggregateID: 1, AggregateVersion: 1, Type: events.OrderCreated, Payload: payload})
-	dispatch(1)
+	original := producer.Add(t, outbox.Event{AggregateID: 1, AggregateVersion: 1, Type: events.OrderCreated, Payload: payload})
+	producer.Dispatch(t, 1)
 	inboxtest.WaitFor(t, "the original to be applied", func() bool { return inboxtest.Effects(t, consumer.DB) == 1 })
 
 	// A replay: the same row, the same id. The inbox drops it.
 	if done, err := outbox.Requeue(ctx, producer.DB, original, outbox.StatusSent); err != nil || !done {
 		t.Fatalf("requeue = %v, %v", done, err)
 	}
-	dispatch(1)
+	producer.Dispatch(t, 1)
 	inboxtest.WaitFor(t, "the replay to be dropped as a duplicate", func() bool {
 		return inboxtest.Counter(t, reg, "consumer_duplicates_suppressed_total", "inventory") == 1
 	})
@@ -62,7 +52,7 @@ func TestCorrectionIsANewEventThatNamesTheEventItCorrects(t *testing.T) {
 	}
 
 	// A correction: a new event, the relation recorded.
-	correction := add(t, producer.DB, outbox.Event{AggregateID: 1, AggregateVersion: 2, Type: events.OrderCreated,
+	correction := producer.Add(t, outbox.Event{AggregateID: 1, AggregateVersion: 2, Type: events.OrderCreated,
 		Payload: payload, Corrects: original})
 	if correction == original {
 		t.Fatalf("the correction reuses the original's id %s", original)
@@ -75,7 +65,7 @@ func TestCorrectionIsANewEventThatNamesTheEventItCorrects(t *testing.T) {
 		rows[1].CorrectsEventID == nil || *rows[1].CorrectsEventID != original {
 		t.Fatalf("outbox rows = %+v, want the original (no link) and the correction linked to %s", rows, original)
 	}
-	dispatch(1)
+	producer.Dispatch(t, 1)
 	inboxtest.WaitFor(t, "the correction to be applied", func() bool { return inboxtest.Effects(t, consumer.DB) == 2 })
 	got, ok := seen.Of(correction)
 	if !ok || got != original {
@@ -114,19 +104,4 @@ func TestAddRefusesAMalformedCorrection(t *testing.T) {
 	if n := len(readRows(t, db.DB)); n != 0 {
 		t.Fatalf("rows = %d, want none", n)
 	}
-}
-
-// add commits one event and returns its id.
-func add(t *testing.T, db *sqlx.DB, e outbox.Event) string {
-	t.Helper()
-	var ids []string
-	err := sqldb.WithTx(context.Background(), db, func(tx *sqlx.Tx) error {
-		var err error
-		ids, err = outbox.Add(context.Background(), tx, e)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids[0]
 }

@@ -151,42 +151,25 @@ func (d *Dispatcher) work(ctx context.Context, i int) {
 // by another instance, or due again after a backoff): one cheap query per
 // interval, and a wake-up only when something is due.
 func (d *Dispatcher) poll(ctx context.Context) {
-	t := time.NewTicker(d.cfg.PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	retry.Every(ctx, d.cfg.PollInterval, func() {
 		qctx, cancel := context.WithTimeout(ctx, d.cfg.PollInterval)
 		due, err := anyDue(qctx, d.db)
 		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				d.cfg.Log.Warn("outbox poll failed", "err", err)
-			}
-			continue
-		}
-		if due {
+		switch {
+		case err != nil && ctx.Err() == nil:
+			d.cfg.Log.Warn("outbox poll failed", "err", err)
+		case err == nil && due:
 			d.Wake()
 		}
-	}
+	})
 }
 
 func (d *Dispatcher) recoverLoop(ctx context.Context) {
-	t := time.NewTicker(d.cfg.RecoverInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	retry.Every(ctx, d.cfg.RecoverInterval, func() {
 		if _, err := d.RecoverExpired(ctx); err != nil && ctx.Err() == nil {
 			d.cfg.Log.Warn("lease recovery failed", "err", err)
 		}
-	}
+	})
 }
 
 // RecoverExpired hands back every row whose lease has expired, in batches,

@@ -387,17 +387,7 @@ func metered(t *testing.T, n int, cfg outbox.Config) (db *sqldbtest.DB, ids []st
 // counter reads an unlabelled counter from reg.
 func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("%s not exported", name)
-	return 0
+	return testutil.MustMetric(t, reg, name)
 }
 
 // waitDue waits until an outbox row is due (its backoff has passed).
@@ -754,24 +744,7 @@ func TestWakeClaimsOnceWithManyIdleWorkers(t *testing.T) {
 // claims reads outbox_claims_total{result} from reg.
 func claims(t *testing.T, reg *prometheus.Registry, result string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "outbox_claims_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("outbox_claims_total{result=%q} not exported", result)
-	return 0
+	return testutil.MustMetric(t, reg, "outbox_claims_total", "result", result)
 }
 
 // The read API of the operator's view (List, OfAggregate, Summarize) and

@@ -14,3 +14,14 @@ func (n Namespace) DeadLetterExchange() string { return string(n) + "saga.dlx" }
 
 // Queue prefixes a queue name.
 func (n Namespace) Queue(name string) string { return string(n) + name }
+
+// Topology is n's exchanges with queues, each queue's name prefixed: what
+// a service declares, its queues given by the names of docs/contract.md.
+func (n Namespace) Topology(queues ...Queue) Topology {
+	topo := Topology{Exchange: n.Exchange(), DeadLetterExchange: n.DeadLetterExchange()}
+	for _, q := range queues {
+		q.Name = n.Queue(q.Name)
+		topo.Queues = append(topo.Queues, q)
+	}
+	return topo
+}

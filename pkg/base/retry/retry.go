@@ -62,3 +62,19 @@ func Wait(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Every calls f every interval until ctx ends, the first time one interval
+// from now: the loop of a periodic job. f logs its own failure; the next
+// tick is its retry.
+func Every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
+	}
+}

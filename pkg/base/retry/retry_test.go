@@ -77,3 +77,16 @@ func TestWaitStopsWhenTheContextEnds(t *testing.T) {
 		t.Fatal("Wait of 1ms on a live context reported an interruption")
 	}
 }
+
+func TestEveryTicksUntilTheContextEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	Every(ctx, time.Millisecond, func() {
+		if calls++; calls == 3 {
+			cancel()
+		}
+	})
+	if calls != 3 {
+		t.Fatalf("f ran %d times, want 3 (stopped by the cancel in its third call)", calls)
+	}
+}

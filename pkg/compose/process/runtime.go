@@ -20,6 +20,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/instance"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/tracing"
 	"github.com/relmsg/ordersaga/pkg/base/web"
 	"github.com/relmsg/ordersaga/pkg/compose/admin"
@@ -148,18 +149,12 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 // most).
 func checkParked(db *sqlx.DB, deadline time.Duration, log *slog.Logger) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		t := time.NewTicker(min(30*time.Second, max(deadline/4, 100*time.Millisecond)))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
+		retry.Every(ctx, min(30*time.Second, max(deadline/4, 100*time.Millisecond)), func() {
 			if _, err := ordering.OverdueParked(ctx, db, log); err != nil && ctx.Err() == nil {
 				log.Warn("parked events check failed", "err", err)
 			}
-		}
+		})
+		return nil
 	}
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -24,23 +22,19 @@ import (
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
 
+// request sends one request with the admin token; an error is the
+// answer's body, with status 0.
 func request(t *testing.T, method, url, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer secret")
+	ct := ""
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		ct = "application/json"
 	}
-	resp, err := http.DefaultClient.Do(req)
+	a, err := testutil.Fetch(method, url, body, "Authorization", "Bearer secret", "Content-Type", ct)
 	if err != nil {
 		return 0, err.Error()
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return a.Status, a.Body
 }
 
 // What every service gets from pkg/compose/process, in one running runtime: the
@@ -54,8 +48,7 @@ func TestRuntimeWiresRedriveReplayWindowAndRetention(t *testing.T) {
 	db.MustExec(`CREATE TABLE effects (event_id CHAR(36) PRIMARY KEY)`)
 	ns := rabbittest.Namespace(t)
 	topology := func(ns rabbit.Namespace) rabbit.Topology {
-		return rabbit.Topology{Exchange: ns.Exchange(), DeadLetterExchange: ns.DeadLetterExchange(),
-			Queues: []rabbit.Queue{{Name: ns.Queue("svc.order-events"), Keys: []string{events.OrderCreated}}}}
+		return ns.Topology(rabbit.Queue{Name: "svc.order-events", Keys: []string{events.OrderCreated}})
 	}
 	rabbittest.Cleanup(t, topology(ns))
 
@@ -144,12 +137,7 @@ func waitDeadLetters(t *testing.T, db *sqldbtest.DB, n int) map[string]string {
 // returns the service's base URL and its log.
 func startService(t *testing.T, dsn string, ns rabbit.Namespace, topology func(rabbit.Namespace) rabbit.Topology, h inbox.Handler) (string, *testutil.SyncBuffer) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testutil.FreeAddr(t)
 	env := map[string]string{
 		"HTTP_ADDR": addr, "MYSQL_DSN": dsn, "MYSQL_CREATE_DATABASE": "false", "AMQP_URL": rabbittest.URL(),
 		"AMQP_NAMESPACE": string(ns), "ADMIN_TOKEN": "secret", "SHUTDOWN_TIMEOUT": "10s",
@@ -166,16 +154,14 @@ func startService(t *testing.T, dsn string, ns rabbit.Namespace, topology func(r
 	ic := rt.InboxConfig("svc")
 	ic.Handlers = map[events.Type]inbox.Handler{events.OrderCreated: h}
 	rt.Consume("svc.order-events", inbox.NewConsumer(ic), nil)
-	done := make(chan error, 1)
-	go func() { done <- rt.Serve(ctx, rt.Router()) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
 		if t.Failed() {
 			t.Logf("log:\n%s", logs.String())
 		}
+	})
+	testutil.Background(t, "Serve", func(stop context.Context) error {
+		context.AfterFunc(stop, cancel) // ctx carries the runtime's failpoints: Serve runs on it
+		return rt.Serve(ctx, rt.Router())
 	})
 	base := "http://" + addr
 	testutil.WaitFor(t, 20*time.Second, "ready", func() bool { code, _ := request(t, http.MethodGet, base+"/readyz", ""); return code == http.StatusOK })

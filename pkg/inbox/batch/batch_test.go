@@ -437,8 +437,8 @@ func TestEachDeliveryOfAFallbackHasItsOwnTimeBound(t *testing.T) {
 	db := inboxtest.DB(t)
 	es := newEvents(4)
 	slow := func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-		select { // each event's work takes 300 ms; the bound is 1 s
-		case <-time.After(300 * time.Millisecond):
+		select { // each event's work takes 600 ms; the bound is 2 s
+		case <-time.After(600 * time.Millisecond):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -448,10 +448,11 @@ func TestEachDeliveryOfAFallbackHasItsOwnTimeBound(t *testing.T) {
 	_, b := batch.New(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, Metrics: inbox.NewMetrics(reg)},
 		batch.Handlers[*sqlx.Tx]{Direct: func(tx *sqlx.Tx) *sqlx.Tx { return tx }, Batched: func(b *batch.Tx) *sqlx.Tx { return b.Tx },
 			Plain: map[events.Type]batch.Handler[*sqlx.Tx]{events.OrderCreated: slow}},
-		batch.Options{Timeout: time.Second, Metrics: batch.NewMetrics(reg)})
+		// 1.4 s of slack for each delivery's own transaction on a loaded machine
+		batch.Options{Timeout: 2 * time.Second, Metrics: batch.NewMetrics(reg)})
 	wantAcks(t, b.HandleBatch(context.Background(), deliveries(es...)), 4)
 	inboxtest.WantEffects(t, db.DB, 4)
-	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", "inventory", 1) // the batch of four needs 1.2 s
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", "inventory", 1) // the batch of four needs 2.4 s
 }
 
 // logStore is a store that logs what its handler did, as the services'

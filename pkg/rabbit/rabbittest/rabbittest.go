@@ -42,11 +42,7 @@ func Namespace(t testing.TB) rabbit.Namespace {
 // (names are prefixed here) and deletes it at cleanup.
 func Topology(t testing.TB, ns rabbit.Namespace, queues ...rabbit.Queue) rabbit.Topology {
 	t.Helper()
-	topo := rabbit.Topology{Exchange: ns.Exchange(), DeadLetterExchange: ns.DeadLetterExchange()}
-	for _, q := range queues {
-		q.Name = ns.Queue(q.Name)
-		topo.Queues = append(topo.Queues, q)
-	}
+	topo := ns.Topology(queues...)
 	Cleanup(t, topo)
 	return topo
 }

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
+	"maps"
 	"net/http"
 	"sort"
 	"strconv"
@@ -24,24 +24,13 @@ import (
 	"github.com/relmsg/ordersaga/services/inventory/inventorysvc"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // start runs the service in process on db and ns with env added to the
 // test defaults, waits until it is ready, and stops it at cleanup (or when
 // the returned stop is called), checking that Run returns nil. It returns
 // the service's base URL.
 func start(t *testing.T, db *sqldbtest.DB, ns rabbit.Namespace, extra map[string]string) (string, func()) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	env := map[string]string{
 		"HTTP_ADDR":             addr,
 		"MYSQL_DSN":             db.DSN,
@@ -51,40 +40,10 @@ func start(t *testing.T, db *sqldbtest.DB, ns rabbit.Namespace, extra map[string
 		"OUTBOX_POLL_INTERVAL":  "200ms",
 		"SHUTDOWN_TIMEOUT":      "10s",
 	}
-	for k, v := range extra {
-		env[k] = v
-	}
-	logs := &testutil.SyncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- inventorysvc.Run(ctx, func(k string) string { return env[k] }, logs) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v, want nil after ctx ends", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return within 30s of ctx ending")
-		}
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("service log:\n%s", logs.String())
-		}
-	})
+	maps.Copy(env, extra)
+	stop := testutil.Process(t, inventorysvc.Run, env)
 	base := "http://" + addr
-	testutil.WaitForErr(t, 30*time.Second, "ready", func() (bool, error) {
-		code, _, err := get(base + "/readyz")
-		return code == http.StatusOK, err
-	})
+	testutil.WaitReady(t, base)
 	return base, stop
 }
 
@@ -154,13 +113,8 @@ func TestRunReservesAndPublishesTheResult(t *testing.T) {
 }
 
 func get(url string) (int, []byte, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, b, err
+	a, err := testutil.Fetch(http.MethodGet, url, "")
+	return a.Status, []byte(a.Body), err
 }
 
 // Every bad setting is reported at once, before anything is opened.
@@ -221,20 +175,14 @@ func publish(t *testing.T, pub *rabbit.Publisher, ns rabbit.Namespace, e events.
 
 func getJSON(t *testing.T, url, token string, v any) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	a, err := testutil.Fetch(http.MethodGet, url, "", "Authorization", testutil.Bearer(token))
 	if err != nil {
 		return 0
 	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+	if err := json.Unmarshal([]byte(a.Body), v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
-	return resp.StatusCode
+	return a.Status
 }
 
 // The background jobs and the operator surface, wired: with a lease and a

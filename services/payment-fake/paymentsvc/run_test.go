@@ -3,9 +3,7 @@ package paymentsvc_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"maps"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,10 +48,10 @@ func startStack(t *testing.T, token, probe string, keys []string, env map[string
 	rabbittest.Cleanup(t, paymentbindings.Topology(s.ns))
 	s.broker = rabbittest.Conn(t, rabbittest.Topology(t, s.ns, rabbit.Queue{Name: probe, Keys: keys}))
 
-	addr, pspAddr := freeAddr(t), freeAddr(t)
+	addr, pspAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	s.base = "http://" + addr
 	s.books = psptest.New(s.base + "/psp")
-	startPSP(t, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": s.db.DSN, "LOG_LEVEL": "warn", "INSTANCE_ID": "psp", "PSP_TOKEN": token})
+	testutil.Process(t, pspsvc.Run, map[string]string{"HTTP_ADDR": pspAddr, "MYSQL_DSN": s.db.DSN, "LOG_LEVEL": "warn", "INSTANCE_ID": "psp", "PSP_TOKEN": token})
 	all := map[string]string{
 		"PSP_URL":              "http://" + pspAddr + "/psp",
 		"PSP_TOKEN":            token,
@@ -66,11 +64,8 @@ func startStack(t *testing.T, token, probe string, keys []string, env map[string
 		"SHUTDOWN_TIMEOUT":     "10s",
 	}
 	maps.Copy(all, env)
-	startService(t, all)
-	testutil.WaitFor(t, 30*time.Second, "the service to be ready", func() bool {
-		status, _ := get(s.base + "/readyz")
-		return status == http.StatusOK
-	})
+	testutil.Process(t, paymentsvc.Run, all)
+	testutil.WaitReady(t, s.base)
 	return s
 }
 
@@ -256,50 +251,11 @@ func checkAdminAndMetrics(t *testing.T, base string) {
 }
 
 func getWithToken(url, token string) (int, string) {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	a, err := testutil.Fetch(http.MethodGet, url, "", "Authorization", testutil.Bearer(token))
 	if err != nil {
 		return 0, err.Error()
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-// startService runs paymentsvc.Run until the test ends and checks that it
-// then stops cleanly. Its logs are shown if the test fails.
-func startService(t *testing.T, env map[string]string) { start(t, paymentsvc.Run, env) }
-
-// startPSP runs the PSP process in-process.
-func startPSP(t *testing.T, env map[string]string) { start(t, pspsvc.Run, env) }
-
-func start(t *testing.T, run func(context.Context, func(string) string, io.Writer) error, env map[string]string) {
-	t.Helper()
-	logs := &testutil.SyncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, func(k string) string { return env[k] }, logs) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run returned %v after shutdown, want nil", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return within 30 s of shutdown")
-		}
-		if t.Failed() {
-			t.Logf("service logs:\n%s", logs.String())
-		}
-	})
+	return a.Status, a.Body
 }
 
 // publish sends the events as inventory would, with publisher confirms.
@@ -331,29 +287,7 @@ func payment(t *testing.T, base string, orderID int) map[string]any {
 	return p
 }
 
-func get(url string) (int, string) {
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
+func get(url string) (int, string) { return getWithToken(url, "") }
 
 func grep(s, substr string) string {
 	var out []string

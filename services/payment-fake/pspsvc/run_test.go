@@ -2,10 +2,7 @@ package pspsvc_test
 
 import (
 	"context"
-	"net"
-	"net/http"
 	"testing"
-	"time"
 
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -19,36 +16,13 @@ import (
 func TestOneSwitchForEveryCaller(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "payment")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := testutil.FreeAddr(t)
 	env := map[string]string{"HTTP_ADDR": addr, "MYSQL_DSN": db.DSN, "MYSQL_CREATE_DATABASE": "false", "DEMO_MODE": "true",
 		"LOG_LEVEL": "warn", "INSTANCE_ID": "psp"}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	logs := &testutil.SyncBuffer{}
-	go func() { done <- pspsvc.Run(ctx, func(k string) string { return env[k] }, logs) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	})
+	testutil.Process(t, pspsvc.Run, env)
 	base := "http://" + addr
-	testutil.WaitFor(t, 30*time.Second, "the PSP to be ready", func() bool {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	testutil.WaitReady(t, base)
+	ctx := context.Background()
 
 	one := psp.NewClient(base+"/psp", nil)
 	two := psp.NewClient("http://127.0.0.1:1/psp,"+base+"/psp", nil) // its first address is down

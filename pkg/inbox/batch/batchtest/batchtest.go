@@ -11,6 +11,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -157,6 +159,20 @@ func Decision(d rabbit.Decision) string {
 	default:
 		return "retry"
 	}
+}
+
+// WithMechanisms returns queries and, by the names "inbox", "outbox" and
+// "dead letters", the queries of the rows the chapter's mechanisms write
+// in a consumer's transaction (without times and generated ids): what
+// every differential test compares besides its service's own tables.
+func WithMechanisms(queries map[string]string) map[string]string {
+	all := map[string]string{
+		"inbox":        `SELECT consumer_name, event_id, payload_sha256 FROM consumer_inbox ORDER BY event_id`,
+		"outbox":       `SELECT aggregate_id, aggregate_version, event_type, payload FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
+		"dead letters": `SELECT event_id, event_type, reason, attempts FROM dead_letters ORDER BY event_id`,
+	}
+	maps.Copy(all, queries)
+	return all
 }
 
 // Rows reads the result of each query (explicit columns, a full ORDER BY,
@@ -335,16 +351,18 @@ func poison(t *rapid.T, queue string, i int) rabbit.Delivery {
 	return d
 }
 
-// DefaultChecks makes rapid run n checks of each property unless the
-// command line says otherwise (-rapid.checks): enough for the suite to
-// catch a regression in seconds; run more by hand when changing the batch
-// layer. Call it from TestMain, after flag.Parse.
-func DefaultChecks(n int) {
+// Main is a differential test package's TestMain: it runs the package's
+// tests with rapid making n checks of each property unless the command
+// line says otherwise (-rapid.checks): enough for the suite to catch a
+// regression in seconds; run more by hand when changing the batch layer.
+func Main(m *testing.M, n int) {
+	flag.Parse()
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
 	if !set {
 		_ = flag.Set("rapid.checks", fmt.Sprint(n))
 	}
+	os.Exit(m.Run())
 }
 
 // WantBatches fails t unless the batch layer, whose metrics are on reg,

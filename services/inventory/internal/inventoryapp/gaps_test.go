@@ -5,34 +5,16 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/internal/testutil"
 )
 
-// metrics scrapes the app's collector: name (plus the state label, if any)
-// -> value.
+// metrics scrapes the app's collector: series -> value.
 func (f *fixture) metrics(t *testing.T) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(f.app.Collector())
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			key := mf.GetName()
-			for _, l := range m.GetLabel() {
-				key += "{" + l.GetName() + "=" + l.GetValue() + "}"
-			}
-			switch {
-			case m.GetCounter() != nil:
-				out[key] = m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				out[key] = m.GetGauge().GetValue()
-			}
-		}
-	}
-	return out
+	return testutil.Series(t, reg)
 }
 
 func wantMetrics(t *testing.T, got map[string]float64, want map[string]float64) {
@@ -53,14 +35,14 @@ func TestOverdueGap(t *testing.T) {
 	f.process(t, cancelled(t, 1))
 	f.process(t, cancelled(t, 2))
 	wantMetrics(t, f.metrics(t), map[string]float64{
-		"inventory_event_gaps{state=open}": 2, "inventory_event_gaps{state=overdue}": 0})
+		`inventory_event_gaps{state="open"}`: 2, `inventory_event_gaps{state="overdue"}`: 0})
 	if n, err := f.app.CheckGaps(context.Background()); err != nil || n != 0 {
 		t.Errorf("CheckGaps before any deadline = %d, %v; want 0", n, err)
 	}
 
 	f.db.MustExec(`UPDATE event_gaps SET deadline_at = NOW(6) - INTERVAL 1 SECOND WHERE aggregate_id = 1`)
 	wantMetrics(t, f.metrics(t), map[string]float64{
-		"inventory_event_gaps{state=open}": 1, "inventory_event_gaps{state=overdue}": 1})
+		`inventory_event_gaps{state="open"}`: 1, `inventory_event_gaps{state="overdue"}`: 1})
 	if n, err := f.app.CheckGaps(context.Background()); err != nil || n != 1 {
 		t.Errorf("CheckGaps = %d, %v; want the overdue gap reported", n, err)
 	}
@@ -77,7 +59,7 @@ func TestOverdueGap(t *testing.T) {
 
 	f.process(t, created(t, 1, item("SKU-1", 1)))
 	wantMetrics(t, f.metrics(t), map[string]float64{
-		"inventory_event_gaps{state=open}": 1, "inventory_event_gaps{state=overdue}": 0})
+		`inventory_event_gaps{state="open"}`: 1, `inventory_event_gaps{state="overdue"}`: 0})
 	f.wantStock(t, nil)
 }
 

@@ -51,20 +51,19 @@ type Store interface {
 	Log(l *slog.Logger) *slog.Logger
 }
 
-// Direct is the store of one transaction, the chapter's way.
-func Direct(tx *sqlx.Tx) Store { return direct{tx} }
+// Direct is the store of one transaction, the chapter's way: its Emit
+// writes to the outbox at once (batch.DirectStore).
+func Direct(tx *sqlx.Tx) Store { return direct{batch.NewDirectStore(tx)} }
 
-type direct struct{ tx *sqlx.Tx }
-
-func (d direct) Tx() *sqlx.Tx { return d.tx }
+type direct struct{ batch.DirectStore }
 
 func (d direct) LockReservation(ctx context.Context, orderID uint64) (inventory.Reservation, error) {
-	return inventorydb.LockReservation(ctx, d.tx, orderID)
+	return inventorydb.LockReservation(ctx, d.Tx(), orderID)
 }
 
 func (d direct) Hold(ctx context.Context, plan []inventory.Line) (*inventory.Shortage, error) {
 	for _, l := range plan {
-		ok, err := inventorydb.Hold(ctx, d.tx, l.SKU, l.Quantity)
+		ok, err := inventorydb.Hold(ctx, d.Tx(), l.SKU, l.Quantity)
 		if err != nil {
 			return nil, err
 		}
@@ -83,7 +82,7 @@ func (d direct) Take(ctx context.Context, lines []inventory.Line) (*inventory.Sh
 		return nil, err
 	}
 	for _, l := range lines {
-		ok, err := inventorydb.Take(ctx, d.tx, l.SKU, l.Quantity)
+		ok, err := inventorydb.Take(ctx, d.Tx(), l.SKU, l.Quantity)
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +111,7 @@ func (d direct) Move(ctx context.Context, effect inventory.StockEffect, lines []
 		return fmt.Errorf("unexpected stock effect %q", effect)
 	}
 	for _, l := range lines {
-		ok, err := apply(ctx, d.tx, l.SKU, l.Quantity)
+		ok, err := apply(ctx, d.Tx(), l.SKU, l.Quantity)
 		if err != nil {
 			return err
 		}
@@ -124,19 +123,12 @@ func (d direct) Move(ctx context.Context, effect inventory.StockEffect, lines []
 }
 
 func (d direct) Savepoint(ctx context.Context, name string) error {
-	return inventorydb.Savepoint(ctx, d.tx, name)
+	return inventorydb.Savepoint(ctx, d.Tx(), name)
 }
 
 func (d direct) RollbackTo(ctx context.Context, name string) error {
-	return inventorydb.RollbackTo(ctx, d.tx, name)
+	return inventorydb.RollbackTo(ctx, d.Tx(), name)
 }
-
-func (d direct) Emit(ctx context.Context, evs ...outbox.Event) error {
-	_, err := outbox.Add(ctx, d.tx, evs...)
-	return err
-}
-
-func (direct) Log(l *slog.Logger) *slog.Logger { return l }
 
 // Batched is the store of a consumer batch. With a few busy SKUs, a batch
 // of reservations would otherwise lock a SKU row in its first event and
@@ -147,27 +139,31 @@ func (direct) Log(l *slog.Logger) *slog.Logger { return l }
 // stock before the batch to cover every hold of the batch by itself, which
 // is what each hold, one at a time in delivery order, would find (releases
 // and restocks only add to it): if it does not, the batch fails and each
-// event runs alone, where each reservation's own hold decides.
+// event runs alone, where each reservation's own hold decides. Its events
+// are written together (batch.BatchedStore).
 func Batched(b *batch.Tx) Store {
-	s := &batched{direct: direct{b.Tx}, b: b, pending: map[string]inventorydb.StockChange{}}
+	s := &batched{direct: direct{batch.NewDirectStore(b.Tx)}, BatchedStore: batch.BatchedStore{B: b},
+		pending: map[string]inventorydb.StockChange{}}
 	b.BeforeCommit(s.flush)
 	return s
 }
 
 type batched struct {
+	// direct makes the reads and the take at once; BatchedStore's Tx, Emit
+	// and Log, embedded less deep, are the ones a handler gets.
 	direct
-	b       *batch.Tx
+	batch.BatchedStore
 	pending map[string]inventorydb.StockChange // per SKU, not made yet
 }
 
 type batchReservationsKey struct{}
 
 func (s *batched) LockReservation(ctx context.Context, orderID uint64) (inventory.Reservation, error) {
-	return batch.LockOnce(s.b, batchReservationsKey{}, orderID,
+	return batch.LockOnce(s.B, batchReservationsKey{}, orderID,
 		func(ids []uint64) (map[uint64]inventory.Reservation, error) {
-			return inventorydb.LockReservations(ctx, s.tx, ids)
+			return inventorydb.LockReservations(ctx, s.B.Tx, ids)
 		},
-		func(id uint64) (inventory.Reservation, error) { return inventorydb.LockReservation(ctx, s.tx, id) })
+		func(id uint64) (inventory.Reservation, error) { return inventorydb.LockReservation(ctx, s.B.Tx, id) })
 }
 
 func (s *batched) Hold(_ context.Context, plan []inventory.Line) (*inventory.Shortage, error) {
@@ -197,13 +193,6 @@ func (s *batched) Savepoint(context.Context, string) error { return nil }
 func (s *batched) RollbackTo(_ context.Context, name string) error {
 	return fmt.Errorf("rollback to %s inside a consumer batch: a batch never returns to a savepoint", name)
 }
-
-func (s *batched) Emit(ctx context.Context, evs ...outbox.Event) error {
-	s.b.Emit(ctx, evs...)
-	return nil
-}
-
-func (s *batched) Log(l *slog.Logger) *slog.Logger { return s.b.Log(l) }
 
 // add records the stock effect on each line.
 func (s *batched) add(effect inventory.StockEffect, lines []inventory.Line) error {
@@ -235,7 +224,7 @@ func (s *batched) flush(ctx context.Context) error {
 	}
 	sort.Strings(skus)
 	for _, sku := range skus {
-		ok, err := inventorydb.Change(ctx, s.tx, sku, s.pending[sku])
+		ok, err := inventorydb.Change(ctx, s.B.Tx, sku, s.pending[sku])
 		if err != nil {
 			return err
 		}

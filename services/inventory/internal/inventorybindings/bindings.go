@@ -19,14 +19,7 @@ const Queue = "inventory.order-events"
 
 // Topology is what the inventory service declares on the broker.
 func Topology(ns rabbit.Namespace) rabbit.Topology {
-	return rabbit.Topology{
-		Exchange:           ns.Exchange(),
-		DeadLetterExchange: ns.DeadLetterExchange(),
-		Queues: []rabbit.Queue{{
-			Name: ns.Queue(Queue),
-			Keys: []string{events.OrderCreated, events.OrderConfirmed, events.OrderCancelled},
-		}},
-	}
+	return ns.Topology(rabbit.Queue{Name: Queue, Keys: []string{events.OrderCreated, events.OrderConfirmed, events.OrderCancelled}})
 }
 
 // Handlers maps each consumed event type to its use case. Each is a state

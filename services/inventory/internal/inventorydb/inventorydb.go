@@ -272,12 +272,9 @@ func LockReservation(ctx context.Context, tx *sqlx.Tx, orderID uint64) (inventor
 // orders in two statements, rows locked in order id order: the
 // reservations of a consumer batch. Orders without one are absent.
 func LockReservations(ctx context.Context, tx *sqlx.Tx, orderIDs []uint64) (map[uint64]inventory.Reservation, error) {
-	q, args, err := sqlx.In(`SELECT `+reservationColumns+` FROM reservations WHERE order_id IN (?) ORDER BY order_id FOR UPDATE`, orderIDs)
-	if err != nil {
-		return nil, fmt.Errorf("lock %d reservations: %w", len(orderIDs), err)
-	}
+	const q = `SELECT ` + reservationColumns + ` FROM reservations WHERE order_id IN (?) ORDER BY order_id FOR UPDATE`
 	var rows []reservationRow
-	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
+	if err := sqldb.SelectIn(ctx, tx, &rows, q, orderIDs); err != nil {
 		return nil, fmt.Errorf("lock %d reservations: %w", len(orderIDs), err)
 	}
 	out := make(map[uint64]inventory.Reservation, len(rows))
@@ -291,16 +288,13 @@ func LockReservations(ctx context.Context, tx *sqlx.Tx, orderIDs []uint64) (map[
 		out[res.OrderID] = res
 		found[i] = res.OrderID
 	}
-	q, args, err = sqlx.In(`SELECT order_id, sku, quantity FROM reservation_items WHERE order_id IN (?) ORDER BY order_id, sku`, found)
-	if err != nil {
-		return nil, fmt.Errorf("items of %d reservations: %w", len(found), err)
-	}
+	const qItems = `SELECT order_id, sku, quantity FROM reservation_items WHERE order_id IN (?) ORDER BY order_id, sku`
 	var items []struct {
 		OrderID  uint64 `db:"order_id"`
 		SKU      string `db:"sku"`
 		Quantity int    `db:"quantity"`
 	}
-	if err := tx.SelectContext(ctx, &items, q, args...); err != nil {
+	if err := sqldb.SelectIn(ctx, tx, &items, qItems, found); err != nil {
 		return nil, fmt.Errorf("items of %d reservations: %w", len(found), err)
 	}
 	for _, it := range items {

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/inbox"
@@ -62,33 +63,19 @@ func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int,
 
 func (f *fixture) doKey(t *testing.T, method, path, contentType, key, body string) (int, map[string]any, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	a := testutil.Call(t, method, f.srv.URL+path, body, "Content-Type", contentType, "Idempotency-Key", key)
 	want := "application/json"
-	if resp.StatusCode >= 400 {
+	if a.Status >= 400 {
 		want = "application/problem+json"
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != want {
+	if ct := a.Header.Get("Content-Type"); ct != want {
 		t.Errorf("%s %s: Content-Type %q, want %s", method, path, ct, want)
 	}
 	var v map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+	if err := json.Unmarshal([]byte(a.Body), &v); err != nil {
 		t.Fatalf("%s %s: decode answer: %v", method, path, err)
 	}
-	return resp.StatusCode, v, resp.Header
+	return a.Status, v, a.Header
 }
 
 // notFound is the problem document of an unknown SKU at path.

@@ -150,17 +150,7 @@ func TestDeadlineExpiryCancels(t *testing.T) {
 			if s := f.status(t, other.ID).Status; s != order.PendingInventory {
 				t.Fatalf("the order not yet due moved to %s", s)
 			}
-			var expired float64
-			mfs, _ := f.reg.Gather()
-			for _, mf := range mfs {
-				if mf.GetName() == "order_deadlines_expired_total" {
-					for _, m := range mf.GetMetric() {
-						if m.GetLabel()[0].GetValue() == string(tt.state) {
-							expired = m.GetCounter().GetValue()
-						}
-					}
-				}
-			}
+			expired, _ := testutil.Metric(t, f.reg, "order_deadlines_expired_total", "status", string(tt.state))
 			if expired != 1 {
 				t.Fatalf("order_deadlines_expired_total{status=%s} = %v, want 1", tt.state, expired)
 			}

@@ -66,14 +66,11 @@ func (s *orderSystem) system(orders int) batchtest.System {
 		},
 		Prepare: func(ctx context.Context) error { return s.reset(ctx, orders) },
 		Rows: func(ctx context.Context) (map[string][]string, error) {
-			return batchtest.Rows(ctx, s.db.DB, map[string]string{
+			return batchtest.Rows(ctx, s.db.DB, batchtest.WithMechanisms(map[string]string{
 				"orders": `SELECT id, status, status_reason, refund_status, aggregate_version FROM orders ORDER BY id`,
 				"history": `SELECT order_id, from_status, to_status, refund_status, trigger_name, actor, reason, event_id,
   emitted_event_id IS NULL FROM order_history ORDER BY order_id, id`,
-				"inbox":        `SELECT consumer_name, event_id, payload_sha256 FROM consumer_inbox ORDER BY event_id`,
-				"outbox":       `SELECT aggregate_id, aggregate_version, event_type, payload FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
-				"dead letters": `SELECT event_id, event_type, reason, attempts FROM dead_letters ORDER BY event_id`,
-			})
+			}))
 		}}
 }
 

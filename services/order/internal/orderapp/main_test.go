@@ -1,8 +1,6 @@
 package orderapp_test
 
 import (
-	"flag"
-	"os"
 	"testing"
 
 	"github.com/relmsg/ordersaga/pkg/inbox/batch/batchtest"
@@ -10,8 +8,4 @@ import (
 
 // TestMain sets the differential tests' number of checks for the suite
 // (-rapid.checks on the command line runs more).
-func TestMain(m *testing.M) {
-	flag.Parse()
-	batchtest.DefaultChecks(40)
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { batchtest.Main(m, 40) }

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/internal/testutil"
 )
 
 // orders_oldest_open_age_seconds, orders_past_deadline and
@@ -15,25 +17,8 @@ func TestOpenOrderGauges(t *testing.T) {
 	f := newDeadlineFixture(t)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(f.app.Collector())
-	gauges := func() map[string]float64 {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]float64{}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				key := mf.GetName()
-				for _, l := range m.GetLabel() {
-					key += "{" + l.GetValue() + "}"
-				}
-				out[key] = m.GetGauge().GetValue()
-			}
-		}
-		return out
-	}
-	if g := gauges(); g["orders_past_deadline"] != 0 || g["orders_oldest_open_age_seconds{pending_inventory}"] != 0 ||
+	gauges := func() map[string]float64 { return testutil.Series(t, reg) }
+	if g := gauges(); g["orders_past_deadline"] != 0 || g[`orders_oldest_open_age_seconds{status="pending_inventory"}`] != 0 ||
 		g["reconciliation_needs_attention"] != 0 || len(g) != 4 {
 		t.Fatalf("empty table: %v, want four series at 0", g)
 	}
@@ -43,10 +28,10 @@ func TestOpenOrderGauges(t *testing.T) {
 	}
 	f.pass(t, o.ID)
 	g := gauges()
-	if age := g["orders_oldest_open_age_seconds{pending_inventory}"]; age < 90 || age > 120 {
+	if age := g[`orders_oldest_open_age_seconds{status="pending_inventory"}`]; age < 90 || age > 120 {
 		t.Fatalf("oldest pending_inventory age = %v, want about 90 s (%v)", age, g)
 	}
-	if g["orders_oldest_open_age_seconds{awaiting_payment}"] != 0 || g["orders_past_deadline"] != 1 {
+	if g[`orders_oldest_open_age_seconds{status="awaiting_payment"}`] != 0 || g["orders_past_deadline"] != 1 {
 		t.Fatalf("gauges = %v, want awaiting_payment 0 and one order past its deadline", g)
 	}
 }

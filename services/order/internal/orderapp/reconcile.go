@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
@@ -216,14 +217,7 @@ func (a *App) Reconcile(ctx context.Context, trigger string) (RunSummary, error)
 // is logged; the next one tries again. Singleton across instances: each
 // instance ticks, the one that takes the lease runs (see Reconcile).
 func (a *App) RunReconciler(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	retry.Every(ctx, interval, func() {
 		switch _, err := a.Reconcile(ctx, "schedule"); {
 		case errors.Is(err, ErrReconcilerBusy):
 			a.log.DebugContext(ctx, "reconciliation run skipped: another instance holds the lease", "job", "reconciler")
@@ -232,7 +226,8 @@ func (a *App) RunReconciler(ctx context.Context, interval time.Duration) error {
 		case err != nil && ctx.Err() == nil:
 			a.log.WarnContext(ctx, "reconciliation run failed", "job", "reconciler", "err", err)
 		}
-	}
+	})
+	return nil
 }
 
 // Audits lists recent audit rows (the reconciliation report), newest first;

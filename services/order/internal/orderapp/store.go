@@ -33,62 +33,45 @@ type Store interface {
 	Log(l *slog.Logger) *slog.Logger
 }
 
-// Direct is the store of one transaction, the chapter's way.
-func Direct(tx *sqlx.Tx) Store { return direct{tx} }
+// Direct is the store of one transaction, the chapter's way: its Emit
+// writes to the outbox at once (batch.DirectStore).
+func Direct(tx *sqlx.Tx) Store { return direct{batch.NewDirectStore(tx)} }
 
-type direct struct{ tx *sqlx.Tx }
-
-func (d direct) Tx() *sqlx.Tx { return d.tx }
+type direct struct{ batch.DirectStore }
 
 func (d direct) LockOrder(ctx context.Context, id uint64) (order.Order, error) {
-	return orderdb.Lock(ctx, d.tx, id)
+	return orderdb.Lock(ctx, d.Tx(), id)
 }
 
 func (d direct) RecordChange(ctx context.Context, c orderdb.Change) error {
-	return orderdb.InsertChange(ctx, d.tx, c)
+	return orderdb.InsertChange(ctx, d.Tx(), c)
 }
-
-func (d direct) Emit(ctx context.Context, evs ...outbox.Event) error {
-	_, err := outbox.Add(ctx, d.tx, evs...)
-	return err
-}
-
-func (direct) Log(l *slog.Logger) *slog.Logger { return l }
 
 // Batched is the store of a consumer batch: the batch's orders read once
 // (batch.LockOnce; the saga's events carry the order id as their aggregate
 // id), its history rows in one INSERT before the batch's outbox INSERT, so
 // the history still comes before the events it emitted, the order of the
-// timeline.
+// timeline. Its events are written together (batch.BatchedStore).
 func Batched(b *batch.Tx) Store {
-	s := &batched{b: b}
+	s := &batched{BatchedStore: batch.BatchedStore{B: b}}
 	b.BeforeCommit(func(ctx context.Context) error { return orderdb.InsertChanges(ctx, b.Tx, s.changes) })
 	return s
 }
 
 type batched struct {
-	b       *batch.Tx
+	batch.BatchedStore
 	changes []orderdb.Change // in the order the handlers made them
 }
-
-func (s *batched) Tx() *sqlx.Tx { return s.b.Tx }
 
 type batchOrdersKey struct{}
 
 func (s *batched) LockOrder(ctx context.Context, id uint64) (order.Order, error) {
-	return batch.LockOnce(s.b, batchOrdersKey{}, id,
-		func(ids []uint64) (map[uint64]order.Order, error) { return orderdb.LockAll(ctx, s.b.Tx, ids) },
-		func(id uint64) (order.Order, error) { return orderdb.Lock(ctx, s.b.Tx, id) })
+	return batch.LockOnce(s.B, batchOrdersKey{}, id,
+		func(ids []uint64) (map[uint64]order.Order, error) { return orderdb.LockAll(ctx, s.B.Tx, ids) },
+		func(id uint64) (order.Order, error) { return orderdb.Lock(ctx, s.B.Tx, id) })
 }
 
 func (s *batched) RecordChange(_ context.Context, c orderdb.Change) error {
 	s.changes = append(s.changes, c)
 	return nil
 }
-
-func (s *batched) Emit(ctx context.Context, evs ...outbox.Event) error {
-	s.b.Emit(ctx, evs...)
-	return nil
-}
-
-func (s *batched) Log(l *slog.Logger) *slog.Logger { return s.b.Log(l) }

@@ -18,15 +18,9 @@ const Queue = "order.saga-results"
 
 // Topology is what the order service declares on the broker.
 func Topology(ns rabbit.Namespace) rabbit.Topology {
-	return rabbit.Topology{
-		Exchange:           ns.Exchange(),
-		DeadLetterExchange: ns.DeadLetterExchange(),
-		Queues: []rabbit.Queue{{
-			Name: ns.Queue(Queue),
-			Keys: []string{events.InventoryReserved, events.InventoryRejected, events.InventoryReservationExpired,
-				events.InventoryCommitFailed, events.PaymentSucceeded, events.PaymentFailed, events.PaymentRefunded},
-		}},
-	}
+	return ns.Topology(rabbit.Queue{Name: Queue, Keys: []string{events.InventoryReserved, events.InventoryRejected,
+		events.InventoryReservationExpired, events.InventoryCommitFailed, events.PaymentSucceeded, events.PaymentFailed,
+		events.PaymentRefunded}})
 }
 
 // Handlers maps each consumed event type to its use case, written against

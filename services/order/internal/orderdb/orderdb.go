@@ -65,17 +65,13 @@ func deadlineArg(d time.Duration) any {
 // zero when no SKU matched; such a request does not price).
 func Catalogue(ctx context.Context, db sqlx.QueryerContext, skus []string) (products map[string]order.Product, now time.Time, err error) {
 	const q = `SELECT sku, price_cents, currency, NOW(6) AS now FROM products WHERE sku IN (?)`
-	query, args, err := sqlx.In(q, skus)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("catalogue: %w", err)
-	}
 	var rows []struct {
 		SKU        string    `db:"sku"`
 		PriceCents int64     `db:"price_cents"`
 		Currency   string    `db:"currency"`
 		Now        time.Time `db:"now"`
 	}
-	if err := sqlx.SelectContext(ctx, db, &rows, query, args...); err != nil {
+	if err := sqldb.SelectIn(ctx, db, &rows, q, skus); err != nil {
 		return nil, time.Time{}, fmt.Errorf("catalogue: %w", err)
 	}
 	products = make(map[string]order.Product, len(rows))
@@ -174,12 +170,9 @@ func Lock(ctx context.Context, tx *sqlx.Tx, id uint64) (order.Order, error) {
 // order (the primary key's), until the transaction ends: the orders of a
 // consumer batch. Missing ids are absent from the result.
 func LockAll(ctx context.Context, tx *sqlx.Tx, ids []uint64) (map[uint64]order.Order, error) {
-	q, args, err := sqlx.In(`SELECT `+orderColumns+` FROM orders WHERE id IN (?) ORDER BY id FOR UPDATE`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("lock %d orders: %w", len(ids), err)
-	}
+	const q = `SELECT ` + orderColumns + ` FROM orders WHERE id IN (?) ORDER BY id FOR UPDATE`
 	var rows []orderRow
-	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
+	if err := sqldb.SelectIn(ctx, tx, &rows, q, ids); err != nil {
 		return nil, fmt.Errorf("lock %d orders: %w", len(ids), err)
 	}
 	out := make(map[uint64]order.Order, len(rows))

@@ -2,14 +2,13 @@ package orderhttp_test
 
 import (
 	"encoding/json"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/compose/admin"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
@@ -37,19 +36,10 @@ func adminServer(t *testing.T) *httptest.Server {
 
 func adminDo(t *testing.T, method, url string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer secret")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	a := testutil.Call(t, method, url, "", "Authorization", "Bearer secret")
 	var out map[string]any
-	_ = jsonDecode(resp.Body, &out)
-	return resp.StatusCode, out
+	_ = json.Unmarshal([]byte(a.Body), &out)
+	return a.Status, out
 }
 
 func TestAdminEndpoints(t *testing.T) {
@@ -102,5 +92,3 @@ func TestAdminEndpoints(t *testing.T) {
 		t.Fatalf("run without a token: %d, want 401", code)
 	}
 }
-
-func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
@@ -39,24 +40,10 @@ func router(db *sqldbtest.DB) *chi.Mux {
 
 func do(t *testing.T, method, url, contentType, key, body string) (int, map[string]any, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	a := testutil.Call(t, method, url, body, "Content-Type", contentType, "Idempotency-Key", key)
 	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out, resp.Header
+	_ = json.Unmarshal([]byte(a.Body), &out)
+	return a.Status, out, a.Header
 }
 
 const good = `{"customer_id":"c-1","items":[{"sku":"SKU-1","quantity":2}]}`

@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -47,12 +45,8 @@ import (
 // books, PSP calls by idempotency key, and decisions.
 
 // TestMain gives the package's rapid properties a small default number
-// of checks (batchtest.DefaultChecks; -rapid.checks overrides it).
-func TestMain(m *testing.M) {
-	flag.Parse()
-	batchtest.DefaultChecks(30)
-	os.Exit(m.Run())
-}
+// of checks (batchtest.Main; -rapid.checks overrides it).
+func TestMain(m *testing.M) { batchtest.Main(m, 30) }
 
 // pspAnswer is how the PSP answers the charge or refund calls of one
 // idempotency key, whenever and however concurrently they come: the same in

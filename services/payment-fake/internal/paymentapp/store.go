@@ -28,44 +28,28 @@ type Store interface {
 	Log(l *slog.Logger) *slog.Logger
 }
 
-// Direct is the store of one transaction, the chapter's way.
-func Direct(tx *sqlx.Tx) Store { return direct{tx} }
+// Direct is the store of one transaction, the chapter's way: its Emit
+// writes to the outbox at once (batch.DirectStore).
+func Direct(tx *sqlx.Tx) Store { return direct{batch.NewDirectStore(tx)} }
 
-type direct struct{ tx *sqlx.Tx }
-
-func (d direct) Tx() *sqlx.Tx { return d.tx }
+type direct struct{ batch.DirectStore }
 
 func (d direct) LockPayment(ctx context.Context, orderID uint64) (payment.Payment, error) {
-	return paymentdb.Lock(ctx, d.tx, orderID)
+	return paymentdb.Lock(ctx, d.Tx(), orderID)
 }
-
-func (d direct) Emit(ctx context.Context, evs ...outbox.Event) error {
-	_, err := outbox.Add(ctx, d.tx, evs...)
-	return err
-}
-
-func (direct) Log(l *slog.Logger) *slog.Logger { return l }
 
 // Batched is the store of a consumer batch: its payments read once
 // (batch.LockOnce; the saga's events and the charge and refund requests
-// carry the order id as their aggregate id), its events written together.
-func Batched(b *batch.Tx) Store { return batched{b} }
+// carry the order id as their aggregate id), its events written together
+// (batch.BatchedStore).
+func Batched(b *batch.Tx) Store { return batched{batch.BatchedStore{B: b}} }
 
-type batched struct{ b *batch.Tx }
-
-func (s batched) Tx() *sqlx.Tx { return s.b.Tx }
+type batched struct{ batch.BatchedStore }
 
 type batchPaymentsKey struct{}
 
 func (s batched) LockPayment(ctx context.Context, orderID uint64) (payment.Payment, error) {
-	return batch.LockOnce(s.b, batchPaymentsKey{}, orderID,
-		func(ids []uint64) (map[uint64]payment.Payment, error) { return paymentdb.LockAll(ctx, s.b.Tx, ids) },
-		func(id uint64) (payment.Payment, error) { return paymentdb.Lock(ctx, s.b.Tx, id) })
+	return batch.LockOnce(s.B, batchPaymentsKey{}, orderID,
+		func(ids []uint64) (map[uint64]payment.Payment, error) { return paymentdb.LockAll(ctx, s.B.Tx, ids) },
+		func(id uint64) (payment.Payment, error) { return paymentdb.Lock(ctx, s.B.Tx, id) })
 }
-
-func (s batched) Emit(ctx context.Context, evs ...outbox.Event) error {
-	s.b.Emit(ctx, evs...)
-	return nil
-}
-
-func (s batched) Log(l *slog.Logger) *slog.Logger { return s.b.Log(l) }

@@ -36,15 +36,11 @@ const (
 
 // Topology is what the payment service declares on the broker.
 func Topology(ns rabbit.Namespace) rabbit.Topology {
-	return rabbit.Topology{
-		Exchange:           ns.Exchange(),
-		DeadLetterExchange: ns.DeadLetterExchange(),
-		Queues: []rabbit.Queue{
-			{Name: ns.Queue(SagaQueue), Keys: []string{events.InventoryReserved, events.OrderCancelled}},
-			{Name: ns.Queue(PSPQueue), Keys: []string{events.PaymentChargeRequested}},
-			{Name: ns.Queue(RefundQueue), Keys: []string{events.PaymentRefundRequested}},
-		},
-	}
+	return ns.Topology(
+		rabbit.Queue{Name: SagaQueue, Keys: []string{events.InventoryReserved, events.OrderCancelled}},
+		rabbit.Queue{Name: PSPQueue, Keys: []string{events.PaymentChargeRequested}},
+		rabbit.Queue{Name: RefundQueue, Keys: []string{events.PaymentRefundRequested}},
+	)
 }
 
 // SagaHandlers maps each saga event the "payment" consumer takes to its use

@@ -146,12 +146,9 @@ func getRow[R interface{ domain() D }, D any](ctx context.Context, db sqlx.Query
 // order id order (the primary key's): the payments of a consumer batch.
 // Missing ones are absent from the result.
 func LockAll(ctx context.Context, tx *sqlx.Tx, orderIDs []uint64) (map[uint64]payment.Payment, error) {
-	q, args, err := sqlx.In(`SELECT `+paymentColumns+` FROM payments WHERE order_id IN (?) ORDER BY order_id FOR UPDATE`, orderIDs)
-	if err != nil {
-		return nil, fmt.Errorf("lock %d payments: %w", len(orderIDs), err)
-	}
+	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id IN (?) ORDER BY order_id FOR UPDATE`
 	var rows []paymentRow
-	if err := tx.SelectContext(ctx, &rows, q, args...); err != nil {
+	if err := sqldb.SelectIn(ctx, tx, &rows, q, orderIDs); err != nil {
 		return nil, fmt.Errorf("lock %d payments: %w", len(orderIDs), err)
 	}
 	out := make(map[uint64]payment.Payment, len(rows))

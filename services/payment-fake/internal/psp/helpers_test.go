@@ -3,14 +3,13 @@ package psp
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 )
 
@@ -46,27 +45,12 @@ func mount(t *testing.T, h http.Handler) string {
 // call sends one raw request and returns the status, headers and body.
 func (p *testPSP) call(t *testing.T, method, path, body string) (int, http.Header, string) {
 	t.Helper()
-	var rd io.Reader
+	ct := ""
 	if body != "" {
-		rd = strings.NewReader(body)
+		ct = "application/json"
 	}
-	req, err := http.NewRequestWithContext(context.Background(), method, p.base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
-	return resp.StatusCode, resp.Header, string(b)
+	a := testutil.Call(t, method, p.base+path, body, "Content-Type", ct)
+	return a.Status, a.Header, a.Body
 }
 
 // chargeRows returns every row of psp_charges, oldest first.
