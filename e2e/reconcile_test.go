@@ -443,16 +443,25 @@ func TestReconcilerRepairsADroppedOrderConfirmed(t *testing.T) {
 // stays held and nothing is charged.
 func TestParticipantDeadlineCancelsAcrossARestart(t *testing.T) {
 	t.Parallel()
+	// The first order service sweeps once, at its start, before the order
+	// exists; only the restarted one, which knows the deadline from the
+	// orders table alone, can expire it (however long the restart takes
+	// on a loaded machine).
 	s := sagatest.Start(t, sagatest.WithEnv("order", "PARTICIPANT_DEADLINE", "1s"),
-		sagatest.WithEnv("order", "DEADLINE_SWEEP_INTERVAL", "100ms"))
+		sagatest.WithEnv("order", "DEADLINE_SWEEP_INTERVAL", "1h"))
 	before := stock(t, s, "SKU-2")
 	s.Inventory.Stop()
 	o := createOrder(t, s, "deadline-1", "c-1", "SKU-2", 3)
 	var got orderJSON
 	s.Order.Do("GET", "/orders/"+o.OrderID, nil, nil, &got)
 
-	// The order service restarts before the deadline: nothing in memory.
+	// The order service restarts: nothing in memory.
 	s.Order.Stop()
+	var status string
+	if err := s.Order.DB.Get(&status, `SELECT status FROM orders WHERE id = ?`, o.OrderID); err != nil || status != "pending_inventory" {
+		t.Fatalf("status %q (%v) before the restart, want pending_inventory", status, err)
+	}
+	s.Order.Env["DEADLINE_SWEEP_INTERVAL"] = "100ms"
 	s.Order.Start()
 	cancelled := waitStatus(t, s, o.OrderID, "cancelled")
 	if cancelled.StatusReason != "inventory did not answer in time" {
