@@ -9,7 +9,7 @@
 #
 # Usage: scripts/test.sh [go test flags] [packages]
 #
-#   scripts/test.sh                                  go vet ./... && go test -race -count=1 -timeout 20m ./...
+#   scripts/test.sh                                  go vet ./... && go test -race -count=1 -p 4 -parallel 4 -timeout 20m ./...
 #   scripts/test.sh -run TestWithTx ./pkg/base/sqldb/  one test in one package
 #   scripts/test.sh -v -short                        unit tests only (no servers needed)
 #
@@ -232,7 +232,11 @@ go vet "${pkgs[@]}" || rc=$?
 vet_s=$((SECONDS - t))
 ((rc == 0)) || exit "$rc"
 
-cmd=(go test -race -count=1 -timeout 20m "${flags[@]+"${flags[@]}"}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
+# Four packages and four tests of a package at once, not go test's default
+# of one per core: the integration tests mostly wait (for a broker node to
+# boot, a lease to expire, a service to restart), and on two cores the
+# default left the machine half idle (docs/operations.md, "Tests").
+cmd=(go test -race -count=1 -p 4 -parallel 4 -timeout 20m "${flags[@]+"${flags[@]}"}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
 log "${cmd[*]}"
 t=$SECONDS rc=0
 "${cmd[@]}" || rc=$?
