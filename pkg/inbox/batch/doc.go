@@ -31,7 +31,7 @@
 //	  INSERT consumer_inbox, one row per event          (去重记录与业务变更同一事务)
 //	  each event's handler, in delivery order           (the business change)
 //	  the handlers' shared writes (history, stock)      (before COMMIT, in key order)
-//	  INSERT outbox_events, every result event          (业务变更与 outbox 同一事务)
+//	  outbox.Add, every result event                    (业务变更与 outbox 同一事务)
 //	COMMIT
 //	ACK each delivery                                   (先提交，再 ACK)
 //

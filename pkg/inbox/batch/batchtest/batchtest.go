@@ -24,6 +24,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
@@ -161,18 +162,38 @@ func Decision(d rabbit.Decision) string {
 	}
 }
 
-// WithMechanisms returns queries and, by the names "inbox", "outbox" and
-// "dead letters", the queries of the rows the chapter's mechanisms write
-// in a consumer's transaction (without times and generated ids): what
-// every differential test compares besides its service's own tables.
-func WithMechanisms(queries map[string]string) map[string]string {
+// RowsWithMechanisms reads queries (Rows) and, by the names "inbox",
+// "outbox" and "dead letters", the rows the chapter's mechanisms write in a
+// consumer's transaction (without times and generated ids): what every
+// differential test compares besides its service's own tables. The outbox
+// is read through pkg/outbox, its table's one owner.
+func RowsWithMechanisms(ctx context.Context, db *sqlx.DB, queries map[string]string) (map[string][]string, error) {
 	all := map[string]string{
 		"inbox":        `SELECT consumer_name, event_id, payload_sha256 FROM consumer_inbox ORDER BY event_id`,
-		"outbox":       `SELECT aggregate_id, aggregate_version, event_type, payload FROM outbox_events ORDER BY aggregate_id, aggregate_version, event_type`,
 		"dead letters": `SELECT event_id, event_type, reason, attempts FROM dead_letters ORDER BY event_id`,
 	}
 	maps.Copy(all, queries)
-	return all
+	out, err := Rows(ctx, db, all)
+	if err != nil {
+		return nil, err
+	}
+	out["outbox"], err = outboxLines(ctx, db)
+	return out, err
+}
+
+// outboxLines are the outbox's events as lines, in aggregate, version and
+// type order (event ids and times differ between two runs by nature).
+func outboxLines(ctx context.Context, db *sqlx.DB) ([]string, error) {
+	rows, err := outbox.List(ctx, db, outbox.Filter{Limit: 100_000})
+	if err != nil {
+		return nil, err
+	}
+	lines := make([]string, len(rows))
+	for i, r := range rows {
+		lines[i] = fmt.Sprintf("%d|%d|%s|%s", r.AggregateID, r.AggregateVersion, r.EventType, r.Payload)
+	}
+	slices.Sort(lines) // the aggregate id leads: equal rows sort the same in both runs
+	return lines, nil
 }
 
 // Rows reads the result of each query (explicit columns, a full ORDER BY,

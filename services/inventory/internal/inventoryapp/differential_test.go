@@ -74,13 +74,13 @@ func (s *inventorySystem) system() batchtest.System {
 		Prepare: s.reset,
 		// Every table the consumer writes, without times and generated ids.
 		Rows: func(ctx context.Context) (map[string][]string, error) {
-			return batchtest.Rows(ctx, s.db.DB, batchtest.WithMechanisms(map[string]string{
+			return batchtest.RowsWithMechanisms(ctx, s.db.DB, map[string]string{
 				"reservations": `SELECT order_id, status, reason, aggregate_version FROM reservations ORDER BY order_id`,
 				"items":        `SELECT order_id, sku, quantity FROM reservation_items ORDER BY order_id, sku`,
 				"stock":        `SELECT sku, on_hand, reserved FROM stock ORDER BY sku`,
 				"gaps": `SELECT aggregate_id, event_id, event_type, received_version, expected_version, resolved_at IS NULL, resolution
 FROM event_gaps ORDER BY aggregate_id, expected_version`,
-			}))
+			})
 		}}
 }
 

@@ -66,11 +66,11 @@ func (s *orderSystem) system(orders int) batchtest.System {
 		},
 		Prepare: func(ctx context.Context) error { return s.reset(ctx, orders) },
 		Rows: func(ctx context.Context) (map[string][]string, error) {
-			return batchtest.Rows(ctx, s.db.DB, batchtest.WithMechanisms(map[string]string{
+			return batchtest.RowsWithMechanisms(ctx, s.db.DB, map[string]string{
 				"orders": `SELECT id, status, status_reason, refund_status, aggregate_version FROM orders ORDER BY id`,
 				"history": `SELECT order_id, from_status, to_status, refund_status, trigger_name, actor, reason, event_id,
   emitted_event_id IS NULL FROM order_history ORDER BY order_id, id`,
-			}))
+			})
 		}}
 }
 
