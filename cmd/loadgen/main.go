@@ -295,18 +295,11 @@ func (r *runner) listOrders(ctx context.Context, before uint64, limit int) ([]or
 }
 
 func (r *runner) followLoop(ctx context.Context) {
-	t := time.NewTicker(r.cfg.poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	retry.Every(ctx, r.cfg.poll, func() {
 		if err := r.tracker.sweep(ctx); err != nil && ctx.Err() == nil {
 			r.addErr("follow")
 		}
-	}
+	})
 }
 
 // progressLoop prints one line a second and samples the watched processes.

@@ -78,3 +78,10 @@ func Every(ctx context.Context, interval time.Duration, f func()) {
 		f()
 	}
 }
+
+// EveryFromNow is Every with the first call at once: the loop of a sweep
+// that also clears, at start, what came due while the process was down.
+func EveryFromNow(ctx context.Context, interval time.Duration, f func()) {
+	f()
+	Every(ctx, interval, f)
+}

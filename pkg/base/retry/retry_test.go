@@ -90,3 +90,13 @@ func TestEveryTicksUntilTheContextEnds(t *testing.T) {
 		t.Fatalf("f ran %d times, want 3 (stopped by the cancel in its third call)", calls)
 	}
 }
+
+func TestEveryFromNowCallsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls := 0
+	EveryFromNow(ctx, time.Hour, func() { calls++ })
+	if calls != 1 {
+		t.Fatalf("f ran %d times on an ended context, want once: at once, before any tick", calls)
+	}
+}

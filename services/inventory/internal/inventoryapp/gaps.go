@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
 )
@@ -100,16 +101,10 @@ func (a *App) CheckGaps(ctx context.Context) (int, error) {
 // logged, never returned.
 func (a *App) RunGapCheck(ctx context.Context, interval time.Duration) error {
 	log := a.log.With("job", "gap-check")
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	retry.EveryFromNow(ctx, interval, func() {
 		if _, err := a.CheckGaps(ctx); err != nil && ctx.Err() == nil {
 			log.ErrorContext(ctx, "gap check failed; retrying next tick", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
@@ -152,9 +153,7 @@ func (a *App) expire(ctx context.Context, orderID uint64) (bool, error) {
 // service.
 func (a *App) RunLeaseSweep(ctx context.Context, interval time.Duration, batch int) error {
 	log := a.log.With("job", "lease-sweep")
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	retry.EveryFromNow(ctx, interval, func() {
 		for ctx.Err() == nil {
 			round, err := a.ExpireLeases(ctx, batch)
 			if err != nil {
@@ -162,16 +161,12 @@ func (a *App) RunLeaseSweep(ctx context.Context, interval time.Duration, batch i
 					log.ErrorContext(ctx, "lease sweep round failed; retrying next tick", "err", err,
 						"found", round.Found, "expired", round.Expired)
 				}
-				break
+				return
 			}
 			if round.Found < batch {
-				break
+				return
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
@@ -213,19 +214,13 @@ func (a *App) askPayment(ctx context.Context, log *slog.Logger, d orderdb.Due) o
 // PSP, about the same awaiting_payment orders: the lease saves that.
 func (a *App) RunDeadlineSweep(ctx context.Context, interval time.Duration, batch int) error {
 	log := a.log.With("job", "deadline-sweep")
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	retry.EveryFromNow(ctx, interval, func() {
 		err := a.SweepDeadlines(ctx, batch)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, sqldb.ErrLeaseHeld) && !errors.Is(err, sqldb.ErrLeaseLost) {
 			log.ErrorContext(ctx, "deadline sweep failed; retrying next tick", "err", err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // DeadlineSweepLease is the deadline sweep's database lease.

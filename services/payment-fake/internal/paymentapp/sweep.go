@@ -11,6 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
@@ -63,9 +64,7 @@ type SweepReport struct {
 // RunSweeper runs a sweep round every interval until ctx ends. A failed
 // round is logged; the next one tries again.
 func (a *App) RunSweeper(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
+	retry.EveryFromNow(ctx, interval, func() {
 		rep, err := a.Sweep(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -73,12 +72,8 @@ func (a *App) RunSweeper(ctx context.Context, interval time.Duration) error {
 		case rep.Charges.Claimed+rep.Refunds.Claimed > 0:
 			a.log.InfoContext(ctx, "sweep round", "charges", rep.Charges, "refunds", rep.Refunds)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // Sweep runs one round over the due payments, then the due refunds. Errors
