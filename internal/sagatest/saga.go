@@ -14,9 +14,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -333,10 +336,16 @@ func Eventually(t testing.TB, wait time.Duration, what string, cond func() bool)
 // A port is handed out once per test process: two services of this
 // process's stacks could otherwise draw the same free port before either
 // listens (with a hundred ports drawn from twelve thousand, that happens).
+// Across test processes, a lock on the port (claim) does the same: with
+// four packages at once, two of them drew one port (bind: address already
+// in use).
 func FreePort(t testing.TB) int {
 	for i := 0; i < 200; i++ {
 		port := 20000 + rand.IntN(12000)
-		if _, taken := handedOut.LoadOrStore(port, true); taken {
+		if port >= 25700 && port < 26000 { // rabbitnode's distribution ports
+			continue
+		}
+		if _, taken := handedOut.LoadOrStore(port, true); taken || !claim(port) {
 			continue
 		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -352,6 +361,35 @@ func FreePort(t testing.TB) int {
 
 // handedOut are the ports FreePort has returned in this process.
 var handedOut sync.Map // int -> bool
+
+// claim takes a lock on the port for the rest of this process, so that no
+// other test process (go test runs several packages at once) hands out the
+// same port between its probe and the service's bind: a lock file per port,
+// flock'ed and never closed; the kernel drops the lock when the process
+// ends, however it ends.
+func claim(port int) bool {
+	dir := filepath.Join(os.TempDir(), "sagatest-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no lock to take: the probe alone decides, as before
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false // another live test process holds it
+	}
+	claimedMu.Lock()
+	claimed = append(claimed, f) // kept open: the lock lasts as long as the process
+	claimedMu.Unlock()
+	return true
+}
+
+var (
+	claimedMu sync.Mutex
+	claimed   []*os.File
+)
 
 // logBuffer collects a service's JSON log lines.
 type logBuffer struct{ testutil.SyncBuffer }
