@@ -233,15 +233,22 @@ type TxRetry struct {
 	// the second run), so a COMMIT whose outcome is unknown is retried too.
 	// Leave it false for anything else: the caller gets ErrCommitUnknown.
 	Idempotent bool
+	// DeadConns bounds, apart from Attempts, the tries that met a dead
+	// connection (0: 16, the default pool): a KILL of every session of a
+	// service, or a failover, leaves each pooled connection to be found
+	// dead only when it is used, one after another, while the next fresh
+	// connection works. Those tries run again at once.
+	DeadConns int
 	// Log, if set, gets one line per retry.
 	Log *slog.Logger
 }
 
 // DefaultTxRetry is what the zero TxRetry means: three attempts, 20 ms
-// doubling to 200 ms between them. A killed session or a deadlock victim
-// succeeds on the next attempt; a database that stays down fails the use
-// case within half a second instead of holding the caller.
-var DefaultTxRetry = TxRetry{Attempts: 3, Backoff: retry.Backoff{Base: 20 * time.Millisecond, Cap: 200 * time.Millisecond}}
+// doubling to 200 ms between them, and up to 16 dead connections met on
+// the way. A killed session or a deadlock victim succeeds on the next
+// attempt; a database that stays down (its connections refused) fails the
+// use case within half a second instead of holding the caller.
+var DefaultTxRetry = TxRetry{Attempts: 3, Backoff: retry.Backoff{Base: 20 * time.Millisecond, Cap: 200 * time.Millisecond}, DeadConns: 16}
 
 // WithTxRetry runs fn in a transaction (WithTx) and runs the whole
 // transaction again, on a fresh connection, when it failed with a
@@ -275,8 +282,17 @@ func (r TxRetry) run(ctx context.Context, what string, fn func() error) error {
 	if r.Backoff.Base <= 0 {
 		r.Backoff = DefaultTxRetry.Backoff
 	}
+	if r.DeadConns <= 0 {
+		r.DeadConns = DefaultTxRetry.DeadConns
+	}
+	dead := 0
 	for attempt := 1; ; attempt++ {
 		err := fn()
+		if err != nil && ctx.Err() == nil && deadConn(err) && dead < r.DeadConns {
+			dead++
+			attempt-- // the pool's connection was dead, not the database's answer
+			continue
+		}
 		if err == nil || attempt >= r.Attempts || ctx.Err() != nil || !r.retryable(err) {
 			return err
 		}
@@ -289,6 +305,16 @@ func (r TxRetry) run(ctx context.Context, what string, fn func() error) error {
 			return err
 		}
 	}
+}
+
+// deadConn reports a connection found dead before COMMIT: its session was
+// killed or its socket closed. The same work on another connection is a
+// new try, not the same one failing again.
+func deadConn(err error) bool {
+	if errors.Is(err, ErrCommitUnknown) {
+		return false
+	}
+	return MySQLErrorNumber(err) == ErConnectionKilled || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn)
 }
 
 func (r TxRetry) retryable(err error) bool {

@@ -147,6 +147,37 @@ func TestWithTxRetryRunsAgainAfterAKilledSession(t *testing.T) {
 	}
 }
 
+// db-kill in the chaos run KILLs every session of a service while they
+// work: a use case may meet more dead connections in a row than it has
+// attempts (a cancel answered 500 that way). Here the session dies under
+// the transaction five times running; the sixth runs on a live one, and
+// the change is made once.
+func TestWithTxRetryGetsPastMoreDeadConnectionsThanAttempts(t *testing.T) {
+	t.Parallel()
+	db := sqldbtest.New(t, "inventory")
+	ctx := context.Background()
+	attempts := 0
+	err := sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Backoff: fastRetry}, func(tx *sqlx.Tx) error {
+		attempts++
+		if _, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-1'"); err != nil {
+			return err
+		}
+		if attempts <= 5 {
+			if err := db.KillSession(ctx, tx); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-2'")
+		return err
+	})
+	if err != nil || attempts != 6 {
+		t.Fatalf("WithTxRetry = %v after %d attempts, want success on the sixth", err, attempts)
+	}
+	if a, b := onHand(t, db, "SKU-1"), onHand(t, db, "SKU-2"); a != 99 || b != 499 {
+		t.Fatalf("on_hand = %d and %d, want 99 and 499 (each change once)", a, b)
+	}
+}
+
 // Two transactions lock two rows in opposite orders: InnoDB picks one as
 // the deadlock victim (1213) and rolls it back; it runs again and both
 // changes land.
@@ -229,10 +260,18 @@ func TestWithTxRetryIsBoundedAndRetriesOnlyTransientErrors(t *testing.T) {
 	attempts := 0
 	err := sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Attempts: 4, Backoff: fastRetry}, func(tx *sqlx.Tx) error {
 		attempts++
+		return fmt.Errorf("waited: %w", &mysql.MySQLError{Number: sqldb.ErLockWaitTimeout})
+	})
+	if sqldb.MySQLErrorNumber(err) != sqldb.ErLockWaitTimeout || attempts != 4 {
+		t.Fatalf("always transient: %v after %d attempts, want the error after 4", err, attempts)
+	}
+	attempts = 0
+	err = sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Attempts: 4, Backoff: fastRetry, DeadConns: 5}, func(tx *sqlx.Tx) error {
+		attempts++
 		return fmt.Errorf("lost: %w", mysql.ErrInvalidConn)
 	})
-	if !errors.Is(err, mysql.ErrInvalidConn) || attempts != 4 {
-		t.Fatalf("always transient: %v after %d attempts, want the error after 4", err, attempts)
+	if !errors.Is(err, mysql.ErrInvalidConn) || attempts != 4+5 {
+		t.Fatalf("always a dead connection: %v after %d attempts, want the error after 4 + 5", err, attempts)
 	}
 	attempts = 0
 	boom := errors.New("business rule")
@@ -311,12 +350,12 @@ func TestReadRetryIsBoundedAndRetriesOnlyTransientErrors(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	calls := 0
-	err := sqldb.ReadRetry(ctx, sqldb.TxRetry{Attempts: 4, Backoff: fastRetry}, func() error {
+	err := sqldb.ReadRetry(ctx, sqldb.TxRetry{Attempts: 4, Backoff: fastRetry, DeadConns: 2}, func() error {
 		calls++
 		return mysql.ErrInvalidConn
 	})
-	if !errors.Is(err, mysql.ErrInvalidConn) || calls != 4 {
-		t.Fatalf("a read that always breaks: %v after %d calls, want ErrInvalidConn after 4", err, calls)
+	if !errors.Is(err, mysql.ErrInvalidConn) || calls != 4+2 {
+		t.Fatalf("a read that always breaks: %v after %d calls, want ErrInvalidConn after 4 + 2", err, calls)
 	}
 	calls = 0
 	boom := errors.New("no such product")
