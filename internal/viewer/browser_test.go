@@ -157,7 +157,7 @@ func duplicateWindowFromThePage(t *testing.T, b *browser) {
 		document.querySelector('#verdict[data-passed="true"]') !== null && document.querySelectorAll("#checks li").length > 0`)
 	// The order it used opens in the timeline, with the re-send and the
 	// copy the inbox dropped.
-	b.do(t, "open its order", chromedp.Click(chromedp.CSS("#open-order")))
+	b.clickUntil(t, "open its order", "#open-order", `location.hash.startsWith("#/orders/")`)
 	b.wait(t, "the re-sent OrderCreated drawn", `document.querySelector('#diagram g.step[data-kind="outbox.sent"][data-resent="true"]') !== null &&
 		document.querySelector('#diagram g.step[data-kind="inbox.duplicate"][data-dropped="true"]') !== null`)
 	b.wait(t, "the timeline to settle", `document.querySelector("#live.off") !== null`)
@@ -387,23 +387,52 @@ func (b *browser) wait(t *testing.T, what, cond string) {
 
 func (b *browser) waitFor(t *testing.T, d time.Duration, what, cond string) {
 	t.Helper()
+	if err := b.poll(d, cond); err != nil {
+		t.Fatalf("waiting for %s: %v\npage: %s", what, err, b.pageText())
+	}
+}
+
+// poll returns nil once cond holds, or the error of the last try after d.
+func (b *browser) poll(d time.Duration, cond string) error {
 	ctx, cancel := context.WithTimeout(b.ctx, d+5*time.Second)
 	defer cancel()
 	deadline := time.Now().Add(d)
 	for {
 		_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void]("(() => { try { return "+cond+"; } catch (e) { return false; } })()",
 			chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(time.Until(deadline))))
-		if err == nil {
-			return
+		if err == nil || !navigated(err) || !time.Now().Before(deadline) {
+			return err
 		}
 		// A page that navigates (a form that reloads it) takes its
 		// JavaScript context with it: poll the next one.
-		if strings.Contains(err.Error(), "Cannot find context") && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		t.Fatalf("waiting for %s: %v\npage: %s", what, err, b.pageText())
+		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// navigated tells the errors of a poll that met a page on its way to the
+// next document (a form that reloads it, a new address).
+func navigated(err error) bool {
+	for _, s := range []string{"Cannot find context", "Inspected target navigated or closed", "Execution context was destroyed"} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// clickUntil clicks sel until cond holds: the page redraws a lab run while
+// it polls it, and a click that lands on the element being replaced is
+// lost. Up to a minute in all.
+func (b *browser) clickUntil(t *testing.T, what, sel, cond string) {
+	t.Helper()
+	var err error
+	for range 6 {
+		b.do(t, what, chromedp.Click(chromedp.CSS(sel)))
+		if err = b.poll(10*time.Second, cond); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s: %v\npage: %s", what, err, b.pageText())
 }
 
 // reload reloads the page and waits for it to start again, at the same
