@@ -7,6 +7,7 @@ package inboxtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -203,6 +204,18 @@ func Consume(t testing.TB, h rabbit.Handler, workers int) *Broker {
 // Batches are the CONSUMER_BATCH values the consumer tests run at: 1, the
 // chapter's one transaction per message, and 16, the default.
 var Batches = []int{1, 16}
+
+// EachBatch runs test at each of Batches, as parallel subtests named
+// batch=N: the chapter's path and the batched one must pass the same checks.
+func EachBatch(t *testing.T, test func(t *testing.T, batch int)) {
+	t.Helper()
+	for _, batch := range Batches {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			t.Parallel()
+			test(t, batch)
+		})
+	}
+}
 
 // ConsumeBatch is Consume with a batch handler (the consumer's HandleBatch)
 // taking up to batch deliveries at once.
