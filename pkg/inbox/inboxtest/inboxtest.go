@@ -7,8 +7,8 @@ package inboxtest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -210,7 +210,7 @@ var Batches = []int{1, 16}
 func EachBatch(t *testing.T, test func(t *testing.T, batch int)) {
 	t.Helper()
 	for _, batch := range Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+		t.Run("batch="+strconv.Itoa(batch), func(t *testing.T) {
 			t.Parallel()
 			test(t, batch)
 		})
