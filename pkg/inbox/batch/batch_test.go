@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -160,45 +159,26 @@ func TestPoisonInsideABatch(t *testing.T) {
 	}
 }
 
-// One event of a batch fails: a transient failure (a lock wait) or a
-// handler that panics. The batch rolls back, its other events commit one at
-// a time, and the failing one is decided like a failed attempt (a delayed
-// retry, later, alone), with nothing of it committed. The process goes on.
-func TestFailureOfOneEventInsideABatch(t *testing.T) {
+// A transient failure of one event (a lock wait) rolls the batch back; the
+// others commit one at a time and that one is retried later, alone.
+func TestTransientFailureInsideABatch(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name   string
-		failed int // the index of the failing event among four
-		fail   func() error
-		reason string // in the failing event's decision
-	}{
-		{"transient", 3, func() error { return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait) }, "Lock wait"},
-		{"panic", 2, func() error { panic("simulated bug in a handler") }, "panicked"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			db := inboxtest.DB(t)
-			es := newEvents(4)
-			cons, reg := inboxtest.Metered(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-				if err := inboxtest.Increment(ctx, tx, e); err != nil {
-					return err
-				}
-				if e.EventID == es[c.failed].EventID {
-					return c.fail()
-				}
-				return nil
-			})
-			decisions := cons.HandleBatch(context.Background(), deliveries(es...))
-			failed := decisions[c.failed]
-			wantAcks(t, slices.Delete(decisions, c.failed, c.failed+1), 3)
-			if failed == rabbit.Ack() || failed.Abandoned() || !strings.Contains(failed.Reason, c.reason) {
-				t.Fatalf("decision of the failing event = %+v, want a delayed retry", failed)
+	db := inboxtest.DB(t)
+	es := newEvents(4)
+	c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet},
+		inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			if e.EventID == es[3].EventID {
+				return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
 			}
-			inboxtest.WantEffects(t, db.DB, 3)
-			inboxtest.WantInboxRows(t, db.DB, es[c.failed].EventID, 0)
-			inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", "inventory", 1)
-		})
+			return inboxtest.Increment(ctx, tx, e)
+		}), nil)
+	decisions := c.HandleBatch(context.Background(), deliveries(es...))
+	wantAcks(t, decisions[:3], 3)
+	if decisions[3] == rabbit.Ack() || !strings.Contains(decisions[3].Reason, "Lock wait") {
+		t.Fatalf("decision of the failing event = %+v, want a delayed retry", decisions[3])
 	}
+	inboxtest.WantEffects(t, db.DB, 3)
+	inboxtest.WantInboxRows(t, db.DB, es[3].EventID, 0)
 }
 
 // A crash after the batch's COMMIT, before its ACKs: every message comes
@@ -420,6 +400,33 @@ func TestExternalBatchRollbackCallsAgain(t *testing.T) {
 	if _, ok := inboxtest.DeadLetter(t, db.DB, "payment-psp", es[3].EventID); !ok {
 		t.Error("the event whose outcome cannot be recorded is not a dead letter")
 	}
+}
+
+// A handler that panics inside a batch: the batch rolls back, its other
+// events commit one at a time, and the panicking one is decided like a
+// failed attempt (a retry), with nothing of it committed. The process goes
+// on.
+func TestPanicInsideABatch(t *testing.T) {
+	t.Parallel()
+	db := inboxtest.DB(t)
+	es := newEvents(4)
+	c, reg := inboxtest.Metered(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+		if err := inboxtest.Increment(ctx, tx, e); err != nil {
+			return err
+		}
+		if e.EventID == es[2].EventID {
+			panic("simulated bug in a handler")
+		}
+		return nil
+	})
+	decisions := c.HandleBatch(context.Background(), deliveries(es...))
+	wantAcks(t, append(decisions[:2:2], decisions[3]), 3)
+	if d := decisions[2]; d == rabbit.Ack() || d.Abandoned() || !strings.Contains(d.Reason, "panicked") {
+		t.Fatalf("decision of the panicking event = %+v, want a delayed retry", d)
+	}
+	inboxtest.WantEffects(t, db.DB, 3)
+	inboxtest.WantInboxRows(t, db.DB, es[2].EventID, 0)
+	inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", "inventory", 1)
 }
 
 // Every delivery has its own time bound: a batch that runs out of its time
