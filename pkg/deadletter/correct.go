@@ -131,15 +131,7 @@ SET status = 'corrected', redriven_at = NOW(6), correction_event_id = ?, correct
 WHERE id = ? AND status = 'dead' AND attempts = ?`
 	ctx = context.WithoutCancel(ctx) // published: record it even if the caller went away
 	result, err := r.DB.ExecContext(ctx, q, res.CorrectionEventID, clip(reason, 1000), dl.ID, dl.Attempts)
-	if err != nil {
-		res.Outcome = OutcomeChanged
-		res.Detail = "published, but marking the row failed (it stays dead; the same correction again is a duplicate the inbox drops): " + err.Error()
-		return
+	if marked(res, result, err, OutcomeCorrected, "the same correction again is a duplicate the inbox drops") {
+		res.Detail = "published, but the row changed meanwhile (it failed again, or another call redrove or corrected it)"
 	}
-	if n, _ := result.RowsAffected(); n == 1 {
-		res.Outcome = OutcomeCorrected
-		return
-	}
-	res.Outcome = OutcomeChanged
-	res.Detail = "published, but the row changed meanwhile (it failed again, or another call redrove or corrected it)"
 }

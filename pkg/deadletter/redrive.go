@@ -3,6 +3,7 @@ package deadletter
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -214,16 +215,9 @@ func (r *Redriver) mark(ctx context.Context, res *RedriveResult, dl Letter) {
 WHERE id = ? AND status = 'dead' AND attempts = ?`
 	ctx = context.WithoutCancel(ctx) // published: record it even if the caller went away
 	result, err := r.DB.ExecContext(ctx, q, dl.ID, dl.Attempts)
-	if err != nil {
-		res.Outcome = OutcomeChanged
-		res.Detail = "published, but marking the row failed (it stays dead; a second redrive is a duplicate the inbox drops): " + err.Error()
+	if !marked(res, result, err, OutcomeRedriven, "a second redrive is a duplicate the inbox drops") {
 		return
 	}
-	if n, _ := result.RowsAffected(); n == 1 {
-		res.Outcome = OutcomeRedriven
-		return
-	}
-	res.Outcome = OutcomeChanged
 	var now struct {
 		Status   string `db:"status"`
 		Attempts int    `db:"attempts"`
@@ -237,6 +231,25 @@ WHERE id = ? AND status = 'dead' AND attempts = ?`
 	} else {
 		res.Detail = "published, but another call redrove it at the same time: the consumer's inbox drops the duplicate"
 	}
+}
+
+// marked sets res from the answer of the UPDATE that records a published
+// row (redriven or corrected): outcome done when it changed the row, else
+// OutcomeChanged, the row left dead. again says why publishing once more is
+// harmless. It reports whether the row had changed meanwhile, for the
+// caller to tell how in res.Detail.
+func marked(res *RedriveResult, result sql.Result, err error, done, again string) (changedMeanwhile bool) {
+	if err != nil {
+		res.Outcome = OutcomeChanged
+		res.Detail = "published, but marking the row failed (it stays dead; " + again + "): " + err.Error()
+		return false
+	}
+	if n, _ := result.RowsAffected(); n == 1 {
+		res.Outcome = done
+		return false
+	}
+	res.Outcome = OutcomeChanged
+	return true
 }
 
 type loaded struct {

@@ -192,9 +192,7 @@ func TestRedriveMessageIsTheOriginal(t *testing.T) {
 // effect stays one.
 func TestRedriveOfAnAppliedEventChangesNothing(t *testing.T) {
 	t.Parallel()
-	db := inboxtest.DB(t)
-	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
-	f := inboxtest.Consume(t, c.Handle, 0)
+	db, reg, f := inboxtest.Incrementing(t)
 	e := inboxtest.Event(events.OrderCreated)
 	msg := inboxtest.Message(e)
 	f.Publish(t, msg)
@@ -217,9 +215,7 @@ func TestRedriveOfAnAppliedEventChangesNothing(t *testing.T) {
 // payload; only those are redriven.
 func TestRedriveByFilter(t *testing.T) {
 	t.Parallel()
-	db := inboxtest.DB(t)
-	c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment)
-	f := inboxtest.Consume(t, c.Handle, 0)
+	db, _, f := inboxtest.Incrementing(t)
 	add := func(consumer, typ, sku string) string {
 		e := inboxtest.Event(typ)
 		e.Payload = []byte(`{"order_id":"1","sku":"` + sku + `"}`)
@@ -253,8 +249,7 @@ func TestRedriveByFilter(t *testing.T) {
 // an unknown consumer and an unknown id; each gets its own outcome.
 func TestRedriveThatCannotPublishLeavesTheRowDead(t *testing.T) {
 	t.Parallel()
-	db := inboxtest.DB(t)
-	f := inboxtest.Consume(t, inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment).Handle, 0)
+	db, _, f := inboxtest.Incrementing(t)
 	var ids []uint64
 	for _, name := range []string{"inventory", "lost-consumer"} {
 		ids = append(ids, recordDead(t, db.DB, name, inboxtest.Event(events.OrderCreated), "bug").ID)
@@ -293,9 +288,7 @@ func TestRedriveThatCannotPublishLeavesTheRowDead(t *testing.T) {
 // effect happens once.
 func TestConcurrentRedrivesMarkOnce(t *testing.T) {
 	t.Parallel()
-	db := inboxtest.DB(t)
-	c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
-	f := inboxtest.Consume(t, c.Handle, 0)
+	db, reg, f := inboxtest.Incrementing(t)
 	e := inboxtest.Event(events.OrderCreated)
 	dl := recordDead(t, db.DB, "inventory", e, "bug")
 	const n = 5

@@ -109,61 +109,55 @@ func TestExternalHandlerIsNotCalledForAMismatch(t *testing.T) {
 // its inbox row are untouched.
 func TestPayloadMismatchIsADeadLetterAndAnAlert(t *testing.T) {
 	t.Parallel()
-	for _, batch := range inboxtest.Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			t.Parallel()
-			db := inboxtest.DB(t)
-			c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
-			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
-			e := inboxtest.Event(events.OrderCreated)
-			f.Publish(t, inboxtest.Message(e))
-			inboxtest.WaitFor(t, "the first copy to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
-			other := e
-			other.Payload = []byte(`{"order_id":"1","note":"tampered"}`)
-			f.Publish(t, inboxtest.Message(other))
-			dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
-			if !strings.Contains(dl.Reason, "same event_id, different payload") || string(dl.Payload) != string(other.Payload) {
-				t.Fatalf("dead letter reason %q payload %s, want the mismatch reason and the second payload", dl.Reason, dl.Payload)
-			}
-			inboxtest.WantCounter(t, reg, "consumer_payload_mismatch_total", "inventory", 1)
-			inboxtest.WantCounter(t, reg, "consumer_duplicates_suppressed_total", "inventory", 0)
-			var stored string
-			if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
-				t.Fatalf("inbox hash %q (%v), want the first payload's", stored, err)
-			}
-			inboxtest.WantEffects(t, db.DB, 1)
-		})
-	}
+	inboxtest.EachBatch(t, func(t *testing.T, batch int) {
+		db := inboxtest.DB(t)
+		c, reg := inboxtest.Metered(db.DB, "inventory", inboxtest.Increment)
+		f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
+		e := inboxtest.Event(events.OrderCreated)
+		f.Publish(t, inboxtest.Message(e))
+		inboxtest.WaitFor(t, "the first copy to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
+		other := e
+		other.Payload = []byte(`{"order_id":"1","note":"tampered"}`)
+		f.Publish(t, inboxtest.Message(other))
+		dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
+		if !strings.Contains(dl.Reason, "same event_id, different payload") || string(dl.Payload) != string(other.Payload) {
+			t.Fatalf("dead letter reason %q payload %s, want the mismatch reason and the second payload", dl.Reason, dl.Payload)
+		}
+		inboxtest.WantCounter(t, reg, "consumer_payload_mismatch_total", "inventory", 1)
+		inboxtest.WantCounter(t, reg, "consumer_duplicates_suppressed_total", "inventory", 0)
+		var stored string
+		if err := db.Get(&stored, `SELECT payload_sha256 FROM consumer_inbox WHERE event_id = ?`, e.EventID); err != nil || stored != inbox.PayloadHash(e.Payload) {
+			t.Fatalf("inbox hash %q (%v), want the first payload's", stored, err)
+		}
+		inboxtest.WantEffects(t, db.DB, 1)
+	})
 }
 
 // A message older than the replay window is not applied: it is a dead
 // letter with the reason, and no inbox row or effect is written.
 func TestTooOldMessageIsADeadLetter(t *testing.T) {
 	t.Parallel()
-	for _, batch := range inboxtest.Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			t.Parallel()
-			db := inboxtest.DB(t)
-			c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment) // default replay window: 168h
-			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
-			e := inboxtest.Event(events.OrderCreated)
-			e.OccurredAt = time.Now().Add(-200 * time.Hour)
-			f.Publish(t, inboxtest.Message(e))
-			fresh := inboxtest.Event(events.OrderCreated)
-			fresh.OccurredAt = time.Now()
-			f.Publish(t, inboxtest.Message(fresh))
-			dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
-			for _, want := range []string{"older than the inbox replay window (168h0m0s)", "its inbox row may have been deleted; apply by hand after checking"} {
-				if !strings.Contains(dl.Reason, want) {
-					t.Errorf("reason %q, want it to contain %q", dl.Reason, want)
-				}
+	inboxtest.EachBatch(t, func(t *testing.T, batch int) {
+		db := inboxtest.DB(t)
+		c := inboxtest.Consumer(db.DB, "inventory", inboxtest.Increment) // default replay window: 168h
+		f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
+		e := inboxtest.Event(events.OrderCreated)
+		e.OccurredAt = time.Now().Add(-200 * time.Hour)
+		f.Publish(t, inboxtest.Message(e))
+		fresh := inboxtest.Event(events.OrderCreated)
+		fresh.OccurredAt = time.Now()
+		f.Publish(t, inboxtest.Message(fresh))
+		dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", e.EventID)
+		for _, want := range []string{"older than the inbox replay window (168h0m0s)", "its inbox row may have been deleted; apply by hand after checking"} {
+			if !strings.Contains(dl.Reason, want) {
+				t.Errorf("reason %q, want it to contain %q", dl.Reason, want)
 			}
-			inboxtest.WaitFor(t, "the fresh message to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
-			if n := inboxtest.InboxRows(t, db.DB, e.EventID); n != 0 {
-				t.Fatalf("inbox rows of the old event = %d, want 0", n)
-			}
-		})
-	}
+		}
+		inboxtest.WaitFor(t, "the fresh message to be applied", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
+		if n := inboxtest.InboxRows(t, db.DB, e.EventID); n != 0 {
+			t.Fatalf("inbox rows of the old event = %d, want 0", n)
+		}
+	})
 }
 
 // delivery builds a delivery as the consume loop hands it over, for tests
@@ -244,52 +238,49 @@ func TestRetriesAreCappedByAttemptsAndTime(t *testing.T) {
 // before the twenty.
 func TestPoisonMessageDoesNotBlockTheOthers(t *testing.T) {
 	t.Parallel()
-	for _, batch := range inboxtest.Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			t.Parallel()
-			db := inboxtest.DB(t)
-			poison := inboxtest.Event(events.OrderCreated)
-			var mu sync.Mutex
-			var doneAtAttempt []int // good messages processed when each poison attempt ran
-			good := 0
-			// The retry waits at least 1.5 s: time for the twenty on a busy
-			// machine, which is what the assertion below needs.
-			c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
-				Backoff: retry.Backoff{Base: 3 * time.Second, Cap: 3 * time.Second}},
-				inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-					mu.Lock()
-					defer mu.Unlock()
-					if e.EventID == poison.EventID {
-						doneAtAttempt = append(doneAtAttempt, good)
-						return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
-					}
-					if err := inboxtest.Increment(ctx, tx, e); err != nil {
-						return err
-					}
-					good++ // counted before commit; the commit of the last one is waited for below
-					return nil
-				}), nil)
-			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 1, batch)
-			f.Publish(t, inboxtest.Message(poison))
-			for i := 0; i < 20; i++ {
-				f.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
-			}
-			dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", poison.EventID)
-			if dl.Attempts != 3 || !strings.Contains(dl.Reason, "gave up after 3 attempts") {
-				t.Fatalf("dead letter attempts %d reason %q, want 3 and the cap", dl.Attempts, dl.Reason)
-			}
-			inboxtest.WaitFor(t, "the twenty good messages", func() bool { return inboxtest.Effects(t, db.DB) == 20 })
-			mu.Lock()
-			defer mu.Unlock()
-			t.Logf("good messages done at each poison attempt: %v", doneAtAttempt)
-			if len(doneAtAttempt) != 3 {
-				t.Fatalf("poison attempts = %d, want 3", len(doneAtAttempt))
-			}
-			if doneAtAttempt[1] != 20 {
-				t.Fatalf("at the poison's second attempt %d of 20 good messages were done, want all 20 (no head-of-line blocking)", doneAtAttempt[1])
-			}
-		})
-	}
+	inboxtest.EachBatch(t, func(t *testing.T, batch int) {
+		db := inboxtest.DB(t)
+		poison := inboxtest.Event(events.OrderCreated)
+		var mu sync.Mutex
+		var doneAtAttempt []int // good messages processed when each poison attempt ran
+		good := 0
+		// The retry waits at least 1.5 s: time for the twenty on a busy
+		// machine, which is what the assertion below needs.
+		c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet, MaxAttempts: 3,
+			Backoff: retry.Backoff{Base: 3 * time.Second, Cap: 3 * time.Second}},
+			inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if e.EventID == poison.EventID {
+					doneAtAttempt = append(doneAtAttempt, good)
+					return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
+				}
+				if err := inboxtest.Increment(ctx, tx, e); err != nil {
+					return err
+				}
+				good++ // counted before commit; the commit of the last one is waited for below
+				return nil
+			}), nil)
+		f := inboxtest.ConsumeBatch(t, c.HandleBatch, 1, batch)
+		f.Publish(t, inboxtest.Message(poison))
+		for i := 0; i < 20; i++ {
+			f.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
+		}
+		dl := inboxtest.WaitDeadLetter(t, db.DB, "inventory", poison.EventID)
+		if dl.Attempts != 3 || !strings.Contains(dl.Reason, "gave up after 3 attempts") {
+			t.Fatalf("dead letter attempts %d reason %q, want 3 and the cap", dl.Attempts, dl.Reason)
+		}
+		inboxtest.WaitFor(t, "the twenty good messages", func() bool { return inboxtest.Effects(t, db.DB) == 20 })
+		mu.Lock()
+		defer mu.Unlock()
+		t.Logf("good messages done at each poison attempt: %v", doneAtAttempt)
+		if len(doneAtAttempt) != 3 {
+			t.Fatalf("poison attempts = %d, want 3", len(doneAtAttempt))
+		}
+		if doneAtAttempt[1] != 20 {
+			t.Fatalf("at the poison's second attempt %d of 20 good messages were done, want all 20 (no head-of-line blocking)", doneAtAttempt[1])
+		}
+	})
 }
 
 func TestPayloadHashIgnoresEncodingOnly(t *testing.T) {

@@ -198,62 +198,59 @@ func TestUnsupportedSchemaVersionIsInvalid(t *testing.T) {
 // behind them are processed.
 func TestPoisonMessagesBecomeDeadLettersWithReason(t *testing.T) {
 	t.Parallel()
-	for _, batch := range inboxtest.Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			t.Parallel()
-			db := inboxtest.DB(t)
-			c := inboxtest.Consumer(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-				if _, err := events.Decode[events.OrderCreatedV1](e.Payload); err != nil {
-					return err
-				}
-				return inboxtest.Increment(ctx, tx, e)
-			})
-			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
-
-			good := events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: 9, AggregateVersion: 1, SchemaVersion: 1,
-				Payload: []byte(`{"order_id":"9","customer_id":"c-1","items":[{"sku":"SKU-1","quantity":1,"unit_price_cents":100}],"total_cents":100,"currency":"EUR"}`)}
-			badJSON := good
-			badJSON.EventID = uuid.NewString()
-			badJSON.Payload = []byte(`{"order_id":`)
-			v2 := good
-			v2.EventID = uuid.NewString()
-			v2.SchemaVersion = 2
-			noID := inboxtest.Message(good)
-			noID.MessageId = "not-a-uuid"
-
-			f.Publish(t, inboxtest.Message(badJSON))
-			f.Publish(t, inboxtest.Message(v2))
-			f.Publish(t, noID)
-			f.Publish(t, inboxtest.Message(good))
-
-			inboxtest.WaitFor(t, "three dead letters and one effect", func() bool {
-				var n int
-				_ = db.Get(&n, `SELECT COUNT(*) FROM dead_letters`)
-				return n == 3 && inboxtest.Effects(t, db.DB) == 1
-			})
-			var dls []deadletter.Letter
-			if err := db.Select(&dls, `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at, last_failed_at, status, redriven_at, headers, payload FROM dead_letters ORDER BY id`); err != nil {
-				t.Fatal(err)
+	inboxtest.EachBatch(t, func(t *testing.T, batch int) {
+		db := inboxtest.DB(t)
+		c := inboxtest.Consumer(db.DB, "inventory", func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+			if _, err := events.Decode[events.OrderCreatedV1](e.Payload); err != nil {
+				return err
 			}
-			wantReasons := map[string]string{
-				badJSON.EventID: "payload",
-				v2.EventID:      "schema_version 2 not supported",
-				"not-a-uuid":    "not a UUID",
-			}
-			for _, dl := range dls {
-				want, ok := wantReasons[dl.EventID]
-				if !ok {
-					t.Errorf("unexpected dead letter %+v", dl)
-					continue
-				}
-				if dl.Consumer != "inventory" || dl.Status != "dead" || dl.Attempts != 1 || len(dl.Payload) == 0 || !strings.Contains(dl.Reason, want) {
-					t.Errorf("dead letter %s = consumer %q status %q attempts %d reason %q, want reason containing %q and the payload kept",
-						dl.EventID, dl.Consumer, dl.Status, dl.Attempts, dl.Reason, want)
-				}
-			}
-			inboxtest.WantInboxRows(t, db.DB, badJSON.EventID, 0)
+			return inboxtest.Increment(ctx, tx, e)
 		})
-	}
+		f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
+
+		good := events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: 9, AggregateVersion: 1, SchemaVersion: 1,
+			Payload: []byte(`{"order_id":"9","customer_id":"c-1","items":[{"sku":"SKU-1","quantity":1,"unit_price_cents":100}],"total_cents":100,"currency":"EUR"}`)}
+		badJSON := good
+		badJSON.EventID = uuid.NewString()
+		badJSON.Payload = []byte(`{"order_id":`)
+		v2 := good
+		v2.EventID = uuid.NewString()
+		v2.SchemaVersion = 2
+		noID := inboxtest.Message(good)
+		noID.MessageId = "not-a-uuid"
+
+		f.Publish(t, inboxtest.Message(badJSON))
+		f.Publish(t, inboxtest.Message(v2))
+		f.Publish(t, noID)
+		f.Publish(t, inboxtest.Message(good))
+
+		inboxtest.WaitFor(t, "three dead letters and one effect", func() bool {
+			var n int
+			_ = db.Get(&n, `SELECT COUNT(*) FROM dead_letters`)
+			return n == 3 && inboxtest.Effects(t, db.DB) == 1
+		})
+		var dls []deadletter.Letter
+		if err := db.Select(&dls, `SELECT id, consumer_name, event_id, event_type, routing_key, reason, attempts, first_failed_at, last_failed_at, status, redriven_at, headers, payload FROM dead_letters ORDER BY id`); err != nil {
+			t.Fatal(err)
+		}
+		wantReasons := map[string]string{
+			badJSON.EventID: "payload",
+			v2.EventID:      "schema_version 2 not supported",
+			"not-a-uuid":    "not a UUID",
+		}
+		for _, dl := range dls {
+			want, ok := wantReasons[dl.EventID]
+			if !ok {
+				t.Errorf("unexpected dead letter %+v", dl)
+				continue
+			}
+			if dl.Consumer != "inventory" || dl.Status != "dead" || dl.Attempts != 1 || len(dl.Payload) == 0 || !strings.Contains(dl.Reason, want) {
+				t.Errorf("dead letter %s = consumer %q status %q attempts %d reason %q, want reason containing %q and the payload kept",
+					dl.EventID, dl.Consumer, dl.Status, dl.Attempts, dl.Reason, want)
+			}
+		}
+		inboxtest.WantInboxRows(t, db.DB, badJSON.EventID, 0)
+	})
 }
 
 // A transient failure (here: the first two attempts hit a lock wait) is
@@ -261,40 +258,37 @@ func TestPoisonMessagesBecomeDeadLettersWithReason(t *testing.T) {
 // attempt succeeds with one effect.
 func TestTransientFailureIsRetriedAfterADelay(t *testing.T) {
 	t.Parallel()
-	for _, batch := range inboxtest.Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			t.Parallel()
-			db := inboxtest.DB(t)
-			var mu sync.Mutex
-			var attempts []time.Time
-			c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
-				Backoff: retry.Backoff{Base: 300 * time.Millisecond, Cap: time.Second}},
-				inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
-					mu.Lock()
-					attempts = append(attempts, time.Now())
-					n := len(attempts)
-					mu.Unlock()
-					if n <= 2 {
-						return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
-					}
-					return inboxtest.Increment(ctx, tx, e)
-				}), nil)
-			f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
-			f.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
-			inboxtest.WaitFor(t, "the third attempt to commit", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
-			mu.Lock()
-			defer mu.Unlock()
-			if len(attempts) != 3 {
-				t.Fatalf("attempts = %d, want 3", len(attempts))
-			}
-			// Backoff base 300ms: the n-th wait is at least half its bound
-			// min(cap, base*2^(n-1)) (equal jitter, pkg/base/retry).
-			if gap := attempts[1].Sub(attempts[0]); gap < 150*time.Millisecond {
-				t.Fatalf("first retry came after %v, want >= 150ms (a delayed retry, not an instant requeue)", gap)
-			}
-			if gap := attempts[2].Sub(attempts[1]); gap < 300*time.Millisecond {
-				t.Fatalf("second retry came after %v, want >= 300ms (exponential)", gap)
-			}
-		})
-	}
+	inboxtest.EachBatch(t, func(t *testing.T, batch int) {
+		db := inboxtest.DB(t)
+		var mu sync.Mutex
+		var attempts []time.Time
+		c := inboxtest.Made(inbox.Config{Name: "inventory", DB: db.DB, Log: quiet,
+			Backoff: retry.Backoff{Base: 300 * time.Millisecond, Cap: time.Second}},
+			inboxtest.OnCreated(func(ctx context.Context, tx *sqlx.Tx, e events.Envelope) error {
+				mu.Lock()
+				attempts = append(attempts, time.Now())
+				n := len(attempts)
+				mu.Unlock()
+				if n <= 2 {
+					return fmt.Errorf("simulated: %w", inboxtest.ErrLockWait)
+				}
+				return inboxtest.Increment(ctx, tx, e)
+			}), nil)
+		f := inboxtest.ConsumeBatch(t, c.HandleBatch, 0, batch)
+		f.Publish(t, inboxtest.Message(inboxtest.Event(events.OrderCreated)))
+		inboxtest.WaitFor(t, "the third attempt to commit", func() bool { return inboxtest.Effects(t, db.DB) == 1 })
+		mu.Lock()
+		defer mu.Unlock()
+		if len(attempts) != 3 {
+			t.Fatalf("attempts = %d, want 3", len(attempts))
+		}
+		// Backoff base 300ms: the n-th wait is at least half its bound
+		// min(cap, base*2^(n-1)) (equal jitter, pkg/base/retry).
+		if gap := attempts[1].Sub(attempts[0]); gap < 150*time.Millisecond {
+			t.Fatalf("first retry came after %v, want >= 150ms (a delayed retry, not an instant requeue)", gap)
+		}
+		if gap := attempts[2].Sub(attempts[1]); gap < 300*time.Millisecond {
+			t.Fatalf("second retry came after %v, want >= 300ms (exponential)", gap)
+		}
+	})
 }

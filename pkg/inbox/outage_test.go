@@ -27,34 +27,31 @@ import (
 // once or is a recorded dead letter: none was dropped on the way.
 func TestDatabaseOutageLosesNoMessage(t *testing.T) {
 	t.Parallel()
-	for _, batch := range inboxtest.Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			t.Parallel()
-			db := inboxtest.DB(t)
-			account := inboxtest.NewAccount(t, db)
-			const n, maxAttempts = 10, 3
-			c := inboxtest.Made(inbox.Config{Name: "inventory", DB: account.DB, Log: quiet, MaxAttempts: maxAttempts,
-				Backoff: retry.Backoff{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond}},
-				inboxtest.OnCreated(inboxtest.Increment), nil)
-			calls := &handled{n: map[string]int{}}
-			account.Lock(t)
-			b := inboxtest.ConsumeBatch(t, calls.countBatch(c.HandleBatch), 0, batch)
-			b.ConsumeDead(t, calls.count(c.HandleBrokerDeadLetter))
-			ids := make([]string, n)
-			for i := range ids {
-				e := inboxtest.Event(events.OrderCreated)
-				ids[i] = e.EventID
-				b.Publish(t, inboxtest.Message(e))
-			}
-			calls.outlast(t, ids, maxAttempts+2)
-			account.Unlock(t)
+	inboxtest.EachBatch(t, func(t *testing.T, batch int) {
+		db := inboxtest.DB(t)
+		account := inboxtest.NewAccount(t, db)
+		const n, maxAttempts = 10, 3
+		c := inboxtest.Made(inbox.Config{Name: "inventory", DB: account.DB, Log: quiet, MaxAttempts: maxAttempts,
+			Backoff: retry.Backoff{Base: 20 * time.Millisecond, Cap: 100 * time.Millisecond}},
+			inboxtest.OnCreated(inboxtest.Increment), nil)
+		calls := &handled{n: map[string]int{}}
+		account.Lock(t)
+		b := inboxtest.ConsumeBatch(t, calls.countBatch(c.HandleBatch), 0, batch)
+		b.ConsumeDead(t, calls.count(c.HandleBrokerDeadLetter))
+		ids := make([]string, n)
+		for i := range ids {
+			e := inboxtest.Event(events.OrderCreated)
+			ids[i] = e.EventID
+			b.Publish(t, inboxtest.Message(e))
+		}
+		calls.outlast(t, ids, maxAttempts+2)
+		account.Unlock(t)
 
-			settled(t, db, "inventory", ids)
-			if got := inboxtest.Effects(t, db.DB); got != countApplied(t, db, ids) {
-				t.Fatalf("effects = %d, want one per applied event (%d)", got, countApplied(t, db, ids))
-			}
-		})
-	}
+		settled(t, db, "inventory", ids)
+		if got := inboxtest.Effects(t, db.DB); got != countApplied(t, db, ids) {
+			t.Fatalf("effects = %d, want one per applied event (%d)", got, countApplied(t, db, ids))
+		}
+	})
 }
 
 // The broker dead-letters a message itself when the quorum queue's

@@ -3,11 +3,6 @@ package outbox_test
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/relmsg/ordersaga/pkg/base/events"
-	"github.com/relmsg/ordersaga/pkg/base/retry"
-	"github.com/relmsg/ordersaga/pkg/outbox"
 )
 
 // A's lease expires while its publish is stalled; recovery hands the row
@@ -18,24 +13,18 @@ import (
 // alone does not tell A's claim from B's; only the token does.
 func TestOldClaimantCannotMarkWhileTheNewOneHolds(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	ctx := context.Background()
-	ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
-
-	a := stall(ctx, f.dispatcher(outbox.Config{Lease: 300 * time.Millisecond}))
-	// A's renewer still runs while it is stalled in its publish.
-	b := f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
-	expireAndRecover(t, f.db, b, ids[0])
+	f, id, a, b := stalledClaim(t) // A's renewer still runs while it is stalled in its publish
+	expireAndRecover(t, f.db, b, id)
 	waitDue(t, f.db.DB)
 
-	stalledB := stall(ctx, b)
-	claimB := readRows(t, f.db.DB)[ids[0]]
+	stalledB := stall(context.Background(), b)
+	claimB := readRows(t, f.db.DB)[id]
 	if claimB.Status != "sending" || claimB.ClaimToken == nil {
 		t.Fatalf("B's claim: %+v, want 'sending' under a token", claimB)
 	}
 
 	resA := a.release(t) // A believes its publish was confirmed
-	got := readRows(t, f.db.DB)[ids[0]]
+	got := readRows(t, f.db.DB)[id]
 	if resA.Sent != 0 || resA.Lost != 1 {
 		t.Errorf("A: %+v, want 0 sent and 1 lost: its mark-sent must affect 0 rows", resA)
 	}
@@ -47,7 +36,7 @@ func TestOldClaimantCannotMarkWhileTheNewOneHolds(t *testing.T) {
 	if resB := stalledB.release(t); resB.Sent != 1 || resB.Lost != 0 {
 		t.Fatalf("B: %+v, want its own claim marked sent", resB)
 	}
-	if r := readRows(t, f.db.DB)[ids[0]]; r.Status != "sent" || r.ClaimToken != nil {
+	if r := readRows(t, f.db.DB)[id]; r.Status != "sent" || r.ClaimToken != nil {
 		t.Fatalf("row after B: %+v, want sent", r)
 	}
 }

@@ -434,6 +434,18 @@ type stalledDispatch struct {
 	done chan error
 }
 
+// stalledClaim is a fixture with one event that dispatcher a (a 300 ms
+// lease) has claimed and is stalled publishing, and b (retries at once), the
+// dispatcher that is to take the row over once a's lease has expired.
+func stalledClaim(t *testing.T) (f *fixture, id string, a *stalledDispatch, b *outbox.Dispatcher) {
+	t.Helper()
+	f = newFixture(t)
+	id = addEvents(t, f.db.DB, events.OrderCreated, 1)[0]
+	a = stall(context.Background(), f.dispatcher(outbox.Config{Lease: 300 * time.Millisecond}))
+	b = f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
+	return f, id, a, b
+}
+
 // stall starts d.DispatchOnce and returns once it is publishing.
 func stall(ctx context.Context, d *outbox.Dispatcher) *stalledDispatch {
 	s := &stalledDispatch{pub: &fakePublisher{entered: make(chan struct{}), release: make(chan struct{})}, done: make(chan error)}
@@ -611,27 +623,23 @@ func TestConcurrentDispatchersNeverOverlap(t *testing.T) {
 // then tries to mark with its old token and changes nothing.
 func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f, id, a, b := stalledClaim(t)
 	ctx := context.Background()
-	ids := addEvents(t, f.db.DB, events.OrderCreated, 1)
-
-	a := stall(ctx, f.dispatcher(outbox.Config{Lease: 300 * time.Millisecond}))
 	var tokenA string
-	if err := f.db.Get(&tokenA, "SELECT claim_token FROM outbox_events WHERE event_id = ?", ids[0]); err != nil {
+	if err := f.db.Get(&tokenA, "SELECT claim_token FROM outbox_events WHERE event_id = ?", id); err != nil {
 		t.Fatal(err)
 	}
 	// A's publish is slow but alive: it renews its lease, so recovery must
 	// leave the row alone for now.
 	testutil.WaitFor(t, 10*time.Second, "A to renew its lease", func() bool {
 		var renewed bool
-		_ = f.db.Get(&renewed, "SELECT lease_until > TIMESTAMPADD(MICROSECOND, 250000, NOW(6)) FROM outbox_events WHERE event_id = ?", ids[0])
+		_ = f.db.Get(&renewed, "SELECT lease_until > TIMESTAMPADD(MICROSECOND, 250000, NOW(6)) FROM outbox_events WHERE event_id = ?", id)
 		return renewed
 	})
 	// Now A stalls outside the publish (the failpoint case): simulate by
 	// expiring its lease in the table, as time would.
-	b := f.dispatcher(outbox.Config{Backoff: retry.Backoff{Base: time.Millisecond, Cap: time.Millisecond}})
-	expireAndRecover(t, f.db, b, ids[0])
-	if r := readRows(t, f.db.DB)[ids[0]]; r.Status != "pending" || r.ClaimToken != nil || r.LeaseUntil != nil {
+	expireAndRecover(t, f.db, b, id)
+	if r := readRows(t, f.db.DB)[id]; r.Status != "pending" || r.ClaimToken != nil || r.LeaseUntil != nil {
 		t.Fatalf("after recovery: %+v, want pending without token or lease", r)
 	}
 	waitDue(t, f.db.DB) // the expired claim was a failed attempt: its backoff first
@@ -639,13 +647,13 @@ func TestExpiredLeaseIsRecoveredAndOldClaimantCannotMark(t *testing.T) {
 	if err != nil || resB.Sent != 1 {
 		t.Fatalf("B: %+v, %v; want 1 sent", resB, err)
 	}
-	rowB := readRows(t, f.db.DB)[ids[0]]
+	rowB := readRows(t, f.db.DB)[id]
 
 	aRes := a.release(t) // A wakes up believing its publish was confirmed
 	if aRes.Sent != 0 || aRes.Lost != 1 {
 		t.Fatalf("A: %+v, want 0 sent and 1 lost (its mark-sent must affect 0 rows)", aRes)
 	}
-	rowAfter := readRows(t, f.db.DB)[ids[0]]
+	rowAfter := readRows(t, f.db.DB)[id]
 	if rowAfter.Status != "sent" || rowAfter.Attempts != 2 || !rowAfter.SentAt.Equal(*rowB.SentAt) {
 		t.Fatalf("row after A resumed = %+v, want B's state untouched (sent at %v, 2 attempts)", rowAfter, rowB.SentAt)
 	}

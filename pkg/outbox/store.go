@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -53,7 +52,7 @@ SET status = 'sending', claim_token = ?, claimed_by = NULLIF(?, ''),
     lease_until = TIMESTAMPADD(MICROSECOND, ?, NOW(6)),
     attempts = attempts + 1, total_attempts = total_attempts + 1,
     first_attempt_at = COALESCE(first_attempt_at, NOW(6))
-WHERE event_id IN (%s) AND status = 'pending'`
+WHERE event_id IN (?) AND status = 'pending'`
 
 	token = uuid.NewString()
 	err = sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
@@ -64,12 +63,11 @@ WHERE event_id IN (%s) AND status = 'pending'`
 		if len(rows) == 0 {
 			return nil
 		}
-		ids := make([]any, 0, len(rows)+2)
-		ids = append(ids, token, instance.ID(ctx), lease.Microseconds())
-		for _, r := range rows {
-			ids = append(ids, r.EventID)
+		ids := make([]string, len(rows))
+		for i, r := range rows {
+			ids[i] = r.EventID
 		}
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(qUpdate, placeholders(len(rows))), ids...)
+		res, err := sqldb.ExecIn(ctx, tx, qUpdate, token, instance.ID(ctx), lease.Microseconds(), ids)
 		if err != nil {
 			return fmt.Errorf("mark claimed: %w", err)
 		}
@@ -94,13 +92,8 @@ WHERE event_id IN (%s) AND status = 'pending'`
 func markSent(ctx context.Context, db sqlx.ExecerContext, token string, ids []string) (int64, error) {
 	const q = `UPDATE outbox_events
 SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL
-WHERE event_id IN (%s) AND status = 'sending' AND claim_token = ?`
-	args := make([]any, 0, len(ids)+1)
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	args = append(args, token)
-	res, err := db.ExecContext(ctx, fmt.Sprintf(q, placeholders(len(ids))), args...)
+WHERE event_id IN (?) AND status = 'sending' AND claim_token = ?`
+	res, err := sqldb.ExecIn(ctx, db, q, ids, token)
 	if err != nil {
 		return 0, fmt.Errorf("mark sent: %w", err)
 	}
@@ -137,14 +130,8 @@ WHERE event_id = ? AND status = 'sending' AND claim_token = ?`
 func renewLease(ctx context.Context, db sqlx.ExecerContext, token string, ids []string, lease time.Duration) (int64, error) {
 	const q = `UPDATE outbox_events
 SET lease_until = TIMESTAMPADD(MICROSECOND, ?, NOW(6))
-WHERE event_id IN (%s) AND status = 'sending' AND claim_token = ?`
-	args := make([]any, 0, len(ids)+2)
-	args = append(args, lease.Microseconds())
-	for _, id := range ids {
-		args = append(args, id)
-	}
-	args = append(args, token)
-	res, err := db.ExecContext(ctx, fmt.Sprintf(q, placeholders(len(ids))), args...)
+WHERE event_id IN (?) AND status = 'sending' AND claim_token = ?`
+	res, err := sqldb.ExecIn(ctx, db, q, lease.Microseconds(), ids, token)
 	if err != nil {
 		return 0, fmt.Errorf("renew lease: %w", err)
 	}
@@ -181,11 +168,4 @@ func anyDue(ctx context.Context, db sqlx.QueryerContext) (bool, error) {
 		return false, fmt.Errorf("poll outbox: %w", err)
 	}
 	return due, nil
-}
-
-func placeholders(n int) string {
-	if n <= 0 {
-		return ""
-	}
-	return strings.Repeat("?, ", n-1) + "?"
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/aids/wrongway"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 )
 
 // The wrong way of this package, for the lab's lease-expiry experiment
@@ -22,12 +23,8 @@ var wrongWays = []wrongway.Alt[markFunc]{{Switch: wrongway.MarkSentWithoutToken,
 func markSentIgnoringClaim(ctx context.Context, db sqlx.ExecerContext, _ string, ids []string) (int64, error) {
 	const q = `UPDATE outbox_events
 SET status = 'sent', sent_at = NOW(6), claim_token = NULL, lease_until = NULL
-WHERE event_id IN (%s)`
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	res, err := db.ExecContext(ctx, fmt.Sprintf(q, placeholders(len(ids))), args...)
+WHERE event_id IN (?)`
+	res, err := sqldb.ExecIn(ctx, db, q, ids)
 	if err != nil {
 		return 0, fmt.Errorf("mark sent: %w", err)
 	}

@@ -232,25 +232,21 @@ func (r *Registry) Armed() []Status {
 // release opens the gate of a paused point, for the admin API (code holds the
 // Gate itself). It reports the point's status and whether it is armed; only
 // a pause point is released.
-func (r *Registry) release(name string) (Status, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	p, ok := r.points[name]
-	if !ok {
-		return Status{}, false
-	}
-	if p.gate != nil {
-		p.gate.Release()
-	}
-	return r.statusLocked(name, p), true
-}
+func (r *Registry) release(name string) (Status, bool) { return r.lookup(name, true) }
 
-func (r *Registry) status(name string) (Status, bool) {
+func (r *Registry) status(name string) (Status, bool) { return r.lookup(name, false) }
+
+// lookup is the status of an armed point, read under the lock; with
+// release, a pause point's gate is opened first.
+func (r *Registry) lookup(name string, release bool) (Status, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.points[name]
 	if !ok {
 		return Status{}, false
+	}
+	if release && p.gate != nil {
+		p.gate.Release()
 	}
 	return r.statusLocked(name, p), true
 }

@@ -30,9 +30,9 @@ func (r *Registry) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", e.Handle(r.handleList))
 	mux.HandleFunc("DELETE /{$}", e.Handle(r.handleDisableAll))
-	mux.HandleFunc("PUT /{name}", e.Handle(r.handleArm))
-	mux.HandleFunc("DELETE /{name}", e.Handle(r.handleDisable))
-	mux.HandleFunc("POST /{name}/release", e.Handle(r.handleRelease))
+	mux.HandleFunc("PUT /{name}", e.Handle(known(r.handleArm)))
+	mux.HandleFunc("DELETE /{name}", e.Handle(known(r.handleDisable)))
+	mux.HandleFunc("POST /{name}/release", e.Handle(known(r.handleRelease)))
 	// JSON answers for the rest too, instead of ServeMux's plain text.
 	mux.HandleFunc("/{$}", e.Handle(methodNotAllowed("GET, DELETE")))
 	mux.HandleFunc("/{name}", e.Handle(methodNotAllowed("PUT, DELETE")))
@@ -70,16 +70,23 @@ func (r *Registry) handleList(w http.ResponseWriter, req *http.Request) error {
 	return nil
 }
 
+// known hands h the failpoint named in the path; an unknown name is a 404.
+func known(h func(w http.ResponseWriter, req *http.Request, name string) error) web.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) error {
+		name := req.PathValue("name")
+		if err := checkKnown(name); err != nil {
+			return web.Errorf(http.StatusNotFound, "%v", err)
+		}
+		return h(w, req, name)
+	}
+}
+
 type armRequest struct {
 	Action string `json:"action"`
 	Count  int    `json:"count"` // 0 or absent: every hit
 }
 
-func (r *Registry) handleArm(w http.ResponseWriter, req *http.Request) error {
-	name := req.PathValue("name")
-	if err := checkKnown(name); err != nil {
-		return web.Errorf(http.StatusNotFound, "%v", err)
-	}
+func (r *Registry) handleArm(w http.ResponseWriter, req *http.Request, name string) error {
 	var body armRequest
 	if err := web.DecodeJSON(w, req, maxBody, &body); err != nil {
 		return err
@@ -97,11 +104,7 @@ func (r *Registry) handleArm(w http.ResponseWriter, req *http.Request) error {
 	return nil
 }
 
-func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error {
-	name := req.PathValue("name")
-	if err := checkKnown(name); err != nil {
-		return web.Errorf(http.StatusNotFound, "%v", err)
-	}
+func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request, name string) error {
 	st, ok := r.release(name)
 	switch {
 	case !ok:
@@ -113,11 +116,7 @@ func (r *Registry) handleRelease(w http.ResponseWriter, req *http.Request) error
 	return nil
 }
 
-func (r *Registry) handleDisable(w http.ResponseWriter, req *http.Request) error {
-	name := req.PathValue("name")
-	if err := checkKnown(name); err != nil {
-		return web.Errorf(http.StatusNotFound, "%v", err)
-	}
+func (r *Registry) handleDisable(w http.ResponseWriter, req *http.Request, name string) error {
 	r.Disable(name)
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -16,4 +17,14 @@ func SelectIn(ctx context.Context, db sqlx.QueryerContext, dest any, query strin
 		return err
 	}
 	return sqlx.SelectContext(ctx, db, dest, query, args...)
+}
+
+// ExecIn is ExecContext for a statement with an IN (?) list, expanded as
+// SelectIn does.
+func ExecIn(ctx context.Context, db sqlx.ExecerContext, query string, args ...any) (sql.Result, error) {
+	query, args, err := sqlx.In(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return db.ExecContext(ctx, query, args...)
 }

@@ -120,61 +120,45 @@ var fastRetry = retry.Backoff{Base: time.Millisecond, Cap: 5 * time.Millisecond}
 // The session is killed in the middle of the transaction: the next
 // statement fails on the broken connection, before COMMIT, so nothing was
 // committed and the whole transaction runs again on a new connection. The
-// change is made once.
-func TestWithTxRetryRunsAgainAfterAKilledSession(t *testing.T) {
+// change is made once. db-kill in the chaos run KILLs every session of a
+// service while they work: a use case may meet more dead connections in a
+// row than it has attempts (a cancel answered 500 that way), so the session
+// also dies five times running and the sixth attempt, on a live one, makes
+// the change once.
+func TestWithTxRetryRunsAgainAfterKilledSessions(t *testing.T) {
 	t.Parallel()
-	db := sqldbtest.New(t, "inventory")
-	ctx := context.Background()
-	attempts := 0
-	err := sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Backoff: fastRetry}, func(tx *sqlx.Tx) error {
-		attempts++
-		if _, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-1'"); err != nil {
-			return err
-		}
-		if attempts == 1 {
-			if err := db.KillSession(ctx, tx); err != nil {
+	for _, c := range []struct {
+		name  string
+		kills int // attempts whose session is killed
+	}{
+		{"one killed session", 1},
+		{"more dead connections than attempts", 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			db := sqldbtest.New(t, "inventory")
+			ctx := context.Background()
+			attempts := 0
+			err := sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Backoff: fastRetry}, func(tx *sqlx.Tx) error {
+				attempts++
+				if _, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-1'"); err != nil {
+					return err
+				}
+				if attempts <= c.kills {
+					if err := db.KillSession(ctx, tx); err != nil {
+						return err
+					}
+				}
+				_, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-2'")
 				return err
+			})
+			if err != nil || attempts != c.kills+1 {
+				t.Fatalf("WithTxRetry = %v after %d attempts, want success on attempt %d", err, attempts, c.kills+1)
 			}
-		}
-		_, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-2'")
-		return err
-	})
-	if err != nil || attempts != 2 {
-		t.Fatalf("WithTxRetry = %v after %d attempts, want success on the second", err, attempts)
-	}
-	if a, b := onHand(t, db, "SKU-1"), onHand(t, db, "SKU-2"); a != 99 || b != 499 {
-		t.Fatalf("on_hand = %d and %d, want 99 and 499 (each change once)", a, b)
-	}
-}
-
-// db-kill in the chaos run KILLs every session of a service while they
-// work: a use case may meet more dead connections in a row than it has
-// attempts (a cancel answered 500 that way). Here the session dies under
-// the transaction five times running; the sixth runs on a live one, and
-// the change is made once.
-func TestWithTxRetryGetsPastMoreDeadConnectionsThanAttempts(t *testing.T) {
-	t.Parallel()
-	db := sqldbtest.New(t, "inventory")
-	ctx := context.Background()
-	attempts := 0
-	err := sqldb.WithTxRetry(ctx, db.DB, sqldb.TxRetry{Backoff: fastRetry}, func(tx *sqlx.Tx) error {
-		attempts++
-		if _, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-1'"); err != nil {
-			return err
-		}
-		if attempts <= 5 {
-			if err := db.KillSession(ctx, tx); err != nil {
-				return err
+			if a, b := onHand(t, db, "SKU-1"), onHand(t, db, "SKU-2"); a != 99 || b != 499 {
+				t.Fatalf("on_hand = %d and %d, want 99 and 499 (each change once)", a, b)
 			}
-		}
-		_, err := tx.ExecContext(ctx, "UPDATE stock SET on_hand = on_hand - 1 WHERE sku = 'SKU-2'")
-		return err
-	})
-	if err != nil || attempts != 6 {
-		t.Fatalf("WithTxRetry = %v after %d attempts, want success on the sixth", err, attempts)
-	}
-	if a, b := onHand(t, db, "SKU-1"), onHand(t, db, "SKU-2"); a != 99 || b != 499 {
-		t.Fatalf("on_hand = %d and %d, want 99 and 499 (each change once)", a, b)
+		})
 	}
 }
 

@@ -110,20 +110,38 @@ func (c *checker) value(tok json.Token, t reflect.Type, at string) error {
 	return nil
 }
 
-func (c *checker) object(t reflect.Type, at string) error {
+// enter counts one more level of nesting: deeper than MaxDepth is a 400.
+func (c *checker) enter() error {
 	if c.depth++; c.depth > MaxDepth {
 		return Problemf(http.StatusBadRequest, TypeMalformedJSON, "body nested deeper than %d levels", MaxDepth)
+	}
+	return nil
+}
+
+// member reads the next token of the object or array being checked; at its
+// closing delimiter end it leaves the level and reports done.
+func (c *checker) member(end json.Delim) (tok json.Token, done bool, err error) {
+	tok, err = c.dec.Token()
+	if err != nil {
+		return nil, false, syntaxProblem(err)
+	}
+	if d, ok := tok.(json.Delim); ok && d == end {
+		c.depth--
+		return nil, true, nil
+	}
+	return tok, false, nil
+}
+
+func (c *checker) object(t reflect.Type, at string) error {
+	if err := c.enter(); err != nil {
+		return err
 	}
 	fields := fieldsOf(t)
 	seen := map[string]string{} // lower case -> the key as sent
 	for {
-		tok, err := c.dec.Token()
-		if err != nil {
-			return syntaxProblem(err)
-		}
-		if d, ok := tok.(json.Delim); ok && d == '}' {
-			c.depth--
-			return nil
+		tok, done, err := c.member('}')
+		if err != nil || done {
+			return err
 		}
 		key := tok.(string) // the decoder guarantees a string key here
 		where := join(at, key)
@@ -155,21 +173,17 @@ func (c *checker) object(t reflect.Type, at string) error {
 }
 
 func (c *checker) array(t reflect.Type, at string) error {
-	if c.depth++; c.depth > MaxDepth {
-		return Problemf(http.StatusBadRequest, TypeMalformedJSON, "body nested deeper than %d levels", MaxDepth)
+	if err := c.enter(); err != nil {
+		return err
 	}
 	var et reflect.Type
 	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 		et = t.Elem()
 	}
 	for i := 0; ; i++ {
-		tok, err := c.dec.Token()
-		if err != nil {
-			return syntaxProblem(err)
-		}
-		if d, ok := tok.(json.Delim); ok && d == ']' {
-			c.depth--
-			return nil
+		tok, done, err := c.member(']')
+		if err != nil || done {
+			return err
 		}
 		if err := c.value(tok, et, fmt.Sprintf("%s[%d]", at, i)); err != nil {
 			return err

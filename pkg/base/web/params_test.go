@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 )
 
@@ -45,6 +46,21 @@ func TestLimit(t *testing.T) {
 		var we *Error
 		if !errors.As(err, &we) || we.Status != http.StatusBadRequest || we.Message != c.err {
 			t.Errorf("Limit(%q) error = %v, want 400 %q", c.query, err, c.err)
+		}
+	}
+}
+
+func TestQueryList(t *testing.T) {
+	for query, want := range map[string][]string{
+		"":                   nil,
+		"id=":                nil,
+		"id=a":               {"a"},
+		"id=a,%20b%20,,c":    {"a", "b", "c"},
+		"other=a&id=%20,%20": nil,
+	} {
+		got := QueryList(httptest.NewRequest(http.MethodGet, "/x?"+query, nil), "id")
+		if !slices.Equal(got, want) {
+			t.Errorf("QueryList(?%s) = %q, want %q", query, got, want)
 		}
 	}
 }

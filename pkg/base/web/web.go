@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -81,6 +82,18 @@ func Limit(r *http.Request, def, most int) (int, error) {
 		return 0, Errorf(http.StatusBadRequest, "limit must be between 1 and %d", most)
 	}
 	return n, nil
+}
+
+// QueryList reads a query parameter that lists values separated by commas
+// (?event_id=a,b), blanks around the commas ignored; nil when none is given.
+func QueryList(r *http.Request, name string) []string {
+	var out []string
+	for _, v := range strings.Split(r.URL.Query().Get(name), ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 type observerKey struct{}

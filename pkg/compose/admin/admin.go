@@ -117,7 +117,7 @@ func (h *Handler) outboxRetry(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) inboxRows(w http.ResponseWriter, r *http.Request) error {
-	ids := splitList(r.URL.Query().Get("event_id"))
+	ids := web.QueryList(r, "event_id")
 	if len(ids) == 0 || len(ids) > 200 {
 		return web.Errorf(http.StatusBadRequest, "give 1 to 200 comma-separated event_id values")
 	}
@@ -229,16 +229,6 @@ func (h *Handler) correct(w http.ResponseWriter, r *http.Request) error {
 	}
 	web.WriteJSON(w, http.StatusOK, res)
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // parkedEvents lists parked delta events: ?state=waiting (not applied yet,

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -91,12 +90,7 @@ func (j *Journal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		web.WriteProblem(w, r, web.Errorf(http.StatusMethodNotAllowed, "method %s not allowed here (allowed: GET)", r.Method))
 		return
 	}
-	var ids []string
-	for _, v := range strings.Split(r.URL.Query().Get("id"), ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			ids = append(ids, v)
-		}
-	}
+	ids := web.QueryList(r, "id")
 	if len(ids) == 0 {
 		web.WriteProblem(w, r, web.Errorf(http.StatusBadRequest, "id is required: an event_id, order_id or claim_token"))
 		return

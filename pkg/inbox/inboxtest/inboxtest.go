@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -200,9 +201,31 @@ func Consume(t testing.TB, h rabbit.Handler, workers int) *Broker {
 	}, workers, 1)
 }
 
+// Incrementing is the common setting of a test: a database (DB) and a
+// consume loop on a queue of its own of consumer "inventory", which applies
+// each event as one Increment; reg holds the consumer's metrics.
+func Incrementing(t testing.TB) (db *sqldbtest.DB, reg *prometheus.Registry, b *Broker) {
+	t.Helper()
+	db = DB(t)
+	c, reg := Metered(db.DB, "inventory", Increment)
+	return db, reg, Consume(t, c.Handle, 0)
+}
+
 // Batches are the CONSUMER_BATCH values the consumer tests run at: 1, the
 // chapter's one transaction per message, and 16, the default.
 var Batches = []int{1, 16}
+
+// EachBatch runs test at each of Batches, as parallel subtests named
+// batch=N: the chapter's path and the batched one must pass the same checks.
+func EachBatch(t *testing.T, test func(t *testing.T, batch int)) {
+	t.Helper()
+	for _, batch := range Batches {
+		t.Run("batch="+strconv.Itoa(batch), func(t *testing.T) {
+			t.Parallel()
+			test(t, batch)
+		})
+	}
+}
 
 // ConsumeBatch is Consume with a batch handler (the consumer's HandleBatch)
 // taking up to batch deliveries at once.

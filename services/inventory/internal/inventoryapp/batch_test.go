@@ -39,53 +39,50 @@ func (f *fixture) handleInBatches(t *testing.T, batch int, es ...events.Envelope
 // the same as one message at a time.
 func TestSagaEventsInBatches(t *testing.T) {
 	t.Parallel()
-	for _, batch := range inboxtest.Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			t.Parallel()
-			f := setup(t)
-			f.handleInBatches(t, batch,
-				created(t, 10, item("SKU-1", 2), item("SKU-3", 1)),
-				created(t, 11, item("SKU-LIMITED", 1), item("SKU-2", 1)),
-				created(t, 12, item("SKU-LIMITED", 1)),
-				created(t, 13, item("SKU-1", 1)),
-			)
-			f.wantStock(t, map[string][2]int64{"SKU-1": {0, 3}, "SKU-2": {0, 1}, "SKU-3": {0, 1}, "SKU-LIMITED": {0, 1}})
-			f.handleInBatches(t, batch,
-				confirmed(t, 10),
-				cancelled(t, 11),
-				cancelled(t, 13),
-				created(t, 14, item("SKU-2", 3), item("SKU-4", 2)),
-			)
-			f.wantStock(t, map[string][2]int64{"SKU-1": {-2, 0}, "SKU-3": {-1, 0}, "SKU-2": {0, 3}, "SKU-4": {0, 2}})
+	inboxtest.EachBatch(t, func(t *testing.T, batch int) {
+		f := setup(t)
+		f.handleInBatches(t, batch,
+			created(t, 10, item("SKU-1", 2), item("SKU-3", 1)),
+			created(t, 11, item("SKU-LIMITED", 1), item("SKU-2", 1)),
+			created(t, 12, item("SKU-LIMITED", 1)),
+			created(t, 13, item("SKU-1", 1)),
+		)
+		f.wantStock(t, map[string][2]int64{"SKU-1": {0, 3}, "SKU-2": {0, 1}, "SKU-3": {0, 1}, "SKU-LIMITED": {0, 1}})
+		f.handleInBatches(t, batch,
+			confirmed(t, 10),
+			cancelled(t, 11),
+			cancelled(t, 13),
+			created(t, 14, item("SKU-2", 3), item("SKU-4", 2)),
+		)
+		f.wantStock(t, map[string][2]int64{"SKU-1": {-2, 0}, "SKU-3": {-1, 0}, "SKU-2": {0, 3}, "SKU-4": {0, 2}})
 
-			want := map[uint64]struct {
-				status inventory.Status
-				events []string
-			}{
-				10: {inventory.Committed, []string{events.InventoryReserved}},
-				11: {inventory.Released, []string{events.InventoryReserved}},
-				12: {inventory.Rejected, []string{events.InventoryRejected}},
-				13: {inventory.Released, []string{events.InventoryReserved}},
-				14: {inventory.Reserved, []string{events.InventoryReserved}},
+		want := map[uint64]struct {
+			status inventory.Status
+			events []string
+		}{
+			10: {inventory.Committed, []string{events.InventoryReserved}},
+			11: {inventory.Released, []string{events.InventoryReserved}},
+			12: {inventory.Rejected, []string{events.InventoryRejected}},
+			13: {inventory.Released, []string{events.InventoryReserved}},
+			14: {inventory.Reserved, []string{events.InventoryReserved}},
+		}
+		for id, w := range want {
+			f.wantStatus(t, id, w.status)
+			var got []string
+			for _, row := range f.outbox(t, id) {
+				got = append(got, row.Type)
 			}
-			for id, w := range want {
-				f.wantStatus(t, id, w.status)
-				var got []string
-				for _, row := range f.outbox(t, id) {
-					got = append(got, row.Type)
-				}
-				if fmt.Sprint(got) != fmt.Sprint(w.events) {
-					t.Errorf("order %d: events %v, want %v", id, got, w.events)
-				}
+			if fmt.Sprint(got) != fmt.Sprint(w.events) {
+				t.Errorf("order %d: events %v, want %v", id, got, w.events)
 			}
-			if n := f.count(t, `SELECT COUNT(*) FROM consumer_inbox WHERE consumer_name = 'inventory'`); n != 8 {
-				t.Errorf("inbox rows = %d, want 8 (one per event)", n)
-			}
-			batches := inboxtest.Counter(t, f.reg, "consumer_batches_total", "inventory")
-			fallbacks := inboxtest.Counter(t, f.reg, "consumer_batch_fallbacks_total", "inventory")
-			if want := map[int][2]float64{1: {0, 0}, 16: {1, 1}}[batch]; [2]float64{batches, fallbacks} != want {
-				t.Errorf("batches committed %v, rolled back %v; want %v", batches, fallbacks, want)
-			}
-		})
-	}
+		}
+		if n := f.count(t, `SELECT COUNT(*) FROM consumer_inbox WHERE consumer_name = 'inventory'`); n != 8 {
+			t.Errorf("inbox rows = %d, want 8 (one per event)", n)
+		}
+		batches := inboxtest.Counter(t, f.reg, "consumer_batches_total", "inventory")
+		fallbacks := inboxtest.Counter(t, f.reg, "consumer_batch_fallbacks_total", "inventory")
+		if want := map[int][2]float64{1: {0, 0}, 16: {1, 1}}[batch]; [2]float64{batches, fallbacks} != want {
+			t.Errorf("batches committed %v, rolled back %v; want %v", batches, fallbacks, want)
+		}
+	})
 }

@@ -23,51 +23,48 @@ import (
 // as one message at a time would leave it, with its events once.
 func TestResultsInBatches(t *testing.T) {
 	t.Parallel()
-	for _, batch := range inboxtest.Batches {
-		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
-			t.Parallel()
-			f := newFixture(t)
-			reg := prometheus.NewRegistry()
-			f.cons = newConsumer(f.db, f.app, reg)
-			os := f.createOrders(t, 4)
-			succeeded := func(o order.Order) events.Envelope {
-				return envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID,
-					AmountCents: o.TotalCents, Currency: "EUR", ChargeID: fmt.Sprint("ch_", o.ID)})
-			}
-			unknown := envelope(t, events.InventoryRejected, 999, events.InventoryRejectedV1{OrderID: 999})
-			f.handleInBatches(t, batch, []events.Envelope{reserved(t, os[0]), reserved(t, os[1]), unknown, reserved(t, os[2]),
-				envelope(t, events.InventoryRejected, os[3].ID, events.InventoryRejectedV1{OrderID: os[3].ID, Reason: "insufficient stock"})})
-			f.handleInBatches(t, batch, []events.Envelope{succeeded(os[0]),
-				envelope(t, events.PaymentFailed, os[1].ID, events.PaymentFailedV1{OrderID: os[1].ID, Reason: "card_declined"}),
-				succeeded(os[2])})
+	inboxtest.EachBatch(t, func(t *testing.T, batch int) {
+		f := newFixture(t)
+		reg := prometheus.NewRegistry()
+		f.cons = newConsumer(f.db, f.app, reg)
+		os := f.createOrders(t, 4)
+		succeeded := func(o order.Order) events.Envelope {
+			return envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID,
+				AmountCents: o.TotalCents, Currency: "EUR", ChargeID: fmt.Sprint("ch_", o.ID)})
+		}
+		unknown := envelope(t, events.InventoryRejected, 999, events.InventoryRejectedV1{OrderID: 999})
+		f.handleInBatches(t, batch, []events.Envelope{reserved(t, os[0]), reserved(t, os[1]), unknown, reserved(t, os[2]),
+			envelope(t, events.InventoryRejected, os[3].ID, events.InventoryRejectedV1{OrderID: os[3].ID, Reason: "insufficient stock"})})
+		f.handleInBatches(t, batch, []events.Envelope{succeeded(os[0]),
+			envelope(t, events.PaymentFailed, os[1].ID, events.PaymentFailedV1{OrderID: os[1].ID, Reason: "card_declined"}),
+			succeeded(os[2])})
 
-			want := []order.Status{order.Confirmed, order.Cancelled, order.Confirmed, order.Rejected}
-			for i, o := range os {
-				if s := f.status(t, o.ID).Status; s != want[i] {
-					t.Errorf("order %d: %s, want %s", o.ID, s, want[i])
-				}
+		want := []order.Status{order.Confirmed, order.Cancelled, order.Confirmed, order.Rejected}
+		for i, o := range os {
+			if s := f.status(t, o.ID).Status; s != want[i] {
+				t.Errorf("order %d: %s, want %s", o.ID, s, want[i])
 			}
-			counts := map[string]int{}
-			for _, r := range f.outbox(t) {
-				counts[r.Type]++
-			}
-			wantCounts := map[string]int{events.OrderCreated: 4, events.OrderConfirmed: 2, events.OrderCancelled: 1}
-			if fmt.Sprint(counts) != fmt.Sprint(wantCounts) {
-				t.Errorf("outbox events %v, want %v", counts, wantCounts)
-			}
-			if n := f.count(t, "consumer_inbox"); n != 7 {
-				t.Errorf("inbox rows = %d, want 7 (every event but the unknown order's)", n)
-			}
-			// At 16 the first take rolls back (the unknown order) and the
-			// second commits as one batch; at 1 every event is alone.
-			wantBatches, wantFallbacks := 0.0, 0.0
-			if batch > 1 {
-				wantBatches, wantFallbacks = 1, 1
-			}
-			inboxtest.WantCounter(t, reg, "consumer_batches_total", orderbindings.ConsumerName, wantBatches)
-			inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName, wantFallbacks)
-		})
-	}
+		}
+		counts := map[string]int{}
+		for _, r := range f.outbox(t) {
+			counts[r.Type]++
+		}
+		wantCounts := map[string]int{events.OrderCreated: 4, events.OrderConfirmed: 2, events.OrderCancelled: 1}
+		if fmt.Sprint(counts) != fmt.Sprint(wantCounts) {
+			t.Errorf("outbox events %v, want %v", counts, wantCounts)
+		}
+		if n := f.count(t, "consumer_inbox"); n != 7 {
+			t.Errorf("inbox rows = %d, want 7 (every event but the unknown order's)", n)
+		}
+		// At 16 the first take rolls back (the unknown order) and the
+		// second commits as one batch; at 1 every event is alone.
+		wantBatches, wantFallbacks := 0.0, 0.0
+		if batch > 1 {
+			wantBatches, wantFallbacks = 1, 1
+		}
+		inboxtest.WantCounter(t, reg, "consumer_batches_total", orderbindings.ConsumerName, wantBatches)
+		inboxtest.WantCounter(t, reg, "consumer_batch_fallbacks_total", orderbindings.ConsumerName, wantFallbacks)
+	})
 }
 
 // handleInBatches hands es to the consumer batch at a time. Every delivery
