@@ -82,6 +82,27 @@ peers=()
 	peers=(bench/peers/watermill)
 }
 
+# The longest packages first: go test starts packages in the order they are
+# listed, and the suite's wall time is at least its longest package's, so
+# that one must not wait for a free slot behind short ones
+# (docs/operations.md, "Tests").
+SLOW_FIRST=(e2e experiments internal/viewer cmd/chaos internal/exercise pkg/rabbit e2e/hostile cmd/supervisor)
+slow_first() {
+	local all first=() rest=() p s
+	mapfile -t all < <(go list ./...) || return 1
+	for s in "${SLOW_FIRST[@]}"; do
+		for p in "${all[@]}"; do [[ $p == "$MODULE/$s" ]] && first+=("$p"); done
+	done
+	for p in "${all[@]}"; do
+		[[ " ${first[*]} " == *" $p "* ]] || rest+=("$p")
+	done
+	printf '%s\n' "${first[@]}" "${rest[@]}"
+}
+if [[ ${pkgs[*]} == ./... ]]; then
+	mapfile -t pkgs < <(slow_first)
+	((${#pkgs[@]})) || die "go list ./... listed no package"
+fi
+
 short=false
 for f in "${flags[@]+"${flags[@]}"}"; do
 	[[ $f == -short || $f == --short || $f == -short=true ]] && short=true
