@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -68,13 +69,7 @@ FROM psp_charges ORDER BY created_at, charge_id`
 // chargeRowsByKey returns the rows of psp_charges with one idempotency key.
 func (p *testPSP) chargeRowsByKey(t *testing.T, key string) []chargeRow {
 	t.Helper()
-	var out []chargeRow
-	for _, r := range p.chargeRows(t) {
-		if r.IdempotencyKey == key {
-			out = append(out, r)
-		}
-	}
-	return out
+	return slices.DeleteFunc(p.chargeRows(t), func(r chargeRow) bool { return r.IdempotencyKey != key })
 }
 
 // refundRows returns every row of psp_refunds, oldest first.
