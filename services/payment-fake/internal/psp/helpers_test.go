@@ -119,6 +119,27 @@ func (p *testPSP) getJSON(t *testing.T, path string, out any) {
 	}
 }
 
+// postTwice sends the same POST twice: the first answer must be 201 (done
+// now), the second 200 (the replay). It returns both, decoded as T, with
+// their headers.
+func postTwice[T any](t *testing.T, p *testPSP, path, body string) (first, replay T, h1, h2 http.Header) {
+	t.Helper()
+	status1, h1, body1 := p.call(t, http.MethodPost, path, body)
+	status2, h2, body2 := p.call(t, http.MethodPost, path, body)
+	if status1 != http.StatusCreated || status2 != http.StatusOK {
+		t.Fatalf("statuses = %d, %d; want 201 then 200 (bodies %s / %s)", status1, status2, body1, body2)
+	}
+	for _, a := range []struct {
+		body string
+		into *T
+	}{{body1, &first}, {body2, &replay}} {
+		if err := json.Unmarshal([]byte(a.body), a.into); err != nil {
+			t.Fatalf("POST %s: %v in %s", path, err, a.body)
+		}
+	}
+	return first, replay, h1, h2
+}
+
 func chargeReq(key string) ChargeRequest {
 	return ChargeRequest{IdempotencyKey: key, OrderRef: "42", CustomerID: "c-1", AmountCents: 1500, Currency: "EUR"}
 }
