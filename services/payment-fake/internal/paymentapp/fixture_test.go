@@ -194,13 +194,23 @@ func (f *fixture) outboxEvent(t *testing.T, orderID uint64, typ events.Type) eve
 	return found[0]
 }
 
+// payment is the order's payment, or fails the test.
 func (f *fixture) payment(t *testing.T, orderID uint64) payment.Payment {
 	t.Helper()
-	p, err := paymentdb.Get(context.Background(), f.db.DB, orderID)
+	return mustRead(t, "payment", orderID, func() (payment.Payment, error) {
+		return paymentdb.Get(context.Background(), f.db.DB, orderID)
+	})
+}
+
+// mustRead returns what read reads of the order (its row named what), or
+// fails the test.
+func mustRead[T any](t *testing.T, what string, orderID uint64, read func() (T, error)) T {
+	t.Helper()
+	v, err := read()
 	if err != nil {
-		t.Fatalf("payment %d: %v", orderID, err)
+		t.Fatalf("%s %d: %v", what, orderID, err)
 	}
-	return p
+	return v
 }
 
 // pspCharges is what the PSP holds for the order: the truth about money.
@@ -297,14 +307,12 @@ func (f *fixture) orderOutbox(t *testing.T, orderID uint64) []outboxRow {
 	return out
 }
 
-// refundRow is the order's refund, or fails the test.
+// refund is the order's refund, or fails the test.
 func (f *fixture) refund(t *testing.T, orderID uint64) payment.Refund {
 	t.Helper()
-	r, err := paymentdb.GetRefund(context.Background(), f.db.DB, orderID)
-	if err != nil {
-		t.Fatalf("refund %d: %v", orderID, err)
-	}
-	return r
+	return mustRead(t, "refund", orderID, func() (payment.Refund, error) {
+		return paymentdb.GetRefund(context.Background(), f.db.DB, orderID)
+	})
 }
 
 // pspRefunds is what the PSP refunded for the order's charges.
