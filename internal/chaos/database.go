@@ -55,22 +55,9 @@ func (m *MySQL) KillSessions(ctx context.Context, service string) (int, error) {
 // information_schema.PROCESSLIST) selects; it returns how many.
 func (m *MySQL) kill(ctx context.Context, where string, args ...any) (int, error) {
 	q := `SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND ` + where
-	rows, err := m.Root.QueryContext(ctx, q, args...)
+	ids, err := column[int64](ctx, m.Root, q, args...)
 	if err != nil {
 		return 0, fmt.Errorf("list the sessions: %w", err)
-	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, err
 	}
 	killed := 0
 	for _, id := range ids {
@@ -190,22 +177,16 @@ func (m *MySQL) LockAccount(ctx context.Context, service string) (string, func(c
 	if err != nil {
 		return "", nil, err
 	}
-	rows, err := m.Root.QueryContext(ctx, `SELECT Host FROM mysql.user WHERE User = ?`, user)
+	hosts, err := column[string](ctx, m.Root, `SELECT Host FROM mysql.user WHERE User = ?`, user)
 	if err != nil {
 		return "", nil, fmt.Errorf("the hosts of %s: %w", user, err)
 	}
-	var accounts []string
-	for rows.Next() {
-		var host string
-		if err := rows.Scan(&host); err != nil {
-			rows.Close()
-			return "", nil, err
-		}
-		accounts = append(accounts, quoteString(user)+"@"+quoteString(host))
+	if len(hosts) == 0 {
+		return "", nil, fmt.Errorf("no account of user %s found in mysql.user", user)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil || len(accounts) == 0 {
-		return "", nil, fmt.Errorf("no account of user %s found in mysql.user: %v", user, err)
+	accounts := make([]string, len(hosts))
+	for i, host := range hosts {
+		accounts[i] = quoteString(user) + "@" + quoteString(host)
 	}
 	alter := func(ctx context.Context, what string) error {
 		var errs []error
@@ -239,20 +220,10 @@ func (m *MySQL) userOf(ctx context.Context, service string) (string, error) {
 	if user == "" && s.Schema != "" {
 		const q = `SELECT DISTINCT USER FROM information_schema.PROCESSLIST
 WHERE DB = ? AND ID <> CONNECTION_ID() AND USER <> SUBSTRING_INDEX(CURRENT_USER(), '@', 1)`
-		var users []string
-		rows, err := m.Root.QueryContext(ctx, q, s.Schema)
+		users, err := column[string](ctx, m.Root, q, s.Schema)
 		if err != nil {
 			return "", fmt.Errorf("the sessions of %s: %w", service, err)
 		}
-		for rows.Next() {
-			var u string
-			if err := rows.Scan(&u); err != nil {
-				rows.Close()
-				return "", err
-			}
-			users = append(users, u)
-		}
-		rows.Close()
 		switch len(users) {
 		case 0:
 			return "", fmt.Errorf("%s has no session on %s but as root, which the run uses itself and cannot lock: db-outage needs the service's own database user (scripts/up.sh and docker compose give each service one; -db-users names it)", service, s.Schema)
@@ -292,4 +263,22 @@ func (m *MySQL) SetReservationStatus(ctx context.Context, orderID, from, to stri
 		return fmt.Errorf("reservation of order %s: %d rows from %s to %s (%v)", orderID, n, from, to, err)
 	}
 	return nil
+}
+
+// column returns the one column q selects, from every row.
+func column[T any](ctx context.Context, db *sql.DB, q string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }

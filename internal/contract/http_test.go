@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/web"
 	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
@@ -52,18 +53,11 @@ func TestChecker(t *testing.T) {
 			}
 			srv := httptest.NewServer(c.Middleware("order")(tt.handler))
 			defer srv.Close()
-			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+			ct := ""
 			if tt.body != "" {
-				req.Header.Set("Content-Type", "application/json")
+				ct = "application/json"
 			}
-			if tt.key != "" {
-				req.Header.Set("Idempotency-Key", tt.key)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
+			testutil.Call(t, tt.method, srv.URL+tt.path, tt.body, "Content-Type", ct, "Idempotency-Key", tt.key)
 			got := strings.Join(c.Violations(), "\n")
 			switch {
 			case tt.want == "" && got != "":

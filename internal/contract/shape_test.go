@@ -27,13 +27,7 @@ func TestTypesMatchTheDocument(t *testing.T) {
 		"Switch": wire.Switch{}, "Health": wire.Health{},
 		"Problem": web.Problem{},
 	} {
-		diffs, err := ShapeMismatches("openapi", schema, reflect.TypeOf(v))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range diffs {
-			t.Errorf("%s: %s", schema, d)
-		}
+		checkShape(t, "openapi", schema, v)
 	}
 }
 
@@ -49,13 +43,20 @@ func TestPayloadsMatchTheDocument(t *testing.T) {
 		"PaymentRefundRequestedV1": events.PaymentRefundRequestedV1{}, "PaymentRefundedV1": events.PaymentRefundedV1{},
 		"Item": events.Item{},
 	} {
-		diffs, err := ShapeMismatches("asyncapi", schema, reflect.TypeOf(v))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range diffs {
-			t.Errorf("%s: %s", schema, d)
-		}
+		checkShape(t, "asyncapi", schema, v)
+	}
+}
+
+// checkShape fails t for every difference between v's type and the
+// schema of that name in the document doc.
+func checkShape(t *testing.T, doc, schema string, v any) {
+	t.Helper()
+	diffs, err := ShapeMismatches(doc, schema, reflect.TypeOf(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range diffs {
+		t.Errorf("%s: %s", schema, d)
 	}
 }
 

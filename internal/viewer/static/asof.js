@@ -42,6 +42,22 @@ const ASOF_COLUMNS = {
   event_gaps: ["event_type", "received_version", "expected_version", "resolution"],
 };
 
+// ASOF_ORDER_ROWS are the order's own rows of inventory and payment, by
+// the kind of step that writes one: where it is, and, for the step that
+// creates it, the status drawn then when a later step (movedBy) moves it
+// (else the status it has by the end, status_now). amount_cents is shown
+// where the table has it.
+const ASOF_ORDER_ROWS = (() => {
+  const reservation = { lane: "inventory", table: "reservations", first: "reserved", movedBy: ["reservation.updated", "reservation.expired"] };
+  const payment = { lane: "payment", table: "payments", first: "pending", movedBy: ["payment.updated"] };
+  const refund = { lane: "payment", table: "refunds", first: "requested", movedBy: ["refund.updated"] };
+  return {
+    "reservation.created": reservation, "reservation.expired": reservation, "reservation.updated": reservation,
+    "payment.created": payment, "payment.updated": payment,
+    "refund.requested": refund, "refund.updated": refund,
+  };
+})();
+
 // replaySteps returns one frame per step: frames[i] holds every table's
 // rows and every queue's waiting messages after step i, with the rows that
 // step i changed marked. involved lists the tables that have rows by the
@@ -70,6 +86,12 @@ function replaySteps(steps, story) {
   steps.forEach((s, i) => {
     const d = s.record || {};
     const svc = s.service;
+    // took writes the row by which d's consumer is done with d's message,
+    // which then leaves its queue.
+    const took = (table, cells) => {
+      put(svc, table, d.consumer + " " + d.event_id, cells, i);
+      leave(d.consumer, d.event_id, i);
+    };
     switch (s.kind) {
       case "order.created":
       case "order.transition": {
@@ -95,33 +117,24 @@ function replaySteps(steps, story) {
         break;
       }
       case "inbox.processed":
-        put(svc, "consumer_inbox", d.consumer + " " + d.event_id, { consumer_name: d.consumer, event_id: d.event_id, event_type: d.event_type }, i);
-        leave(d.consumer, d.event_id, i);
+        took("consumer_inbox", { consumer_name: d.consumer, event_id: d.event_id, event_type: d.event_type });
         break;
       case "reservation.created":
-        put("inventory", "reservations", orderID, { order_id: orderID,
-          status: kinds.has("reservation.updated") || kinds.has("reservation.expired") ? "reserved" : d.status_now }, i);
-        break;
-      case "reservation.expired":
-        put("inventory", "reservations", orderID, { order_id: orderID, status: "expired" }, i);
-        break;
-      case "reservation.updated":
-        put("inventory", "reservations", orderID, { order_id: orderID, status: d.status }, i);
-        break;
       case "payment.created":
-        put("payment", "payments", orderID, { order_id: orderID, status: kinds.has("payment.updated") ? "pending" : d.status_now,
+      case "refund.requested": {
+        const r = ASOF_ORDER_ROWS[s.kind];
+        put(r.lane, r.table, orderID, { order_id: orderID, status: r.movedBy.some((k) => kinds.has(k)) ? r.first : d.status_now,
           amount_cents: d.amount_cents }, i);
         break;
+      }
+      case "reservation.expired":
+      case "reservation.updated":
       case "payment.updated":
-        put("payment", "payments", orderID, { status: d.status }, i);
+      case "refund.updated": {
+        const r = ASOF_ORDER_ROWS[s.kind];
+        put(r.lane, r.table, orderID, { order_id: orderID, status: s.kind === "reservation.expired" ? "expired" : d.status }, i);
         break;
-      case "refund.requested":
-        put("payment", "refunds", orderID, { order_id: orderID, status: kinds.has("refund.updated") ? "requested" : d.status_now,
-          amount_cents: d.amount_cents }, i);
-        break;
-      case "refund.updated":
-        put("payment", "refunds", orderID, { status: d.status }, i);
-        break;
+      }
       case "psp.charge":
         put("psp", "psp_charges", d.charge_id || d.idempotency_key, { idempotency_key: d.idempotency_key, status: d.status,
           amount_cents: d.amount_cents }, i);
@@ -134,13 +147,11 @@ function replaySteps(steps, story) {
         put("order", "reconciliation_audit", d.repair_id, { classification: d.classification, action: d.action, outcome: d.outcome }, i);
         break;
       case "dead_letter":
-        put(svc, "dead_letters", d.consumer + " " + d.event_id, { consumer_name: d.consumer, event_type: d.event_type, status: d.status }, i);
-        leave(d.consumer, d.event_id, i);
+        took("dead_letters", { consumer_name: d.consumer, event_type: d.event_type, status: d.status });
         break;
       case "parked":
-        put(svc, "parked_events", d.consumer + " " + d.event_id, { consumer_name: d.consumer, aggregate_version: d.aggregate_version,
-          expected_version: d.expected_version !== undefined ? d.expected_version : d.waiting_for_version, applied_at: "" }, i);
-        leave(d.consumer, d.event_id, i);
+        took("parked_events", { consumer_name: d.consumer, aggregate_version: d.aggregate_version,
+          expected_version: d.expected_version !== undefined ? d.expected_version : d.waiting_for_version, applied_at: "" });
         break;
       case "unparked":
         put(svc, "parked_events", d.consumer + " " + d.event_id, { applied_at: d.applied_at || s.at }, i);

@@ -143,9 +143,7 @@ func TestCancelOfAChargeInFlightIsSettledByAStatusQuery(t *testing.T) {
 	t.Parallel()
 	t.Run("inside the in-flight window: waits", func(t *testing.T) {
 		t.Parallel()
-		cfg := longDeadlines
-		cfg.CancelSettle = time.Hour
-		f := newFixtureWith(t, 3*time.Second, cfg)
+		f := newFixtureAdjusted(t, func(c *paymentapp.Config) { c.CancelSettle = time.Hour })
 		cmd := f.reserve(t, order, "c-1", 1500)
 		f.markSent(t, order)
 		f.cancel(t, order)
@@ -177,9 +175,7 @@ func TestCancelOfAChargeInFlightIsSettledByAStatusQuery(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := longDeadlines
-			cfg.CancelSettle, cfg.ChargeDeadline = tt.settle, tt.deadline
-			f := newFixtureWith(t, 3*time.Second, cfg)
+			f := newFixtureAdjusted(t, func(c *paymentapp.Config) { c.CancelSettle, c.ChargeDeadline = tt.settle, tt.deadline })
 			f.reserve(t, order, "c-1", 1500)
 			f.markSent(t, order)
 			f.cancel(t, order)
@@ -210,9 +206,7 @@ func TestCancelOfAChargeInFlightIsSettledByAStatusQuery(t *testing.T) {
 // requests the refund in the same transaction.
 func TestCancelOfAChargeInFlightFoundByTheSweepIsRefunded(t *testing.T) {
 	t.Parallel()
-	cfg := longDeadlines
-	cfg.CancelSettle = time.Microsecond
-	f := newFixtureWith(t, 3*time.Second, cfg)
+	f := newFixtureAdjusted(t, func(c *paymentapp.Config) { c.CancelSettle = time.Microsecond })
 	cmd := f.reserve(t, order, "c-1", 1500)
 	f.failAfterPSPCall(t, cmd)
 	f.cancel(t, order)

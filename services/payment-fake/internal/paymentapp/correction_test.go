@@ -8,6 +8,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/inbox/inboxtest"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 )
 
@@ -81,9 +82,7 @@ func TestReRequestedChargeIsACorrectionOfTheRequestBefore(t *testing.T) {
 // (its header read back by the consume path) and the PSP refunds once.
 func TestOperatorRetryOfARefundIsACorrection(t *testing.T) {
 	t.Parallel()
-	cfg := longDeadlines
-	cfg.RefundDeadline = time.Microsecond
-	f := newFixtureWith(t, 3*time.Second, cfg)
+	f := newFixtureAdjusted(t, func(c *paymentapp.Config) { c.RefundDeadline = time.Microsecond })
 	f.charged(t, order, "c-1", 1500)
 	f.cancel(t, order)
 	first := f.outboxEvent(t, order, events.PaymentRefundRequested) // never consumed

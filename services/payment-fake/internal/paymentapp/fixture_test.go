@@ -43,6 +43,7 @@ type fixture struct {
 	pspView   *psp.Client   // the test's own client, for assertions
 	books     psptest.Books // the PSP's books, for assertions
 	app       *paymentapp.App
+	cfg       paymentapp.Config // app's
 	saga      *inbox.Consumer
 	charges   *inbox.Consumer
 	refunds   *inbox.Consumer
@@ -67,6 +68,15 @@ func newFixture(t *testing.T, pspTimeout time.Duration) *fixture {
 	return newFixtureWith(t, pspTimeout, longDeadlines)
 }
 
+// newFixtureAdjusted is newFixture(t, 3*time.Second) with longDeadlines
+// changed by adjust: a test of a deadline, a window or the sweep's batch.
+func newFixtureAdjusted(t *testing.T, adjust func(*paymentapp.Config)) *fixture {
+	t.Helper()
+	cfg := longDeadlines
+	adjust(&cfg)
+	return newFixtureWith(t, 3*time.Second, cfg)
+}
+
 func newFixtureWith(t *testing.T, pspTimeout time.Duration, cfg paymentapp.Config) *fixture {
 	t.Helper()
 	f := &fixture{db: sqldbtest.New(t, "payment"), failpoint: failpoint.NewRegistry(), metrics: prometheus.NewRegistry()}
@@ -89,6 +99,7 @@ func newFixtureWith(t *testing.T, pspTimeout time.Duration, cfg paymentapp.Confi
 	base := psptest.Serve(t, counted)
 	f.pspView, f.books = psp.NewClient(base, nil), psptest.New(base)
 
+	f.cfg = cfg
 	f.app = paymentapp.New(f.db.DB, psp.NewClient(base, &http.Client{Timeout: pspTimeout}), quiet, f.metrics, cfg)
 	f.saga, _ = f.consumer(paymentbindings.SagaConsumer, paymentbindings.SagaHandlers(f.app), nil)
 	f.charges, _ = f.consumer(paymentbindings.PSPConsumer, paymentbindings.PSPHandlers(f.app), nil)
@@ -176,25 +187,30 @@ FROM outbox_events ORDER BY aggregate_id, aggregate_version, created_at`
 // an envelope (what the consumer receives after dispatch).
 func (f *fixture) outboxEvent(t *testing.T, orderID uint64, typ events.Type) events.Envelope {
 	t.Helper()
-	var found []outboxRow
-	for _, r := range f.outbox(t) {
-		if r.AggregateID == orderID && r.EventType == typ {
-			found = append(found, r)
-		}
-	}
+	found := f.outboxEvents(t, orderID, typ)
 	if len(found) != 1 {
 		t.Fatalf("outbox has %d %s events for order %d, want 1", len(found), typ, orderID)
 	}
-	return found[0].envelope()
+	return found[0]
 }
 
+// payment is the order's payment, or fails the test.
 func (f *fixture) payment(t *testing.T, orderID uint64) payment.Payment {
 	t.Helper()
-	p, err := paymentdb.Get(context.Background(), f.db.DB, orderID)
+	return mustRead(t, "payment", orderID, func() (payment.Payment, error) {
+		return paymentdb.Get(context.Background(), f.db.DB, orderID)
+	})
+}
+
+// mustRead returns what read reads of the order (its row named what), or
+// fails the test.
+func mustRead[T any](t *testing.T, what string, orderID uint64, read func() (T, error)) T {
+	t.Helper()
+	v, err := read()
 	if err != nil {
-		t.Fatalf("payment %d: %v", orderID, err)
+		t.Fatalf("%s %d: %v", what, orderID, err)
 	}
-	return p
+	return v
 }
 
 // pspCharges is what the PSP holds for the order: the truth about money.
@@ -261,8 +277,8 @@ func (f *fixture) markSent(t *testing.T, orderID uint64) {
 func (f *fixture) outboxEvents(t *testing.T, orderID uint64, typ events.Type) []events.Envelope {
 	t.Helper()
 	var out []events.Envelope
-	for _, r := range f.outbox(t) {
-		if r.AggregateID == orderID && r.EventType == typ {
+	for _, r := range f.orderOutbox(t, orderID) {
+		if r.EventType == typ {
 			out = append(out, r.envelope())
 		}
 	}
@@ -273,22 +289,30 @@ func (f *fixture) outboxEvents(t *testing.T, orderID uint64, typ events.Type) []
 func (f *fixture) outboxTypes(t *testing.T, orderID uint64) []string {
 	t.Helper()
 	var out []string
+	for _, r := range f.orderOutbox(t, orderID) {
+		out = append(out, fmt.Sprintf("%d %s", r.AggregateVersion, r.EventType))
+	}
+	return out
+}
+
+// orderOutbox is the order's outbox rows, in version order.
+func (f *fixture) orderOutbox(t *testing.T, orderID uint64) []outboxRow {
+	t.Helper()
+	var out []outboxRow
 	for _, r := range f.outbox(t) {
 		if r.AggregateID == orderID {
-			out = append(out, fmt.Sprintf("%d %s", r.AggregateVersion, r.EventType))
+			out = append(out, r)
 		}
 	}
 	return out
 }
 
-// refundRow is the order's refund, or fails the test.
+// refund is the order's refund, or fails the test.
 func (f *fixture) refund(t *testing.T, orderID uint64) payment.Refund {
 	t.Helper()
-	r, err := paymentdb.GetRefund(context.Background(), f.db.DB, orderID)
-	if err != nil {
-		t.Fatalf("refund %d: %v", orderID, err)
-	}
-	return r
+	return mustRead(t, "refund", orderID, func() (payment.Refund, error) {
+		return paymentdb.GetRefund(context.Background(), f.db.DB, orderID)
+	})
 }
 
 // pspRefunds is what the PSP refunded for the order's charges.

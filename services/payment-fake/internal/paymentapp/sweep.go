@@ -81,29 +81,32 @@ func (a *App) RunSweeper(ctx context.Context, interval time.Duration) error {
 // the returned error is a failed claim.
 func (a *App) Sweep(ctx context.Context) (SweepReport, error) {
 	var rep SweepReport
-	charges, err := a.claim(ctx, paymentdb.Charges)
-	if err != nil {
-		return rep, fmt.Errorf("claim payments: %w", err)
+	if err := a.sweepRows(ctx, paymentdb.Charges, "payments", "charge", a.sweepCharge, &rep.Charges); err != nil {
+		return rep, err
 	}
-	rep.Charges.Claimed = len(charges)
-	for _, d := range charges {
-		action, err := a.sweepCharge(ctx, d)
-		a.count(ctx, "charge", d, action, err, &rep.Charges)
-	}
-
-	refunds, err := a.claim(ctx, paymentdb.Refunds)
-	if err != nil {
-		return rep, fmt.Errorf("claim refunds: %w", err)
-	}
-	rep.Refunds.Claimed = len(refunds)
-	for _, d := range refunds {
-		action, err := a.sweepRefund(ctx, d)
-		a.count(ctx, "refund", d, action, err, &rep.Refunds)
+	if err := a.sweepRows(ctx, paymentdb.Refunds, "refunds", "refund", a.sweepRefund, &rep.Refunds); err != nil {
+		return rep, err
 	}
 	if rep.Charges.Rerequested+rep.Charges.Resolved+rep.Refunds.Rerequested+rep.Refunds.Resolved > 0 {
 		a.cfg.Wake()
 	}
 	return rep, nil
+}
+
+// sweepRows claims the due rows of one step (table: its table, kind: the
+// "kind" label) and sweeps each with sweep, counting what it did in c.
+func (a *App) sweepRows(ctx context.Context, step paymentdb.Step, table, kind string,
+	sweep func(context.Context, paymentdb.Due) (string, error), c *SweepCounts) error {
+	due, err := a.claim(ctx, step)
+	if err != nil {
+		return fmt.Errorf("claim %s: %w", table, err)
+	}
+	c.Claimed = len(due)
+	for _, d := range due {
+		action, err := sweep(ctx, d)
+		a.count(ctx, kind, d, action, err, c)
+	}
+	return nil
 }
 
 // sweep actions, the "action" label of payment_sweep_actions_total.
@@ -136,6 +139,19 @@ func (a *App) count(ctx context.Context, kind string, d paymentdb.Due, action st
 	case actError:
 		c.Errors++
 	}
+}
+
+// sweepTx runs fn, a sweep's move of one row, in one transaction
+// (sqldb.WithTxRetry; a COMMIT with an unknown outcome is tried again only
+// when idempotent) and returns the action of the attempt that ran last.
+func (a *App) sweepTx(ctx context.Context, idempotent bool, fn func(*sqlx.Tx) (string, error)) (string, error) {
+	var action string
+	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(idempotent), func(tx *sqlx.Tx) error {
+		var err error
+		action, err = fn(tx)
+		return err
+	})
+	return action, err
 }
 
 // claim takes this round's due rows of one table in one short transaction:
@@ -224,37 +240,30 @@ func orNone(s string) string {
 // parkCharge moves a payment still pending past its deadline to where
 // trigger t (Park or Void) leads, with the reason.
 func (a *App) parkCharge(ctx context.Context, log *slog.Logger, orderID uint64, t payment.Trigger, reason string) (string, error) {
-	action := actParked
-	if t == payment.Void {
-		action = actVoided
-	}
-	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
+	return a.sweepTx(ctx, true, func(tx *sqlx.Tx) (string, error) {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
-			return err
+			return "", err
 		}
 		to, ok := payment.Next(p.Status, t)
 		if !ok {
-			action = actWaiting
-			return nil
+			return actWaiting, nil
 		}
 		moved, err := paymentdb.Park(ctx, tx, orderID, to, reason)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if !moved {
-			action = actWaiting // the deadline was moved (an operator's retry)
-			return nil
+			return actWaiting, nil // the deadline was moved (an operator's retry)
 		}
 		if to == payment.NeedsAttention {
 			log.ErrorContext(ctx, "payment parked as needs_attention", "reason", reason, "attempts", p.Attempts,
 				"last_error", p.LastError)
-		} else {
-			log.WarnContext(ctx, "cancelled order closed: the PSP never charged it", "status", to, "reason", reason)
+			return actParked, nil
 		}
-		return nil
+		log.WarnContext(ctx, "cancelled order closed: the PSP never charged it", "status", to, "reason", reason)
+		return actVoided, nil
 	})
-	return action, err
 }
 
 // voidSettled closes the pending payment p of a cancelled order as
@@ -266,26 +275,22 @@ func (a *App) parkCharge(ctx context.Context, log *slog.Logger, orderID uint64, 
 func (a *App) voidSettled(ctx context.Context, log *slog.Logger, p payment.Payment) (string, error) {
 	reason := fmt.Sprintf("%s, and the PSP has no charge with key %s %s after it was last sent: nothing charged",
 		p.CancelReason, p.IdempotencyKey, a.cfg.CancelSettle)
-	action := actWaiting
-	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
-		action = actWaiting
+	return a.sweepTx(ctx, true, func(tx *sqlx.Tx) (string, error) {
 		cur, err := paymentdb.Lock(ctx, tx, p.OrderID)
 		if err != nil {
-			return err
+			return "", err
 		}
 		to, ok := payment.Next(cur.Status, payment.Void)
 		if !ok || !cur.CancelRequested {
-			return nil
+			return actWaiting, nil
 		}
 		moved, err := paymentdb.VoidSettled(ctx, tx, p.OrderID, to, reason, a.cfg.CancelSettle)
 		if err != nil || !moved {
-			return err // still inside the window: the next round
+			return actWaiting, err // still inside the window: the next round
 		}
-		action = actVoided
 		log.WarnContext(ctx, "cancelled order's charge settled: the PSP never charged it", "status", to, "reason", reason)
-		return nil
+		return actVoided, nil
 	})
-	return action, err
 }
 
 // rerequestCharge writes a new payment.charge-requested for a payment
@@ -299,27 +304,24 @@ func (a *App) voidSettled(ctx context.Context, log *slog.Logger, p payment.Payme
 // operator redrives it later, is still itself (it finds the payment
 // decided, or charges with the same key).
 func (a *App) rerequestCharge(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
-	action := actRerequested
 	// Not idempotent (each run writes a new request event): a COMMIT with
 	// an unknown outcome is left to the next round.
-	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
+	return a.sweepTx(ctx, false, func(tx *sqlx.Tx) (string, error) {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if p.Status != payment.Pending || p.CancelRequested {
-			action = actWaiting
-			return nil
+			return actWaiting, nil
 		}
 		ids, err := a.addChargeRequest(ctx, tx, p)
 		if err != nil {
-			return err
+			return "", err
 		}
 		log.WarnContext(ctx, "sweep: the PSP has no charge with the key; charge requested again with the same key",
 			"event_id", ids[0], "aggregate_version", p.Version+1, "attempts", p.Attempts)
-		return nil
+		return actRerequested, nil
 	})
-	return action, err
 }
 
 // addChargeRequest writes a new payment.charge-requested for the locked
@@ -397,16 +399,13 @@ func (a *App) sweepRefund(ctx context.Context, d paymentdb.Due) (string, error) 
 }
 
 func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint64, reason string) (string, error) {
-	action := actWaiting
-	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(true), func(tx *sqlx.Tx) error {
-		action = actWaiting
+	return a.sweepTx(ctx, true, func(tx *sqlx.Tx) (string, error) {
 		parked, err := a.parkRefund(ctx, Direct(tx), log, orderID, reason, true)
 		if parked {
-			action = actParked
+			return actParked, err
 		}
-		return err
+		return actWaiting, err
 	})
-	return action, err
 }
 
 // rerequestRefund writes a new payment.refund-requested for a refund still
@@ -414,31 +413,28 @@ func (a *App) parkRefundNow(ctx context.Context, log *slog.Logger, orderID uint6
 // the fact, so a correction of the request before it (addRefundRequest),
 // for the reasons given at rerequestCharge.
 func (a *App) rerequestRefund(ctx context.Context, log *slog.Logger, orderID uint64) (string, error) {
-	action := actRerequested
 	// Not idempotent (each run writes a new request event): a COMMIT with
 	// an unknown outcome is left to the next round.
-	err := sqldb.WithTxRetry(ctx, a.db, a.txRetry(false), func(tx *sqlx.Tx) error {
+	return a.sweepTx(ctx, false, func(tx *sqlx.Tx) (string, error) {
 		p, err := paymentdb.Lock(ctx, tx, orderID)
 		if err != nil {
-			return err
+			return "", err
 		}
 		f, err := paymentdb.LockRefund(ctx, tx, orderID)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if f.Status != payment.RefundRequested {
-			action = actWaiting
-			return nil
+			return actWaiting, nil
 		}
 		ids, err := a.addRefundRequest(ctx, tx, p, f)
 		if err != nil {
-			return err
+			return "", err
 		}
 		log.WarnContext(ctx, "sweep: the PSP has no refund with the key; refund requested again with the same key",
 			"event_id", ids[0], "attempts", f.Attempts, "last_error", f.LastError)
-		return nil
+		return actRerequested, nil
 	})
-	return action, err
 }
 
 // addRefundRequest writes a new payment.refund-requested for refund f of

@@ -106,9 +106,7 @@ func TestUnknownChargeOutcomePastDeadlineIsParked(t *testing.T) {
 	for _, mode := range []psp.Mode{psp.ModeFailBeforeCharge, psp.ModeError5xx} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			cfg := longDeadlines
-			cfg.ChargeDeadline = time.Microsecond
-			f := newFixtureWith(t, 3*time.Second, cfg)
+			f := newFixtureAdjusted(t, func(c *paymentapp.Config) { c.ChargeDeadline = time.Microsecond })
 			cmd := f.reserve(t, order, "c-1", 1500)
 			f.setSwitch(t, psp.Switch{Mode: mode})
 			if err := f.charges.Process(f.ctx, cmd); !errors.Is(err, paymentapp.ErrOutcomeUnresolved) {
@@ -177,9 +175,7 @@ func TestUnknownChargeOutcomePastDeadlineIsParked(t *testing.T) {
 // the PSP normal again it completes, refunded once.
 func TestRefundFailingPastDeadlineIsParkedThenRetried(t *testing.T) {
 	t.Parallel()
-	cfg := longDeadlines
-	cfg.RefundDeadline = time.Microsecond
-	f := newFixtureWith(t, 3*time.Second, cfg)
+	f := newFixtureAdjusted(t, func(c *paymentapp.Config) { c.RefundDeadline = time.Microsecond })
 	f.charged(t, order, "c-1", 1500)
 	f.cancel(t, order)
 	f.setSwitch(t, psp.Switch{Mode: psp.ModeError5xx})
@@ -306,9 +302,7 @@ func TestSweepResolvesAndRerequestsRefunds(t *testing.T) {
 // payment is re-requested exactly once.
 func TestTwoSweepsRerequestEachPaymentOnce(t *testing.T) {
 	t.Parallel()
-	cfg := longDeadlines
-	cfg.SweepBatch = 4
-	f := newFixtureWith(t, 3*time.Second, cfg)
+	f := newFixtureAdjusted(t, func(c *paymentapp.Config) { c.SweepBatch = 4 })
 	const n = 30
 	for i := range n {
 		f.reserve(t, uint64(100+i), "c-1", 1500)
@@ -318,7 +312,7 @@ func TestTwoSweepsRerequestEachPaymentOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db2.Close() })
-	other := paymentapp.New(db2, f.pspView, quiet, nil, cfg)
+	other := paymentapp.New(db2, f.pspView, quiet, nil, f.cfg)
 
 	total, byInstance := 0, [2]int{}
 	for round := 0; ; round++ {
@@ -417,14 +411,12 @@ func TestRefundRefusedByPSPIsParkedAtOnce(t *testing.T) {
 // the PSP reachable and still no charge, closes it: nothing charged.
 func TestStatusQueryFailingAtDeadlineParksThenRetryCloses(t *testing.T) {
 	t.Parallel()
-	cfg := longDeadlines
-	cfg.ChargeDeadline = time.Microsecond
-	f := newFixtureWith(t, 3*time.Second, cfg)
+	f := newFixtureAdjusted(t, func(c *paymentapp.Config) { c.ChargeDeadline = time.Microsecond })
 	f.reserve(t, order, "c-1", 1500)
 	f.markSent(t, order)
 	f.cancel(t, order)
 
-	cut := paymentapp.New(f.db.DB, psp.NewClient("http://127.0.0.1:1/psp", &http.Client{Timeout: time.Second}), quiet, nil, cfg)
+	cut := paymentapp.New(f.db.DB, psp.NewClient("http://127.0.0.1:1/psp", &http.Client{Timeout: time.Second}), quiet, nil, f.cfg)
 	rep, err := cut.Sweep(f.ctx)
 	if err != nil || rep.Charges.Parked != 1 {
 		t.Fatalf("sweep without the PSP = %+v, %v; want one parked", rep.Charges, err)

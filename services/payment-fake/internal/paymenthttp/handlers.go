@@ -1,6 +1,7 @@
 package paymenthttp
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -22,22 +23,35 @@ type handlers struct {
 }
 
 func (h *handlers) get(w http.ResponseWriter, r *http.Request) error {
+	return answerOrder(w, r, h.app.Get, func(ctx context.Context, id uint64, p payment.Payment) (any, error) {
+		f, hasRefund, err := h.app.Refund(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out := toJSON(p)
+		if hasRefund {
+			rj := toRefundJSON(f)
+			out.Refund = &rj
+		}
+		return out, nil
+	})
+}
+
+// answerOrder answers a request about the order of the path: what read
+// says of it, as the document show makes of that (show may read more).
+func answerOrder[T any](w http.ResponseWriter, r *http.Request, read func(context.Context, uint64) (T, error),
+	show func(context.Context, uint64, T) (any, error)) error {
 	id, err := orderID(r)
 	if err != nil {
 		return err
 	}
-	p, err := h.app.Get(r.Context(), id)
+	v, err := read(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	f, hasRefund, err := h.app.Refund(r.Context(), id)
+	out, err := show(r.Context(), id, v)
 	if err != nil {
 		return err
-	}
-	out := toJSON(p)
-	if hasRefund {
-		rj := toRefundJSON(f)
-		out.Refund = &rj
 	}
 	web.WriteJSON(w, http.StatusOK, out)
 	return nil
@@ -47,17 +61,10 @@ func (h *handlers) get(w http.ResponseWriter, r *http.Request) error {
 // record when it is decided, else from a status query at the PSP by the
 // charge's key. It records nothing.
 func (h *handlers) outcome(w http.ResponseWriter, r *http.Request) error {
-	id, err := orderID(r)
-	if err != nil {
-		return err
-	}
-	o, err := h.app.Outcome(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	web.WriteJSON(w, http.StatusOK, wire.PaymentOutcome{OrderID: strconv.FormatUint(id, 10), Outcome: o.Outcome,
-		Source: o.Source, PaymentStatus: string(o.PaymentStatus), PSPChargeID: o.PSPChargeID, Detail: o.Detail})
-	return nil
+	return answerOrder(w, r, h.app.Outcome, func(_ context.Context, id uint64, o paymentapp.Outcome) (any, error) {
+		return wire.PaymentOutcome{OrderID: strconv.FormatUint(id, 10), Outcome: o.Outcome, Source: o.Source,
+			PaymentStatus: string(o.PaymentStatus), PSPChargeID: o.PSPChargeID, Detail: o.Detail}, nil
+	})
 }
 
 // needsAttention lists the parked charges and refunds with their evidence.
@@ -86,17 +93,10 @@ func (h *handlers) needsAttention(w http.ResponseWriter, r *http.Request) error 
 // retryParked puts an order's parked charge or refund back for another
 // round.
 func (h *handlers) retryParked(w http.ResponseWriter, r *http.Request) error {
-	id, err := orderID(r)
-	if err != nil {
-		return err
-	}
-	res, err := h.app.Retry(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	web.WriteJSON(w, http.StatusOK, wire.RetryParkedResult{OrderID: strconv.FormatUint(id, 10),
-		Kind: res.Kind, Status: res.Status, EventID: res.EventID})
-	return nil
+	return answerOrder(w, r, h.app.Retry, func(_ context.Context, id uint64, res paymentapp.Retried) (any, error) {
+		return wire.RetryParkedResult{OrderID: strconv.FormatUint(id, 10), Kind: res.Kind, Status: res.Status,
+			EventID: res.EventID}, nil
+	})
 }
 
 // orderID reads the order id of the path: anything but an order id is a

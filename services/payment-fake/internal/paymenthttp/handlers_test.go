@@ -167,29 +167,16 @@ func TestPSPMountIsReadOnly(t *testing.T) {
 func TestPaymentOutcomeWantsTheAdminToken(t *testing.T) {
 	t.Parallel()
 	ts, _ := serverWith(t, false, "", web.RequireToken("s3cret", false, "ADMIN_TOKEN"))
+	outcome := func(auth string) int {
+		return testutil.Call(t, http.MethodGet, ts.URL+"/payments/42/outcome", "", "Authorization", auth).Status
+	}
 	for _, auth := range []string{"", "Bearer wrong"} {
-		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/payments/42/outcome", nil)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("Authorization %q: %d, want 401", auth, resp.StatusCode)
+		if status := outcome(auth); status != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: %d, want 401", auth, status)
 		}
 	}
-	req, _ := http.NewRequest(http.MethodGet, ts.URL+"/payments/42/outcome", nil)
-	req.Header.Set("Authorization", "Bearer s3cret")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("with the token: %d, want 404 (no such payment)", resp.StatusCode)
+	if status := outcome(testutil.Bearer("s3cret")); status != http.StatusNotFound {
+		t.Errorf("with the token: %d, want 404 (no such payment)", status)
 	}
 }
 

@@ -79,40 +79,44 @@ func (c *Client) WithToken(token string) *Client {
 // charge is not an error: it comes back with Status "declined" and a
 // DeclineCode. Errors: ErrOutcomeUnknown (query GetCharge), or *APIError.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Charge, error) {
-	var ch Charge
-	if err := c.do(ctx, http.MethodPost, "/charges", req, &ch); err != nil {
-		return Charge{}, fmt.Errorf("psp charge %s: %w", req.IdempotencyKey, err)
-	}
-	return ch, nil
+	return call[Charge](ctx, c, http.MethodPost, "/charges", req, "charge", req.IdempotencyKey)
 }
 
 // GetCharge returns the charge made with an idempotency key, or ErrNotFound.
 func (c *Client) GetCharge(ctx context.Context, idempotencyKey string) (Charge, error) {
-	var ch Charge
-	if err := c.do(ctx, http.MethodGet, "/charges/"+url.PathEscape(idempotencyKey), nil, &ch); err != nil {
-		return Charge{}, fmt.Errorf("psp get charge %s: %w", idempotencyKey, notFound(err))
-	}
-	return ch, nil
+	return get[Charge](ctx, c, "/charges/", "get charge", idempotencyKey)
 }
 
 // Refund asks the PSP to refund (part of) a succeeded charge, once per
 // req.IdempotencyKey. Errors: ErrOutcomeUnknown (query GetRefund), or
 // *APIError (422 for a declined or unknown charge or too large an amount).
 func (c *Client) Refund(ctx context.Context, req RefundRequest) (Refund, error) {
-	var f Refund
-	if err := c.do(ctx, http.MethodPost, "/refunds", req, &f); err != nil {
-		return Refund{}, fmt.Errorf("psp refund %s: %w", req.IdempotencyKey, err)
-	}
-	return f, nil
+	return call[Refund](ctx, c, http.MethodPost, "/refunds", req, "refund", req.IdempotencyKey)
 }
 
 // GetRefund returns the refund made with an idempotency key, or ErrNotFound.
 func (c *Client) GetRefund(ctx context.Context, idempotencyKey string) (Refund, error) {
-	var f Refund
-	if err := c.do(ctx, http.MethodGet, "/refunds/"+url.PathEscape(idempotencyKey), nil, &f); err != nil {
-		return Refund{}, fmt.Errorf("psp get refund %s: %w", idempotencyKey, notFound(err))
+	return get[Refund](ctx, c, "/refunds/", "get refund", idempotencyKey)
+}
+
+// call makes one call (c.do) and decodes its answer as a T; an error is
+// wrapped with what and the idempotency key.
+func call[T any](ctx context.Context, c *Client, method, path string, in any, what, key string) (T, error) {
+	var v T
+	if err := c.do(ctx, method, path, in, &v); err != nil {
+		var zero T
+		if method == http.MethodGet { // a status query: no record is ErrNotFound
+			err = notFound(err)
+		}
+		return zero, fmt.Errorf("psp %s %s: %w", what, key, err)
 	}
-	return f, nil
+	return v, nil
+}
+
+// get is the status query of the record made with key under collection
+// ("/charges/").
+func get[T any](ctx context.Context, c *Client, collection, what, key string) (T, error) {
+	return call[T](ctx, c, http.MethodGet, collection+url.PathEscape(key), nil, what, key)
 }
 
 // do sends one request and sorts the result into the classes callers act on:

@@ -4,10 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 )
 
@@ -37,18 +37,9 @@ func TestGuardKeepsWritesToTheirCallers(t *testing.T) {
 		{"read the switch, no key", keyed, "GET", "/switches", "", "", 200},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			req, _ := http.NewRequestWithContext(context.Background(), c.method, c.base+c.path, strings.NewReader(c.body))
-			req.Header.Set("Content-Type", "application/json")
-			if c.auth != "" {
-				req.Header.Set("Authorization", c.auth)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != c.status {
-				t.Errorf("= %d, want %d", resp.StatusCode, c.status)
+			a := testutil.Call(t, c.method, c.base+c.path, c.body, "Content-Type", "application/json", "Authorization", c.auth)
+			if a.Status != c.status {
+				t.Errorf("= %d, want %d", a.Status, c.status)
 			}
 		})
 	}

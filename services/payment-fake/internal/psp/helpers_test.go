@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -68,13 +69,7 @@ FROM psp_charges ORDER BY created_at, charge_id`
 // chargeRowsByKey returns the rows of psp_charges with one idempotency key.
 func (p *testPSP) chargeRowsByKey(t *testing.T, key string) []chargeRow {
 	t.Helper()
-	var out []chargeRow
-	for _, r := range p.chargeRows(t) {
-		if r.IdempotencyKey == key {
-			out = append(out, r)
-		}
-	}
-	return out
+	return slices.DeleteFunc(p.chargeRows(t), func(r chargeRow) bool { return r.IdempotencyKey != key })
 }
 
 // refundRows returns every row of psp_refunds, oldest first.
@@ -122,6 +117,27 @@ func (p *testPSP) getJSON(t *testing.T, path string, out any) {
 	if err := json.Unmarshal([]byte(body), out); err != nil {
 		t.Fatalf("GET %s: %v in %s", path, err, body)
 	}
+}
+
+// postTwice sends the same POST twice: the first answer must be 201 (done
+// now), the second 200 (the replay). It returns both, decoded as T, with
+// their headers.
+func postTwice[T any](t *testing.T, p *testPSP, path, body string) (first, replay T, h1, h2 http.Header) {
+	t.Helper()
+	status1, h1, body1 := p.call(t, http.MethodPost, path, body)
+	status2, h2, body2 := p.call(t, http.MethodPost, path, body)
+	if status1 != http.StatusCreated || status2 != http.StatusOK {
+		t.Fatalf("statuses = %d, %d; want 201 then 200 (bodies %s / %s)", status1, status2, body1, body2)
+	}
+	for _, a := range []struct {
+		body string
+		into *T
+	}{{body1, &first}, {body2, &replay}} {
+		if err := json.Unmarshal([]byte(a.body), a.into); err != nil {
+			t.Fatalf("POST %s: %v in %s", path, err, a.body)
+		}
+	}
+	return first, replay, h1, h2
 }
 
 func chargeReq(key string) ChargeRequest {

@@ -2,7 +2,6 @@ package psp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,18 +18,7 @@ func TestRefundIdempotent(t *testing.T) {
 	c := p.mustCharge(t, chargeReq("order-42-charge"))
 
 	body := fmt.Sprintf(`{"idempotency_key":"order-42-refund","charge_id":%q,"amount_cents":1500}`, c.ChargeID)
-	status1, _, body1 := p.call(t, http.MethodPost, "/refunds", body)
-	status2, _, body2 := p.call(t, http.MethodPost, "/refunds", body)
-	if status1 != http.StatusCreated || status2 != http.StatusOK {
-		t.Fatalf("statuses = %d, %d; want 201 then 200 (%s / %s)", status1, status2, body1, body2)
-	}
-	var f1, f2 Refund
-	if err := json.Unmarshal([]byte(body1), &f1); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal([]byte(body2), &f2); err != nil {
-		t.Fatal(err)
-	}
+	f1, f2, _, _ := postTwice[Refund](t, p, "/refunds", body)
 	if f1 != f2 || !strings.HasPrefix(f1.RefundID, "re_") || f1.Status != StatusSucceeded || f1.ChargeID != c.ChargeID {
 		t.Errorf("answers %+v and %+v, want one succeeded re_ refund of %s", f1, f2, c.ChargeID)
 	}

@@ -81,25 +81,11 @@ func (s *Server) handleCreateCharge(w http.ResponseWriter, r *http.Request) erro
 }
 
 func (s *Server) handleGetCharge(w http.ResponseWriter, r *http.Request) error {
-	c, err := chargeByKey(r.Context(), s.db, r.PathValue("key"))
-	if err != nil {
-		return err
-	}
-	web.WriteJSON(w, http.StatusOK, c)
-	return nil
+	return writeByKey(w, r, s.db, chargeByKey)
 }
 
 func (s *Server) handleListCharges(w http.ResponseWriter, r *http.Request) error {
-	ref, err := queryKey(r, "order_ref")
-	if err != nil {
-		return err
-	}
-	cs, err := chargesForOrder(r.Context(), s.db, ref)
-	if err != nil {
-		return err
-	}
-	web.WriteJSON(w, http.StatusOK, wire.ChargeList{Charges: cs})
-	return nil
+	return writeList(w, r, s.db, "order_ref", chargesForOrder, func(cs []Charge) any { return wire.ChargeList{Charges: cs} })
 }
 
 func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) error {
@@ -118,24 +104,39 @@ func (s *Server) handleCreateRefund(w http.ResponseWriter, r *http.Request) erro
 }
 
 func (s *Server) handleGetRefund(w http.ResponseWriter, r *http.Request) error {
-	f, err := refundByKey(r.Context(), s.db, r.PathValue("key"))
-	if err != nil {
-		return err
-	}
-	web.WriteJSON(w, http.StatusOK, f)
-	return nil
+	return writeByKey(w, r, s.db, refundByKey)
 }
 
 func (s *Server) handleListRefunds(w http.ResponseWriter, r *http.Request) error {
-	id, err := queryKey(r, "charge_id")
+	return writeList(w, r, s.db, "charge_id", refundsForCharge, func(fs []Refund) any { return wire.PSPRefundList{Refunds: fs} })
+}
+
+// writeByKey answers a status query (GET /charges/{key}, /refunds/{key})
+// with the record find reads by the path's idempotency key.
+func writeByKey[T any](w http.ResponseWriter, r *http.Request, db *sqlx.DB,
+	find func(context.Context, sqlx.QueryerContext, string) (T, error)) error {
+	v, err := find(r.Context(), db, r.PathValue("key"))
 	if err != nil {
 		return err
 	}
-	fs, err := refundsForCharge(r.Context(), s.db, id)
+	web.WriteJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// writeList answers a list (GET /charges?order_ref=, /refunds?charge_id=)
+// with the records list reads by the query parameter param, in the
+// document page makes of them.
+func writeList[T any](w http.ResponseWriter, r *http.Request, db *sqlx.DB, param string,
+	list func(context.Context, sqlx.QueryerContext, string) ([]T, error), page func([]T) any) error {
+	v, err := queryKey(r, param)
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, wire.PSPRefundList{Refunds: fs})
+	vs, err := list(r.Context(), db, v)
+	if err != nil {
+		return err
+	}
+	web.WriteJSON(w, http.StatusOK, page(vs))
 	return nil
 }
 

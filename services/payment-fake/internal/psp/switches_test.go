@@ -99,11 +99,7 @@ func TestSwitchLoseResponse(t *testing.T) {
 	t.Parallel()
 	p := newTestPSP(t)
 	ctx := context.Background()
-	p.mustSetSwitch(t, Switch{Mode: ModeLoseResponse, Count: 1})
-
-	req := chargeReq("order-42-charge")
-	_, err := p.client.Charge(ctx, req)
-	assertOutcomeUnknown(t, err)
+	req, err := p.chargeUnder(t, Switch{Mode: ModeLoseResponse, Count: 1})
 
 	c, err := p.client.GetCharge(ctx, req.IdempotencyKey)
 	if err != nil {
@@ -157,11 +153,7 @@ func TestSwitchFailBeforeCharge(t *testing.T) {
 	t.Parallel()
 	p := newTestPSP(t)
 	ctx := context.Background()
-	p.mustSetSwitch(t, Switch{Mode: ModeFailBeforeCharge, Count: 1})
-
-	req := chargeReq("order-42-charge")
-	_, err := p.client.Charge(ctx, req)
-	assertOutcomeUnknown(t, err)
+	req, err := p.chargeUnder(t, Switch{Mode: ModeFailBeforeCharge, Count: 1})
 	if _, err := p.client.GetCharge(ctx, req.IdempotencyKey); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetCharge = %v, want ErrNotFound", err)
 	}
@@ -183,11 +175,7 @@ func TestSwitchError5xx(t *testing.T) {
 	t.Parallel()
 	p := newTestPSP(t)
 	ctx := context.Background()
-	p.mustSetSwitch(t, Switch{Mode: ModeError5xx})
-
-	req := chargeReq("order-42-charge")
-	_, err := p.client.Charge(ctx, req)
-	assertOutcomeUnknown(t, err)
+	req, err := p.chargeUnder(t, Switch{Mode: ModeError5xx})
 	var ae *APIError
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadGateway || ae.Message == "" {
 		t.Errorf("error = %v, want it to carry the 502 answer", err)
@@ -362,6 +350,18 @@ func TestClientErrorClasses(t *testing.T) {
 	if rows := p.chargeRows(t); len(rows) != 1 || rows[0].IdempotencyKey != "k-decl" || rows[0].Status != StatusDeclined {
 		t.Errorf("psp_charges = %+v, want only the declined charge", rows)
 	}
+}
+
+// chargeUnder sets the switch sw, then sends the charge of order 42, whose
+// outcome must be unknown to the caller; it returns the request and the
+// caller's error.
+func (p *testPSP) chargeUnder(t *testing.T, sw Switch) (ChargeRequest, error) {
+	t.Helper()
+	p.mustSetSwitch(t, sw)
+	req := chargeReq("order-42-charge")
+	_, err := p.client.Charge(context.Background(), req)
+	assertOutcomeUnknown(t, err)
+	return req, err
 }
 
 func assertOutcomeUnknown(t *testing.T, err error) {
