@@ -99,11 +99,7 @@ func (f *fixture) createOrders(t *testing.T, n int) []order.Order {
 	t.Helper()
 	os := make([]order.Order, n)
 	for i := range os {
-		o, _, err := f.app.Create(context.Background(), fmt.Sprintf("k%d", i), twoKeyboards)
-		if err != nil {
-			t.Fatal(err)
-		}
-		os[i] = o
+		os[i] = f.create(t, fmt.Sprintf("k%d", i))
 	}
 	return os
 }
@@ -183,12 +179,8 @@ func TestHistoryOfABatch(t *testing.T) {
 // order, in the order they were written.
 func (f *fixture) consumerHistory(t *testing.T) []historyRow {
 	t.Helper()
-	var rows []historyRow
-	if err := f.db.Select(&rows, `SELECT order_id, from_status, to_status, trigger_name, actor, reason, event_id,
-  emitted_event_id, changed_at FROM order_history WHERE actor = ? ORDER BY id`, orderapp.ActorConsumer); err != nil {
-		t.Fatal(err)
-	}
-	return rows
+	return selectAll[historyRow](t, f.db, `SELECT order_id, from_status, to_status, trigger_name, actor, reason, event_id,
+  emitted_event_id, changed_at FROM order_history WHERE actor = ? ORDER BY id`, orderapp.ActorConsumer)
 }
 
 // checkBatchHistory compares the consumer's history rows with want, and

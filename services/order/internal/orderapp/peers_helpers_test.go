@@ -289,12 +289,8 @@ type auditRow struct {
 
 func (f *fixture) audits(t *testing.T, orderID uint64) []auditRow {
 	t.Helper()
-	var rows []auditRow
-	if err := f.db.Select(&rows, `SELECT repair_id, run_id, order_id, classification, action, outcome, detail, evidence
-FROM reconciliation_audit WHERE order_id = ? ORDER BY created_at`, orderID); err != nil {
-		t.Fatal(err)
-	}
-	return rows
+	return selectAll[auditRow](t, f.db, `SELECT repair_id, run_id, order_id, classification, action, outcome, detail, evidence
+FROM reconciliation_audit WHERE order_id = ? ORDER BY created_at`, orderID)
 }
 
 type historyRow struct {
@@ -312,10 +308,6 @@ type historyRow struct {
 
 func (f *fixture) history(t *testing.T, orderID uint64) []historyRow {
 	t.Helper()
-	var rows []historyRow
-	if err := f.db.Select(&rows, `SELECT from_status, to_status, trigger_name, actor, reason, event_id, emitted_event_id, repair_id
-FROM order_history WHERE order_id = ? ORDER BY id`, orderID); err != nil {
-		t.Fatal(err)
-	}
-	return rows
+	return selectAll[historyRow](t, f.db, `SELECT from_status, to_status, trigger_name, actor, reason, event_id, emitted_event_id, repair_id
+FROM order_history WHERE order_id = ? ORDER BY id`, orderID)
 }
