@@ -193,6 +193,14 @@ func (f *fixture) endLease(t *testing.T, orderID uint64) {
 	}
 }
 
+// expire ends an order's lease and runs one round of the lease sweep: the
+// reservation expires as it would when its time is up.
+func (f *fixture) expire(t *testing.T, orderID uint64) inventoryapp.SweepRound {
+	t.Helper()
+	f.endLease(t, orderID)
+	return f.sweep(t)
+}
+
 // sweep runs one round of the lease sweep and fails the test on an error.
 func (f *fixture) sweep(t *testing.T) inventoryapp.SweepRound {
 	t.Helper()
