@@ -195,45 +195,51 @@ FROM orders o JOIN order_history h ON h.order_id = o.id WHERE o.id = ?`, o.ID); 
 	}
 }
 
-// A retry of an accepted order still gets that order after the catalogue
-// stopped selling one of its products: the key, not the price list, decides.
-func TestCreateReplayAfterTheCatalogueChanged(t *testing.T) {
+// A retry with an accepted order's key gets that order, not a second one:
+// when the same lines come in another order (the same request), and after
+// the catalogue stopped selling one of its products (the key, not the price
+// list, decides). Another request then fails as it would without the order:
+// the same key with another body conflicts, a new key for the unsold
+// product is invalid.
+func TestCreateReplays(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	ctx := context.Background()
-	first := f.create(t, "key-1")
-	if _, err := f.db.Exec(`DELETE FROM products WHERE sku = 'SKU-2'`); err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		name     string
+		between  string // SQL run between the create and its retry ("": none)
+		retry    order.Request
+		otherKey string
+		other    order.Request
+		otherErr error
+	}{
+		{"the same request", "",
+			order.Request{CustomerID: "c-1", Lines: []order.Line{twoKeyboards.Lines[1], twoKeyboards.Lines[0]}},
+			"key-1", order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 3}}}, order.ErrIdempotencyConflict},
+		{"after the catalogue changed", `DELETE FROM products WHERE sku = 'SKU-2'`,
+			twoKeyboards, "key-2", twoKeyboards, order.ErrInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			ctx := context.Background()
+			first := f.create(t, "key-1")
+			if tt.between != "" {
+				if _, err := f.db.Exec(tt.between); err != nil {
+					t.Fatal(err)
+				}
+			}
+			again, created, err := f.app.Create(ctx, "key-1", tt.retry)
+			if err != nil || created || again.ID != first.ID || again.TotalCents != 19000 {
+				t.Fatalf("retry = %+v created %v err %v, want order %d replayed", again, created, err, first.ID)
+			}
+			if n := len(f.outbox(t)); n != 1 {
+				t.Fatalf("outbox rows = %d, want 1 (a replay writes no event)", n)
+			}
+			if _, _, err := f.app.Create(ctx, tt.otherKey, tt.other); !errors.Is(err, tt.otherErr) {
+				t.Fatalf("key %s, other request: err = %v, want %v", tt.otherKey, err, tt.otherErr)
+			}
+			f.wantOneOrder(t)
+		})
 	}
-	again, created, err := f.app.Create(ctx, "key-1", twoKeyboards)
-	if err != nil || created || again.ID != first.ID || again.TotalCents != 19000 {
-		t.Fatalf("retry = %+v created %v err %v, want order %d replayed", again, created, err, first.ID)
-	}
-	if _, _, err := f.app.Create(ctx, "key-2", twoKeyboards); !errors.Is(err, order.ErrInvalid) {
-		t.Fatalf("new key, unknown sku: err = %v, want ErrInvalid", err)
-	}
-	f.wantOneOrder(t)
-}
-
-func TestCreateReplaysTheSameRequest(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	ctx := context.Background()
-	first := f.create(t, "key-1")
-	// Same lines in another order: the same request.
-	again := order.Request{CustomerID: "c-1", Lines: []order.Line{twoKeyboards.Lines[1], twoKeyboards.Lines[0]}}
-	second, created, err := f.app.Create(ctx, "key-1", again)
-	if err != nil || created || second.ID != first.ID {
-		t.Fatalf("replay = id %d created %v err %v, want id %d, not created", second.ID, created, err, first.ID)
-	}
-	if n := len(f.outbox(t)); n != 1 {
-		t.Fatalf("outbox rows = %d, want 1 (a replay writes no event)", n)
-	}
-	other := order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 3}}}
-	if _, _, err := f.app.Create(ctx, "key-1", other); !errors.Is(err, order.ErrIdempotencyConflict) {
-		t.Fatalf("same key, other body: err = %v, want ErrIdempotencyConflict", err)
-	}
-	f.wantOneOrder(t)
 }
 
 // Twenty concurrent requests with one key, released together: one order,
