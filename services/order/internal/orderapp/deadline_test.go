@@ -137,7 +137,7 @@ func TestDeadlineExpiryCancels(t *testing.T) {
 			h := f.history(t, o.ID)
 			last := h[len(h)-1]
 			if last.Actor != orderapp.ActorDeadline || last.From != string(tt.state) || last.To != "cancelled" ||
-				last.Trigger != string(order.CancelRequested) || last.Emitted == nil || *last.Emitted != cancels[0].EventID {
+				last.Trigger != string(order.CancelRequested) || last.EmittedEventID == nil || *last.EmittedEventID != cancels[0].EventID {
 				t.Fatalf("history = %+v", last)
 			}
 			if s := f.status(t, other.ID).Status; s != order.PendingInventory {

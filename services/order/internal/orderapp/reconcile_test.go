@@ -106,7 +106,7 @@ func TestReconcilerRepairsALostPaymentResult(t *testing.T) {
 	h := r.history(t, o.ID)
 	last := h[len(h)-1]
 	if last.Actor != orderapp.ActorReconciler || last.To != "confirmed" || last.Trigger != "payment_succeeded" ||
-		last.RepairID == nil || *last.RepairID != rep.RepairID || last.Emitted == nil || *last.Emitted != confirmed[0].EventID {
+		last.RepairID == nil || *last.RepairID != rep.RepairID || last.EmittedEventID == nil || *last.EmittedEventID != confirmed[0].EventID {
 		t.Fatalf("last history row = %+v", last)
 	}
 	if got := r.counter(t, "reconciliation_differences_total", "classification", "result_missing"); got != 1 {
