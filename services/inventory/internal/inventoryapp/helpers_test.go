@@ -184,6 +184,13 @@ func (f *fixture) count(t *testing.T, q string, args ...any) int {
 	return n
 }
 
+// eventCount is how many events of type typ the outbox holds, of every
+// order.
+func (f *fixture) eventCount(t *testing.T, typ string) int {
+	t.Helper()
+	return f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, typ)
+}
+
 // endLease moves the lease of an order's reservation into the past, as if
 // RESERVATION_TTL had gone by: no test sleeps for a lease.
 func (f *fixture) endLease(t *testing.T, orderID uint64) {

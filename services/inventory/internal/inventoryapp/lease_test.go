@@ -132,7 +132,7 @@ func TestSweepersRacingReleaseOnce(t *testing.T) {
 		t.Errorf("expired by all sweepers = %d (rounds %+v), want %d", total, rounds, orders)
 	}
 	f.wantStock(t, nil)
-	if n := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReservationExpired); n != orders {
+	if n := f.eventCount(t, events.InventoryReservationExpired); n != orders {
 		t.Errorf("InventoryReservationExpired events = %d, want %d", n, orders)
 	}
 	if n := f.count(t, `SELECT COUNT(*) FROM reservations WHERE status = 'expired' AND aggregate_version = 2`); n != orders {
@@ -175,7 +175,7 @@ func TestSweeperThatLostTheRaceChangesNothing(t *testing.T) {
 		t.Errorf("sweeper A = %+v, %v; want %d found and none expired", a.round, a.err, before)
 	}
 	f.wantStock(t, nil)
-	if n := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReservationExpired); n != before {
+	if n := f.eventCount(t, events.InventoryReservationExpired); n != before {
 		t.Errorf("InventoryReservationExpired events = %d, want %d", n, before)
 	}
 }

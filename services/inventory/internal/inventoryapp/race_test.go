@@ -56,10 +56,10 @@ func TestOrdersRacingForTheLastUnit(t *testing.T) {
 	if counts[inventory.Reserved] != 1 || counts[inventory.Rejected] != n-1 {
 		t.Errorf("statuses = %v, want 1 reserved and %d rejected", counts, n-1)
 	}
-	if got := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReserved); got != 1 {
+	if got := f.eventCount(t, events.InventoryReserved); got != 1 {
 		t.Errorf("InventoryReserved events = %d, want 1", got)
 	}
-	if got := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryRejected); got != n-1 {
+	if got := f.eventCount(t, events.InventoryRejected); got != n-1 {
 		t.Errorf("InventoryRejected events = %d, want %d", got, n-1)
 	}
 }
@@ -126,7 +126,7 @@ func TestCreateAndCancelRacing(t *testing.T) {
 			t.Errorf("order %d: status %s, want released or cancelled_before_reserve", 400+i, r.Status)
 		}
 	}
-	if got := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReserved); got != released {
+	if got := f.eventCount(t, events.InventoryReserved); got != released {
 		t.Errorf("InventoryReserved events = %d, want one per released reservation (%d)", got, released)
 	}
 	// A gap for each cancel that won, every one resolved by its late create.
