@@ -201,7 +201,7 @@ FROM orders o JOIN order_history h ON h.order_id = o.id WHERE o.id = ?`, o.ID); 
 // list, decides). Another request then fails as it would without the order:
 // the same key with another body conflicts, a new key for the unsold
 // product is invalid.
-func TestCreateReplays(t *testing.T) {
+func TestCreateReplaysTheSameRequest(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
 		name     string
