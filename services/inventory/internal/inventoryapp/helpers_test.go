@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
@@ -227,21 +226,4 @@ func (f *fixture) gaps(t *testing.T, orderID uint64) []inventory.Gap {
 		t.Fatal(err)
 	}
 	return g
-}
-
-// together runs fn(0) to fn(n-1) in n goroutines released at once, and
-// returns their errors when all have returned.
-func together(n int, fn func(i int) error) []error {
-	errs := make([]error, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			errs[i] = fn(i)
-		})
-	}
-	close(start)
-	wg.Wait()
-	return errs
 }

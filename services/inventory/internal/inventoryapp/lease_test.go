@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
@@ -116,10 +117,19 @@ func TestSweepersRacingReleaseOnce(t *testing.T) {
 	f.db.MustExec(`UPDATE reservations SET expires_at = NOW(6) - INTERVAL 1 SECOND`)
 
 	rounds := make([]inventoryapp.SweepRound, sweepers)
-	errs := together(sweepers, func(i int) (err error) {
-		rounds[i], err = f.app.ExpireLeases(context.Background(), 100)
-		return err
-	})
+	errs := make([]error, sweepers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range sweepers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			rounds[i], errs[i] = f.app.ExpireLeases(context.Background(), 100)
+		}()
+	}
+	close(start)
+	wg.Wait()
 
 	total := 0
 	for i := range sweepers {
@@ -306,13 +316,23 @@ func TestConfirmAndSweepRacing(t *testing.T) {
 
 	// The sweep and every confirm, each on its own goroutine and
 	// connection, released together.
-	errs := together(n+1, func(i int) error {
-		if i == n {
-			_, err := f.app.ExpireLeases(context.Background(), 100)
-			return err
-		}
-		return f.c.Process(context.Background(), confirms[i])
-	})
+	errs := make([]error, n+1)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n + 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if i == n {
+				_, errs[i] = f.app.ExpireLeases(context.Background(), 100)
+				return
+			}
+			errs[i] = f.c.Process(context.Background(), confirms[i])
+		}()
+	}
+	close(start)
+	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("goroutine %d (%d is the sweep): %v", i, n, err)

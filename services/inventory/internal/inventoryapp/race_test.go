@@ -3,6 +3,7 @@ package inventoryapp_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
@@ -14,7 +15,20 @@ import (
 // race processes every envelope on its own goroutine (and so its own pooled
 // connection), all released together, and returns their errors.
 func race(f *fixture, evs []events.Envelope) []error {
-	return together(len(evs), func(i int) error { return f.c.Process(context.Background(), evs[i]) })
+	errs := make([]error, len(evs))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, e := range evs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = f.c.Process(context.Background(), e)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return errs
 }
 
 // createdEach is the OrderCreated of n orders, ids first, first+1, ...;
