@@ -183,6 +183,13 @@ func (f *fixture) count(t *testing.T, q string, args ...any) int {
 	return n
 }
 
+// eventCount is how many events of type typ the outbox holds, of every
+// order.
+func (f *fixture) eventCount(t *testing.T, typ string) int {
+	t.Helper()
+	return f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, typ)
+}
+
 // endLease moves the lease of an order's reservation into the past, as if
 // RESERVATION_TTL had gone by: no test sleeps for a lease.
 func (f *fixture) endLease(t *testing.T, orderID uint64) {
@@ -191,6 +198,14 @@ func (f *fixture) endLease(t *testing.T, orderID uint64) {
 	if _, err := f.db.Exec(q, orderID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// expire ends an order's lease and runs one round of the lease sweep: the
+// reservation expires as it would when its time is up.
+func (f *fixture) expire(t *testing.T, orderID uint64) inventoryapp.SweepRound {
+	t.Helper()
+	f.endLease(t, orderID)
+	return f.sweep(t)
 }
 
 // sweep runs one round of the lease sweep and fails the test on an error.

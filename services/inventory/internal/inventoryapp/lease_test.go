@@ -142,7 +142,7 @@ func TestSweepersRacingReleaseOnce(t *testing.T) {
 		t.Errorf("expired by all sweepers = %d (rounds %+v), want %d", total, rounds, orders)
 	}
 	f.wantStock(t, nil)
-	if n := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReservationExpired); n != orders {
+	if n := f.eventCount(t, events.InventoryReservationExpired); n != orders {
 		t.Errorf("InventoryReservationExpired events = %d, want %d", n, orders)
 	}
 	if n := f.count(t, `SELECT COUNT(*) FROM reservations WHERE status = 'expired' AND aggregate_version = 2`); n != orders {
@@ -185,7 +185,7 @@ func TestSweeperThatLostTheRaceChangesNothing(t *testing.T) {
 		t.Errorf("sweeper A = %+v, %v; want %d found and none expired", a.round, a.err, before)
 	}
 	f.wantStock(t, nil)
-	if n := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReservationExpired); n != before {
+	if n := f.eventCount(t, events.InventoryReservationExpired); n != before {
 		t.Errorf("InventoryReservationExpired events = %d, want %d", n, before)
 	}
 }
@@ -198,8 +198,7 @@ func TestPaymentWinsTheRace(t *testing.T) {
 	f := setup(t)
 	f.process(t, created(t, 1, item("SKU-1", 2), item("SKU-3", 5)))
 	f.process(t, confirmed(t, 1))
-	f.endLease(t, 1)
-	if round := f.sweep(t); round.Found != 0 {
+	if round := f.expire(t, 1); round.Found != 0 {
 		t.Errorf("sweep = %+v, want nothing: the reservation is committed", round)
 	}
 	f.wantStock(t, map[string][2]int64{"SKU-1": {-2, 0}, "SKU-3": {-5, 0}})
@@ -217,8 +216,7 @@ func TestExpiryWinsStockStillThere(t *testing.T) {
 	f := setup(t)
 	f.process(t, created(t, 1, item("SKU-1", 2), item("SKU-3", 5)))
 	f.process(t, created(t, 2, item("SKU-3", 4))) // another order's hold stays untouched
-	f.endLease(t, 1)
-	f.sweep(t)
+	f.expire(t, 1)
 	f.wantStock(t, map[string][2]int64{"SKU-3": {0, 4}})
 
 	f.process(t, confirmed(t, 1))
@@ -246,8 +244,7 @@ func TestExpiryWinsStockGone(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.process(t, created(t, 1, item("SKU-LIMITED", 1), item("SKU-1", 2)))
-	f.endLease(t, 1)
-	f.sweep(t)
+	f.expire(t, 1)
 	f.process(t, created(t, 2, item("SKU-LIMITED", 1))) // takes the released unit
 	f.wantStock(t, map[string][2]int64{"SKU-LIMITED": {0, 1}})
 
@@ -284,8 +281,7 @@ func TestCancelAfterExpiryChangesNothing(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.process(t, created(t, 1, item("SKU-1", 2), item("SKU-LIMITED", 1)))
-	f.endLease(t, 1)
-	f.sweep(t)
+	f.expire(t, 1)
 	f.wantStock(t, nil)
 
 	f.process(t, cancelled(t, 1))

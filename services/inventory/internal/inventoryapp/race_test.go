@@ -31,6 +31,28 @@ func race(f *fixture, evs []events.Envelope) []error {
 	return errs
 }
 
+// createdEach is the OrderCreated of n orders, ids first, first+1, ...;
+// items(i) is what the i-th orders.
+func createdEach(t *testing.T, first uint64, n int, items func(i int) []events.Item) []events.Envelope {
+	t.Helper()
+	evs := make([]events.Envelope, n)
+	for i := range evs {
+		evs[i] = created(t, first+uint64(i), items(i)...)
+	}
+	return evs
+}
+
+// raceAll races evs (race) and fails the test for each one that did not
+// process.
+func raceAll(t *testing.T, f *fixture, evs []events.Envelope) {
+	t.Helper()
+	for i, err := range race(f, evs) {
+		if err != nil {
+			t.Errorf("%s for order %d: %v", evs[i].Type, evs[i].AggregateID, err)
+		}
+	}
+}
+
 // N orders race for the last unit of SKU-LIMITED: exactly one wins. The
 // check and the change are one conditional UPDATE, so there is no lost
 // update and no oversell.
@@ -38,15 +60,7 @@ func TestOrdersRacingForTheLastUnit(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	const n = 20
-	evs := make([]events.Envelope, n)
-	for i := range evs {
-		evs[i] = created(t, uint64(100+i), item("SKU-LIMITED", 1))
-	}
-	for i, err := range race(f, evs) {
-		if err != nil {
-			t.Errorf("order %d: %v", 100+i, err)
-		}
-	}
+	raceAll(t, f, createdEach(t, 100, n, func(int) []events.Item { return []events.Item{item("SKU-LIMITED", 1)} }))
 
 	f.wantStock(t, map[string][2]int64{"SKU-LIMITED": {0, 1}})
 	counts := map[inventory.Status]int{}
@@ -56,10 +70,10 @@ func TestOrdersRacingForTheLastUnit(t *testing.T) {
 	if counts[inventory.Reserved] != 1 || counts[inventory.Rejected] != n-1 {
 		t.Errorf("statuses = %v, want 1 reserved and %d rejected", counts, n-1)
 	}
-	if got := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReserved); got != 1 {
+	if got := f.eventCount(t, events.InventoryReserved); got != 1 {
 		t.Errorf("InventoryReserved events = %d, want 1", got)
 	}
-	if got := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryRejected); got != n-1 {
+	if got := f.eventCount(t, events.InventoryRejected); got != n-1 {
 		t.Errorf("InventoryRejected events = %d, want %d", got, n-1)
 	}
 }
@@ -70,19 +84,12 @@ func TestOppositeLineOrdersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	const n = 20
-	evs := make([]events.Envelope, n)
-	for i := range evs {
-		items := []events.Item{item("SKU-1", 1), item("SKU-2", 2), item("SKU-3", 1)}
+	raceAll(t, f, createdEach(t, 200, n, func(i int) []events.Item {
 		if i%2 == 1 {
-			items = []events.Item{item("SKU-3", 1), item("SKU-2", 2), item("SKU-1", 1)}
+			return []events.Item{item("SKU-3", 1), item("SKU-2", 2), item("SKU-1", 1)}
 		}
-		evs[i] = created(t, uint64(200+i), items...)
-	}
-	for i, err := range race(f, evs) {
-		if err != nil {
-			t.Errorf("order %d: %v", 200+i, err)
-		}
-	}
+		return []events.Item{item("SKU-1", 1), item("SKU-2", 2), item("SKU-3", 1)}
+	}))
 	f.wantStock(t, map[string][2]int64{"SKU-1": {0, n}, "SKU-2": {0, 2 * n}, "SKU-3": {0, n}})
 }
 
@@ -120,11 +127,7 @@ func TestCreateAndCancelRacing(t *testing.T) {
 		id := uint64(400 + i)
 		evs = append(evs, created(t, id, item("SKU-1", 1), item("SKU-4", 2)), cancelled(t, id))
 	}
-	for i, err := range race(f, evs) {
-		if err != nil {
-			t.Errorf("%s: %v", evs[i].Type, err)
-		}
-	}
+	raceAll(t, f, evs)
 	f.wantStock(t, nil)
 	released := 0
 	for i := range n {
@@ -137,7 +140,7 @@ func TestCreateAndCancelRacing(t *testing.T) {
 			t.Errorf("order %d: status %s, want released or cancelled_before_reserve", 400+i, r.Status)
 		}
 	}
-	if got := f.count(t, `SELECT COUNT(*) FROM outbox_events WHERE event_type = ?`, events.InventoryReserved); got != released {
+	if got := f.eventCount(t, events.InventoryReserved); got != released {
 		t.Errorf("InventoryReserved events = %d, want one per released reservation (%d)", got, released)
 	}
 	// A gap for each cancel that won, every one resolved by its late create.

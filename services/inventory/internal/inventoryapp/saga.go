@@ -43,6 +43,12 @@ func init() {
 // claim, before the reservation row and the first stock change.
 const holdSavepoint = "hold_items"
 
+// eventLog is the logger of a handler: s's, with the order and the event
+// it handles.
+func (a *App) eventLog(s Store, e events.Envelope, orderID uint64) *slog.Logger {
+	return s.Log(a.log).With("order_id", orderID, "event_id", e.EventID, "event_type", e.Type)
+}
+
 // OnOrderCreated reserves every item of the order or none (docs/contract.md)
 // and emits the result: InventoryReserved or InventoryRejected, version 1
 // of the reservation. Insufficient stock is a business result, committed and
@@ -55,7 +61,7 @@ func (a *App) OnOrderCreated(ctx context.Context, s Store, e events.Envelope) er
 		return err
 	}
 	tx := s.Tx()
-	log := s.Log(a.log).With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	log := a.eventLog(s, e, p.OrderID)
 	lines := make([]inventory.Line, len(p.Items))
 	for i, it := range p.Items {
 		lines[i] = inventory.Line{SKU: it.SKU, Quantity: it.Quantity}
@@ -185,7 +191,7 @@ func (a *App) OnOrderConfirmed(ctx context.Context, s Store, e events.Envelope) 
 	if err != nil {
 		return err
 	}
-	log := s.Log(a.log).With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	log := a.eventLog(s, e, p.OrderID)
 	r, err := s.LockReservation(ctx, p.OrderID)
 	if errors.Is(err, inventory.ErrNoReservation) {
 		// The order is confirmed only after payment, which starts only from
@@ -268,7 +274,7 @@ func (a *App) OnOrderCancelled(ctx context.Context, s Store, e events.Envelope) 
 		return err
 	}
 	tx := s.Tx()
-	log := s.Log(a.log).With("order_id", p.OrderID, "event_id", e.EventID, "event_type", e.Type)
+	log := a.eventLog(s, e, p.OrderID)
 	reason := "order cancelled"
 	if p.Reason != "" {
 		reason += ": " + p.Reason

@@ -116,35 +116,43 @@ func TestConfirmCommitsTheSale(t *testing.T) {
 	}
 }
 
-func TestCancelReleasesTheReservation(t *testing.T) {
+// The cancel undoes what the reservation holds, back to the seed exactly: a
+// reserved one is released (with the cancel's reason), a committed one
+// restocked. A second cancel (another event id) changes nothing more.
+func TestCancelUndoesTheReservation(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	f.process(t, created(t, 3, item("SKU-1", 2), item("SKU-LIMITED", 1)))
-	f.wantStock(t, map[string][2]int64{"SKU-1": {0, 2}, "SKU-LIMITED": {0, 1}})
-	f.process(t, cancelled(t, 3))
+	for _, tt := range []struct {
+		name    string
+		items   []events.Item
+		confirm bool
+		held    map[string][2]int64 // the stock before the cancel
+		want    inventory.Status
+		reason  string // what the reservation's reason contains ("": not checked)
+	}{
+		{"reserved: released", []events.Item{item("SKU-1", 2), item("SKU-LIMITED", 1)}, false,
+			map[string][2]int64{"SKU-1": {0, 2}, "SKU-LIMITED": {0, 1}}, inventory.Released, "card declined"},
+		{"committed: restocked", []events.Item{item("SKU-3", 7)}, true,
+			map[string][2]int64{"SKU-3": {-7, 0}}, inventory.Restocked, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			f.process(t, created(t, 3, tt.items...))
+			if tt.confirm {
+				f.process(t, confirmed(t, 3))
+			}
+			f.wantStock(t, tt.held)
+			f.process(t, cancelled(t, 3))
 
-	f.wantStock(t, nil) // back to the seed, exactly
-	r := f.reservation(t, 3)
-	if r.Status != inventory.Released || !strings.Contains(r.Reason, "card declined") {
-		t.Errorf("reservation = %+v, want released with the cancel's reason", r)
+			f.wantStock(t, nil) // back to the seed, exactly
+			f.wantStatus(t, 3, tt.want)
+			if r := f.reservation(t, 3); !strings.Contains(r.Reason, tt.reason) {
+				t.Errorf("reservation = %+v, want the cancel's reason", r)
+			}
+			f.process(t, cancelled(t, 3))
+			f.wantStock(t, nil)
+		})
 	}
-	// A second cancel (another event id) releases nothing more.
-	f.process(t, cancelled(t, 3))
-	f.wantStock(t, nil)
-}
-
-func TestCancelAfterConfirmRestocks(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.process(t, created(t, 4, item("SKU-3", 7)))
-	f.process(t, confirmed(t, 4))
-	f.wantStock(t, map[string][2]int64{"SKU-3": {-7, 0}})
-	f.process(t, cancelled(t, 4))
-
-	f.wantStock(t, nil)
-	f.wantStatus(t, 4, inventory.Restocked)
-	f.process(t, cancelled(t, 4))
-	f.wantStock(t, nil)
 }
 
 // The cancel of a confirmed order can overtake its OrderConfirmed (two

@@ -241,14 +241,7 @@ func InsertItems(ctx context.Context, tx *sqlx.Tx, orderID uint64, lines []inven
 // inventory.ErrNoReservation.
 func GetReservation(ctx context.Context, db sqlx.QueryerContext, orderID uint64) (inventory.Reservation, error) {
 	const q = `SELECT ` + reservationColumns + ` FROM reservations WHERE order_id = ?`
-	var r reservationRow
-	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
-		return inventory.Reservation{}, sqldb.NoRowsAs(err, inventory.ErrNoReservation, "get reservation %d", orderID)
-	}
-	res := r.domain()
-	items, err := Items(ctx, db, orderID)
-	res.Items = items
-	return res, err
+	return withItems(ctx, db, q, orderID, "get")
 }
 
 // LockReservation reads an order's reservation with its items and locks its
@@ -258,12 +251,18 @@ func GetReservation(ctx context.Context, db sqlx.QueryerContext, orderID uint64)
 // every use case.
 func LockReservation(ctx context.Context, tx *sqlx.Tx, orderID uint64) (inventory.Reservation, error) {
 	const q = `SELECT ` + reservationColumns + ` FROM reservations WHERE order_id = ? FOR UPDATE`
+	return withItems(ctx, tx, q, orderID, "lock")
+}
+
+// withItems reads the reservation q finds for an order, with its items;
+// verb (get, lock) names the read in an error.
+func withItems(ctx context.Context, db sqlx.QueryerContext, q string, orderID uint64, verb string) (inventory.Reservation, error) {
 	var r reservationRow
-	if err := tx.GetContext(ctx, &r, q, orderID); err != nil {
-		return inventory.Reservation{}, sqldb.NoRowsAs(err, inventory.ErrNoReservation, "lock reservation %d", orderID)
+	if err := sqlx.GetContext(ctx, db, &r, q, orderID); err != nil {
+		return inventory.Reservation{}, sqldb.NoRowsAs(err, inventory.ErrNoReservation, "%s reservation %d", verb, orderID)
 	}
 	res := r.domain()
-	items, err := Items(ctx, tx, orderID)
+	items, err := Items(ctx, db, orderID)
 	res.Items = items
 	return res, err
 }

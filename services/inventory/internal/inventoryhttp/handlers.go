@@ -28,11 +28,7 @@ func (h *handlers) listStock(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := wire.StockList{Stock: make([]wire.Stock, len(stock))}
-	for i, s := range stock {
-		out.Stock[i] = toStockJSON(s)
-	}
-	web.WriteJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, wire.StockList{Stock: toJSON(stock, toStockJSON)})
 	return nil
 }
 
@@ -120,11 +116,7 @@ func (h *handlers) listGaps(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := wire.GapList{Gaps: make([]wire.Gap, len(gaps))}
-	for i, g := range gaps {
-		out.Gaps[i] = toGapJSON(g)
-	}
-	web.WriteJSON(w, http.StatusOK, out)
+	web.WriteJSON(w, http.StatusOK, wire.GapList{Gaps: toJSON(gaps, toGapJSON)})
 	return nil
 }
 
@@ -180,6 +172,16 @@ func httpError(err error) error {
 	return err
 }
 
+// toJSON converts each of a list with to, in order: an empty list stays an
+// empty JSON array, not null.
+func toJSON[T, J any](in []T, to func(T) J) []J {
+	out := make([]J, len(in))
+	for i, v := range in {
+		out[i] = to(v)
+	}
+	return out
+}
+
 func toStockJSON(s inventory.Stock) wire.Stock {
 	return wire.Stock{SKU: s.SKU, OnHand: s.OnHand, Reserved: s.Reserved, Available: s.Available()}
 }
@@ -193,15 +195,14 @@ func optTime(t time.Time) *time.Time {
 }
 
 func toReservationJSON(r inventory.Reservation) wire.Reservation {
-	j := wire.Reservation{
+	return wire.Reservation{
 		OrderID: strconv.FormatUint(r.OrderID, 10), Status: string(r.Status), Reason: r.Reason,
-		Items: make([]wire.ReservationLine, len(r.Items)), ExpiresAt: optTime(r.ExpiresAt), ExpiredAt: optTime(r.ExpiredAt),
+		Items: toJSON(r.Items, func(l inventory.Line) wire.ReservationLine {
+			return wire.ReservationLine{SKU: l.SKU, Quantity: l.Quantity}
+		}),
+		ExpiresAt: optTime(r.ExpiresAt), ExpiredAt: optTime(r.ExpiredAt),
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
-	for i, l := range r.Items {
-		j.Items[i] = wire.ReservationLine{SKU: l.SKU, Quantity: l.Quantity}
-	}
-	return j
 }
 
 func toGapJSON(g inventory.Gap) wire.Gap {

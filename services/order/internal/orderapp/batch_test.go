@@ -14,6 +14,7 @@ import (
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )
 
 // The participants' results for several orders, handed to the consumer as
@@ -96,11 +97,7 @@ func (f *fixture) createOrders(t *testing.T, n int) []order.Order {
 	t.Helper()
 	os := make([]order.Order, n)
 	for i := range os {
-		o, _, err := f.app.Create(context.Background(), fmt.Sprintf("k%d", i), twoKeyboards)
-		if err != nil {
-			t.Fatal(err)
-		}
-		os[i] = o
+		os[i] = f.create(t, fmt.Sprintf("k%d", i))
 	}
 	return os
 }
@@ -149,13 +146,13 @@ func TestHistoryOfABatch(t *testing.T) {
 	if len(confirmed) != 1 {
 		t.Fatalf("order.confirmed rows of order %d: %d, want 1", a.ID, len(confirmed))
 	}
-	checkBatchHistory(t, f.consumerHistory(t), []historyRow{
+	checkBatchHistory(t, f.consumerHistory(t), []orderdb.Change{
 		{OrderID: a.ID, From: "pending_inventory", To: "awaiting_payment", Trigger: "inventory_reserved", EventID: &es[0].EventID},
 		{OrderID: b.ID, From: "pending_inventory", To: "awaiting_payment", Trigger: "inventory_reserved", EventID: &es[1].EventID},
 		{OrderID: c.ID, From: "pending_inventory", To: "rejected", Trigger: "inventory_rejected", Reason: "insufficient stock",
 			EventID: &es[2].EventID},
 		{OrderID: a.ID, From: "awaiting_payment", To: "confirmed", Trigger: "payment_succeeded", EventID: &es[3].EventID,
-			Emitted: &confirmed[0].EventID},
+			EmittedEventID: &confirmed[0].EventID},
 	})
 
 	// The timeline shows the confirm before the event it emitted.
@@ -178,19 +175,15 @@ func TestHistoryOfABatch(t *testing.T) {
 
 // consumerHistory is the order_history rows the consumer wrote, of every
 // order, in the order they were written.
-func (f *fixture) consumerHistory(t *testing.T) []historyRow {
+func (f *fixture) consumerHistory(t *testing.T) []orderdb.Change {
 	t.Helper()
-	var rows []historyRow
-	if err := f.db.Select(&rows, `SELECT order_id, from_status, to_status, trigger_name, actor, reason, event_id,
-  emitted_event_id, changed_at FROM order_history WHERE actor = ? ORDER BY id`, orderapp.ActorConsumer); err != nil {
-		t.Fatal(err)
-	}
-	return rows
+	return selectAll[orderdb.Change](t, f.db, `SELECT order_id, from_status, to_status, trigger_name, actor, reason, event_id,
+  emitted_event_id, changed_at FROM order_history WHERE actor = ? ORDER BY id`, orderapp.ActorConsumer)
 }
 
 // checkBatchHistory compares the consumer's history rows with want, and
 // checks that one statement wrote them all (one changed_at).
-func checkBatchHistory(t *testing.T, rows, want []historyRow) {
+func checkBatchHistory(t *testing.T, rows, want []orderdb.Change) {
 	t.Helper()
 	if len(rows) != len(want) {
 		t.Fatalf("history rows %+v, want %d", rows, len(want))
@@ -198,11 +191,11 @@ func checkBatchHistory(t *testing.T, rows, want []historyRow) {
 	for i, w := range want {
 		r := rows[i]
 		if r.OrderID != w.OrderID || r.From != w.From || r.To != w.To || r.Trigger != w.Trigger || r.Actor != orderapp.ActorConsumer ||
-			r.Reason != w.Reason || deref(r.EventID) != deref(w.EventID) || deref(r.Emitted) != deref(w.Emitted) {
+			r.Reason != w.Reason || deref(r.EventID) != deref(w.EventID) || deref(r.EmittedEventID) != deref(w.EmittedEventID) {
 			t.Errorf("history row %d: order %d %s -> %s by %s (%s) reason %q event %s emitted %s\n"+
 				"want order %d %s -> %s by %s (consumer) reason %q event %s emitted %s", i,
-				r.OrderID, r.From, r.To, r.Trigger, r.Actor, r.Reason, deref(r.EventID), deref(r.Emitted),
-				w.OrderID, w.From, w.To, w.Trigger, w.Reason, deref(w.EventID), deref(w.Emitted))
+				r.OrderID, r.From, r.To, r.Trigger, r.Actor, r.Reason, deref(r.EventID), deref(r.EmittedEventID),
+				w.OrderID, w.From, w.To, w.Trigger, w.Reason, deref(w.EventID), deref(w.EmittedEventID))
 		}
 		// One statement wrote them: one changed_at.
 		if !r.ChangedAt.Equal(rows[0].ChangedAt) {

@@ -58,11 +58,7 @@ func (f *deadlineFixture) pass(t *testing.T, id uint64) {
 // secondsLeft is how far the order's deadline is from now, database time.
 func (f *fixture) secondsLeft(t *testing.T, id uint64) *float64 {
 	t.Helper()
-	var left *float64
-	if err := f.db.Get(&left, `SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), deadline_at) / 1e6 FROM orders WHERE id = ?`, id); err != nil {
-		t.Fatal(err)
-	}
-	return left
+	return getOne[*float64](t, f.db, `SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), deadline_at) / 1e6 FROM orders WHERE id = ?`, id)
 }
 
 // Each state change sets the deadline of the new state in the same
@@ -71,10 +67,7 @@ func (f *fixture) secondsLeft(t *testing.T, id uint64) *float64 {
 func TestDeadlineFollowsTheState(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
-	o, _, err := f.app.Create(context.Background(), "k", twoKeyboards)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := f.create(t, "k")
 	within := func(what string, left *float64, want time.Duration) {
 		t.Helper()
 		if left == nil || *left > want.Seconds() || *left < want.Seconds()-30 {
@@ -118,8 +111,8 @@ func TestDeadlineExpiryCancels(t *testing.T) {
 			t.Parallel()
 			f := newDeadlineFixture(t)
 			ctx := context.Background()
-			o, _, _ := f.app.Create(ctx, "late", twoKeyboards)
-			other, _, _ := f.app.Create(ctx, "on-time", twoKeyboards) // not due: untouched
+			o := f.create(t, "late")
+			other := f.create(t, "on-time") // not due: untouched
 			if tt.state == order.AwaitingPayment {
 				f.deliver(t, reserved(t, o))
 			}
@@ -144,7 +137,7 @@ func TestDeadlineExpiryCancels(t *testing.T) {
 			h := f.history(t, o.ID)
 			last := h[len(h)-1]
 			if last.Actor != orderapp.ActorDeadline || last.From != string(tt.state) || last.To != "cancelled" ||
-				last.Trigger != string(order.CancelRequested) || last.Emitted == nil || *last.Emitted != cancels[0].EventID {
+				last.Trigger != string(order.CancelRequested) || last.EmittedEventID == nil || *last.EmittedEventID != cancels[0].EventID {
 				t.Fatalf("history = %+v", last)
 			}
 			if s := f.status(t, other.ID).Status; s != order.PendingInventory {
@@ -167,7 +160,7 @@ func TestDeadlineExpiryCancels(t *testing.T) {
 func TestPaymentAfterTheDeadlineCancelIsRefunded(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	o := f.create(t, "k")
 	f.deliver(t, reserved(t, o))
 	f.pass(t, o.ID)
 	if _, err := f.app.ExpireDeadlines(context.Background(), 10); err != nil {
@@ -186,7 +179,7 @@ func TestDeadlineSweepResumesAfterARestart(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
 	ctx := context.Background()
-	o, _, _ := f.app.Create(ctx, "before-restart", twoKeyboards)
+	o := f.create(t, "before-restart")
 	f.pass(t, o.ID)
 
 	restarted, _ := f.newApp()
@@ -209,10 +202,7 @@ func TestTwoSweepersCancelEachOrderOnce(t *testing.T) {
 	const n = 5
 	var ids []uint64
 	for i := range n {
-		o, _, err := f.app.Create(ctx, "race-"+string(rune('a'+i)), twoKeyboards)
-		if err != nil {
-			t.Fatal(err)
-		}
+		o := f.create(t, "race-"+string(rune('a'+i)))
 		f.pass(t, o.ID)
 		ids = append(ids, o.ID)
 	}
@@ -280,7 +270,7 @@ func TestDeadlineSweepSkipsALockedOrder(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
 	ctx := context.Background()
-	o, _, _ := f.app.Create(ctx, "held", twoKeyboards)
+	o := f.create(t, "held")
 	f.pass(t, o.ID)
 
 	tx, err := f.db.BeginTxx(ctx, nil)
@@ -314,7 +304,7 @@ func TestDeadlineSweepSurvivesAKilledSession(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
 	ctx := context.Background()
-	o, _, _ := f.app.Create(ctx, "killed", twoKeyboards)
+	o := f.create(t, "killed")
 	f.pass(t, o.ID)
 
 	conn, err := f.db.Connx(ctx)
@@ -426,7 +416,7 @@ func TestPaymentDeadlineAsksPaymentBeforeCancelling(t *testing.T) {
 			t.Parallel()
 			f := newDeadlineFixture(t)
 			ctx := context.Background()
-			o, _, _ := f.app.Create(ctx, "k", twoKeyboards)
+			o := f.create(t, "k")
 			f.deliver(t, reserved(t, o))
 			switch tt.outcome {
 			case "":
@@ -473,7 +463,7 @@ func TestPaymentDeadlineWaitsForALatePaymentSucceeded(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
 	ctx := context.Background()
-	o, _, _ := f.app.Create(ctx, "k", twoKeyboards)
+	o := f.create(t, "k")
 	f.deliver(t, reserved(t, o))
 	f.payment.setOutcome(o.ID, order.OutcomeSucceeded)
 	f.pass(t, o.ID)

@@ -146,11 +146,7 @@ func lockWaits(t *testing.T, db *sqlx.DB) int {
 	const q = `SELECT COUNT(*) FROM information_schema.INNODB_TRX x
 JOIN information_schema.PROCESSLIST p ON p.ID = x.trx_mysql_thread_id
 WHERE x.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()`
-	var n int
-	if err := db.Get(&n, q); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return getOne[int](t, db, q)
 }
 
 // The lease is lost after the first run's check, while its repair waits
@@ -301,10 +297,7 @@ func TestDeadlineSweepStopsWhenItsLeaseIsLost(t *testing.T) {
 	ctx := context.Background()
 	var ids []uint64
 	for _, key := range []string{"lost-a", "lost-b"} {
-		o, _, err := f.app.Create(ctx, key, twoKeyboards)
-		if err != nil {
-			t.Fatal(err)
-		}
+		o := f.create(t, key)
 		f.deliver(t, reserved(t, o))
 		f.payment.setOutcome(o.ID, order.OutcomeDeclined)
 		f.age(t, o.ID, 0)

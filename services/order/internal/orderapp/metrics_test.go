@@ -1,7 +1,6 @@
 package orderapp_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,7 +21,7 @@ func TestOpenOrderGauges(t *testing.T) {
 		g["reconciliation_needs_attention"] != 0 || len(g) != 4 {
 		t.Fatalf("empty table: %v, want four series at 0", g)
 	}
-	o, _, _ := f.app.Create(context.Background(), "old", twoKeyboards)
+	o := f.create(t, "old")
 	if _, err := f.db.Exec(`UPDATE orders SET created_at = TIMESTAMPADD(SECOND, -90, NOW(6)) WHERE id = ?`, o.ID); err != nil {
 		t.Fatal(err)
 	}

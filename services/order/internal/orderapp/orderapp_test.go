@@ -53,22 +53,34 @@ type outboxRow struct {
 	Status  string          `db:"status"`
 }
 
-func (f *fixture) outbox(t *testing.T) []outboxRow {
+// selectAll reads the rows of a query, and fails the test if it cannot.
+func selectAll[T any](t *testing.T, db *sqlx.DB, q string, args ...any) []T {
 	t.Helper()
-	var rows []outboxRow
-	if err := f.db.Select(&rows, `SELECT event_id, event_type, aggregate_id, aggregate_version, payload, status FROM outbox_events ORDER BY aggregate_id, aggregate_version`); err != nil {
+	var rows []T
+	if err := db.Select(&rows, q, args...); err != nil {
 		t.Fatal(err)
 	}
 	return rows
 }
 
-func (f *fixture) count(t *testing.T, table string) int {
+// getOne reads the one row of a query, and fails the test if it cannot.
+func getOne[T any](t *testing.T, db *sqlx.DB, q string, args ...any) T {
 	t.Helper()
-	var n int
-	if err := f.db.Get(&n, "SELECT COUNT(*) FROM "+table); err != nil {
+	var v T
+	if err := db.Get(&v, q, args...); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return v
+}
+
+func (f *fixture) outbox(t *testing.T) []outboxRow {
+	t.Helper()
+	return selectAll[outboxRow](t, f.db, `SELECT event_id, event_type, aggregate_id, aggregate_version, payload, status FROM outbox_events ORDER BY aggregate_id, aggregate_version`)
+}
+
+func (f *fixture) count(t *testing.T, table string) int {
+	t.Helper()
+	return getOne[int](t, f.db, "SELECT COUNT(*) FROM "+table)
 }
 
 // wantOneOrder checks that one order and one outbox event were written.
@@ -77,6 +89,17 @@ func (f *fixture) wantOneOrder(t *testing.T) {
 	if n, m := f.count(t, "orders"), len(f.outbox(t)); n != 1 || m != 1 {
 		t.Fatalf("orders=%d outbox=%d, want 1 and 1", n, m)
 	}
+}
+
+// create creates an order of twoKeyboards with key, and fails the test if
+// it cannot.
+func (f *fixture) create(t *testing.T, key string) order.Order {
+	t.Helper()
+	o, _, err := f.app.Create(context.Background(), key, twoKeyboards)
+	if err != nil {
+		t.Fatalf("create %q: %v", key, err)
+	}
+	return o
 }
 
 // together runs fn(0) to fn(n-1) in n goroutines released at once, and
@@ -139,20 +162,9 @@ func TestCreateWritesOrderAndOrderCreatedInOneTransaction(t *testing.T) {
 func TestCreateTimesAreDatabaseTime(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
-	ctx := context.Background()
-	dbNow := func() time.Time {
-		t.Helper()
-		var now time.Time
-		if err := f.db.Get(&now, `SELECT NOW(6)`); err != nil {
-			t.Fatal(err)
-		}
-		return now
-	}
+	dbNow := func() time.Time { return getOne[time.Time](t, f.db, `SELECT NOW(6)`) }
 	before := dbNow()
-	o, _, err := f.app.Create(ctx, "k", twoKeyboards)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := f.create(t, "k")
 	after := dbNow()
 	if o.CreatedAt.Before(before) || o.CreatedAt.After(after) {
 		t.Errorf("created_at %v, want database time between %v and %v", o.CreatedAt, before, after)
@@ -183,51 +195,51 @@ FROM orders o JOIN order_history h ON h.order_id = o.id WHERE o.id = ?`, o.ID); 
 	}
 }
 
-// A retry of an accepted order still gets that order after the catalogue
-// stopped selling one of its products: the key, not the price list, decides.
-func TestCreateReplayAfterTheCatalogueChanged(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t)
-	ctx := context.Background()
-	first, _, err := f.app.Create(ctx, "key-1", twoKeyboards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.db.Exec(`DELETE FROM products WHERE sku = 'SKU-2'`); err != nil {
-		t.Fatal(err)
-	}
-	again, created, err := f.app.Create(ctx, "key-1", twoKeyboards)
-	if err != nil || created || again.ID != first.ID || again.TotalCents != 19000 {
-		t.Fatalf("retry = %+v created %v err %v, want order %d replayed", again, created, err, first.ID)
-	}
-	if _, _, err := f.app.Create(ctx, "key-2", twoKeyboards); !errors.Is(err, order.ErrInvalid) {
-		t.Fatalf("new key, unknown sku: err = %v, want ErrInvalid", err)
-	}
-	f.wantOneOrder(t)
-}
-
+// A retry with an accepted order's key gets that order, not a second one:
+// when the same lines come in another order (the same request), and after
+// the catalogue stopped selling one of its products (the key, not the price
+// list, decides). Another request then fails as it would without the order:
+// the same key with another body conflicts, a new key for the unsold
+// product is invalid.
 func TestCreateReplaysTheSameRequest(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	ctx := context.Background()
-	first, _, err := f.app.Create(ctx, "key-1", twoKeyboards)
-	if err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		name     string
+		between  string // SQL run between the create and its retry ("": none)
+		retry    order.Request
+		otherKey string
+		other    order.Request
+		otherErr error
+	}{
+		{"the same request", "",
+			order.Request{CustomerID: "c-1", Lines: []order.Line{twoKeyboards.Lines[1], twoKeyboards.Lines[0]}},
+			"key-1", order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 3}}}, order.ErrIdempotencyConflict},
+		{"after the catalogue changed", `DELETE FROM products WHERE sku = 'SKU-2'`,
+			twoKeyboards, "key-2", twoKeyboards, order.ErrInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t)
+			ctx := context.Background()
+			first := f.create(t, "key-1")
+			if tt.between != "" {
+				if _, err := f.db.Exec(tt.between); err != nil {
+					t.Fatal(err)
+				}
+			}
+			again, created, err := f.app.Create(ctx, "key-1", tt.retry)
+			if err != nil || created || again.ID != first.ID || again.TotalCents != 19000 {
+				t.Fatalf("retry = %+v created %v err %v, want order %d replayed", again, created, err, first.ID)
+			}
+			if n := len(f.outbox(t)); n != 1 {
+				t.Fatalf("outbox rows = %d, want 1 (a replay writes no event)", n)
+			}
+			if _, _, err := f.app.Create(ctx, tt.otherKey, tt.other); !errors.Is(err, tt.otherErr) {
+				t.Fatalf("key %s, other request: err = %v, want %v", tt.otherKey, err, tt.otherErr)
+			}
+			f.wantOneOrder(t)
+		})
 	}
-	// Same lines in another order: the same request.
-	again := order.Request{CustomerID: "c-1", Lines: []order.Line{twoKeyboards.Lines[1], twoKeyboards.Lines[0]}}
-	second, created, err := f.app.Create(ctx, "key-1", again)
-	if err != nil || created || second.ID != first.ID {
-		t.Fatalf("replay = id %d created %v err %v, want id %d, not created", second.ID, created, err, first.ID)
-	}
-	if n := len(f.outbox(t)); n != 1 {
-		t.Fatalf("outbox rows = %d, want 1 (a replay writes no event)", n)
-	}
-	other := order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 3}}}
-	if _, _, err := f.app.Create(ctx, "key-1", other); !errors.Is(err, order.ErrIdempotencyConflict) {
-		t.Fatalf("same key, other body: err = %v, want ErrIdempotencyConflict", err)
-	}
-	f.wantOneOrder(t)
 }
 
 // Twenty concurrent requests with one key, released together: one order,
@@ -259,8 +271,8 @@ func TestConcurrentCancelsWithOneKey(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
-	a, _, _ := f.app.Create(ctx, "a", twoKeyboards)
-	b, _, _ := f.app.Create(ctx, "b", twoKeyboards)
+	a := f.create(t, "a")
+	b := f.create(t, "b")
 	const n = 10
 	type answer struct {
 		order    uint64
@@ -420,10 +432,7 @@ func TestResultsDriveTheOrder(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t)
-			o, _, err := f.app.Create(context.Background(), "k", twoKeyboards)
-			if err != nil {
-				t.Fatal(err)
-			}
+			o := f.create(t, "k")
 			for i, st := range tt.steps {
 				e := st.event(t, o)
 				f.deliver(t, e)
@@ -452,7 +461,7 @@ func TestResultsDriveTheOrder(t *testing.T) {
 func TestPaymentOvertakingTheReservationConfirms(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	o := f.create(t, "k")
 	f.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents}))
 	if s := f.status(t, o.ID).Status; s != order.Confirmed {
 		t.Fatalf("payment.succeeded before inventory.reserved: %s, want confirmed", s)
@@ -485,7 +494,7 @@ func TestCancelInEveryState(t *testing.T) {
 	ctx := context.Background()
 
 	// pending_inventory: cancelled, OrderCancelled v2, nothing to refund.
-	o, _, _ := f.app.Create(ctx, "k1", twoKeyboards)
+	o := f.create(t, "k1")
 	got, res, _, err := f.app.Cancel(ctx, "cancel-1", o.ID, "changed my mind")
 	if err != nil || res != orderapp.Cancelled || got.Status != order.Cancelled || got.RefundStatus != order.RefundNone {
 		t.Fatalf("cancel pending: %+v %s %v", got, res, err)
@@ -501,7 +510,7 @@ func TestCancelInEveryState(t *testing.T) {
 	}
 
 	// confirmed: cancelled with a refund pending (a new business transaction).
-	c, _, _ := f.app.Create(ctx, "k2", twoKeyboards)
+	c := f.create(t, "k2")
 	f.deliver(t, reserved(t, c))
 	f.deliver(t, envelope(t, events.PaymentSucceeded, c.ID, events.PaymentSucceededV1{OrderID: c.ID, AmountCents: c.TotalCents}))
 	got, res, _, err = f.app.Cancel(ctx, "cancel-3", c.ID, "returned")
@@ -515,7 +524,7 @@ func TestCancelInEveryState(t *testing.T) {
 
 	// awaiting_payment, then the payment succeeds after the cancel: the
 	// order stays cancelled and its money is owed back.
-	p, _, _ := f.app.Create(ctx, "k3", twoKeyboards)
+	p := f.create(t, "k3")
 	f.deliver(t, reserved(t, p))
 	if _, res, _, err := f.app.Cancel(ctx, "cancel-4", p.ID, "too slow"); err != nil || res != orderapp.Cancelled {
 		t.Fatalf("cancel awaiting_payment: %s %v", res, err)
@@ -546,7 +555,7 @@ func TestCancelInEveryState(t *testing.T) {
 	}
 
 	// rejected: an idempotent no-op.
-	r, _, _ := f.app.Create(ctx, "k4", twoKeyboards)
+	r := f.create(t, "k4")
 	f.deliver(t, envelope(t, events.InventoryRejected, r.ID, events.InventoryRejectedV1{OrderID: r.ID, Reason: "short"}))
 	if _, res, _, err := f.app.Cancel(ctx, "cancel-5", r.ID, "x"); err != nil || res != orderapp.AlreadyRejected {
 		t.Fatalf("cancel rejected: %s %v, want already_rejected", res, err)
@@ -561,7 +570,7 @@ func TestCancelInEveryState(t *testing.T) {
 func TestCommitFailureCancelsAndRefunds(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	o, _, _ := f.app.Create(context.Background(), "k", twoKeyboards)
+	o := f.create(t, "k")
 	f.deliver(t, reserved(t, o))
 	f.deliver(t, envelope(t, events.InventoryReservationExpired, o.ID, events.InventoryReservationExpiredV1{OrderID: o.ID, Reason: "lease"}))
 	if s := f.status(t, o.ID).Status; s != order.AwaitingPayment {

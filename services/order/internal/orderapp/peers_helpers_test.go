@@ -19,6 +19,7 @@ import (
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
+	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 	"github.com/relmsg/ordersaga/services/order/internal/peerclient"
 )
 
@@ -289,33 +290,17 @@ type auditRow struct {
 
 func (f *fixture) audits(t *testing.T, orderID uint64) []auditRow {
 	t.Helper()
-	var rows []auditRow
-	if err := f.db.Select(&rows, `SELECT repair_id, run_id, order_id, classification, action, outcome, detail, evidence
-FROM reconciliation_audit WHERE order_id = ? ORDER BY created_at`, orderID); err != nil {
-		t.Fatal(err)
-	}
-	return rows
+	return selectAll[auditRow](t, f.db, `SELECT repair_id, run_id, order_id, classification, action, outcome, detail, evidence
+FROM reconciliation_audit WHERE order_id = ? ORDER BY created_at`, orderID)
 }
 
-type historyRow struct {
-	OrderID   uint64    `db:"order_id"`
-	ChangedAt time.Time `db:"changed_at"`
-	From      string    `db:"from_status"`
-	To        string    `db:"to_status"`
-	Trigger   string    `db:"trigger_name"`
-	Actor     string    `db:"actor"`
-	Reason    string    `db:"reason"`
-	EventID   *string   `db:"event_id"`
-	Emitted   *string   `db:"emitted_event_id"`
-	RepairID  *string   `db:"repair_id"`
-}
-
-func (f *fixture) history(t *testing.T, orderID uint64) []historyRow {
+// history is an order's order_history rows, oldest first, as the service
+// reads them (orderdb.History).
+func (f *fixture) history(t *testing.T, orderID uint64) []orderdb.Change {
 	t.Helper()
-	var rows []historyRow
-	if err := f.db.Select(&rows, `SELECT from_status, to_status, trigger_name, actor, reason, event_id, emitted_event_id, repair_id
-FROM order_history WHERE order_id = ? ORDER BY id`, orderID); err != nil {
+	h, err := orderdb.History(context.Background(), f.db, orderID)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return rows
+	return h
 }

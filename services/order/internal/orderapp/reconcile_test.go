@@ -15,10 +15,7 @@ import (
 // awaitingPayment creates an order and delivers its InventoryReserved.
 func (r *recon) awaitingPayment(t *testing.T, key string) order.Order {
 	t.Helper()
-	o, _, err := r.app.Create(context.Background(), key, twoKeyboards)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := r.create(t, key)
 	r.deliver(t, reserved(t, o))
 	if s := r.status(t, o.ID).Status; s != order.AwaitingPayment {
 		t.Fatalf("status %s, want awaiting_payment", s)
@@ -109,7 +106,7 @@ func TestReconcilerRepairsALostPaymentResult(t *testing.T) {
 	h := r.history(t, o.ID)
 	last := h[len(h)-1]
 	if last.Actor != orderapp.ActorReconciler || last.To != "confirmed" || last.Trigger != "payment_succeeded" ||
-		last.RepairID == nil || *last.RepairID != rep.RepairID || last.Emitted == nil || *last.Emitted != confirmed[0].EventID {
+		last.RepairID == nil || *last.RepairID != rep.RepairID || last.EmittedEventID == nil || *last.EmittedEventID != confirmed[0].EventID {
 		t.Fatalf("last history row = %+v", last)
 	}
 	if got := r.counter(t, "reconciliation_differences_total", "classification", "result_missing"); got != 1 {
@@ -207,10 +204,7 @@ func TestReconcilerLeavesHealthyOrdersAlone(t *testing.T) {
 func TestReconcilerRepublishesAFailedEventByItsID(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o, _, err := r.app.Create(context.Background(), "lost", twoKeyboards)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := r.create(t, "lost")
 	created := r.outbox(t)[0]
 	if _, err := r.db.Exec(`UPDATE outbox_events SET status = 'failed', attempts = 10 WHERE event_id = ?`, created.EventID); err != nil {
 		t.Fatal(err)
@@ -246,7 +240,7 @@ func TestReconcilerRepublishesAFailedEventByItsID(t *testing.T) {
 func TestReconcilerResendsASentButUnconsumedEvent(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o, _, _ := r.app.Create(context.Background(), "unconsumed", twoKeyboards)
+	o := r.create(t, "unconsumed")
 	created := r.outbox(t)[0]
 	if _, err := r.db.Exec(`UPDATE outbox_events SET status = 'sent', attempts = 1, sent_at = NOW(6) WHERE event_id = ?`, created.EventID); err != nil {
 		t.Fatal(err)
@@ -285,7 +279,7 @@ func TestReconcilerResendsASentButUnconsumedEvent(t *testing.T) {
 func TestReconcilerAsksTheParticipantToRetryItsFailedEvent(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o, _, _ := r.app.Create(context.Background(), "inv-failed", twoKeyboards)
+	o := r.create(t, "inv-failed")
 	r.age(t, o.ID, 5*time.Minute)
 	r.inventory.set(o.ID, reservation(order.ResReserved))
 	r.inventory.setOutbox(o.ID, map[string]any{"event_id": "0190f0e0-0000-7000-8000-000000000001", "event_type": "inventory.reserved",
@@ -338,10 +332,8 @@ func TestReconcilerRespectsAChangeDuringTheScan(t *testing.T) {
 func TestReconcilerDecidesNothingOnHalfTheEvidence(t *testing.T) {
 	t.Parallel()
 	r := newRecon(t)
-	o := r.awaitingPayment(t, "half")
-	r.age(t, o.ID, 5*time.Minute)
-	r.inventory.set(o.ID, reservation(order.ResReserved))
-	r.payment.setStatus(o.ID, 500)
+	o := r.stale(t, "half", 5*time.Minute, order.PaySucceeded)
+	r.payment.setStatus(o.ID, 500) // answers 500 whatever it holds
 
 	sum := r.run(t)
 	if sum.Found["unknown"] != 1 || len(sum.Repairs) != 0 {
@@ -433,10 +425,7 @@ type checkRow struct {
 
 func (r *recon) check(t *testing.T, id uint64) *checkRow {
 	t.Helper()
-	var rows []checkRow
-	if err := r.db.Select(&rows, `SELECT result, repair_id FROM reconciliation_checks WHERE order_id = ?`, id); err != nil {
-		t.Fatal(err)
-	}
+	rows := selectAll[checkRow](t, r.db, `SELECT result, repair_id FROM reconciliation_checks WHERE order_id = ?`, id)
 	if len(rows) == 0 {
 		return nil
 	}
@@ -514,7 +503,7 @@ func TestReconcilerParksAFinishedOrderItCannotRepair(t *testing.T) {
 		t.Fatalf("check row = %+v, want needs_attention with the report's repair id", c)
 	}
 
-	rejected, _, _ := r.app.Create(context.Background(), "rejected-charged", twoKeyboards)
+	rejected := r.create(t, "rejected-charged")
 	r.deliver(t, envelope(t, events.InventoryRejected, rejected.ID, events.InventoryRejectedV1{OrderID: rejected.ID, Reason: "short"}))
 	r.age(t, rejected.ID, 5*time.Minute)
 	r.inventory.set(rejected.ID, reservation(order.ResRejected))

@@ -19,54 +19,53 @@ import (
 // that does not fit the order's current state (a stale or out-of-order
 // result) is recorded in the log and changes nothing.
 
-// OnInventoryReserved: stock is held; wait for payment.
-func (a *App) OnInventoryReserved(ctx context.Context, s Store, e events.Envelope) error {
-	p, err := events.Decode[events.InventoryReservedV1](e.Payload)
+// onResult decodes a result event's payload as P and applies trigger t to
+// the order it names, with the reason it gives ("": none); fields reads
+// both from the payload.
+func onResult[P interface{ Validate() error }](ctx context.Context, a *App, s Store, e events.Envelope, t order.Trigger,
+	fields func(P) (orderID uint64, reason string)) error {
+	p, err := events.Decode[P](e.Payload)
 	if err != nil {
 		return err
 	}
-	return a.apply(ctx, s, e, p.OrderID, order.InventoryReserved, "")
+	orderID, reason := fields(p)
+	return a.apply(ctx, s, e, orderID, t, reason)
+}
+
+// OnInventoryReserved: stock is held; wait for payment.
+func (a *App) OnInventoryReserved(ctx context.Context, s Store, e events.Envelope) error {
+	return onResult(ctx, a, s, e, order.InventoryReserved, func(p events.InventoryReservedV1) (uint64, string) { return p.OrderID, "" })
 }
 
 // OnInventoryRejected: nothing was reserved; the order ends rejected and
 // there is nothing to compensate.
 func (a *App) OnInventoryRejected(ctx context.Context, s Store, e events.Envelope) error {
-	p, err := events.Decode[events.InventoryRejectedV1](e.Payload)
-	if err != nil {
-		return err
-	}
-	return a.apply(ctx, s, e, p.OrderID, order.InventoryRejected, p.Reason)
+	return onResult(ctx, a, s, e, order.InventoryRejected, func(p events.InventoryRejectedV1) (uint64, string) {
+		return p.OrderID, p.Reason
+	})
 }
 
 // OnPaymentSucceeded: the order is confirmed and inventory is told to turn
 // the reservation into a sale.
 func (a *App) OnPaymentSucceeded(ctx context.Context, s Store, e events.Envelope) error {
-	p, err := events.Decode[events.PaymentSucceededV1](e.Payload)
-	if err != nil {
-		return err
-	}
-	return a.apply(ctx, s, e, p.OrderID, order.PaymentSucceeded, "")
+	return onResult(ctx, a, s, e, order.PaymentSucceeded, func(p events.PaymentSucceededV1) (uint64, string) { return p.OrderID, "" })
 }
 
 // OnPaymentFailed: the charge was declined; the order is cancelled and
 // inventory releases the reservation (the compensation).
 func (a *App) OnPaymentFailed(ctx context.Context, s Store, e events.Envelope) error {
-	p, err := events.Decode[events.PaymentFailedV1](e.Payload)
-	if err != nil {
-		return err
-	}
-	return a.apply(ctx, s, e, p.OrderID, order.PaymentFailed, "payment failed: "+p.Reason)
+	return onResult(ctx, a, s, e, order.PaymentFailed, func(p events.PaymentFailedV1) (uint64, string) {
+		return p.OrderID, "payment failed: " + p.Reason
+	})
 }
 
 // OnInventoryCommitFailed: the order was paid after its reservation had
 // expired and the stock was gone. The order is cancelled and, because it
 // was paid, its refund is pending: payment refunds on OrderCancelled.
 func (a *App) OnInventoryCommitFailed(ctx context.Context, s Store, e events.Envelope) error {
-	p, err := events.Decode[events.InventoryCommitFailedV1](e.Payload)
-	if err != nil {
-		return err
-	}
-	return a.apply(ctx, s, e, p.OrderID, order.InventoryCommitFailed, "stock gone after the reservation expired: "+p.Reason)
+	return onResult(ctx, a, s, e, order.InventoryCommitFailed, func(p events.InventoryCommitFailedV1) (uint64, string) {
+		return p.OrderID, "stock gone after the reservation expired: " + p.Reason
+	})
 }
 
 // OnInventoryReservationExpired is recorded only: the order keeps waiting
@@ -85,11 +84,7 @@ func (a *App) OnInventoryReservationExpired(ctx context.Context, s Store, e even
 
 // OnPaymentRefunded: the money of a cancelled order is back.
 func (a *App) OnPaymentRefunded(ctx context.Context, s Store, e events.Envelope) error {
-	p, err := events.Decode[events.PaymentRefundedV1](e.Payload)
-	if err != nil {
-		return err
-	}
-	return a.apply(ctx, s, e, p.OrderID, order.PaymentRefunded, "")
+	return onResult(ctx, a, s, e, order.PaymentRefunded, func(p events.PaymentRefundedV1) (uint64, string) { return p.OrderID, "" })
 }
 
 // emits says which event a move by trigger t writes: the confirm tells

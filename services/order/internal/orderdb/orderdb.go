@@ -132,27 +132,28 @@ func InsertItems(ctx context.Context, tx *sqlx.Tx, orderID uint64, items []order
 // the request that created it.
 func GetByKey(ctx context.Context, db sqlx.QueryerContext, key string) (order.Order, string, error) {
 	const q = `SELECT ` + orderColumns + ` FROM orders WHERE idempotency_key = ?`
-	var r orderRow
-	if err := sqlx.GetContext(ctx, db, &r, q, key); err != nil {
-		return order.Order{}, "", sqldb.NoRowsAs(err, order.ErrNotFound, "get order by key")
-	}
-	o := r.domain()
-	items, err := Items(ctx, db, o.ID)
-	o.Items = items
-	return o, r.RequestHash, err
+	return getWithItems(ctx, db, q, key, "get order by key")
 }
 
 // Get returns one order with its lines.
 func Get(ctx context.Context, db sqlx.QueryerContext, id uint64) (order.Order, error) {
 	const q = `SELECT ` + orderColumns + ` FROM orders WHERE id = ?`
+	o, _, err := getWithItems(ctx, db, q, id, "get order %d", id)
+	return o, err
+}
+
+// getWithItems reads the one order q finds by arg, with its lines and the
+// hash of the request that created it; what (with its args) names the read
+// in an error.
+func getWithItems(ctx context.Context, db sqlx.QueryerContext, q string, arg any, what string, args ...any) (order.Order, string, error) {
 	var r orderRow
-	if err := sqlx.GetContext(ctx, db, &r, q, id); err != nil {
-		return order.Order{}, sqldb.NoRowsAs(err, order.ErrNotFound, "get order %d", id)
+	if err := sqlx.GetContext(ctx, db, &r, q, arg); err != nil {
+		return order.Order{}, "", sqldb.NoRowsAs(err, order.ErrNotFound, what, args...)
 	}
 	o := r.domain()
-	items, err := Items(ctx, db, id)
+	items, err := Items(ctx, db, o.ID)
 	o.Items = items
-	return o, err
+	return o, r.RequestHash, err
 }
 
 // Lock reads an order and locks its row until the transaction ends, so the

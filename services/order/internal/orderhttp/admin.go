@@ -46,16 +46,7 @@ func (h *handlers) reconciliationRun(w http.ResponseWriter, r *http.Request) err
 
 // timeline merges the order's records from the three services.
 func (h *handlers) timeline(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	tl, err := h.app.Timeline(r.Context(), id)
-	if err != nil {
-		return err
-	}
-	web.WriteJSON(w, http.StatusOK, tl)
-	return nil
+	return readByID(w, r, h.app.Timeline)
 }
 
 // deadlines lists open orders by deadline, earliest first.

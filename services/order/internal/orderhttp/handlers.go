@@ -1,6 +1,7 @@
 package orderhttp
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -60,15 +61,24 @@ func (h *handlers) create(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *handlers) get(w http.ResponseWriter, r *http.Request) error {
+	return readByID(w, r, func(ctx context.Context, id uint64) (wire.Order, error) {
+		o, err := h.app.Get(ctx, id)
+		return toJSON(o), err
+	})
+}
+
+// readByID answers 200 with what read returns for the order the path
+// names: the GET of one order's record.
+func readByID[T any](w http.ResponseWriter, r *http.Request, read func(ctx context.Context, id uint64) (T, error)) error {
 	id, err := pathID(r)
 	if err != nil {
 		return err
 	}
-	o, err := h.app.Get(r.Context(), id)
+	v, err := read(r.Context(), id)
 	if err != nil {
 		return err
 	}
-	web.WriteJSON(w, http.StatusOK, toJSON(o))
+	web.WriteJSON(w, http.StatusOK, v)
 	return nil
 }
 

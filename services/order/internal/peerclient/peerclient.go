@@ -106,22 +106,12 @@ type InboxRow = inbox.Row
 // only when the answer is neither the record nor a 404; the Answer is
 // always filled in for the evidence.
 func (c *Client) Reservation(ctx context.Context, orderID uint64) (*Reservation, Answer, error) {
-	var r Reservation
-	a, err := c.get(ctx, InventoryService, "/reservations/"+strconv.FormatUint(orderID, 10), false, &r)
-	if err != nil || !a.Found() {
-		return nil, a, err
-	}
-	return &r, a, nil
+	return ask[Reservation](ctx, c, InventoryService, "/reservations/"+strconv.FormatUint(orderID, 10), false)
 }
 
 // Payment asks payment for an order's payment (with its refund, if any).
 func (c *Client) Payment(ctx context.Context, orderID uint64) (*Payment, Answer, error) {
-	var p Payment
-	a, err := c.get(ctx, PaymentService, "/payments/"+strconv.FormatUint(orderID, 10), false, &p)
-	if err != nil || !a.Found() {
-		return nil, a, err
-	}
-	return &p, a, nil
+	return ask[Payment](ctx, c, PaymentService, "/payments/"+strconv.FormatUint(orderID, 10), false)
 }
 
 // PaymentOutcome asks payment what became of an order's charge; nil with
@@ -129,13 +119,21 @@ func (c *Client) Payment(ctx context.Context, orderID uint64) (*Payment, Answer,
 // the PSP to answer (a status query by key, which never charges), so this
 // is the one question that can take up to the PSP's timeout.
 func (c *Client) PaymentOutcome(ctx context.Context, orderID uint64) (*PaymentOutcome, Answer, error) {
-	var p PaymentOutcome
 	// Behind the admin token (payment's GET .../outcome may ask the PSP).
-	a, err := c.get(ctx, PaymentService, "/payments/"+strconv.FormatUint(orderID, 10)+"/outcome", true, &p)
+	return ask[PaymentOutcome](ctx, c, PaymentService, "/payments/"+strconv.FormatUint(orderID, 10)+"/outcome", true)
+}
+
+// ask GETs path from service svc (admin: with the admin token) and decodes
+// the record it answers: nil, with no error, when svc has none (404). The
+// error is set only when the answer is neither; the Answer is always
+// filled in for the evidence.
+func ask[T any](ctx context.Context, c *Client, svc, path string, admin bool) (*T, Answer, error) {
+	var v T
+	a, err := c.get(ctx, svc, path, admin, &v)
 	if err != nil || !a.Found() {
 		return nil, a, err
 	}
-	return &p, a, nil
+	return &v, a, nil
 }
 
 // Outbox lists a service's outbox rows for one order.
