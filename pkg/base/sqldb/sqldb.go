@@ -237,7 +237,7 @@ type TxRetry struct {
 	// connection (0: 16, the default pool): a KILL of every session of a
 	// service, or a failover, leaves each pooled connection to be found
 	// dead only when it is used, one after another, while the next fresh
-	// connection works. Those tries run again at once.
+	// connection works. Those tries wait the first backoff each.
 	DeadConns int
 	// Log, if set, gets one line per retry.
 	Log *slog.Logger
@@ -288,15 +288,16 @@ func (r TxRetry) run(ctx context.Context, what string, fn func() error) error {
 	dead := 0
 	for attempt := 1; ; attempt++ {
 		err := fn()
+		wait := r.Backoff.Delay(attempt)
 		if err != nil && ctx.Err() == nil && deadConn(err) && dead < r.DeadConns {
 			dead++
 			attempt-- // the pool's connection was dead, not the database's answer
-			continue
-		}
-		if err == nil || attempt >= r.Attempts || ctx.Err() != nil || !r.retryable(err) {
+			// The first wait still: a killed session's rollback frees its
+			// row locks only after the client has its error.
+			wait = r.Backoff.Delay(1)
+		} else if err == nil || attempt >= r.Attempts || ctx.Err() != nil || !r.retryable(err) {
 			return err
 		}
-		wait := r.Backoff.Delay(attempt)
 		if r.Log != nil {
 			r.Log.WarnContext(ctx, what+" failed on a transient error; running it again", "attempt", attempt,
 				"of", r.Attempts, "wait", wait, "err", err)
