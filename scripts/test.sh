@@ -247,7 +247,10 @@ else
 	drop_stale_databases
 fi
 
-log "go vet ${pkgs[*]}"
+# What the log shows: ./... for the whole suite, not its 75 names.
+shown=("${pkgs[@]}") order=""
+[[ ${peers[*]+x} ]] && shown=(./...) order=" (the longest packages first)"
+log "go vet ${shown[*]}"
 t=$SECONDS rc=0
 go vet "${pkgs[@]}" || rc=$?
 vet_s=$((SECONDS - t))
@@ -257,8 +260,9 @@ vet_s=$((SECONDS - t))
 # of one per core: the integration tests mostly wait (for a broker node to
 # boot, a lease to expire, a service to restart), and on two cores the
 # default left the machine half idle (docs/operations.md, "Tests").
-cmd=(go test -race -count=1 -p 4 -parallel 4 -timeout 20m "${flags[@]+"${flags[@]}"}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
-log "${cmd[*]}"
+opts=(-race -count=1 -p 4 -parallel 4 -timeout 20m "${flags[@]+"${flags[@]}"}")
+cmd=(go test "${opts[@]}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
+log "go test ${opts[*]} ${shown[*]}${binargs[*]+" ${binargs[*]}"}$order"
 t=$SECONDS rc=0
 "${cmd[@]}" || rc=$?
 for peer in "${peers[@]+"${peers[@]}"}"; do
