@@ -82,27 +82,6 @@ peers=()
 	peers=(bench/peers/watermill)
 }
 
-# The longest packages first: go test starts packages in the order they are
-# listed, and the suite's wall time is at least its longest package's, so
-# that one must not wait for a free slot behind short ones
-# (docs/operations.md, "Tests").
-SLOW_FIRST=(e2e experiments internal/viewer cmd/chaos internal/exercise pkg/rabbit e2e/hostile cmd/supervisor)
-slow_first() {
-	local all first=() rest=() p s
-	mapfile -t all < <(go list ./...) || return 1
-	for s in "${SLOW_FIRST[@]}"; do
-		for p in "${all[@]}"; do [[ $p == "$MODULE/$s" ]] && first+=("$p"); done
-	done
-	for p in "${all[@]}"; do
-		[[ " ${first[*]} " == *" $p "* ]] || rest+=("$p")
-	done
-	printf '%s\n' "${first[@]}" "${rest[@]}"
-}
-if [[ ${pkgs[*]} == ./... ]]; then
-	mapfile -t pkgs < <(slow_first)
-	((${#pkgs[@]})) || die "go list ./... listed no package"
-fi
-
 short=false
 for f in "${flags[@]+"${flags[@]}"}"; do
 	[[ $f == -short || $f == --short || $f == -short=true ]] && short=true
@@ -247,10 +226,7 @@ else
 	drop_stale_databases
 fi
 
-# What the log shows: ./... for the whole suite, not its 75 names.
-shown=("${pkgs[@]}") order=""
-[[ ${peers[*]+x} ]] && shown=(./...) order=" (the longest packages first)"
-log "go vet ${shown[*]}"
+log "go vet ${pkgs[*]}"
 t=$SECONDS rc=0
 go vet "${pkgs[@]}" || rc=$?
 vet_s=$((SECONDS - t))
@@ -260,9 +236,8 @@ vet_s=$((SECONDS - t))
 # of one per core: the integration tests mostly wait (for a broker node to
 # boot, a lease to expire, a service to restart), and on two cores the
 # default left the machine half idle (docs/operations.md, "Tests").
-opts=(-race -count=1 -p 4 -parallel 4 -timeout 20m "${flags[@]+"${flags[@]}"}")
-cmd=(go test "${opts[@]}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
-log "go test ${opts[*]} ${shown[*]}${binargs[*]+" ${binargs[*]}"}$order"
+cmd=(go test -race -count=1 -p 4 -parallel 4 -timeout 20m "${flags[@]+"${flags[@]}"}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
+log "${cmd[*]}"
 t=$SECONDS rc=0
 "${cmd[@]}" || rc=$?
 for peer in "${peers[@]+"${peers[@]}"}"; do
