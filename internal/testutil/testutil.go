@@ -70,3 +70,19 @@ func poll(limit time.Duration, cond func() bool) bool {
 	}
 	return true
 }
+
+// Together runs fn(0) to fn(n-1) in n goroutines released at once, and
+// returns when all have returned: the start of every race test (callers
+// that reach the same row, key or lock at the same moment).
+func Together(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+}
