@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -100,21 +100,6 @@ func (f *fixture) create(t *testing.T, key string) order.Order {
 		t.Fatalf("create %q: %v", key, err)
 	}
 	return o
-}
-
-// together runs fn(0) to fn(n-1) in n goroutines released at once, and
-// returns when all have returned.
-func together(n int, fn func(i int)) {
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			fn(i)
-		})
-	}
-	close(start)
-	wg.Wait()
 }
 
 var twoKeyboards = order.Request{CustomerID: "c-1", Lines: []order.Line{{SKU: "SKU-1", Quantity: 2}, {SKU: "SKU-2", Quantity: 1}}}
@@ -250,7 +235,7 @@ func TestConcurrentCreatesWithOneKeyMakeOneOrder(t *testing.T) {
 	const n = 20
 	ids := make([]uint64, n)
 	errs := make([]error, n)
-	together(n, func(i int) {
+	testutil.Together(n, func(i int) {
 		o, _, err := f.app.Create(context.Background(), "same-key", twoKeyboards)
 		ids[i], errs[i] = o.ID, err
 	})
@@ -281,7 +266,7 @@ func TestConcurrentCancelsWithOneKey(t *testing.T) {
 		err      error
 	}
 	answers := make([]answer, n)
-	together(n, func(i int) {
+	testutil.Together(n, func(i int) {
 		id := a.ID
 		if i%2 == 1 {
 			id = b.ID
