@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
@@ -118,18 +118,9 @@ func TestSweepersRacingReleaseOnce(t *testing.T) {
 
 	rounds := make([]inventoryapp.SweepRound, sweepers)
 	errs := make([]error, sweepers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range sweepers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			rounds[i], errs[i] = f.app.ExpireLeases(context.Background(), 100)
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testutil.Together(sweepers, func(i int) {
+		rounds[i], errs[i] = f.app.ExpireLeases(context.Background(), 100)
+	})
 
 	total := 0
 	for i := range sweepers {
@@ -317,22 +308,13 @@ func TestConfirmAndSweepRacing(t *testing.T) {
 	// The sweep and every confirm, each on its own goroutine and
 	// connection, released together.
 	errs := make([]error, n+1)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n + 1 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			if i == n {
-				_, errs[i] = f.app.ExpireLeases(context.Background(), 100)
-				return
-			}
-			errs[i] = f.c.Process(context.Background(), confirms[i])
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testutil.Together(n+1, func(i int) {
+		if i == n {
+			_, errs[i] = f.app.ExpireLeases(context.Background(), 100)
+			return
+		}
+		errs[i] = f.c.Process(context.Background(), confirms[i])
+	})
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("goroutine %d (%d is the sweep): %v", i, n, err)

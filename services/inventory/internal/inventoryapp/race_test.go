@@ -3,9 +3,9 @@ package inventoryapp_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
@@ -16,18 +16,9 @@ import (
 // connection), all released together, and returns their errors.
 func race(f *fixture, evs []events.Envelope) []error {
 	errs := make([]error, len(evs))
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, e := range evs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			errs[i] = f.c.Process(context.Background(), e)
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testutil.Together(len(evs), func(i int) {
+		errs[i] = f.c.Process(context.Background(), evs[i])
+	})
 	return errs
 }
 
