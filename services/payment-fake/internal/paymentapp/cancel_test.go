@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
@@ -295,16 +295,16 @@ func TestCancelRacingReservedNeverCharges(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3*time.Second)
 	const n = 20
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	errs := make([]error, 2*n)
-	for i := range n {
-		id := uint64(100 + i)
-		wg.Go(func() { <-start; errs[2*i] = f.saga.Process(f.ctx, paymenttest.Reserved(id, "c-1", 1500)) })
-		wg.Go(func() { <-start; errs[2*i+1] = f.saga.Process(f.ctx, paymenttest.Cancelled(id, "raced")) })
-	}
-	close(start)
-	wg.Wait()
+	// Two goroutines per order: the even one reserves, the odd one cancels.
+	testutil.Together(2*n, func(i int) {
+		id := uint64(100 + i/2)
+		if i%2 == 0 {
+			errs[i] = f.saga.Process(f.ctx, paymenttest.Reserved(id, "c-1", 1500))
+			return
+		}
+		errs[i] = f.saga.Process(f.ctx, paymenttest.Cancelled(id, "raced"))
+	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -314,17 +313,12 @@ func TestTwoSweepsRerequestEachPaymentOnce(t *testing.T) {
 	t.Cleanup(func() { db2.Close() })
 	other := paymentapp.New(db2, f.pspView, quiet, nil, f.cfg)
 
+	apps := []*paymentapp.App{f.app, other}
 	total, byInstance := 0, [2]int{}
 	for round := 0; ; round++ {
 		var reps [2]paymentapp.SweepReport
 		var errs [2]error
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i, app := range []*paymentapp.App{f.app, other} {
-			wg.Go(func() { <-start; reps[i], errs[i] = app.Sweep(context.Background()) })
-		}
-		close(start)
-		wg.Wait()
+		testutil.Together(len(apps), func(i int) { reps[i], errs[i] = apps[i].Sweep(context.Background()) })
 		if err := errors.Join(errs[:]...); err != nil {
 			t.Fatal(err)
 		}

@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
@@ -57,29 +57,22 @@ func TestChargeConcurrentSameKey(t *testing.T) {
 		err    error
 	}
 	results := make([]result, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			req, err := http.NewRequest(http.MethodPost, p.base+"/charges", strings.NewReader(chargeBody))
-			if err != nil {
-				results[i].err = err
-				return
-			}
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				results[i].err = err
-				return
-			}
-			defer resp.Body.Close()
-			results[i].status = resp.StatusCode
-			results[i].err = json.NewDecoder(resp.Body).Decode(&results[i].charge)
-		})
-	}
-	close(start)
-	wg.Wait()
+	testutil.Together(n, func(i int) {
+		req, err := http.NewRequest(http.MethodPost, p.base+"/charges", strings.NewReader(chargeBody))
+		if err != nil {
+			results[i].err = err
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			results[i].err = err
+			return
+		}
+		defer resp.Body.Close()
+		results[i].status = resp.StatusCode
+		results[i].err = json.NewDecoder(resp.Body).Decode(&results[i].charge)
+	})
 
 	created := 0
 	for i, r := range results {

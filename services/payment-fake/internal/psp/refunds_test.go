@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
@@ -107,17 +107,10 @@ func TestRefundConcurrentOneWinner(t *testing.T) {
 	const n = 10
 
 	errs := make([]error, n)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			_, errs[i] = p.client.Refund(context.Background(), RefundRequest{
-				IdempotencyKey: fmt.Sprintf("refund-%d", i), ChargeID: c.ChargeID, AmountCents: 1000})
-		})
-	}
-	close(start)
-	wg.Wait()
+	testutil.Together(n, func(i int) {
+		_, errs[i] = p.client.Refund(context.Background(), RefundRequest{
+			IdempotencyKey: fmt.Sprintf("refund-%d", i), ChargeID: c.ChargeID, AmountCents: 1000})
+	})
 
 	won := 0
 	for i, err := range errs {
