@@ -7,11 +7,11 @@ package e2e
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/sagatest"
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/wire"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
@@ -219,26 +219,17 @@ func TestConcurrentCreatesWithOneKeyEndToEnd(t *testing.T) {
 	const n = 20
 	ids := make([]string, n)
 	codes := make([]int, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	body := map[string]any{"customer_id": "c-7", "items": []map[string]any{{"sku": "SKU-2", "quantity": 1}}}
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			var o map[string]any // an order, or a problem document
-			codes[i] = s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "one-key"}, body, &o)
-			switch typ, _ := o["type"].(string); {
-			case codes[i] == 202:
-				ids[i], _ = o["order_id"].(string)
-			case codes[i] != 409 || !strings.HasSuffix(typ, "#problem-idempotency-key-in-flight"):
-				t.Errorf("POST %d: %d %v, want 202 or 409 idempotency-key-in-flight", i, codes[i], o)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testutil.Together(n, func(i int) {
+		var o map[string]any // an order, or a problem document
+		codes[i] = s.Order.Do("POST", "/orders", map[string]string{"Idempotency-Key": "one-key"}, body, &o)
+		switch typ, _ := o["type"].(string); {
+		case codes[i] == 202:
+			ids[i], _ = o["order_id"].(string)
+		case codes[i] != 409 || !strings.HasSuffix(typ, "#problem-idempotency-key-in-flight"):
+			t.Errorf("POST %d: %d %v, want 202 or 409 idempotency-key-in-flight", i, codes[i], o)
+		}
+	})
 	var first string
 	for i := range ids {
 		switch {

@@ -15,6 +15,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
@@ -293,24 +294,18 @@ func TestConcurrentRedrivesMarkOnce(t *testing.T) {
 	dl := recordDead(t, db.DB, "inventory", e, "bug")
 	const n = 5
 	outcomes := make([]string, n)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := 0; i < n; i++ {
-		r := redriver(t, db.DB, f) // each its own channel
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			res, err := r.Redrive(context.Background(), deadletter.Selection{IDs: []uint64{dl.ID}})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			outcomes[i] = res[0].Outcome
-		}()
+	rs := make([]*deadletter.Redriver, n)
+	for i := range rs {
+		rs[i] = redriver(t, db.DB, f) // each its own channel
 	}
-	close(start)
-	wg.Wait()
+	testutil.Together(n, func(i int) {
+		res, err := rs[i].Redrive(context.Background(), deadletter.Selection{IDs: []uint64{dl.ID}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		outcomes[i] = res[0].Outcome
+	})
 	counts := map[string]int{}
 	for _, o := range outcomes {
 		counts[o]++

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
@@ -85,19 +86,10 @@ WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE CONCAT('%', ?, '%')`
 		return inboxtest.Increment(ctx, tx, env)
 	}
 	c := inboxtest.Consumer(db.DB, "inventory", waitForRivals)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	errs := make([]error, n)
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			errs[i] = c.Process(context.Background(), e)
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testutil.Together(n, func(i int) {
+		errs[i] = c.Process(context.Background(), e)
+	})
 	winners, dups := 0, 0
 	for _, err := range errs {
 		switch {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -304,27 +303,22 @@ func TestOverdueParkedDeltaIsAlertedOnceByRacingSweepers(t *testing.T) {
 	var alerts atomic.Int32
 	counted := slog.New(countAlerts{&alerts})
 	found := make([]int, sweepers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
+	pools := make([]*sqlx.DB, sweepers)
 	for i := range sweepers {
 		pool, err := sqldb.Open(ctx, sqldb.Config{DSN: db.DSN, MaxOpenConns: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pool.Close() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			n, err := ordering.OverdueParked(ctx, pool, counted)
-			if err != nil {
-				t.Error(err)
-			}
-			found[i] = n
-		}()
+		pools[i] = pool
 	}
-	close(start)
-	wg.Wait()
+	testutil.Together(sweepers, func(i int) {
+		n, err := ordering.OverdueParked(ctx, pools[i], counted)
+		if err != nil {
+			t.Error(err)
+		}
+		found[i] = n
+	})
 	total := 0
 	for _, n := range found {
 		total += n

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -560,38 +559,32 @@ func TestConcurrentDispatchersNeverOverlap(t *testing.T) {
 	addEvents(t, f.db.DB, events.OrderCreated, n)
 
 	const dispatchers = 6
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	results := make([][]outbox.Result, dispatchers)
+	ds := make([]*outbox.Dispatcher, dispatchers)
 	for i := 0; i < dispatchers; i++ {
 		pool, err := sqldb.Open(context.Background(), sqldb.Config{DSN: f.db.DSN, MaxOpenConns: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		d := outbox.New(pool, outbox.Config{Exchange: f.ns.Exchange(), BatchSize: 25, Log: quiet,
+		ds[i] = outbox.New(pool, outbox.Config{Exchange: f.ns.Exchange(), BatchSize: 25, Log: quiet,
 			NewPublisher: func() outbox.Publisher { return f.conn.NewPublisher() }})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pub := f.conn.NewPublisher()
-			defer pub.Close()
-			<-start
-			for {
-				res, err := d.DispatchOnce(context.Background(), pub)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if res.Claimed == 0 {
-					return
-				}
-				results[i] = append(results[i], res)
-			}
-		}()
 	}
-	close(start)
-	wg.Wait()
+	testutil.Together(dispatchers, func(i int) {
+		pub := f.conn.NewPublisher() // opens its channel on first use
+		defer pub.Close()
+		for {
+			res, err := ds[i].DispatchOnce(context.Background(), pub)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Claimed == 0 {
+				return
+			}
+			results[i] = append(results[i], res)
+		}
+	})
 
 	claimed, sent := 0, 0
 	for _, rs := range results {

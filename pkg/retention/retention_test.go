@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 	"github.com/relmsg/ordersaga/pkg/deadletter"
@@ -176,26 +176,20 @@ func TestRacingCleanersDeleteEachRowOnce(t *testing.T) {
 	seedOutbox(t, db.DB, "failed.old", "failed", 5, 100*time.Hour)
 
 	const n = 2
-	var wg sync.WaitGroup
-	start := make(chan struct{})
 	results := make([]retention.Deleted, n)
 	errs := make([]error, n)
+	cleaners := make([]*retention.Cleaner, n)
 	for i := 0; i < n; i++ {
 		pool, err := sqldb.Open(context.Background(), sqldb.Config{DSN: db.DSN, MaxOpenConns: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { pool.Close() })
-		c := retention.New(pool, retention.Config{Batch: 100, MaxBatches: 1000, Log: quiet})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			results[i], errs[i] = c.RunOnce(context.Background())
-		}()
+		cleaners[i] = retention.New(pool, retention.Config{Batch: 100, MaxBatches: 1000, Log: quiet})
 	}
-	close(start)
-	wg.Wait()
+	testutil.Together(n, func(i int) {
+		results[i], errs[i] = cleaners[i].RunOnce(context.Background())
+	})
 	var sum retention.Deleted
 	for i := range results {
 		if errs[i] != nil {

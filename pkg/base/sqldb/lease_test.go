@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
 )
@@ -25,28 +26,19 @@ func TestLeaseOneHolder(t *testing.T) {
 	var held atomic.Int32
 	var winners []*sqldb.Lease
 	var mu sync.Mutex
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			l, err := sqldb.TryLease(ctx, db.DB, "reconciler", 0)
-			switch {
-			case err == nil:
-				mu.Lock()
-				winners = append(winners, l)
-				mu.Unlock()
-			case errors.Is(err, sqldb.ErrLeaseHeld):
-				held.Add(1)
-			default:
-				t.Errorf("TryLease: %v", err)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	testutil.Together(n, func(int) {
+		l, err := sqldb.TryLease(ctx, db.DB, "reconciler", 0)
+		switch {
+		case err == nil:
+			mu.Lock()
+			winners = append(winners, l)
+			mu.Unlock()
+		case errors.Is(err, sqldb.ErrLeaseHeld):
+			held.Add(1)
+		default:
+			t.Errorf("TryLease: %v", err)
+		}
+	})
 	if len(winners) != 1 || held.Load() != n-1 {
 		t.Fatalf("%d holders, %d told it is held; want 1 and %d", len(winners), held.Load(), n-1)
 	}
