@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/relmsg/ordersaga/docs"
+	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
@@ -151,10 +151,11 @@ func (m *Messages) Check(typ string, headers amqp.Table, body []byte) error {
 	if !ok {
 		return fmt.Errorf("event type %q is not described by docs/asyncapi.yaml", typ)
 	}
-	v, ok := intOf(headers["schema_version"])
+	v64, ok := rabbit.IntHeader(headers, events.HeaderSchemaVersion)
 	if !ok {
-		return fmt.Errorf("%s: header schema_version missing or not an integer (%T)", typ, headers["schema_version"])
+		return fmt.Errorf("%s: header schema_version missing or not an integer (%T)", typ, headers[events.HeaderSchemaVersion])
 	}
+	v := int(v64)
 	msg, ok := versions[v]
 	if !ok {
 		return fmt.Errorf("%s schema_version %d is not described by docs/asyncapi.yaml (it has %v)", typ, v, m.Versions(typ))
@@ -202,18 +203,6 @@ func tableJSON(t amqp.Table) map[string]any {
 		}
 	}
 	return out
-}
-
-// intOf reads an integer header, whatever integer type the client decoded
-// it as.
-func intOf(v any) (int, bool) {
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return int(rv.Int()), true
-	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
-		return int(rv.Uint()), true
-	}
-	return 0, false
 }
 
 // Queue is a consumer queue as docs/asyncapi.yaml declares it.

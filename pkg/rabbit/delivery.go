@@ -53,18 +53,18 @@ func (d Delivery) Creation() trace.SpanContext {
 // newDelivery reads the retry headers of a received message.
 func newDelivery(d amqp.Delivery, queue string) Delivery {
 	del := Delivery{Delivery: d, Queue: queue, Attempt: 1}
-	if n, ok := intHeader(d.Headers, HeaderRetryAttempt); ok && n > 0 {
+	if n, ok := IntHeader(d.Headers, HeaderRetryAttempt); ok && n > 0 {
 		del.Attempt = int(n) + 1
 	}
-	if ms, ok := intHeader(d.Headers, HeaderFirstFailedAt); ok && ms > 0 {
+	if ms, ok := IntHeader(d.Headers, HeaderFirstFailedAt); ok && ms > 0 {
 		del.FirstFailedAt = time.UnixMilli(ms).UTC()
 	}
 	return del
 }
 
-// intHeader reads an integer header, whatever integer type the client
+// IntHeader reads an integer header, whatever integer type the client
 // decoded it as.
-func intHeader(h amqp.Table, key string) (int64, bool) {
+func IntHeader(h amqp.Table, key string) (int64, bool) {
 	switch v := h[key].(type) {
 	case int64:
 		return v, true

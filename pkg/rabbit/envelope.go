@@ -71,7 +71,7 @@ func uintHeader(d Delivery, key string) (uint64, error) {
 	case nil:
 		return 0, fmt.Errorf("%w: header %s missing", events.ErrInvalid, key)
 	default:
-		n, ok := intHeader(d.Headers, key)
+		n, ok := IntHeader(d.Headers, key)
 		if !ok || n < 0 {
 			return 0, fmt.Errorf("%w: header %s has type %T", events.ErrInvalid, key, v)
 		}
