@@ -285,22 +285,27 @@ func (r TxRetry) run(ctx context.Context, what string, fn func() error) error {
 	if r.DeadConns <= 0 {
 		r.DeadConns = DefaultTxRetry.DeadConns
 	}
-	dead := 0
-	for attempt := 1; ; attempt++ {
+	for attempt, dead := 1, 0; ; {
 		err := fn()
-		wait := r.Backoff.Delay(attempt)
-		if err != nil && ctx.Err() == nil && deadConn(err) && dead < r.DeadConns {
+		tried := attempt
+		var wait time.Duration
+		switch {
+		case err != nil && ctx.Err() == nil && deadConn(err) && dead < r.DeadConns:
+			// The pool's connection was dead, not the database's answer: no
+			// attempt used. The first wait still: a killed session's
+			// rollback frees its row locks only after the client has its
+			// error.
 			dead++
-			attempt-- // the pool's connection was dead, not the database's answer
-			// The first wait still: a killed session's rollback frees its
-			// row locks only after the client has its error.
 			wait = r.Backoff.Delay(1)
-		} else if err == nil || attempt >= r.Attempts || ctx.Err() != nil || !r.retryable(err) {
+		case err == nil || attempt >= r.Attempts || ctx.Err() != nil || !r.retryable(err):
 			return err
+		default:
+			wait = r.Backoff.Delay(attempt)
+			attempt++
 		}
 		if r.Log != nil {
-			r.Log.WarnContext(ctx, what+" failed on a transient error; running it again", "attempt", attempt,
-				"of", r.Attempts, "wait", wait, "err", err)
+			r.Log.WarnContext(ctx, what+" failed on a transient error; running it again", "attempt", tried,
+				"of", r.Attempts, "dead_connections", dead, "wait", wait, "err", err)
 		}
 		if !retry.Wait(ctx, wait) {
 			return err
