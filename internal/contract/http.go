@@ -60,7 +60,7 @@ func NewChecker() (*Checker, error) {
 	if p == nil || p.Value == nil {
 		return nil, errors.New("docs/openapi.yaml has no Problem schema")
 	}
-	b, err := newBodies()
+	b, err := sharedBodies()
 	if err != nil {
 		return nil, err
 	}
