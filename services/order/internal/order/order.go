@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 )
 
@@ -25,14 +26,7 @@ const (
 var Statuses = []Status{PendingInventory, AwaitingPayment, Confirmed, Rejected, Cancelled}
 
 // Valid reports whether s is a known status.
-func (s Status) Valid() bool {
-	for _, v := range Statuses {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
+func (s Status) Valid() bool { return slices.Contains(Statuses, s) }
 
 // Terminal reports whether the saga is over for this order. Rejected and
 // cancelled accept no transition; confirmed accepts only a cancel (a new

@@ -60,8 +60,21 @@ func created(status string) []EventState {
 var cancelled = []EventState{{EventID: "e-created", Type: "order.created", Status: OutboxSent},
 	{EventID: "e-cancel", Type: "order.cancelled", Status: OutboxSent}}
 
-func reservedEvent(status string) []EventState {
-	return []EventState{{EventID: "e-reserved", Type: "inventory.reserved", Status: status}}
+// paying is an open order in state s whose stock inventory holds, with
+// what payment recorded of its charge.
+func paying(s Status, payment string) Observation {
+	o := open(s)
+	o.Reservation, o.Payment = ResReserved, payment
+	return o
+}
+
+// reserved is an open order in state s whose stock inventory holds, its
+// inventory.reserved in status event of inventory's outbox.
+func reserved(s Status, event string) Observation {
+	o := open(s)
+	o.Reservation = ResReserved
+	o.InventoryEvents = []EventState{{EventID: "e-reserved", Type: "inventory.reserved", Status: event}}
+	return o
 }
 
 func open(s Status) Observation {
@@ -118,41 +131,22 @@ var classifyCases = []classifyCase{
 	{"inventory rejected, order missed it", with(open(PendingInventory), func(o *Observation) {
 		o.Reservation, o.ReservationReason = ResRejected, "insufficient stock"
 	}), ResultMissing, ApplyResult, InventoryRejected, ""},
-	{"reserved, payment charging, order missed it", with(open(PendingInventory), func(o *Observation) {
-		o.Reservation, o.Payment = ResReserved, PayPending
-	}), ResultMissing, ApplyResult, InventoryReserved, ""},
-	{"reserved, event sent, nobody consumed it", with(open(PendingInventory), func(o *Observation) {
-		o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxSent)
-	}), ResultMissing, ApplyResult, InventoryReserved, ""},
-	{"reserved, inventory's event failed", with(open(PendingInventory), func(o *Observation) {
-		o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxFailed)
-	}), EventNotSent, RepublishParticipantEvent, "", "e-reserved"},
-	{"reserved, inventory's event pending", with(open(PendingInventory), func(o *Observation) {
-		o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxPending)
-	}), InProgress, NoAction, "", ""},
-	{"payment succeeded while order pending_inventory", with(open(PendingInventory), func(o *Observation) {
-		o.Reservation, o.Payment = ResReserved, PaySucceeded
-	}), ResultMissing, ApplyResult, PaymentSucceeded, ""},
+	{"reserved, payment charging, order missed it", paying(PendingInventory, PayPending), ResultMissing, ApplyResult, InventoryReserved, ""},
+	{"reserved, event sent, nobody consumed it", reserved(PendingInventory, OutboxSent), ResultMissing, ApplyResult, InventoryReserved, ""},
+	{"reserved, inventory's event failed", reserved(PendingInventory, OutboxFailed), EventNotSent, RepublishParticipantEvent, "", "e-reserved"},
+	{"reserved, inventory's event pending", reserved(PendingInventory, OutboxPending), InProgress, NoAction, "", ""},
+	{"payment succeeded while order pending_inventory", paying(PendingInventory, PaySucceeded), ResultMissing, ApplyResult, PaymentSucceeded, ""},
 	{"inventory released an open order", with(open(PendingInventory), func(o *Observation) { o.Reservation = ResReleased }),
 		ReallyFailed, Report, "", ""},
 
 	// awaiting_payment
-	{"payment succeeded, result lost", with(open(AwaitingPayment), func(o *Observation) {
-		o.Reservation, o.Payment = ResReserved, PaySucceeded
-	}), ResultMissing, ApplyResult, PaymentSucceeded, ""},
-	{"payment failed, result lost", with(open(AwaitingPayment), func(o *Observation) {
-		o.Reservation, o.Payment, o.PaymentFailure = ResReserved, PayFailed, "card_declined"
-	}), ResultMissing, ApplyResult, PaymentFailed, ""},
-	{"payment pending", with(open(AwaitingPayment), func(o *Observation) { o.Reservation, o.Payment = ResReserved, PayPending }),
-		InProgress, NoAction, "", ""},
-	{"payment parked", with(open(AwaitingPayment), func(o *Observation) { o.Reservation, o.Payment = ResReserved, PayNeedsAttention }),
-		ReallyFailed, Report, "", ""},
-	{"payment never saw the reservation", with(open(AwaitingPayment), func(o *Observation) {
-		o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxSent)
-	}), NotConsumed, Report, "", ""},
-	{"payment never saw it, inventory's event failed", with(open(AwaitingPayment), func(o *Observation) {
-		o.Reservation, o.InventoryEvents = ResReserved, reservedEvent(OutboxFailed)
-	}), EventNotSent, RepublishParticipantEvent, "", "e-reserved"},
+	{"payment succeeded, result lost", paying(AwaitingPayment, PaySucceeded), ResultMissing, ApplyResult, PaymentSucceeded, ""},
+	{"payment failed, result lost", with(paying(AwaitingPayment, PayFailed), func(o *Observation) { o.PaymentFailure = "card_declined" }),
+		ResultMissing, ApplyResult, PaymentFailed, ""},
+	{"payment pending", paying(AwaitingPayment, PayPending), InProgress, NoAction, "", ""},
+	{"payment parked", paying(AwaitingPayment, PayNeedsAttention), ReallyFailed, Report, "", ""},
+	{"payment never saw the reservation", reserved(AwaitingPayment, OutboxSent), NotConsumed, Report, "", ""},
+	{"payment never saw it, inventory's event failed", reserved(AwaitingPayment, OutboxFailed), EventNotSent, RepublishParticipantEvent, "", "e-reserved"},
 	{"reservation expired, payment pending", with(open(AwaitingPayment), func(o *Observation) { o.Reservation, o.Payment = ResExpired, PayPending }),
 		InProgress, NoAction, "", ""},
 

@@ -47,12 +47,23 @@ func (f *deadlineFixture) newApp() (*orderapp.App, *prometheus.Registry) {
 	return orderapp.New(f.db, func() {}, quiet, orderapp.Config{Deadlines: testDeadlines, Peers: peers, Registerer: reg}), reg
 }
 
-// pass moves an order's deadline into the past: what a clock would do.
-func (f *deadlineFixture) pass(t *testing.T, id uint64) {
+// overdue creates an order (with this idempotency key), brings it to
+// state, a waiting state (awaiting_payment: its inventory.reserved
+// delivered), and moves its deadline into the past: what a clock would do.
+func (f *deadlineFixture) overdue(t *testing.T, key string, state order.Status) order.Order {
 	t.Helper()
-	if _, err := f.db.Exec(`UPDATE orders SET deadline_at = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE id = ? AND deadline_at IS NOT NULL`, id); err != nil {
+	o := f.create(t, key)
+	switch state {
+	case order.PendingInventory:
+	case order.AwaitingPayment:
+		f.deliver(t, reserved(t, o))
+	default:
+		t.Fatalf("overdue: %s is not a waiting state", state)
+	}
+	if _, err := f.db.Exec(`UPDATE orders SET deadline_at = TIMESTAMPADD(SECOND, -1, NOW(6)) WHERE id = ? AND deadline_at IS NOT NULL`, o.ID); err != nil {
 		t.Fatal(err)
 	}
+	return o
 }
 
 // secondsLeft is how far the order's deadline is from now, database time.
@@ -111,12 +122,8 @@ func TestDeadlineExpiryCancels(t *testing.T) {
 			t.Parallel()
 			f := newDeadlineFixture(t)
 			ctx := context.Background()
-			o := f.create(t, "late")
+			o := f.overdue(t, "late", tt.state)
 			other := f.create(t, "on-time") // not due: untouched
-			if tt.state == order.AwaitingPayment {
-				f.deliver(t, reserved(t, o))
-			}
-			f.pass(t, o.ID)
 
 			round, err := f.app.ExpireDeadlines(ctx, 10)
 			if err != nil || round.Found != 1 || round.Cancelled != 1 {
@@ -160,9 +167,7 @@ func TestDeadlineExpiryCancels(t *testing.T) {
 func TestPaymentAfterTheDeadlineCancelIsRefunded(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
-	o := f.create(t, "k")
-	f.deliver(t, reserved(t, o))
-	f.pass(t, o.ID)
+	o := f.overdue(t, "k", order.AwaitingPayment)
 	if _, err := f.app.ExpireDeadlines(context.Background(), 10); err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +184,7 @@ func TestDeadlineSweepResumesAfterARestart(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
 	ctx := context.Background()
-	o := f.create(t, "before-restart")
-	f.pass(t, o.ID)
+	o := f.overdue(t, "before-restart", order.PendingInventory)
 
 	restarted, _ := f.newApp()
 	round, err := restarted.ExpireDeadlines(ctx, 10)
@@ -202,8 +206,7 @@ func TestTwoSweepersCancelEachOrderOnce(t *testing.T) {
 	const n = 5
 	var ids []uint64
 	for i := range n {
-		o := f.create(t, "race-"+string(rune('a'+i)))
-		f.pass(t, o.ID)
+		o := f.overdue(t, "race-"+string(rune('a'+i)), order.PendingInventory)
 		ids = append(ids, o.ID)
 	}
 	other, _ := f.newApp()
@@ -270,8 +273,7 @@ func TestDeadlineSweepSkipsALockedOrder(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
 	ctx := context.Background()
-	o := f.create(t, "held")
-	f.pass(t, o.ID)
+	o := f.overdue(t, "held", order.PendingInventory)
 
 	tx, err := f.db.BeginTxx(ctx, nil)
 	if err != nil {
@@ -304,8 +306,7 @@ func TestDeadlineSweepSurvivesAKilledSession(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
 	ctx := context.Background()
-	o := f.create(t, "killed")
-	f.pass(t, o.ID)
+	o := f.overdue(t, "killed", order.PendingInventory)
 
 	conn, err := f.db.Connx(ctx)
 	if err != nil {
@@ -463,10 +464,8 @@ func TestPaymentDeadlineWaitsForALatePaymentSucceeded(t *testing.T) {
 	t.Parallel()
 	f := newDeadlineFixture(t)
 	ctx := context.Background()
-	o := f.create(t, "k")
-	f.deliver(t, reserved(t, o))
+	o := f.overdue(t, "k", order.AwaitingPayment)
 	f.payment.setOutcome(o.ID, order.OutcomeSucceeded)
-	f.pass(t, o.ID)
 	if round, err := f.app.ExpireDeadlines(ctx, 10); err != nil || round.Waiting != 1 {
 		t.Fatalf("round = %+v %v, want the order left waiting", round, err)
 	}

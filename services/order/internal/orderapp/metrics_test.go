@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/relmsg/ordersaga/internal/testutil"
+	"github.com/relmsg/ordersaga/services/order/internal/order"
 )
 
 // orders_oldest_open_age_seconds, orders_past_deadline and
@@ -21,11 +22,10 @@ func TestOpenOrderGauges(t *testing.T) {
 		g["reconciliation_needs_attention"] != 0 || len(g) != 4 {
 		t.Fatalf("empty table: %v, want four series at 0", g)
 	}
-	o := f.create(t, "old")
+	o := f.overdue(t, "old", order.PendingInventory)
 	if _, err := f.db.Exec(`UPDATE orders SET created_at = TIMESTAMPADD(SECOND, -90, NOW(6)) WHERE id = ?`, o.ID); err != nil {
 		t.Fatal(err)
 	}
-	f.pass(t, o.ID)
 	g := gauges()
 	if age := g[`orders_oldest_open_age_seconds{status="pending_inventory"}`]; age < 90 || age > 120 {
 		t.Fatalf("oldest pending_inventory age = %v, want about 90 s (%v)", age, g)

@@ -23,6 +23,7 @@ package payment
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -70,14 +71,7 @@ const (
 var Statuses = []Status{Pending, Succeeded, Failed, Refunded, NeedsAttention, CancelledBeforeCharge, Withdrawn}
 
 // Valid reports whether s is a known stored status.
-func (s Status) Valid() bool {
-	for _, v := range Statuses {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
+func (s Status) Valid() bool { return slices.Contains(Statuses, s) }
 
 // Terminal reports whether the payment is decided for good: no trigger
 // moves it anywhere else.

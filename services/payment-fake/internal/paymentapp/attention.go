@@ -3,7 +3,6 @@ package paymentapp
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jmoiron/sqlx"
 
@@ -63,11 +62,8 @@ func (a *App) Retry(ctx context.Context, orderID uint64) (Retried, error) {
 		log := a.log.With("order_id", orderID, "component", "admin")
 		if to, ok := payment.Next(p.Status, payment.Retry); ok {
 			moved, err := paymentdb.Charges.Unpark(ctx, tx, orderID, a.cfg.ChargeDeadline, a.cfg.Grace)
-			if err != nil {
+			if err := underLock("payment", orderID, moved, err); err != nil {
 				return err
-			}
-			if !moved {
-				return fmt.Errorf("payment %d changed under its row lock", orderID)
 			}
 			res = Retried{Kind: "charge", Status: string(to)}
 			p.Status = to
@@ -95,11 +91,8 @@ func (a *App) Retry(ctx context.Context, orderID uint64) (Retried, error) {
 			return payment.ErrNotParked
 		}
 		moved, err := paymentdb.Refunds.Unpark(ctx, tx, orderID, a.cfg.RefundDeadline, a.cfg.Grace)
-		if err != nil {
+		if err := underLock("refund", orderID, moved, err); err != nil {
 			return err
-		}
-		if !moved {
-			return fmt.Errorf("refund %d changed under its row lock", orderID)
 		}
 		ids, err := a.addRefundRequest(ctx, tx, p, f)
 		if err != nil {

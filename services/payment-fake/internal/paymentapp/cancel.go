@@ -3,7 +3,6 @@ package paymentapp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
@@ -58,11 +57,8 @@ func (a *App) OnOrderCancelled(ctx context.Context, s Store, e events.Envelope) 
 	if p.CancelTrigger() == payment.Withdraw {
 		to, _ := payment.Next(p.Status, payment.Withdraw)
 		moved, err := paymentdb.Withdraw(ctx, tx, p.OrderID, p.Status, to, reason)
-		if err != nil {
+		if err := underLock("payment", p.OrderID, moved, err); err != nil {
 			return err
-		}
-		if !moved {
-			return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 		}
 		log.InfoContext(ctx, "cancel arrived before the charge was sent to the PSP: payment withdrawn, nothing charged",
 			"status", to)
@@ -110,11 +106,8 @@ func (a *App) requestCancel(ctx context.Context, s Store, log *slog.Logger, p pa
 		return nil
 	}
 	moved, err := paymentdb.RequestCancel(ctx, tx, p.OrderID, p.Status, reason)
-	if err != nil {
+	if err := underLock("payment", p.OrderID, moved, err); err != nil {
 		return err
-	}
-	if !moved {
-		return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
 	p.CancelRequested, p.CancelReason = true, reason
 	if p.Status == payment.Pending {
@@ -133,11 +126,8 @@ func (a *App) requestCancel(ctx context.Context, s Store, log *slog.Logger, p pa
 		return err
 	}
 	moved, err = paymentdb.Advance(ctx, tx, p.OrderID, p.Status, p.Version, p.Version+1)
-	if err != nil {
+	if err := underLock("payment", p.OrderID, moved, err); err != nil {
 		return err
-	}
-	if !moved {
-		return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
 	return s.Emit(ctx, *ev2)
 }

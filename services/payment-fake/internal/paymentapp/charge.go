@@ -107,6 +107,20 @@ func (a *App) ChargeAtPSP(ctx context.Context, e events.Envelope) (batch.Handler
 // noop is the record step of an event that changes nothing.
 func noop(context.Context, Store, events.Envelope) error { return nil }
 
+// chargeRequested is the charge request of payment p, as its
+// payment.charge-requested event carries it.
+func chargeRequested(p payment.Payment) events.PaymentChargeRequestedV1 {
+	return events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
+		AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey}
+}
+
+// chargeEvent is the payment.charge-requested of payment p, numbered
+// version, event_id p.RequestEventID.
+func chargeEvent(p payment.Payment, version uint64) outbox.Event {
+	return outbox.Event{EventID: p.RequestEventID, AggregateID: p.OrderID, AggregateVersion: version,
+		Type: events.PaymentChargeRequested, Payload: chargeRequested(p)}
+}
+
 func chargeRequest(req events.PaymentChargeRequestedV1) psp.ChargeRequest {
 	return psp.ChargeRequest{
 		IdempotencyKey: req.IdempotencyKey,
@@ -224,12 +238,8 @@ func (a *App) recordCharge(ctx context.Context, s Store, log *slog.Logger, order
 	d.Version = p.Version
 
 	moved, err := paymentdb.Decide(ctx, s.Tx(), p.OrderID, d)
-	if err != nil {
+	if err := underLock("payment", p.OrderID, moved, err); err != nil {
 		return err
-	}
-	if !moved {
-		// Impossible while we hold the row lock; treat as a retryable fault.
-		return fmt.Errorf("payment %d changed under its row lock", p.OrderID)
 	}
 	if err := s.Emit(ctx, evs...); err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
-	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 )
@@ -53,12 +52,7 @@ func (a *App) OnInventoryReserved(ctx context.Context, s Store, e events.Envelop
 	if err != nil {
 		return err
 	}
-	err = s.Emit(ctx, outbox.Event{EventID: p.RequestEventID,
-		AggregateID: p.OrderID, AggregateVersion: p.Version, Type: events.PaymentChargeRequested,
-		Payload: events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
-			AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey},
-	})
-	if err != nil {
+	if err := s.Emit(ctx, chargeEvent(p, p.Version)); err != nil {
 		return err
 	}
 	log.InfoContext(ctx, "payment pending; charge requested", "amount_cents", p.AmountCents,

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
@@ -64,9 +63,7 @@ func (a *App) Outcome(ctx context.Context, orderID uint64) (Outcome, error) {
 		return out, nil
 	}
 	// Pending or parked: the record does not know. Ask the PSP.
-	creq := chargeRequest(events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
-		AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey})
-	c, err := a.chargeCall(creq).status(ctx, nil)
+	c, err := a.chargeCall(chargeRequest(chargeRequested(p))).status(ctx, nil)
 	out.Source = SourcePSP
 	switch {
 	case err == nil && c.Status == psp.StatusSucceeded:

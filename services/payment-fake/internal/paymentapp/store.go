@@ -2,6 +2,7 @@ package paymentapp
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/jmoiron/sqlx"
@@ -52,4 +53,18 @@ func (s batched) LockPayment(ctx context.Context, orderID uint64) (payment.Payme
 	return batch.LockOnce(s.B, batchPaymentsKey{}, orderID,
 		func(ids []uint64) (map[uint64]payment.Payment, error) { return paymentdb.LockAll(ctx, s.B.Tx, ids) },
 		func(id uint64) (payment.Payment, error) { return paymentdb.Lock(ctx, s.B.Tx, id) })
+}
+
+// underLock is what a compare-and-set (moved, err) on a row this
+// transaction holds locked (what: "payment", "refund") comes to: it cannot
+// miss while the lock is held, so a miss is a fault to retry, not an
+// outcome.
+func underLock(what string, orderID uint64, moved bool, err error) error {
+	if err != nil {
+		return err
+	}
+	if !moved {
+		return fmt.Errorf("%s %d changed under its row lock", what, orderID)
+	}
+	return nil
 }

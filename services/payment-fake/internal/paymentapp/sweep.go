@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/outbox"
@@ -192,9 +191,7 @@ func (a *App) sweepCharge(ctx context.Context, d paymentdb.Due) (string, error) 
 	if p.Status != payment.Pending {
 		return actWaiting, nil // decided since the claim
 	}
-	creq := chargeRequest(events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
-		AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey})
-	c, err := a.chargeCall(creq).status(ctx, nil)
+	c, err := a.chargeCall(chargeRequest(chargeRequested(p))).status(ctx, nil)
 	switch {
 	case err == nil:
 		log.InfoContext(ctx, "sweep: the PSP has the charge; recording it", "charge_id", c.ChargeID, "psp_status", c.Status)
@@ -330,24 +327,27 @@ func (a *App) rerequestCharge(ctx context.Context, log *slog.Logger, orderID uin
 // before the link was kept), with an event id of its own, which becomes
 // the latest. The sweep's re-request and an operator's retry both use it.
 func (a *App) addChargeRequest(ctx context.Context, tx *sqlx.Tx, p payment.Payment) ([]string, error) {
+	return addCorrection(ctx, tx, p, paymentdb.Charges, chargeEvent(p, p.Version+1))
+}
+
+// addCorrection writes ev, the latest request of step (charge or refund)
+// of the locked payment p numbered with p's next version, again as a
+// correction of it: with an event id of its own, which the step keeps as
+// its latest request, naming ev.EventID ("" for none kept) as the one it
+// corrects. The payment's version moves on with it.
+func addCorrection(ctx context.Context, tx *sqlx.Tx, p payment.Payment, step paymentdb.Step, ev outbox.Event) ([]string, error) {
 	moved, err := paymentdb.Advance(ctx, tx, p.OrderID, p.Status, p.Version, p.Version+1)
-	if err != nil {
+	if err := underLock("payment", p.OrderID, moved, err); err != nil {
 		return nil, err
 	}
-	if !moved {
-		return nil, fmt.Errorf("payment %d changed under its row lock", p.OrderID)
-	}
-	id, err := newEventID()
-	if err != nil {
+	ev.Corrects = ev.EventID
+	if ev.EventID, err = newEventID(); err != nil {
 		return nil, err
 	}
-	if err := paymentdb.Charges.NewRequest(ctx, tx, p.OrderID, id); err != nil {
+	if err := step.NewRequest(ctx, tx, p.OrderID, ev.EventID); err != nil {
 		return nil, err
 	}
-	return outbox.Add(ctx, tx, outbox.Event{EventID: id, Corrects: p.RequestEventID,
-		AggregateID: p.OrderID, AggregateVersion: p.Version + 1, Type: events.PaymentChargeRequested,
-		Payload: events.PaymentChargeRequestedV1{OrderID: p.OrderID, CustomerID: p.CustomerID,
-			AmountCents: p.AmountCents, Currency: p.Currency, IdempotencyKey: p.IdempotencyKey}})
+	return outbox.Add(ctx, tx, ev)
 }
 
 // newEventID makes the id of an event whose id must be known before it is
@@ -443,21 +443,5 @@ func (a *App) rerequestRefund(ctx context.Context, log *slog.Logger, orderID uin
 // event id of its own, which becomes the latest. The sweep's re-request
 // and an operator's retry both use it.
 func (a *App) addRefundRequest(ctx context.Context, tx *sqlx.Tx, p payment.Payment, f payment.Refund) ([]string, error) {
-	moved, err := paymentdb.Advance(ctx, tx, p.OrderID, p.Status, p.Version, p.Version+1)
-	if err != nil {
-		return nil, err
-	}
-	if !moved {
-		return nil, fmt.Errorf("payment %d changed under its row lock", p.OrderID)
-	}
-	corrects := f.RequestEventID
-	if f.RequestEventID, err = newEventID(); err != nil {
-		return nil, err
-	}
-	if err := paymentdb.Refunds.NewRequest(ctx, tx, p.OrderID, f.RequestEventID); err != nil {
-		return nil, err
-	}
-	ev := refundEvent(f, p.Version+1)
-	ev.Corrects = corrects
-	return outbox.Add(ctx, tx, *ev)
+	return addCorrection(ctx, tx, p, paymentdb.Refunds, *refundEvent(f, p.Version+1))
 }
