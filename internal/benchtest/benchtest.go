@@ -2,12 +2,14 @@
 // comparison of bench/peers/watermill (a module of its own) share: the CPU
 // meter both report cores with, the drain loop that empties an outbox with
 // our dispatcher, a plain broker channel, the knobs they read from the
-// environment and the payload of their backlogs. One copy, so that the two
-// sides of a comparison are measured the same way.
+// environment, the events of their backlogs and the prefill that commits
+// them. One copy, so that the two sides of a comparison are measured the
+// same way.
 package benchtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -15,11 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/procfs"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
@@ -38,6 +43,45 @@ func OrderCreated(id uint64) events.OrderCreatedV1 {
 	return events.OrderCreatedV1{OrderID: id, CustomerID: fmt.Sprintf("customer-%d", id%1000),
 		Items:      []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}, {SKU: "SKU-2", Quantity: 1, UnitPriceCents: 1200}},
 		TotalCents: 19000, Currency: "EUR"}
+}
+
+// Envelope is OrderCreated for order id with a fresh event id: the event
+// as the order service's outbox sends it.
+func Envelope(id uint64) events.Envelope {
+	body, err := json.Marshal(OrderCreated(id))
+	if err != nil {
+		panic(err) // plain fields: it cannot fail
+	}
+	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: id, AggregateVersion: 1,
+		SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(id, 10), OccurredAt: time.Now().UTC(),
+		Payload: body}
+}
+
+// Prefill commits n pending OrderCreated events (orders first+1 ..
+// first+n) into outbox_events with outbox.Add, 500 per transaction, and
+// returns their event ids.
+func Prefill(t testing.TB, db *sqlx.DB, first, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for done := 0; done < n; {
+		batch := min(500, n-done)
+		evs := make([]outbox.Event, batch)
+		for i := range evs {
+			id := uint64(first + done + i + 1)
+			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: OrderCreated(id)}
+		}
+		err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
+			got, err := outbox.Add(ctx, tx, evs...)
+			ids = append(ids, got...)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("prefill outbox_events: %v", err)
+		}
+		done += batch
+	}
+	return ids
 }
 
 // Channel runs fn on a fresh channel of a plain connection to the broker,
