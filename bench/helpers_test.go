@@ -16,7 +16,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
@@ -86,27 +85,17 @@ func publishAll(b *testing.B, conn *rabbit.Conn, msgs []rabbit.Message, publishe
 			p.Close()
 		}
 	}()
-	start := time.Now()
-	var g errgroup.Group
-	for w := range publishers {
-		g.Go(func() error {
-			for i := w * batch; i < len(msgs); i += publishers * batch {
-				part := msgs[i:min(i+batch, len(msgs))]
-				for j, err := range pubs[w].Publish(context.Background(), part, 30*time.Second) {
-					if err != nil {
-						return fmt.Errorf("message %d: %w", i+j, err)
-					}
+	return benchtest.InParallel(b, "raw publish", publishers, func(w int) error {
+		for i := w * batch; i < len(msgs); i += publishers * batch {
+			part := msgs[i:min(i+batch, len(msgs))]
+			for j, err := range pubs[w].Publish(context.Background(), part, 30*time.Second) {
+				if err != nil {
+					return fmt.Errorf("message %d: %w", i+j, err)
 				}
 			}
-			return nil
-		})
-	}
-	err := g.Wait()
-	took := time.Since(start)
-	if err != nil {
-		b.Fatalf("raw publish: %v", err)
-	}
-	return took
+		}
+		return nil
+	})
 }
 
 // percentile is the nearest-rank percentile of sorted durations.

@@ -129,22 +129,29 @@ func Purge(t testing.TB, queue string) {
 // long it took.
 func Drain(b *testing.B, d *outbox.Dispatcher, pubs []outbox.Publisher) time.Duration {
 	b.Helper()
+	return InParallel(b, "dispatch", len(pubs), func(i int) error {
+		for {
+			res, err := d.DispatchOnce(context.Background(), pubs[i])
+			if err != nil || res.Claimed == 0 {
+				return err
+			}
+		}
+	})
+}
+
+// InParallel runs work(0) .. work(n-1) at once and returns how long they
+// took together; an error of any fails the benchmark, named by what.
+func InParallel(b *testing.B, what string, n int, work func(i int) error) time.Duration {
+	b.Helper()
 	start := time.Now()
 	var g errgroup.Group
-	for _, pub := range pubs {
-		g.Go(func() error {
-			for {
-				res, err := d.DispatchOnce(context.Background(), pub)
-				if err != nil || res.Claimed == 0 {
-					return err
-				}
-			}
-		})
+	for i := range n {
+		g.Go(func() error { return work(i) })
 	}
 	err := g.Wait()
 	took := time.Since(start)
 	if err != nil {
-		b.Fatalf("dispatch: %v", err)
+		b.Fatalf("%s: %v", what, err)
 	}
 	return took
 }
