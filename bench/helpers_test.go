@@ -3,29 +3,22 @@ package bench
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/relmsg/ordersaga/internal/benchtest"
-	"github.com/relmsg/ordersaga/pkg/base/events"
-	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
-	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
@@ -57,28 +50,6 @@ func (f *fixture) purge(b *testing.B) { benchtest.Purge(b, f.queue) }
 // queueDepth is the number of ready messages in the queue.
 func (f *fixture) queueDepth(b *testing.B) int { return benchtest.QueueDepth(b, f.queue) }
 
-// prefill commits n pending OrderCreated events, 500 per transaction.
-func prefill(b *testing.B, db *sqlx.DB, n int) {
-	b.Helper()
-	ctx := context.Background()
-	for done := 0; done < n; {
-		batch := min(500, n-done)
-		evs := make([]outbox.Event, batch)
-		for i := range evs {
-			id := uint64(done + i + 1)
-			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: benchtest.OrderCreated(id)}
-		}
-		err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
-			_, err := outbox.Add(ctx, tx, evs...)
-			return err
-		})
-		if err != nil {
-			b.Fatalf("prefill: %v", err)
-		}
-		done += batch
-	}
-}
-
 func countStatus(b *testing.B, db *sqlx.DB, status string) int {
 	b.Helper()
 	var n int
@@ -94,13 +65,7 @@ func countStatus(b *testing.B, db *sqlx.DB, status string) int {
 func messages(exchange string, n int) []rabbit.Message {
 	out := make([]rabbit.Message, n)
 	for i := range out {
-		id := uint64(i + 1)
-		body, _ := json.Marshal(benchtest.OrderCreated(id))
-		out[i] = rabbit.FromEnvelope(exchange, events.Envelope{
-			EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: id, AggregateVersion: 1,
-			SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(id, 10),
-			OccurredAt: time.Now().UTC(), Payload: body,
-		})
+		out[i] = rabbit.FromEnvelope(exchange, benchtest.Envelope(uint64(i+1)))
 	}
 	return out
 }
@@ -120,27 +85,17 @@ func publishAll(b *testing.B, conn *rabbit.Conn, msgs []rabbit.Message, publishe
 			p.Close()
 		}
 	}()
-	start := time.Now()
-	var g errgroup.Group
-	for w := range publishers {
-		g.Go(func() error {
-			for i := w * batch; i < len(msgs); i += publishers * batch {
-				part := msgs[i:min(i+batch, len(msgs))]
-				for j, err := range pubs[w].Publish(context.Background(), part, 30*time.Second) {
-					if err != nil {
-						return fmt.Errorf("message %d: %w", i+j, err)
-					}
+	return benchtest.InParallel(b, "raw publish", publishers, func(w int) error {
+		for i := w * batch; i < len(msgs); i += publishers * batch {
+			part := msgs[i:min(i+batch, len(msgs))]
+			for j, err := range pubs[w].Publish(context.Background(), part, 30*time.Second) {
+				if err != nil {
+					return fmt.Errorf("message %d: %w", i+j, err)
 				}
 			}
-			return nil
-		})
-	}
-	err := g.Wait()
-	took := time.Since(start)
-	if err != nil {
-		b.Fatalf("raw publish: %v", err)
-	}
-	return took
+		}
+		return nil
+	})
 }
 
 // percentile is the nearest-rank percentile of sorted durations.

@@ -43,7 +43,7 @@ func BenchmarkOutboxDrain(b *testing.B) {
 			rawCPU.Report(b, "ceiling_")
 			f.purge(b)
 
-			prefill(b, f.db.DB, n)
+			benchtest.Prefill(b, f.db.DB, 0, n)
 			d := outbox.New(f.db.DB, outbox.Config{Exchange: f.ns.Exchange(), Workers: c.workers,
 				BatchSize: c.batch, Log: quiet, NewPublisher: outbox.RabbitPublishers(f.conn)})
 			cpu := benchtest.StartCPU()
@@ -64,7 +64,7 @@ func BenchmarkOutboxDrain(b *testing.B) {
 			// The database side alone: the same claim and mark with a
 			// broker that confirms at once. No dispatcher that keeps the
 			// chapter's two writes per event can drain faster than this.
-			prefill(b, f.db.DB, n)
+			benchtest.Prefill(b, f.db.DB, 0, n)
 			dbCPU := benchtest.StartCPU()
 			dbOnly := drain(b, d, c.workers, func() outbox.Publisher { return ackAll{} })
 			dbCPU.Report(b, "dbonly_")
@@ -537,7 +537,7 @@ func BenchmarkOutboxTableCost(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			prefill(b, db, b.N)
+			benchtest.Prefill(b, db, 0, b.N)
 			d := outbox.New(db, outbox.Config{Exchange: "bench", BatchSize: 500, Log: quiet})
 			var published time.Time
 			pub := ackAll{at: &published}

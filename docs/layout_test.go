@@ -19,7 +19,7 @@ import (
 // The kinds of package, lowest floor first; a package imports only from
 // its own floor or a lower one:
 //
-//	base        foundation any service needs: database, retries, HTTP, wire contract, tracing
+//	base        foundation any service needs: database, retries, HTTP, wire contract, tracing, main
 //	aids        the lab's hooks: failpoints and wrong ways
 //	mechanisms  the chapter's: outbox, inbox (and its batch layer), ordering, dead letters, the broker, retention
 //	compose     what wires a process: its runtime and its admin endpoints
@@ -33,7 +33,7 @@ var floors = []struct {
 	kind     string
 	packages []string // import paths below the module, or a prefix ending in "/"
 }{
-	{"base", []string{"pkg/base/sqldb", "pkg/base/retry", "pkg/base/web", "pkg/base/wire", "pkg/base/events", "pkg/base/instance", "pkg/base/endpoints", "pkg/base/tracing"}},
+	{"base", []string{"pkg/base/sqldb", "pkg/base/retry", "pkg/base/web", "pkg/base/wire", "pkg/base/events", "pkg/base/instance", "pkg/base/endpoints", "pkg/base/tracing", "pkg/base/program"}},
 	{"aids", []string{"pkg/aids/failpoint", "pkg/aids/wrongway"}},
 	{"mechanisms", []string{"pkg/outbox", "pkg/inbox", "pkg/inbox/batch", "pkg/ordering", "pkg/deadletter", "pkg/rabbit", "pkg/retention"}},
 	{"compose", []string{"pkg/compose/process", "pkg/compose/admin"}},

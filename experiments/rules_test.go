@@ -149,6 +149,23 @@ func commit(t *testing.T, tx *sqlx.Tx) {
 	}
 }
 
+// cursorReader is a reader that follows ids: each call runs query (its
+// one parameter the highest id read so far, "WHERE id > ? ORDER BY id")
+// and returns the ids it had not read yet.
+func cursorReader[ID any](t *testing.T, ctx context.Context, db *sqldbtest.DB, query string) func() []ID {
+	var cursor ID
+	return func() []ID {
+		var ids []ID
+		if err := db.SelectContext(ctx, &ids, query, cursor); err != nil {
+			t.Fatal(err)
+		}
+		if len(ids) > 0 {
+			cursor = ids[len(ids)-1]
+		}
+		return ids
+	}
+}
+
 // recorder is an outbox.Publisher that confirms every message and records
 // its message id (the event_id).
 type recorder struct {
@@ -189,17 +206,7 @@ func readerByAutoIncrementID(t *testing.T, ctx context.Context, db *sqldbtest.DB
 	idEarly := insert(early, "early") // takes the smaller id
 	idLate := insert(late, "late")
 	commit(t, late) // the larger id commits first
-	var cursor uint64
-	read := func() []uint64 {
-		var ids []uint64
-		if err := db.SelectContext(ctx, &ids, `SELECT id FROM numbered_events WHERE id > ? ORDER BY id`, cursor); err != nil {
-			t.Fatal(err)
-		}
-		if len(ids) > 0 {
-			cursor = ids[len(ids)-1]
-		}
-		return ids
-	}
+	read := cursorReader[uint64](t, ctx, db, `SELECT id FROM numbered_events WHERE id > ? ORDER BY id`)
 	first := read()
 	commit(t, early)
 	second := read()
@@ -231,17 +238,7 @@ func outboxClaimByStatus(t *testing.T, ctx context.Context, db *sqldbtest.DB) {
 	idLate := add(late, 2)
 	commit(t, late)
 	// A reader that follows event_id (the wrong way, for contrast) ...
-	var cursor string
-	readByID := func() []string {
-		var ids []string
-		if err := db.SelectContext(ctx, &ids, `SELECT event_id FROM outbox_events WHERE event_id > ? ORDER BY event_id`, cursor); err != nil {
-			t.Fatal(err)
-		}
-		if len(ids) > 0 {
-			cursor = ids[len(ids)-1]
-		}
-		return ids
-	}
+	readByID := cursorReader[string](t, ctx, db, `SELECT event_id FROM outbox_events WHERE event_id > ? ORDER BY event_id`)
 	byID := readByID()
 	// ... and the dispatcher's claim, by status.
 	pub := &recorder{}

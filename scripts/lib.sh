@@ -108,6 +108,23 @@ systemd_running() { [[ -d /run/systemd/system ]]; }
 # a daemon holding it open would keep a `scripts/test.sh | tee` pipe open).
 start_log() { printf '%s/ordersaga-start-%s-%s.log' "${TMPDIR:-/tmp}" "$1" "$(id -u)"; }
 
+# await_start STARTED TIMEOUT WHAT CHECK...: runs CHECK every half second
+# until it succeeds, saying every 5 s that it waits for WHAT; fails once
+# TIMEOUT seconds have passed since STARTED (a $SECONDS value).
+await_start() {
+	local start=$1 timeout=$2 what=$3 waited=0 next_note=5
+	shift 3
+	while ! "$@"; do
+		waited=$((SECONDS - start))
+		((waited < timeout)) || return 1
+		if ((waited >= next_note)); then
+			log "waiting for $what (${waited}s/${timeout}s)"
+			next_note=$((next_note + 5))
+		fi
+		sleep 0.5
+	done
+}
+
 # ------------------------------------------------------- missing packages
 
 # os_family: how this system installs packages: debian (Debian, Ubuntu and
@@ -250,20 +267,12 @@ mariadb_start_and_wait() {
 		systemd_running && how="sudo systemctl start mariadb"
 		die "could not start MariaDB (needs root or password-less sudo; see $(start_log mariadb)). Start it yourself: $how"
 	fi
-	local start=$SECONDS waited=0 next_note=5
-	while ! mariadb_alive; do
-		waited=$((SECONDS - start))
-		if ((waited >= MARIADB_START_TIMEOUT)); then
-			log "last lines of /var/log/mysql/error.log:"
-			tail -n 20 /var/log/mysql/error.log >&2 2>/dev/null || true
-			die "MariaDB did not answer at $where within ${MARIADB_START_TIMEOUT}s after starting it"
-		fi
-		if ((waited >= next_note)); then
-			log "waiting for MariaDB at $where (${waited}s/${MARIADB_START_TIMEOUT}s)"
-			next_note=$((next_note + 5))
-		fi
-		sleep 0.5
-	done
+	local start=$SECONDS
+	if ! await_start "$start" "$MARIADB_START_TIMEOUT" "MariaDB at $where" mariadb_alive; then
+		log "last lines of /var/log/mysql/error.log:"
+		tail -n 20 /var/log/mysql/error.log >&2 2>/dev/null || true
+		die "MariaDB did not answer at $where within ${MARIADB_START_TIMEOUT}s after starting it"
+	fi
 	log "MariaDB is up at $where after $((SECONDS - start))s"
 }
 
@@ -312,7 +321,7 @@ ensure_rabbitmq() {
 		install_packages "the services and the tests need a RabbitMQ broker at $where" rabbitmq-server ||
 			die "no RabbitMQ broker here. $laptop"
 	fi
-	local start=$SECONDS waited=0 next_note=5
+	local start=$SECONDS
 	# apt may have started it already.
 	if ! tcp_open "$RABBITMQ_HOST" "$RABBITMQ_PORT"; then
 		log "RabbitMQ does not accept connections at $where; starting rabbitmq-server"
@@ -322,19 +331,11 @@ ensure_rabbitmq() {
 			die "could not start RabbitMQ (needs root or password-less sudo; see $(start_log rabbitmq)). Start it yourself: $how"
 		fi
 	fi
-	while ! tcp_open "$RABBITMQ_HOST" "$RABBITMQ_PORT"; do
-		waited=$((SECONDS - start))
-		if ((waited >= RABBITMQ_START_TIMEOUT)); then
-			log "last lines of /var/log/rabbitmq/*.log and $(start_log rabbitmq):"
-			tail -n 20 "$(start_log rabbitmq)" /var/log/rabbitmq/rabbit@*.log >&2 2>/dev/null || true
-			die "RabbitMQ did not accept connections at $where within ${RABBITMQ_START_TIMEOUT}s after starting it"
-		fi
-		if ((waited >= next_note)); then
-			log "waiting for RabbitMQ at $where (${waited}s/${RABBITMQ_START_TIMEOUT}s)"
-			next_note=$((next_note + 5))
-		fi
-		sleep 0.5
-	done
+	if ! await_start "$start" "$RABBITMQ_START_TIMEOUT" "RabbitMQ at $where" tcp_open "$RABBITMQ_HOST" "$RABBITMQ_PORT"; then
+		log "last lines of /var/log/rabbitmq/*.log and $(start_log rabbitmq):"
+		tail -n 20 "$(start_log rabbitmq)" /var/log/rabbitmq/rabbit@*.log >&2 2>/dev/null || true
+		die "RabbitMQ did not accept connections at $where within ${RABBITMQ_START_TIMEOUT}s after starting it"
+	fi
 	# The listener opens near the end of the boot; await_startup makes sure
 	# the boot has finished (it is slow, so only after a start).
 	if have rabbitmqctl; then

@@ -24,33 +24,31 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/relmsg/ordersaga/internal/chaos"
 	"github.com/relmsg/ordersaga/internal/stack"
+	"github.com/relmsg/ordersaga/pkg/base/program"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	switch {
-	case errors.Is(err, errViolations):
-		os.Exit(1)
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		os.Exit(2)
-	}
+	program.Main("chaos", func(ctx context.Context) error {
+		switch err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); {
+		case errors.Is(err, errViolations):
+			return program.Exit{Code: 1} // the report lists them
+		case errors.Is(err, flag.ErrHelp):
+			return nil
+		case err != nil:
+			return program.Exit{Code: 2, Err: err}
+		}
+		return nil
+	})
 }
 
 // errViolations: the run was carried out and some check failed (exit 1;

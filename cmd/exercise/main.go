@@ -18,28 +18,26 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/relmsg/ordersaga/internal/exercise"
+	"github.com/relmsg/ordersaga/pkg/base/program"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
-	switch {
-	case errors.Is(err, errGradeFailed):
-		os.Exit(1)
-	case errors.Is(err, errRefused):
-		os.Exit(2)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "exercise:", err)
-		os.Exit(2)
-	}
+	program.Main("exercise", func(ctx context.Context) error {
+		switch err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); {
+		case errors.Is(err, errGradeFailed):
+			return program.Exit{Code: 1}
+		case errors.Is(err, errRefused):
+			return program.Exit{Code: 2}
+		case err != nil:
+			return program.Exit{Code: 2, Err: err}
+		}
+		return nil
+	})
 }
 
 // errGradeFailed: grade said fail; errRefused: start or reset refused

@@ -25,20 +25,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/lab"
+	"github.com/relmsg/ordersaga/pkg/base/program"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "lab:", err)
-		os.Exit(1)
-	}
+	program.Main("lab", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Getenv, os.Stdout) })
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {

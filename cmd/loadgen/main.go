@@ -32,25 +32,21 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/relmsg/ordersaga/pkg/base/program"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
 	"github.com/relmsg/ordersaga/pkg/base/wire"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "loadgen:", err)
-		os.Exit(1)
-	}
+	program.Main("loadgen", func(ctx context.Context) error {
+		return run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	})
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {

@@ -28,25 +28,19 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/lab"
 	"github.com/relmsg/ordersaga/internal/viewer"
+	"github.com/relmsg/ordersaga/pkg/base/program"
 	"github.com/relmsg/ordersaga/pkg/base/web"
 	"github.com/relmsg/ordersaga/pkg/compose/process"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "viewer:", err)
-		os.Exit(1)
-	}
+	program.Main("viewer", func(ctx context.Context) error { return run(ctx, os.Args[1:], os.Getenv, os.Stdout) })
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {

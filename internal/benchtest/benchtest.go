@@ -2,12 +2,14 @@
 // comparison of bench/peers/watermill (a module of its own) share: the CPU
 // meter both report cores with, the drain loop that empties an outbox with
 // our dispatcher, a plain broker channel, the knobs they read from the
-// environment and the payload of their backlogs. One copy, so that the two
-// sides of a comparison are measured the same way.
+// environment, the events of their backlogs and the prefill that commits
+// them. One copy, so that the two sides of a comparison are measured the
+// same way.
 package benchtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -15,11 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/procfs"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
@@ -38,6 +43,45 @@ func OrderCreated(id uint64) events.OrderCreatedV1 {
 	return events.OrderCreatedV1{OrderID: id, CustomerID: fmt.Sprintf("customer-%d", id%1000),
 		Items:      []events.Item{{SKU: "SKU-1", Quantity: 2, UnitPriceCents: 8900}, {SKU: "SKU-2", Quantity: 1, UnitPriceCents: 1200}},
 		TotalCents: 19000, Currency: "EUR"}
+}
+
+// Envelope is OrderCreated for order id with a fresh event id: the event
+// as the order service's outbox sends it.
+func Envelope(id uint64) events.Envelope {
+	body, err := json.Marshal(OrderCreated(id))
+	if err != nil {
+		panic(err) // plain fields: it cannot fail
+	}
+	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: id, AggregateVersion: 1,
+		SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(id, 10), OccurredAt: time.Now().UTC(),
+		Payload: body}
+}
+
+// Prefill commits n pending OrderCreated events (orders first+1 ..
+// first+n) into outbox_events with outbox.Add, 500 per transaction, and
+// returns their event ids.
+func Prefill(t testing.TB, db *sqlx.DB, first, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for done := 0; done < n; {
+		batch := min(500, n-done)
+		evs := make([]outbox.Event, batch)
+		for i := range evs {
+			id := uint64(first + done + i + 1)
+			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: OrderCreated(id)}
+		}
+		err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
+			got, err := outbox.Add(ctx, tx, evs...)
+			ids = append(ids, got...)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("prefill outbox_events: %v", err)
+		}
+		done += batch
+	}
+	return ids
 }
 
 // Channel runs fn on a fresh channel of a plain connection to the broker,
@@ -85,22 +129,29 @@ func Purge(t testing.TB, queue string) {
 // long it took.
 func Drain(b *testing.B, d *outbox.Dispatcher, pubs []outbox.Publisher) time.Duration {
 	b.Helper()
+	return InParallel(b, "dispatch", len(pubs), func(i int) error {
+		for {
+			res, err := d.DispatchOnce(context.Background(), pubs[i])
+			if err != nil || res.Claimed == 0 {
+				return err
+			}
+		}
+	})
+}
+
+// InParallel runs work(0) .. work(n-1) at once and returns how long they
+// took together; an error of any fails the benchmark, named by what.
+func InParallel(b *testing.B, what string, n int, work func(i int) error) time.Duration {
+	b.Helper()
 	start := time.Now()
 	var g errgroup.Group
-	for _, pub := range pubs {
-		g.Go(func() error {
-			for {
-				res, err := d.DispatchOnce(context.Background(), pub)
-				if err != nil || res.Claimed == 0 {
-					return err
-				}
-			}
-		})
+	for i := range n {
+		g.Go(func() error { return work(i) })
 	}
 	err := g.Wait()
 	took := time.Since(start)
 	if err != nil {
-		b.Fatalf("dispatch: %v", err)
+		b.Fatalf("%s: %v", what, err)
 	}
 	return took
 }

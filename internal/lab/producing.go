@@ -172,9 +172,6 @@ func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const point = "outbox.dispatch.after-confirm-before-mark"
 	k := key("dup")
 	l.begin(ctx, r, sku)
-	if err := l.armCrash(ctx, r, "order", point); err != nil {
-		return err
-	}
 	o, _, err := l.createThroughCrash(ctx, r, point, k, sku, qty)
 	if err != nil {
 		return err
@@ -208,13 +205,16 @@ func duplicateWindow(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	return nil
 }
 
-// createThroughCrash creates an order while the order service is armed to
-// crash (SIGKILL) at point, which the create leads to. The crash may beat
+// createThroughCrash arms the order service to crash (SIGKILL) at point
+// (armCrash), then creates an order, which leads to point. The crash may beat
 // the answer to the client: then the client retries with the same key, as
 // a client would, once the service is back. It checks that the process
 // really died in the window, and returns the order and whether the answer
 // came from the retry, a replay of the key (Idempotent-Replayed).
 func (l *Lab) createThroughCrash(ctx context.Context, r *Report, point, k, sku string, qty int) (Order, bool, error) {
+	if err := l.armCrash(ctx, r, "order", point); err != nil {
+		return Order{}, false, err
+	}
 	o, code, _, err := l.createOrder(ctx, k, "c-lab", sku, qty)
 	if err := l.crashed(ctx, r, chkCrashed, "order", point); err != nil {
 		return o, false, err

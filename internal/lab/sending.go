@@ -20,9 +20,6 @@ func claimCrash(ctx context.Context, l *Lab, r *Report, _ bool) error {
 	const sku, qty = "SKU-2", 1
 	const point = "outbox.dispatch.after-claim"
 	l.begin(ctx, r, sku)
-	if err := l.armCrash(ctx, r, "order", point); err != nil {
-		return err
-	}
 	o, _, err := l.createThroughCrash(ctx, r, point, key("claim"), sku, qty)
 	if err != nil {
 		return err

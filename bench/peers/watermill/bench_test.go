@@ -99,11 +99,11 @@ func drainOurs(b *testing.B, n, workers, batch int) drained {
 		defer pubs[i].Close()
 	}
 	warm := min(warmup, n)
-	prefillOurs(b, w.db.DB, 0, warm)
+	benchtest.Prefill(b, w.db.DB, 0, warm)
 	benchtest.Drain(b, d, pubs)
 	w.purge(b)
 
-	prefillOurs(b, w.db.DB, warm, n)
+	benchtest.Prefill(b, w.db.DB, warm, n)
 	var res drained
 	c := benchtest.StartCPU()
 	b.StartTimer()

@@ -2,23 +2,18 @@ package watermillpeer_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
 	peer "github.com/relmsg/ordersaga/bench/peers/watermill"
 	"github.com/relmsg/ordersaga/internal/benchtest"
 	"github.com/relmsg/ordersaga/pkg/base/events"
-	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
-	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/pkg/rabbit/rabbittest"
 )
@@ -84,45 +79,6 @@ func forward(t testing.TB, db *sqlx.DB, s peer.SQL, pub message.Publisher, targe
 	return rec
 }
 
-// envelope is OrderCreated for order id, with a fresh event id: what the
-// peer's outbox is given.
-func envelope(t testing.TB, id uint64) events.Envelope {
-	t.Helper()
-	body, err := json.Marshal(benchtest.OrderCreated(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return events.Envelope{EventID: uuid.NewString(), Type: events.OrderCreated, AggregateID: id, AggregateVersion: 1,
-		SchemaVersion: events.CurrentSchemaVersion, CorrelationID: strconv.FormatUint(id, 10), OccurredAt: time.Now().UTC(),
-		Payload: body}
-}
-
-// prefillOurs commits n OrderCreated events (ids first+1 .. first+n) into
-// outbox_events with outbox.Add, 500 per transaction.
-func prefillOurs(t testing.TB, db *sqlx.DB, first, n int) []string {
-	t.Helper()
-	ctx := context.Background()
-	var ids []string
-	for done := 0; done < n; {
-		batch := min(500, n-done)
-		evs := make([]outbox.Event, batch)
-		for i := range evs {
-			id := uint64(first + done + i + 1)
-			evs[i] = outbox.Event{AggregateID: id, AggregateVersion: 1, Type: events.OrderCreated, Payload: benchtest.OrderCreated(id)}
-		}
-		err := sqldb.WithTx(ctx, db, func(tx *sqlx.Tx) error {
-			got, err := outbox.Add(ctx, tx, evs...)
-			ids = append(ids, got...)
-			return err
-		})
-		if err != nil {
-			t.Fatalf("prefill outbox_events: %v", err)
-		}
-		done += batch
-	}
-	return ids
-}
-
 // prefillPeer commits n OrderCreated events (ids first+1 .. first+n) into
 // the peer's outbox with its forwarder publisher, 500 per transaction.
 func prefillPeer(t testing.TB, db *sqlx.DB, s peer.SQL, first, n int) {
@@ -131,7 +87,7 @@ func prefillPeer(t testing.TB, db *sqlx.DB, s peer.SQL, first, n int) {
 		batch := min(500, n-done)
 		evs := make([]events.Envelope, batch)
 		for i := range evs {
-			evs[i] = envelope(t, uint64(first+done+i+1))
+			evs[i] = benchtest.Envelope(uint64(first + done + i + 1))
 		}
 		writePeer(t, db, s, evs...)
 		done += batch

@@ -84,7 +84,7 @@ func forwarderLosesTheUnroutable(t *testing.T, sqlOf peer.SQL, passed func(t *te
 		t.Fatal(err)
 	}
 
-	lost := envelope(t, 1)
+	lost := benchtest.Envelope(1)
 	writePeer(t, w.db.DB, sqlOf, lost)
 	var lostOffset int64
 	if err := w.db.Get(&lostOffset, "SELECT MAX(`offset`) FROM `watermill_"+peer.Topic+"`"); err != nil {
@@ -100,7 +100,7 @@ func forwarderLosesTheUnroutable(t *testing.T, sqlOf peer.SQL, passed func(t *te
 	}
 
 	w.declare(t, true)
-	second := envelope(t, 2)
+	second := benchtest.Envelope(2)
 	writePeer(t, w.db.DB, sqlOf, second)
 	got := rabbittest.Drain(t, w.queue, 1, 10*time.Second)
 	if ids := messageIDs(got); !slices.Equal(ids, []string{second.EventID}) {
@@ -123,7 +123,7 @@ func oursRetriesThenDelivers(t *testing.T) {
 	d, pub := ourDispatcher(t, w, noQueue(w), outbox.Config{Backoff: quickBackoff})
 	ctx := context.Background()
 
-	lost := prefillOurs(t, w.db.DB, 0, 1)[0]
+	lost := benchtest.Prefill(t, w.db.DB, 0, 1)[0]
 	res, err := d.DispatchOnce(ctx, pub)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func oursRetriesThenDelivers(t *testing.T) {
 	}
 
 	w.declare(t, true)
-	second := prefillOurs(t, w.db.DB, 1, 1)[0]
+	second := benchtest.Prefill(t, w.db.DB, 1, 1)[0]
 	sent := 0
 	testutil.WaitFor(t, 10*time.Second, "both events sent", func() bool {
 		res, err := d.DispatchOnce(ctx, pub)
@@ -168,7 +168,7 @@ func oursKeepsTheUnroutableFailed(t *testing.T) {
 	w.declare(t, false)
 	d, pub := ourDispatcher(t, w, noQueue(w), outbox.Config{MaxAttempts: 2, Backoff: quickBackoff})
 
-	id := prefillOurs(t, w.db.DB, 0, 1)[0]
+	id := benchtest.Prefill(t, w.db.DB, 0, 1)[0]
 	var total outbox.Result
 	testutil.WaitFor(t, 10*time.Second, "the event failed", func() bool {
 		res, err := d.DispatchOnce(context.Background(), pub)
@@ -288,9 +288,9 @@ func forwarderBlocksBehindTheRefused(t *testing.T) {
 	if err := peer.InitSchema(w.db.DB.DB, s); err != nil {
 		t.Fatal(err)
 	}
-	refused := envelope(t, 1)
+	refused := benchtest.Envelope(1)
 	refused.Type = events.PaymentRefunded
-	healthy := envelope(t, 2)
+	healthy := benchtest.Envelope(2)
 	writePeer(t, w.db.DB, s, refused)
 	writePeer(t, w.db.DB, s, healthy)
 

@@ -27,21 +27,12 @@ func TestRetentionSettings(t *testing.T) {
 			[]string{"INBOX_RETENTION", "OUTBOX_RETENTION", "RETENTION_INTERVAL", "RETENTION_BATCH"}},
 	}
 	for _, tt := range tests {
-		env := NewEnv(func(k string) string { return tt.env[k] })
-		c := Load(env, "order", ":8081", "order_service")
+		c, err := load(tt.env)
 		if c.InboxRetention != tt.inbox || c.OutboxRetention != tt.outbox || c.RetentionInterval != tt.every || c.RetentionBatch != tt.batch {
 			t.Errorf("%s: got %s %s %s %d, want %s %s %s %d", tt.name, c.InboxRetention, c.OutboxRetention, c.RetentionInterval,
 				c.RetentionBatch, tt.inbox, tt.outbox, tt.every, tt.batch)
 		}
-		err := env.Err()
-		for _, key := range tt.wantErr {
-			if err == nil || !strings.Contains(err.Error(), key) {
-				t.Errorf("%s: error %v, want it to name %s", tt.name, err, key)
-			}
-		}
-		if len(tt.wantErr) == 0 && err != nil {
-			t.Errorf("%s: unexpected error %v", tt.name, err)
-		}
+		checkErr(t, tt.name, err, tt.wantErr)
 	}
 }
 
@@ -53,15 +44,9 @@ func TestPoolSize(t *testing.T) {
 		want    int
 		wantErr bool
 	}{{"", 16, false}, {"40", 40, false}, {"0", 16, true}, {"many", 16, true}} {
-		env := NewEnv(func(k string) string {
-			if k == "MYSQL_MAX_CONNS" {
-				return tt.value
-			}
-			return ""
-		})
-		c := Load(env, "order", ":8081", "order_service")
-		if c.MySQLMaxConns != tt.want || (env.Err() != nil) != tt.wantErr {
-			t.Errorf("MYSQL_MAX_CONNS=%q: pool %d, error %v; want %d, error %v", tt.value, c.MySQLMaxConns, env.Err(), tt.want, tt.wantErr)
+		c, err := load(map[string]string{"MYSQL_MAX_CONNS": tt.value})
+		if c.MySQLMaxConns != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("MYSQL_MAX_CONNS=%q: pool %d, error %v; want %d, error %v", tt.value, c.MySQLMaxConns, err, tt.want, tt.wantErr)
 		}
 	}
 }
@@ -79,12 +64,11 @@ func TestOutboxSettings(t *testing.T) {
 		{map[string]string{"OUTBOX_DEADLINE": "1h"}, time.Hour, nil},
 		{map[string]string{"OUTBOX_DEADLINE": "never"}, 15 * time.Minute, []string{"OUTBOX_DEADLINE"}},
 	} {
-		env := NewEnv(func(k string) string { return tt.env[k] })
-		c := Load(env, "order", ":8081", "order_service")
+		c, err := load(tt.env)
 		if c.OutboxDeadline != tt.deadline {
 			t.Errorf("%v: deadline %s, want %s", tt.env, c.OutboxDeadline, tt.deadline)
 		}
-		checkErr(t, tt.env, env.Err(), tt.wantErr)
+		checkErr(t, tt.env, err, tt.wantErr)
 	}
 }
 
@@ -105,26 +89,32 @@ func TestConfirmTimeoutFitsTheLease(t *testing.T) {
 		{map[string]string{"OUTBOX_LEASE": "3s", "OUTBOX_CONFIRM_TIMEOUT": "2s", "OUTBOX_BATCH": "0"}, 0,
 			[]string{"OUTBOX_CONFIRM_TIMEOUT=2s", "OUTBOX_LEASE", "OUTBOX_BATCH"}},
 	} {
-		env := NewEnv(func(k string) string { return tt.env[k] })
-		c := Load(env, "order", ":8081", "order_service")
+		c, err := load(tt.env)
 		if len(tt.wantErr) == 0 && c.OutboxConfirmTimeout != tt.confirm {
 			t.Errorf("%v: confirm timeout %s, want %s", tt.env, c.OutboxConfirmTimeout, tt.confirm)
 		}
-		checkErr(t, tt.env, env.Err(), tt.wantErr)
+		checkErr(t, tt.env, err, tt.wantErr)
 	}
 }
 
+// load is the order service's configuration read from env, and the error
+// that names its bad settings.
+func load(env map[string]string) (Config, error) {
+	e := NewEnv(func(k string) string { return env[k] })
+	return Load(e, "order", ":8081", "order_service"), e.Err()
+}
+
 // checkErr checks that err names every key of want, and is nil when want
-// is empty.
-func checkErr(t *testing.T, env map[string]string, err error, want []string) {
+// is empty; what names the case in a failure.
+func checkErr(t *testing.T, what any, err error, want []string) {
 	t.Helper()
 	for _, key := range want {
 		if err == nil || !strings.Contains(err.Error(), key) {
-			t.Errorf("%v: error %v, want it to name %s", env, err, key)
+			t.Errorf("%v: error %v, want it to name %s", what, err, key)
 		}
 	}
 	if len(want) == 0 && err != nil {
-		t.Errorf("%v: unexpected error %v", env, err)
+		t.Errorf("%v: unexpected error %v", what, err)
 	}
 }
 
@@ -132,25 +122,15 @@ func checkErr(t *testing.T, env map[string]string, err error, want []string) {
 // cluster); every bad address is reported at once, passwords masked.
 func TestAMQPURLList(t *testing.T) {
 	t.Parallel()
-	load := func(v string) (Config, error) {
-		env := NewEnv(func(k string) string {
-			if k == "AMQP_URL" {
-				return v
-			}
-			return ""
-		})
-		c := Load(env, "order", ":8081", "order_service")
-		return c, env.Err()
-	}
 	list := "amqp://u:pw1@127.0.0.1:5701/,amqp://u:pw1@127.0.0.1:5702/,amqp://u:pw1@127.0.0.1:5703/"
-	c, err := load(list)
+	c, err := load(map[string]string{"AMQP_URL": list})
 	if err != nil {
 		t.Fatalf("three addresses: %v", err)
 	}
 	if got, want := c.Masked().AMQPURL, strings.ReplaceAll(list, "pw1", "*****"); got != want {
 		t.Errorf("masked AMQP_URL = %q, want %q", got, want)
 	}
-	_, err = load("amqp://u:pw2@a:5701/,redis://u:pw2@b:5702/,amqp://u:pw2@c:x/")
+	_, err = load(map[string]string{"AMQP_URL": "amqp://u:pw2@a:5701/,redis://u:pw2@b:5702/,amqp://u:pw2@c:x/"})
 	if err == nil {
 		t.Fatal("two bad addresses: no error")
 	}
@@ -170,11 +150,7 @@ func TestWrongWaySwitchesNeedDemoMode(t *testing.T) {
 	t.Parallel()
 	for sw := range wrongway.All {
 		for _, demo := range []string{"", "false", "true"} {
-			env := NewEnv(func(k string) string {
-				return map[string]string{"WRONG_WAY": string(sw), "DEMO_MODE": demo}[k]
-			})
-			c := Load(env, "order", ":8081", "order_service")
-			err := env.Err()
+			c, err := load(map[string]string{"WRONG_WAY": string(sw), "DEMO_MODE": demo})
 			if demo == "true" {
 				if err != nil || !c.WrongWay.On(sw) || c.WrongWay.String() != string(sw) {
 					t.Errorf("WRONG_WAY=%s with DEMO_MODE=true: switches %q, error %v; want exactly it on", sw, c.WrongWay, err)
