@@ -4,19 +4,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/relmsg/ordersaga/pkg/base/program"
 	"github.com/relmsg/ordersaga/services/order/ordersvc"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := ordersvc.Run(ctx, os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "order:", err)
-		os.Exit(1)
-	}
+	program.Main("order", func(ctx context.Context) error { return ordersvc.Run(ctx, os.Getenv, os.Stdout) })
 }

@@ -5,19 +5,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/relmsg/ordersaga/pkg/base/program"
 	"github.com/relmsg/ordersaga/services/payment-fake/paymentsvc"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := paymentsvc.Run(ctx, os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "payment-fake:", err)
-		os.Exit(1)
-	}
+	program.Main("payment-fake", func(ctx context.Context) error { return paymentsvc.Run(ctx, os.Getenv, os.Stdout) })
 }

@@ -5,19 +5,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/relmsg/ordersaga/pkg/base/program"
 	"github.com/relmsg/ordersaga/services/payment-fake/pspsvc"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := pspsvc.Run(ctx, os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "psp:", err)
-		os.Exit(1)
-	}
+	program.Main("psp", func(ctx context.Context) error { return pspsvc.Run(ctx, os.Getenv, os.Stdout) })
 }
