@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -396,27 +397,40 @@ func TestPSPRefusalIsDeadLettered(t *testing.T) {
 // decision, one payment.succeeded.
 func TestConcurrentChargeRequestsHaveOneEffect(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, 5*time.Second)
+	// The eight attempts queue on the payment's row (the mark) and on the
+	// PSP's unique key (the insert): on a loaded machine the last waits for
+	// seven, so the client's time bound is generous (it failed at 5 s in a
+	// suite run: an attempt that times out never reaches the window).
+	f := newFixture(t, 30*time.Second)
 	cmd := f.reserve(t, order, "c-1", 1500)
 	const n = 8
 	gate := f.failpoint.Pause(paymentapp.FailpointAfterPSPCall, n)
 
 	errs := make([]error, n)
 	var wg sync.WaitGroup
+	var returned atomic.Int32 // an attempt that returns before the window never reaches it
 	for i := range n {
 		e := cmd
 		e.EventID = uuid.NewString()
-		wg.Go(func() { errs[i] = f.charges.Process(f.ctx, e) })
+		wg.Go(func() { errs[i] = f.charges.Process(f.ctx, e); returned.Add(1) })
 	}
 	t.Cleanup(gate.Release) // if the wait fails: let the attempts go
-	testutil.WaitFor(t, 15*time.Second, fmt.Sprintf("all %d attempts to reach the window", n), func() bool {
+	paused := func() int {
 		for _, s := range f.failpoint.Armed() {
 			if s.Name == paymentapp.FailpointAfterPSPCall {
-				return s.Paused == n
+				return s.Paused
 			}
 		}
-		return false
+		return 0
+	}
+	testutil.WaitFor(t, 60*time.Second, fmt.Sprintf("all %d attempts to reach the window", n), func() bool {
+		return paused() == n || returned.Load() > 0
 	})
+	if returned.Load() > 0 {
+		gate.Release()
+		wg.Wait()
+		t.Fatalf("an attempt returned before the window (%d of %d there): %v", paused(), n, errors.Join(errs...))
+	}
 	gate.Release()
 	wg.Wait()
 	for i, err := range errs {
