@@ -21,7 +21,6 @@ import (
 	"github.com/relmsg/ordersaga/internal/chaos"
 	"github.com/relmsg/ordersaga/internal/chaos/chaostest"
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
-	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/stack"
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
@@ -44,7 +43,7 @@ func TestScaleOutOnACluster(t *testing.T) {
 		t.Skip("integration test: a RabbitMQ cluster and the whole stack (run without -short)")
 	}
 	t.Parallel()
-	nodes := rabbitnodetest.Cluster(t, "e2ecl", 3)
+	nodes := clusterNodes(t)
 	t.Run("outbox across a node switch", func(t *testing.T) { outboxAcrossANodeSwitch(t, nodes) })
 	t.Run("leader and instance kills under load", func(t *testing.T) { leaderAndInstanceKills(t, nodes) })
 	t.Run("a node stopped and started again", func(t *testing.T) { nodeStoppedAndStarted(t, nodes) })
