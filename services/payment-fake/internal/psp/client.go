@@ -105,18 +105,16 @@ func call[T any](ctx context.Context, c *Client, method, path string, in any, wh
 	var v T
 	if err := c.do(ctx, method, path, in, &v); err != nil {
 		var zero T
-		if method == http.MethodGet { // a status query: no record is ErrNotFound
-			err = notFound(err)
-		}
 		return zero, fmt.Errorf("psp %s %s: %w", what, key, err)
 	}
 	return v, nil
 }
 
 // get is the status query of the record made with key under collection
-// ("/charges/").
+// ("/charges/"): no such record is ErrNotFound.
 func get[T any](ctx context.Context, c *Client, collection, what, key string) (T, error) {
-	return call[T](ctx, c, http.MethodGet, collection+url.PathEscape(key), nil, what, key)
+	v, err := call[T](ctx, c, http.MethodGet, collection+url.PathEscape(key), nil, what, key)
+	return v, notFound(err)
 }
 
 // do sends one request and sorts the result into the classes callers act on:
@@ -191,11 +189,12 @@ func apiError(status int, body []byte) *APIError {
 	return &APIError{Status: status, Message: e.Error}
 }
 
-// notFound turns the 404 of a status query into ErrNotFound.
+// notFound turns the 404 of a status query into ErrNotFound (still
+// wrapping the PSP's answer).
 func notFound(err error) error {
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-		return fmt.Errorf("%w: %s", ErrNotFound, ae.Message)
+		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	}
 	return err
 }
