@@ -43,7 +43,7 @@ func TestScaleOutOnACluster(t *testing.T) {
 		t.Skip("integration test: a RabbitMQ cluster and the whole stack (run without -short)")
 	}
 	t.Parallel()
-	nodes := clusterNodes(t)
+	nodes := cluster.Nodes(t)
 	t.Run("outbox across a node switch", func(t *testing.T) { outboxAcrossANodeSwitch(t, nodes) })
 	t.Run("leader and instance kills under load", func(t *testing.T) { leaderAndInstanceKills(t, nodes) })
 	t.Run("a node stopped and started again", func(t *testing.T) { nodeStoppedAndStarted(t, nodes) })

@@ -16,7 +16,6 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
-	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
@@ -35,7 +34,7 @@ import (
 // applies it exactly once.
 func TestRetryOutlivesTheNodeHoldingIt(t *testing.T) {
 	t.Parallel()
-	nodes := rabbitnodetest.Cluster(t, "rtretry", 3)
+	nodes := cluster.Nodes(t)
 	db := sqldbtest.New(t, "order")
 	// The event's effect: a second application would add a second row.
 	if _, err := db.Exec(`CREATE TABLE applied (event_id CHAR(36) NOT NULL)`); err != nil {

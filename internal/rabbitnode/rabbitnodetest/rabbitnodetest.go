@@ -5,6 +5,7 @@ package rabbitnodetest
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -108,18 +109,27 @@ func stop(nodes []*rabbitnode.Node) []error {
 // Early is a cluster that boots in the background from the start of a
 // test process, for a test that asks for it later: a package's TestMain
 // starts it (StartEarly) so that its boot runs beside the package's other
-// tests instead of after the test's wait for a parallel slot, and stops it
-// after m.Run.
+// tests instead of after the test's wait for a parallel slot, and Exit
+// stops it after m.Run. Only when the whole package runs (no -run, -skip,
+// -list, not -short): otherwise Nodes boots the test's own cluster, as
+// Cluster does.
 type Early struct {
-	done  chan struct{}
-	dir   string
-	nodes []*rabbitnode.Node
-	err   error
+	prefix string
+	n      int
+	done   chan struct{} // nil: not booting early
+	dir    string
+	nodes  []*rabbitnode.Node
+	err    error
 }
 
-// StartEarly starts booting a cluster of n nodes named prefix<port>.
+// StartEarly starts booting a cluster of n nodes named prefix<port> when
+// the whole package runs. Call it from TestMain after flag.Parse.
 func StartEarly(prefix string, n int) *Early {
-	e := &Early{done: make(chan struct{})}
+	e := &Early{prefix: prefix, n: n}
+	if testing.Short() || flagSet("test.run") || flagSet("test.skip") || flagSet("test.list") {
+		return e
+	}
+	e.done = make(chan struct{})
 	go func() {
 		defer close(e.done)
 		if e.dir, e.err = os.MkdirTemp("", prefix+"-"); e.err == nil {
@@ -129,10 +139,18 @@ func StartEarly(prefix string, n int) *Early {
 	return e
 }
 
-// Nodes waits for the boot and returns the cluster's nodes; a boot that
-// failed fails the test.
+func flagSet(name string) bool {
+	f := flag.Lookup(name)
+	return f != nil && f.Value.String() != ""
+}
+
+// Nodes returns the cluster's nodes, waiting for the early boot, or boots
+// one for the test (Cluster). A boot that failed fails the test.
 func (e *Early) Nodes(t testing.TB) []*rabbitnode.Node {
 	t.Helper()
+	if e.done == nil {
+		return Cluster(t, e.prefix, e.n)
+	}
 	<-e.done
 	if e.err != nil {
 		t.Fatal(e.err)
@@ -140,13 +158,23 @@ func (e *Early) Nodes(t testing.TB) []*rabbitnode.Node {
 	return e.nodes
 }
 
-// Stop waits for the boot, stops the nodes and removes their files; it
-// returns what failed.
-func (e *Early) Stop() error {
-	<-e.done
-	errs := stop(e.nodes)
-	if e.dir != "" {
-		errs = append(errs, os.RemoveAll(e.dir))
+// Exit runs the package's tests, stops the early clusters, removes their
+// files and exits with the tests' code (1 if a cluster did not stop).
+func Exit(m *testing.M, clusters ...*Early) {
+	code := m.Run()
+	for _, e := range clusters {
+		if e.done == nil {
+			continue
+		}
+		<-e.done
+		errs := stop(e.nodes)
+		if e.dir != "" {
+			errs = append(errs, os.RemoveAll(e.dir))
+		}
+		if err := errors.Join(errs...); err != nil {
+			fmt.Fprintln(os.Stderr, "stop the early RabbitMQ cluster:", err)
+			code = max(code, 1)
+		}
 	}
-	return errors.Join(errs...)
+	os.Exit(code)
 }
