@@ -33,7 +33,7 @@ var floors = []struct {
 	kind     string
 	packages []string // import paths below the module, or a prefix ending in "/"
 }{
-	{"base", []string{"pkg/base/sqldb", "pkg/base/retry", "pkg/base/web", "pkg/base/wire", "pkg/base/events", "pkg/base/instance", "pkg/base/endpoints", "pkg/base/tracing", "pkg/base/program"}},
+	{"base", []string{"pkg/base/sqldb", "pkg/base/retry", "pkg/base/web", "pkg/base/wire", "pkg/base/events", "pkg/base/instance", "pkg/base/endpoints", "pkg/base/tracing", "pkg/base/program", "pkg/base/scrape"}},
 	{"aids", []string{"pkg/aids/failpoint", "pkg/aids/wrongway"}},
 	{"mechanisms", []string{"pkg/outbox", "pkg/inbox", "pkg/inbox/batch", "pkg/ordering", "pkg/deadletter", "pkg/rabbit", "pkg/retention"}},
 	{"compose", []string{"pkg/compose/process", "pkg/compose/admin"}},

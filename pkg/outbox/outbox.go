@@ -39,6 +39,18 @@ type Event struct {
 	Corrects string
 }
 
+// NewEventID makes an event id the way Add does, for a caller that needs
+// the id before the event is written (kept on a row as its latest
+// request). UUIDv7 is time ordered: new primary keys land at the end of the
+// clustered index instead of splitting random pages.
+func NewEventID() (string, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return "", fmt.Errorf("new event id: %w", err)
+	}
+	return id.String(), nil
+}
+
 // Add writes events into outbox_events on the caller's transaction, so the
 // events exist if and only if the business change commits (the chapter's
 // "same connection, same transaction"). It returns the event ids. After the
@@ -64,13 +76,11 @@ func Add(ctx context.Context, tx *sqlx.Tx, evs ...Event) ([]string, error) {
 	}()
 	for i, e := range evs {
 		if e.EventID == "" {
-			// UUIDv7 is time ordered: new primary keys land at the end of
-			// the clustered index instead of splitting random pages.
-			id, err := uuid.NewV7()
+			id, err := NewEventID()
 			if err != nil {
-				return nil, fmt.Errorf("outbox: new event id: %w", err)
+				return nil, fmt.Errorf("outbox: %w", err)
 			}
-			e.EventID = id.String()
+			e.EventID = id
 		}
 		if e.SchemaVersion == 0 {
 			e.SchemaVersion = events.CurrentSchemaVersion

@@ -16,6 +16,19 @@ import (
 // service, and are here for the services' stores to embed: Tx, Emit and
 // Log.
 
+// Store is those three methods, for the services' store interfaces to
+// embed; DirectStore and BatchedStore are its two ways.
+type Store interface {
+	// Tx is the transaction the handler runs in.
+	Tx() *sqlx.Tx
+	// Emit writes result events to the outbox: at once, or in a batch with
+	// the batch's other events.
+	Emit(ctx context.Context, evs ...outbox.Event) error
+	// Log is the logger for what the handler did: in a batch its lines
+	// wait for the COMMIT.
+	Log(l *slog.Logger) *slog.Logger
+}
+
 // DirectStore is Tx, Emit and Log for one transaction: events go into the
 // outbox at once, log lines are written at once.
 type DirectStore struct{ tx *sqlx.Tx }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
-	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventory"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
 )
@@ -23,7 +21,7 @@ import (
 // end, one conditional UPDATE per SKU. Either way the same rows end up
 // written, or the batch fails and its events run one at a time.
 type Store interface {
-	Tx() *sqlx.Tx
+	batch.Store
 	// LockReservation reads an order's reservation with its items, locked
 	// (inventory.ErrNoReservation when there is none).
 	LockReservation(ctx context.Context, orderID uint64) (inventory.Reservation, error)
@@ -45,10 +43,6 @@ type Store interface {
 	Move(ctx context.Context, effect inventory.StockEffect, lines []inventory.Line) error
 	Savepoint(ctx context.Context, name string) error
 	RollbackTo(ctx context.Context, name string) error
-	Emit(ctx context.Context, evs ...outbox.Event) error
-	// Log is the logger for what the handler did: in a batch its lines
-	// wait for the COMMIT.
-	Log(l *slog.Logger) *slog.Logger
 }
 
 // Direct is the store of one transaction, the chapter's way: its Emit

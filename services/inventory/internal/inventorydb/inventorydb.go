@@ -11,6 +11,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -272,21 +274,18 @@ func withItems(ctx context.Context, db sqlx.QueryerContext, q string, orderID ui
 // reservations of a consumer batch. Orders without one are absent.
 func LockReservations(ctx context.Context, tx *sqlx.Tx, orderIDs []uint64) (map[uint64]inventory.Reservation, error) {
 	const q = `SELECT ` + reservationColumns + ` FROM reservations WHERE order_id IN (?) ORDER BY order_id FOR UPDATE`
-	var rows []reservationRow
-	if err := sqldb.SelectIn(ctx, tx, &rows, q, orderIDs); err != nil {
-		return nil, fmt.Errorf("lock %d reservations: %w", len(orderIDs), err)
-	}
-	out := make(map[uint64]inventory.Reservation, len(rows))
-	if len(rows) == 0 {
-		return out, nil
-	}
-	found := make([]uint64, len(rows))
-	for i, r := range rows {
+	out, err := sqldb.SelectInMap(ctx, tx, func(r reservationRow) (uint64, inventory.Reservation) {
 		res := r.domain()
 		res.Items = []inventory.Line{}
-		out[res.OrderID] = res
-		found[i] = res.OrderID
+		return res.OrderID, res
+	}, q, orderIDs)
+	if err != nil {
+		return nil, fmt.Errorf("lock %d reservations: %w", len(orderIDs), err)
 	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	found := slices.Sorted(maps.Keys(out)) // in order id order, as the rows came
 	const qItems = `SELECT order_id, sku, quantity FROM reservation_items WHERE order_id IN (?) ORDER BY order_id, sku`
 	var items []struct {
 		OrderID  uint64 `db:"order_id"`

@@ -2,10 +2,10 @@ package orderapp
 
 import (
 	"context"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/pkg/base/scrape"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )
@@ -90,51 +90,32 @@ func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 }
 
-// Collector returns the scrape-time gauges: orders_oldest_open_age_seconds
-// and orders_past_deadline, read from the orders table, and
-// reconciliation_needs_attention, from reconciliation_checks.
+// Collector returns the scrape-time gauges (scrape.Collector):
+// orders_oldest_open_age_seconds and orders_past_deadline, read from the
+// orders table, and reconciliation_needs_attention, from
+// reconciliation_checks.
 func (a *App) Collector() prometheus.Collector {
-	return &collector{app: a,
-		oldest: prometheus.NewDesc("orders_oldest_open_age_seconds",
-			"Age of the oldest order still in this non-terminal state (0: none). Grows when the saga is stuck, even with empty queues.",
-			[]string{"status"}, nil),
-		pastDeadline: prometheus.NewDesc("orders_past_deadline",
-			"Open orders whose deadline passed and that the sweep has not cancelled yet (the sweep is behind or failing).",
-			nil, nil),
-		needsAttention: prometheus.NewDesc("reconciliation_needs_attention",
-			"Finished orders the reconciler found differing from a participant's records and could not repair: parked for an operator (reconciliation_checks).",
-			nil, nil),
+	oldest := prometheus.NewDesc("orders_oldest_open_age_seconds",
+		"Age of the oldest order still in this non-terminal state (0: none). Grows when the saga is stuck, even with empty queues.",
+		[]string{"status"}, nil)
+	pastDeadline := prometheus.NewDesc("orders_past_deadline",
+		"Open orders whose deadline passed and that the sweep has not cancelled yet (the sweep is behind or failing).",
+		nil, nil)
+	needsAttention := prometheus.NewDesc("reconciliation_needs_attention",
+		"Finished orders the reconciler found differing from a participant's records and could not repair: parked for an operator (reconciliation_checks).",
+		nil, nil)
+	read := func(ctx context.Context) ([]prometheus.Metric, error) {
+		g, err := orderdb.ReadGauges(ctx, a.db)
+		if err != nil {
+			return nil, err
+		}
+		var ms []prometheus.Metric
+		for _, s := range []order.Status{order.PendingInventory, order.AwaitingPayment} {
+			ms = append(ms, prometheus.MustNewConstMetric(oldest, prometheus.GaugeValue, g.OldestOpen[s], string(s)))
+		}
+		return append(ms,
+			prometheus.MustNewConstMetric(pastDeadline, prometheus.GaugeValue, float64(g.PastDeadline)),
+			prometheus.MustNewConstMetric(needsAttention, prometheus.GaugeValue, float64(g.NeedsAttention))), nil
 	}
-}
-
-type collector struct {
-	app                                  *App
-	oldest, pastDeadline, needsAttention *prometheus.Desc
-}
-
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.oldest
-	ch <- c.pastDeadline
-	ch <- c.needsAttention
-}
-
-// scrapeTimeout bounds the queries of one scrape.
-const scrapeTimeout = 5 * time.Second
-
-// Collect reads the gauges. If the database does not answer they are left
-// out of the scrape (and the failure logged): the missing series is the
-// signal, and the rest of the scrape still works.
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
-	defer cancel()
-	g, err := orderdb.ReadGauges(ctx, c.app.db)
-	if err != nil {
-		c.app.log.Warn("metrics: read order gauges", "err", err)
-		return
-	}
-	for _, s := range []order.Status{order.PendingInventory, order.AwaitingPayment} {
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, g.OldestOpen[s], string(s))
-	}
-	ch <- prometheus.MustNewConstMetric(c.pastDeadline, prometheus.GaugeValue, float64(g.PastDeadline))
-	ch <- prometheus.MustNewConstMetric(c.needsAttention, prometheus.GaugeValue, float64(g.NeedsAttention))
+	return scrape.Collector(a.log, "read order gauges", read, oldest, pastDeadline, needsAttention)
 }

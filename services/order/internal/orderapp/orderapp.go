@@ -16,8 +16,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -290,7 +288,7 @@ func (a *App) leaseLost(ctx context.Context, log *slog.Logger, job string, err e
 // insertCreated writes the history row that emits OrderCreated, then the
 // event itself.
 func insertCreated(ctx context.Context, tx *sqlx.Tx, change orderdb.Change, created events.OrderCreatedV1) error {
-	eventID, err := newEventID()
+	eventID, err := outbox.NewEventID()
 	if err != nil {
 		return err
 	}
@@ -302,16 +300,6 @@ func insertCreated(ctx context.Context, tx *sqlx.Tx, change orderdb.Change, crea
 		EventID: eventID, AggregateID: created.OrderID, AggregateVersion: 1, Type: events.OrderCreated, Payload: created,
 	})
 	return err
-}
-
-// newEventID makes an event id the way pkg/outbox does (UUIDv7, time
-// ordered), for a row whose id is needed before it is written.
-func newEventID() (string, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("new event id: %w", err)
-	}
-	return id.String(), nil
 }
 
 func replay(existing order.Order, storedHash, hash string) (order.Order, bool, error) {

@@ -168,7 +168,7 @@ func (a *App) decide(ctx context.Context, s Store, log *slog.Logger, o order.Ord
 	if emit != nil {
 		version++
 		typ, payload := emit(o)
-		id, err := newEventID()
+		id, err := outbox.NewEventID()
 		if err != nil {
 			return false, err
 		}

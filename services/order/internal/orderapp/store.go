@@ -2,12 +2,10 @@ package orderapp
 
 import (
 	"context"
-	"log/slog"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
-	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderdb"
 )
@@ -19,18 +17,15 @@ import (
 // statement and writes the batch's history rows and events in one INSERT
 // each, at the end. Either way the same rows end up written.
 type Store interface {
-	Tx() *sqlx.Tx
+	// batch.Store's Emit writes result events to the outbox, after the
+	// history rows.
+	batch.Store
 	// LockOrder reads order id, locked until the transaction ends
 	// (order.ErrNotFound when there is none).
 	LockOrder(ctx context.Context, id uint64) (order.Order, error)
 	// RecordChange writes the order_history row of a change, before the
 	// event the change emits.
 	RecordChange(ctx context.Context, c orderdb.Change) error
-	// Emit writes result events to the outbox, after the history rows.
-	Emit(ctx context.Context, evs ...outbox.Event) error
-	// Log is the logger for what the use case did: in a batch its lines
-	// wait for the COMMIT.
-	Log(l *slog.Logger) *slog.Logger
 }
 
 // Direct is the store of one transaction, the chapter's way: its Emit

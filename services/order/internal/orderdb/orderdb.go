@@ -172,13 +172,9 @@ func Lock(ctx context.Context, tx *sqlx.Tx, id uint64) (order.Order, error) {
 // consumer batch. Missing ids are absent from the result.
 func LockAll(ctx context.Context, tx *sqlx.Tx, ids []uint64) (map[uint64]order.Order, error) {
 	const q = `SELECT ` + orderColumns + ` FROM orders WHERE id IN (?) ORDER BY id FOR UPDATE`
-	var rows []orderRow
-	if err := sqldb.SelectIn(ctx, tx, &rows, q, ids); err != nil {
+	out, err := sqldb.SelectInMap(ctx, tx, func(r orderRow) (uint64, order.Order) { return r.ID, r.domain() }, q, ids)
+	if err != nil {
 		return nil, fmt.Errorf("lock %d orders: %w", len(ids), err)
-	}
-	out := make(map[uint64]order.Order, len(rows))
-	for _, r := range rows {
-		out[r.ID] = r.domain()
 	}
 	return out, nil
 }

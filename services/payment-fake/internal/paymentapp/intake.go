@@ -10,6 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/base/events"
+	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 )
@@ -38,7 +39,7 @@ func (a *App) OnInventoryReserved(ctx context.Context, s Store, e events.Envelop
 		return fmt.Errorf("%w: %w", events.ErrInvalid, err)
 	}
 	// The request's id is kept on the payment: a later request corrects it.
-	if p.RequestEventID, err = newEventID(); err != nil {
+	if p.RequestEventID, err = outbox.NewEventID(); err != nil {
 		return err
 	}
 	err = paymentdb.Insert(ctx, tx, p, a.cfg.ChargeDeadline, a.cfg.Grace)

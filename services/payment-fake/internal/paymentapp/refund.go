@@ -36,7 +36,7 @@ func (a *App) requestRefund(ctx context.Context, s Store, log *slog.Logger, p pa
 	}
 	f := payment.NewRefund(p, p.CancelReason)
 	var err error
-	if f.RequestEventID, err = newEventID(); err != nil { // kept on the refund: a later request corrects it
+	if f.RequestEventID, err = outbox.NewEventID(); err != nil { // kept on the refund: a later request corrects it
 		return nil, err
 	}
 	err = paymentdb.InsertRefund(ctx, s.Tx(), f, a.cfg.RefundDeadline, a.cfg.Grace)

@@ -3,12 +3,10 @@ package paymentapp
 import (
 	"context"
 	"fmt"
-	"log/slog"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/inbox/batch"
-	"github.com/relmsg/ordersaga/pkg/outbox"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
 )
@@ -19,14 +17,10 @@ import (
 // in a consumer batch (pkg/inbox/batch), reads the batch's payments in one
 // statement and writes the batch's events in one INSERT at its end.
 type Store interface {
-	Tx() *sqlx.Tx
+	batch.Store
 	// LockPayment reads an order's payment, locked until the transaction
 	// ends (payment.ErrNotFound when there is none).
 	LockPayment(ctx context.Context, orderID uint64) (payment.Payment, error)
-	Emit(ctx context.Context, evs ...outbox.Event) error
-	// Log is the logger for what the use case did: in a batch its lines
-	// wait for the COMMIT.
-	Log(l *slog.Logger) *slog.Logger
 }
 
 // Direct is the store of one transaction, the chapter's way: its Emit

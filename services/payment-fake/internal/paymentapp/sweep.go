@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/pkg/base/retry"
@@ -341,24 +340,13 @@ func addCorrection(ctx context.Context, tx *sqlx.Tx, p payment.Payment, step pay
 		return nil, err
 	}
 	ev.Corrects = ev.EventID
-	if ev.EventID, err = newEventID(); err != nil {
+	if ev.EventID, err = outbox.NewEventID(); err != nil {
 		return nil, err
 	}
 	if err := step.NewRequest(ctx, tx, p.OrderID, ev.EventID); err != nil {
 		return nil, err
 	}
 	return outbox.Add(ctx, tx, ev)
-}
-
-// newEventID makes the id of an event whose id must be known before it is
-// written to the outbox (kept on the payment or refund row as its latest
-// request): a UUIDv7, as outbox.Add makes them.
-func newEventID() (string, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return "", fmt.Errorf("new event id: %w", err)
-	}
-	return id.String(), nil
 }
 
 // sweepRefund works one claimed requested refund.

@@ -147,14 +147,12 @@ func getRow[R interface{ domain() D }, D any](ctx context.Context, db sqlx.Query
 // Missing ones are absent from the result.
 func LockAll(ctx context.Context, tx *sqlx.Tx, orderIDs []uint64) (map[uint64]payment.Payment, error) {
 	const q = `SELECT ` + paymentColumns + ` FROM payments WHERE order_id IN (?) ORDER BY order_id FOR UPDATE`
-	var rows []paymentRow
-	if err := sqldb.SelectIn(ctx, tx, &rows, q, orderIDs); err != nil {
-		return nil, fmt.Errorf("lock %d payments: %w", len(orderIDs), err)
-	}
-	out := make(map[uint64]payment.Payment, len(rows))
-	for _, r := range rows {
+	out, err := sqldb.SelectInMap(ctx, tx, func(r paymentRow) (uint64, payment.Payment) {
 		p := r.domain()
-		out[p.OrderID] = p
+		return p.OrderID, p
+	}, q, orderIDs)
+	if err != nil {
+		return nil, fmt.Errorf("lock %d payments: %w", len(orderIDs), err)
 	}
 	return out, nil
 }
