@@ -40,18 +40,9 @@ type bodies struct {
 	byPtr map[string]*jsonschema.Schema
 }
 
-var (
-	bodiesOnce sync.Once
-	theBodies  *bodies
-	bodiesErr  error
-)
-
 // sharedBodies returns the one bodies of the process: every Checker (a
 // test binary makes one per stack) shares the compiled schemas.
-func sharedBodies() (*bodies, error) {
-	bodiesOnce.Do(func() { theBodies, bodiesErr = newBodies() })
-	return theBodies, bodiesErr
-}
+var sharedBodies = sync.OnceValues(newBodies)
 
 func newBodies() (*bodies, error) {
 	doc, err := raw(docs.OpenAPI)

@@ -1,19 +1,13 @@
 package rabbit_test
 
 import (
-	"flag"
 	"testing"
 
 	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 )
 
-// cluster is TestRetryOutlivesTheNodeHoldingIt's, booting from the start
-// of the process when the whole package runs, while the test waits for a
-// parallel slot (rabbitnodetest.Early).
-var cluster *rabbitnodetest.Early
+// cluster is TestRetryOutlivesTheNodeHoldingIt's: it boots from the start
+// of a whole run while the test waits for a parallel slot.
+var cluster = rabbitnodetest.Later("rtretry", 3)
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	cluster = rabbitnodetest.StartEarly("rtretry", 3)
-	rabbitnodetest.Exit(m, cluster)
-}
+func TestMain(m *testing.M) { rabbitnodetest.Main(m, cluster) }

@@ -107,12 +107,11 @@ func stop(nodes []*rabbitnode.Node) []error {
 }
 
 // Early is a cluster that boots in the background from the start of a
-// test process, for a test that asks for it later: a package's TestMain
-// starts it (StartEarly) so that its boot runs beside the package's other
-// tests instead of after the test's wait for a parallel slot, and Exit
-// stops it after m.Run. Only when the whole package runs (no -run, -skip,
-// -list, not -short): otherwise Nodes boots the test's own cluster, as
-// Cluster does.
+// test process, for a test that asks for it later (Nodes): declared with
+// Later, booted by Main (the package's TestMain) when the whole package
+// runs (no -run, -skip, -list, not -short), so that its boot runs beside
+// the package's other tests instead of after the test's wait for a
+// parallel slot. Otherwise Nodes boots the test's own, as Cluster does.
 type Early struct {
 	prefix string
 	n      int
@@ -122,26 +121,55 @@ type Early struct {
 	err    error
 }
 
-// StartEarly starts booting a cluster of n nodes named prefix<port> when
-// the whole package runs. Call it from TestMain after flag.Parse.
-func StartEarly(prefix string, n int) *Early {
-	e := &Early{prefix: prefix, n: n}
-	if testing.Short() || flagSet("test.run") || flagSet("test.skip") || flagSet("test.list") {
-		return e
-	}
-	e.done = make(chan struct{})
-	go func() {
-		defer close(e.done)
-		if e.dir, e.err = os.MkdirTemp("", prefix+"-"); e.err == nil {
-			e.nodes, e.err = boot(e.dir, prefix, n, true)
+// Later declares a cluster of n nodes named prefix<port> for Main to boot.
+func Later(prefix string, n int) *Early { return &Early{prefix: prefix, n: n} }
+
+// Main is a TestMain: it boots the clusters early when the whole package
+// runs, runs the tests, stops the clusters, removes their files and exits
+// with the tests' code (1 if a cluster did not stop).
+func Main(m *testing.M, clusters ...*Early) {
+	flag.Parse()
+	whole := !testing.Short() && !flagSet("test.run") && !flagSet("test.skip") && !flagSet("test.list")
+	for _, e := range clusters {
+		if whole {
+			e.start()
 		}
-	}()
-	return e
+	}
+	code := m.Run()
+	for _, e := range clusters {
+		if err := e.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop the early RabbitMQ cluster:", err)
+			code = max(code, 1)
+		}
+	}
+	os.Exit(code)
 }
 
 func flagSet(name string) bool {
 	f := flag.Lookup(name)
 	return f != nil && f.Value.String() != ""
+}
+
+func (e *Early) start() {
+	e.done = make(chan struct{})
+	go func() {
+		defer close(e.done)
+		if e.dir, e.err = os.MkdirTemp("", e.prefix+"-"); e.err == nil {
+			e.nodes, e.err = boot(e.dir, e.prefix, e.n, true)
+		}
+	}()
+}
+
+func (e *Early) stop() error {
+	if e.done == nil {
+		return nil
+	}
+	<-e.done
+	errs := stop(e.nodes)
+	if e.dir != "" {
+		errs = append(errs, os.RemoveAll(e.dir))
+	}
+	return errors.Join(errs...)
 }
 
 // Nodes returns the cluster's nodes, waiting for the early boot, or boots
@@ -156,25 +184,4 @@ func (e *Early) Nodes(t testing.TB) []*rabbitnode.Node {
 		t.Fatal(e.err)
 	}
 	return e.nodes
-}
-
-// Exit runs the package's tests, stops the early clusters, removes their
-// files and exits with the tests' code (1 if a cluster did not stop).
-func Exit(m *testing.M, clusters ...*Early) {
-	code := m.Run()
-	for _, e := range clusters {
-		if e.done == nil {
-			continue
-		}
-		<-e.done
-		errs := stop(e.nodes)
-		if e.dir != "" {
-			errs = append(errs, os.RemoveAll(e.dir))
-		}
-		if err := errors.Join(errs...); err != nil {
-			fmt.Fprintln(os.Stderr, "stop the early RabbitMQ cluster:", err)
-			code = max(code, 1)
-		}
-	}
-	os.Exit(code)
 }
