@@ -88,7 +88,27 @@ func TestChaosRun(t *testing.T) {
 	checkLivePlant(ctx, t, rep)
 	if t.Failed() {
 		t.Logf("service logs:\n%s", logs(40, ""))
+		for _, n := range broker {
+			t.Logf("broker node %s, its errors and closed connections:\n%s", n.Name(), brokerTroubles(n, 40))
+		}
 	}
+}
+
+// brokerTroubles is the last lines of a node's log that tell of an error or
+// a closed connection: why a client's channel or connection went away
+// (the run's own included) is written there, not in any service's log.
+func brokerTroubles(n *rabbitnode.Node, lines int) string {
+	b, err := os.ReadFile(n.LogFile())
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "[error]") || strings.Contains(l, "exception") || strings.Contains(l, "closing AMQP connection") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-lines):], "\n")
 }
 
 // checkEveryKindRan: the run did what it says, every fault kind was
