@@ -16,6 +16,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/relmsg/ordersaga/internal/rabbitnode"
+	"github.com/relmsg/ordersaga/internal/rabbitnode/rabbitnodetest"
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/events"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
@@ -34,7 +35,7 @@ import (
 // applies it exactly once.
 func TestRetryOutlivesTheNodeHoldingIt(t *testing.T) {
 	t.Parallel()
-	nodes := cluster.Nodes(t)
+	nodes := rabbitnodetest.Cluster(t, "rtretry", 3)
 	db := sqldbtest.New(t, "order")
 	// The event's effect: a second application would add a second row.
 	if _, err := db.Exec(`CREATE TABLE applied (event_id CHAR(36) NOT NULL)`); err != nil {

@@ -71,7 +71,10 @@ func boot(dir, prefix string, n int, cluster bool) ([]*rabbitnode.Node, error) {
 		}
 		ports = append(ports, port)
 		name := fmt.Sprintf("%s%d", prefix, port)
-		cfgs = append(cfgs, rabbitnode.Config{Name: name, Port: port, Dir: filepath.Join(dir, name)})
+		// A node that boots beside the rest of the suite can take more than
+		// the default minute on two busy cores; the whole start is bounded
+		// by the three minutes below.
+		cfgs = append(cfgs, rabbitnode.Config{Name: name, Port: port, Dir: filepath.Join(dir, name), BootTimeout: 3 * time.Minute})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
