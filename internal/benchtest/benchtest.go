@@ -58,7 +58,7 @@ func Envelope(id uint64) events.Envelope {
 }
 
 // Prefill commits n pending OrderCreated events (orders first+1 ..
-// first+n) into outbox_events with outbox.Add, 500 per transaction, and
+// first+n) into the outbox with outbox.Add, 500 per transaction, and
 // returns their event ids.
 func Prefill(t testing.TB, db *sqlx.DB, first, n int) []string {
 	t.Helper()
@@ -77,7 +77,7 @@ func Prefill(t testing.TB, db *sqlx.DB, first, n int) []string {
 			return err
 		})
 		if err != nil {
-			t.Fatalf("prefill outbox_events: %v", err)
+			t.Fatalf("prefill the outbox: %v", err)
 		}
 		done += batch
 	}
