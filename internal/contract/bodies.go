@@ -217,7 +217,6 @@ func operationPtr(route *routers.Route) string {
 
 // pointerToken escapes one reference token of a JSON pointer (RFC 6901)
 // for a URI fragment.
-func pointerToken(s string) string {
-	s = strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
-	return url.PathEscape(s)
-}
+func pointerToken(s string) string { return url.PathEscape(tokenEscaper.Replace(s)) }
+
+var tokenEscaper = strings.NewReplacer("~", "~0", "/", "~1")

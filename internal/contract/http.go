@@ -40,10 +40,9 @@ import (
 //
 // Violations are collected; the owner (sagatest) fails the test with them.
 type Checker struct {
-	doc     *openapi3.T
-	router  routers.Router
-	bodies  *bodies
-	problem string // the JSON pointer of the Problem schema
+	doc    *openapi3.T
+	router routers.Router
+	bodies *bodies
 
 	mu         sync.Mutex
 	violations []string
@@ -64,7 +63,7 @@ func NewChecker() (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Checker{doc: doc, router: rt, bodies: b, problem: "#/components/schemas/Problem"}, nil
+	return &Checker{doc: doc, router: rt, bodies: b}, nil
 }
 
 // Violations returns what did not match the document so far.
@@ -190,7 +189,7 @@ func (c *Checker) checkProblem(what string, rec *recorder) {
 		c.violation("%s: answered with %q, not a problem document", what, ct)
 		return
 	}
-	s, err := c.bodies.schema(c.problem)
+	s, err := c.bodies.schema(problemPtr)
 	if err == nil {
 		var v any
 		if v, err = jsonschema.UnmarshalJSON(bytes.NewReader(rec.body.Bytes())); err == nil {
@@ -201,6 +200,9 @@ func (c *Checker) checkProblem(what string, rec *recorder) {
 		c.violation("%s: not a problem document of docs/openapi.yaml: %v\nbody: %s", what, oneLine(err), clip(rec.body.Bytes()))
 	}
 }
+
+// problemPtr is the JSON pointer of docs/openapi.yaml's Problem schema.
+const problemPtr = "#/components/schemas/Problem"
 
 // unchecked are the statuses openapi3filter never validates an answer of
 // (it returns before their headers); their bodies are not checked either.

@@ -132,9 +132,8 @@ func Later(prefix string, n int) *Early { return &Early{prefix: prefix, n: n} }
 // with the tests' code (1 if a cluster did not stop).
 func Main(m *testing.M, clusters ...*Early) {
 	flag.Parse()
-	whole := !testing.Short() && !flagSet("test.run") && !flagSet("test.skip") && !flagSet("test.list")
-	for _, e := range clusters {
-		if whole {
+	if !testing.Short() && !flagSet("test.run") && !flagSet("test.skip") && !flagSet("test.list") {
+		for _, e := range clusters {
 			e.start()
 		}
 	}
