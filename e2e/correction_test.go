@@ -20,8 +20,7 @@ import (
 // the next run closes the order.
 func TestReconcilerCorrectsAConfirmInventoryProcessedWithoutItsEffect(t *testing.T) {
 	t.Parallel()
-	s := sagatest.Start(t, sagatest.WithEnv("inventory", "RESERVATION_TTL", "2m"))
-	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
+	s := startReconcilingByHand(t, sagatest.WithEnv("inventory", "RESERVATION_TTL", "2m"))
 	before := stock(t, s, "SKU-1")
 
 	o, dropped := confirmDroppedOnItsWayToInventory(t, s, "confirm-unapplied-1")

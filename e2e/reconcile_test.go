@@ -31,6 +31,17 @@ func withPeers(t *testing.T, s *sagatest.Saga, env map[string]string) {
 	s.Order.Start()
 }
 
+// startReconcilingByHand starts the stack (with opts) for a reconciler
+// test, the order service with its peers: runs are asked for explicitly
+// (reconcileNow), and the grace window is short so the test does not wait
+// minutes.
+func startReconcilingByHand(t *testing.T, opts ...sagatest.Option) *sagatest.Saga {
+	t.Helper()
+	s := sagatest.Start(t, opts...)
+	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
+	return s
+}
+
 // runJSON is the summary of a reconciliation run.
 type runJSON struct {
 	RunID   string         `json:"run_id"`
@@ -245,10 +256,7 @@ func checkCausalChain(t *testing.T, tl timelineJSON) {
 // never calls the PSP: the charge count stays one.
 func TestReconcilerRepairsADroppedPaymentResult(t *testing.T) {
 	t.Parallel()
-	s := sagatest.Start(t)
-	// Runs are asked for explicitly; the grace window is short so the test
-	// does not wait minutes.
-	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
+	s := startReconcilingByHand(t)
 	before := stock(t, s, "SKU-1")
 
 	o, gate := createHeld(t, s, "payment.charge.after-psp-before-record", "dropped-1", "SKU-1", 2)
@@ -370,8 +378,7 @@ func checkResultMissingRepairShows(t *testing.T, s *sagatest.Saga, orderID, repa
 // lease ends; the next run finds the order consistent and closes it.
 func TestReconcilerRepairsADroppedOrderConfirmed(t *testing.T) {
 	t.Parallel()
-	s := sagatest.Start(t, sagatest.WithEnv("inventory", "RESERVATION_TTL", "2m"))
-	withPeers(t, s, map[string]string{"RECONCILE": "off", "RECONCILE_GRACE": "200ms"})
+	s := startReconcilingByHand(t, sagatest.WithEnv("inventory", "RESERVATION_TTL", "2m"))
 	before := stock(t, s, "SKU-1")
 
 	o, _ := confirmDroppedOnItsWayToInventory(t, s, "confirm-dropped-1")
