@@ -86,3 +86,21 @@ func Together(n int, fn func(i int)) {
 	close(start)
 	wg.Wait()
 }
+
+// Returned is what a call started by Go returned.
+type Returned[T any] struct {
+	Value T
+	Err   error
+}
+
+// Go runs fn in a goroutine of its own and returns the channel its result
+// comes on (buffered: fn never waits for a reader): a call the test holds
+// somewhere (a paused failpoint, a lock) while it does something else.
+func Go[T any](fn func() (T, error)) <-chan Returned[T] {
+	done := make(chan Returned[T], 1)
+	go func() {
+		v, err := fn()
+		done <- Returned[T]{Value: v, Err: err}
+	}()
+	return done
+}

@@ -57,3 +57,19 @@ func (f *fakeT) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	runtime.Goexit()
 }
+
+// Go hands back what fn returned, once fn has returned.
+func TestGoHandsBackTheResult(t *testing.T) {
+	release := make(chan struct{})
+	boom := errors.New("boom")
+	done := Go(func() (int, error) { <-release; return 7, boom })
+	select {
+	case r := <-done:
+		t.Fatalf("a result (%+v) before the call returned", r)
+	case <-time.After(10 * time.Millisecond):
+	}
+	close(release)
+	if r := <-done; r.Value != 7 || r.Err != boom {
+		t.Fatalf("result = %+v, want 7 and the call's error", r)
+	}
+}

@@ -156,15 +156,7 @@ func TestSweeperThatLostTheRaceChangesNothing(t *testing.T) {
 	reg := failpoint.NewRegistry()
 	gate := reg.Pause(inventoryapp.FailpointBeforeExpire, 1)
 	ctx := failpoint.WithRegistry(context.Background(), reg)
-	type result struct {
-		round inventoryapp.SweepRound
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		r, err := f.app.ExpireLeases(ctx, 100)
-		done <- result{r, err}
-	}()
+	done := testutil.Go(func() (inventoryapp.SweepRound, error) { return f.app.ExpireLeases(ctx, 100) })
 	<-gate.Reached()
 	b, err := f.app.ExpireLeases(ctx, 100) // the point is spent: B passes
 	if err != nil || b.Expired != before {
@@ -172,8 +164,8 @@ func TestSweeperThatLostTheRaceChangesNothing(t *testing.T) {
 	}
 	gate.Release()
 	a := <-done
-	if a.err != nil || a.round.Found != before || a.round.Expired != 0 {
-		t.Errorf("sweeper A = %+v, %v; want %d found and none expired", a.round, a.err, before)
+	if a.Err != nil || a.Value.Found != before || a.Value.Expired != 0 {
+		t.Errorf("sweeper A = %+v, %v; want %d found and none expired", a.Value, a.Err, before)
 	}
 	f.wantStock(t, nil)
 	if n := f.eventCount(t, events.InventoryReservationExpired); n != before {

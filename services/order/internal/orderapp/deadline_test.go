@@ -316,15 +316,7 @@ func TestDeadlineSweepSurvivesAKilledSession(t *testing.T) {
 	if _, err := conn.ExecContext(ctx, "LOCK TABLES order_history WRITE"); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		round orderapp.DeadlineRound
-		err   error
-	}
-	done := make(chan result, 1)
-	go func() {
-		round, err := f.app.ExpireDeadlines(ctx, 10)
-		done <- result{round, err}
-	}()
+	done := testutil.Go(func() (orderapp.DeadlineRound, error) { return f.app.ExpireDeadlines(ctx, 10) })
 	// The sweep holds the order's row lock and waits for the table lock
 	// (order_history's, or that of orders, which the lock covers through
 	// the foreign key).
@@ -341,8 +333,8 @@ WHERE DB = DATABASE() AND ID <> ? AND STATE LIKE '%metadata lock%'`, connID(t, c
 		t.Fatal(err)
 	}
 	r := <-done
-	if r.err != nil || r.round.Cancelled != 1 {
-		t.Fatalf("round with a killed session = %+v %v, want the order cancelled", r.round, r.err)
+	if r.Err != nil || r.Value.Cancelled != 1 {
+		t.Fatalf("round with a killed session = %+v %v, want the order cancelled", r.Value, r.Err)
 	}
 	if got := f.status(t, o.ID); got.Status != order.Cancelled {
 		t.Fatalf("order %s, want cancelled", got.Status)

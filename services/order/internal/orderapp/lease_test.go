@@ -42,22 +42,18 @@ func TestReconcilerLeaseOneInstanceRuns(t *testing.T) {
 		t.Fatalf("second instance's scheduled run: checked %d, err %v; want skipped with ErrReconcilerBusy", sum.Checked, err)
 	}
 	// An operator's run on the second waits for the lease.
-	op := make(chan runResult, 1)
-	go func() {
-		sum, err := second.Reconcile(ctx2, "admin")
-		op <- runResult{sum, err}
-	}()
+	op := testutil.Go(func() (orderapp.RunSummary, error) { return second.Reconcile(ctx2, "admin") })
 	gate.Release()
 	res := <-first
-	if res.err != nil || len(res.sum.Repairs) != 1 || res.sum.Repairs[0].Outcome != orderapp.OutcomeRepaired {
-		t.Fatalf("first instance: %+v, %v; want one repair", res.sum, res.err)
+	if res.Err != nil || len(res.Value.Repairs) != 1 || res.Value.Repairs[0].Outcome != orderapp.OutcomeRepaired {
+		t.Fatalf("first instance: %+v, %v; want one repair", res.Value, res.Err)
 	}
 	res2 := <-op
-	if res2.err != nil {
-		t.Fatalf("operator's run on the second instance: %v", res2.err)
+	if res2.Err != nil {
+		t.Fatalf("operator's run on the second instance: %v", res2.Err)
 	}
-	if len(res2.sum.Repairs) != 0 {
-		t.Errorf("the second instance repaired again: %+v", res2.sum.Repairs)
+	if len(res2.Value.Repairs) != 0 {
+		t.Errorf("the second instance repaired again: %+v", res2.Value.Repairs)
 	}
 
 	if s := r.status(t, o.ID).Status; s != order.Confirmed {
@@ -120,8 +116,8 @@ func TestReconcilerStopsWhenItsLeaseIsLost(t *testing.T) {
 	}
 	gate.Release()
 	res := <-first
-	if !errors.Is(res.err, sqldb.ErrLeaseLost) || len(res.sum.Repairs) != 0 {
-		t.Fatalf("the first run: %d repairs, err %v; want it stopped with ErrLeaseLost before any repair", len(res.sum.Repairs), res.err)
+	if !errors.Is(res.Err, sqldb.ErrLeaseLost) || len(res.Value.Repairs) != 0 {
+		t.Fatalf("the first run: %d repairs, err %v; want it stopped with ErrLeaseLost before any repair", len(res.Value.Repairs), res.Err)
 	}
 	for _, id := range ids {
 		audits := r.audits(t, id)
@@ -172,22 +168,18 @@ func TestTwoRunsPastTheirLeaseCheckAuditARepairOnce(t *testing.T) {
 	gate.Release()
 	waitForLockWaits(t, r.db, 1) // the first run passed its lease check
 	killLeaseHolder(t, r.db, orderapp.ReconcilerLease)
-	second := make(chan runResult, 1)
-	go func() {
-		sum, err := r.app.Reconcile(ctx, "admin")
-		second <- runResult{sum, err}
-	}()
+	second := testutil.Go(func() (orderapp.RunSummary, error) { return r.app.Reconcile(ctx, "admin") })
 	waitForLockWaits(t, r.db, 2)
 	if err := hold.Rollback(); err != nil {
 		t.Fatal(err)
 	}
 
 	var repairs []orderapp.RepairSummary
-	for _, res := range []runResult{<-first, <-second} {
-		if res.err != nil {
-			t.Fatalf("run %s: %v", res.sum.RunID, res.err)
+	for _, res := range []testutil.Returned[orderapp.RunSummary]{<-first, <-second} {
+		if res.Err != nil {
+			t.Fatalf("run %s: %v", res.Value.RunID, res.Err)
 		}
-		repairs = append(repairs, res.sum.Repairs...)
+		repairs = append(repairs, res.Value.Repairs...)
 	}
 	if len(repairs) != 1 || repairs[0].Outcome != orderapp.OutcomeRepaired {
 		t.Fatalf("repairs of the two runs: %+v, want one, repaired", repairs)
@@ -269,8 +261,8 @@ func TestAdminRunsWaitWithoutTakingThePool(t *testing.T) {
 		}
 	}
 	gate.Release()
-	if res := <-first; res.err != nil || len(res.sum.Repairs) != 1 {
-		t.Fatalf("the run holding the lease: %+v, %v", res.sum, res.err)
+	if res := <-first; res.Err != nil || len(res.Value.Repairs) != 1 {
+		t.Fatalf("the run holding the lease: %+v, %v", res.Value, res.Err)
 	}
 	busy := 0
 	for range operators {

@@ -237,24 +237,14 @@ func (r *recon) age(t *testing.T, id uint64, ago time.Duration) {
 	}
 }
 
-// runResult is what a reconciliation run returned.
-type runResult struct {
-	sum orderapp.RunSummary
-	err error
-}
-
 // runPaused starts a reconciliation run that stops before its first
 // repair, and returns when it has: the run goes on when the gate is
 // released, and its result comes on the channel.
-func (r *recon) runPaused(t *testing.T, ctx context.Context, trigger string) (*failpoint.Gate, <-chan runResult) {
+func (r *recon) runPaused(t *testing.T, ctx context.Context, trigger string) (*failpoint.Gate, <-chan testutil.Returned[orderapp.RunSummary]) {
 	t.Helper()
 	fp := failpoint.NewRegistry()
 	gate := fp.Pause(orderapp.FailpointReconcileBeforeRepair, 1)
-	done := make(chan runResult, 1)
-	go func() {
-		sum, err := r.app.Reconcile(failpoint.WithRegistry(ctx, fp), trigger)
-		done <- runResult{sum, err}
-	}()
+	done := testutil.Go(func() (orderapp.RunSummary, error) { return r.app.Reconcile(failpoint.WithRegistry(ctx, fp), trigger) })
 	select {
 	case <-gate.Reached():
 	case <-time.After(10 * time.Second):

@@ -308,11 +308,11 @@ func TestReconcilerRespectsAChangeDuringTheScan(t *testing.T) {
 	r.deliver(t, envelope(t, events.PaymentSucceeded, o.ID, events.PaymentSucceededV1{OrderID: o.ID, AmountCents: o.TotalCents, Currency: "EUR", ChargeID: "ch_TEST"}))
 	gate.Release()
 	res := <-done
-	if res.err != nil {
-		t.Fatal(res.err)
+	if res.Err != nil {
+		t.Fatal(res.Err)
 	}
-	if len(res.sum.Repairs) != 1 || res.sum.Repairs[0].Outcome != "state_changed" {
-		t.Fatalf("summary = %+v, want the repair skipped as state_changed", res.sum)
+	if len(res.Value.Repairs) != 1 || res.Value.Repairs[0].Outcome != "state_changed" {
+		t.Fatalf("summary = %+v, want the repair skipped as state_changed", res.Value)
 	}
 	if n := len(outboxOf(r.fixture, t, o.ID, events.OrderConfirmed)); n != 1 {
 		t.Fatalf("order.confirmed rows = %d, want 1 (the consumer's)", n)
