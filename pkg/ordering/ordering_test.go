@@ -259,7 +259,7 @@ func TestOverdueParkedDeltaIsAlertedAndKept(t *testing.T) {
 		t.Fatalf("second check alerted %d again, want 0", n)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(ordering.ParkedCollector(db.DB))
+	reg.MustRegister(ordering.ParkedCollector(db.DB, quiet))
 	if got := parkedGauge(t, reg, "overdue"); got != 1 {
 		t.Fatalf("consumer_parked_events{state=overdue} = %g, want 1", got)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/relmsg/ordersaga/pkg/base/scrape"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 )
 
@@ -97,33 +98,30 @@ WHERE consumer_name = ? AND event_id = ? AND applied_at IS NULL AND alerted_at I
 	return alerted, nil
 }
 
-// ParkedCollector exports consumer_parked_events{state}: parked events
-// still waiting within their deadline, and overdue ones (alert on > 0).
-func ParkedCollector(db *sqlx.DB) prometheus.Collector { return &parkedCollector{db: db} }
-
 var parkedDesc = prometheus.NewDesc("consumer_parked_events",
 	"Delta events parked until the earlier versions of their aggregate arrive: waiting (within the deadline) or overdue (past it: alert).",
 	[]string{"state"}, nil)
 
-type parkedCollector struct{ db *sqlx.DB }
-
-func (c *parkedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- parkedDesc }
-
-func (c *parkedCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	const q = `SELECT
+// ParkedCollector exports consumer_parked_events{state}, read at scrape
+// time (scrape.Collector): parked events still waiting within their
+// deadline, and overdue ones (alert on > 0).
+func ParkedCollector(db *sqlx.DB, log *slog.Logger) prometheus.Collector {
+	read := func(ctx context.Context) ([]prometheus.Metric, error) {
+		const q = `SELECT
   COALESCE(SUM(deadline_at >= NOW(6)), 0) AS waiting,
   COALESCE(SUM(deadline_at < NOW(6)), 0) AS overdue
 FROM parked_events WHERE applied_at IS NULL`
-	var n struct {
-		Waiting float64 `db:"waiting"`
-		Overdue float64 `db:"overdue"`
+		var n struct {
+			Waiting float64 `db:"waiting"`
+			Overdue float64 `db:"overdue"`
+		}
+		if err := db.GetContext(ctx, &n, q); err != nil {
+			return nil, err
+		}
+		return []prometheus.Metric{
+			prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, n.Waiting, "waiting"),
+			prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, n.Overdue, "overdue"),
+		}, nil
 	}
-	if err := c.db.GetContext(ctx, &n, q); err != nil {
-		ch <- prometheus.NewInvalidMetric(parkedDesc, err)
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, n.Waiting, "waiting")
-	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, n.Overdue, "overdue")
+	return scrape.Collector(log, "read parked events", read, parkedDesc)
 }

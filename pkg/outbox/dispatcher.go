@@ -68,7 +68,7 @@ func New(db *sqlx.DB, cfg Config) *Dispatcher {
 	if cfg.ConfirmTimeout > cfg.Lease/3 {
 		panic(fmt.Sprintf("outbox: confirm timeout %s is more than a third of the lease %s", cfg.ConfirmTimeout, cfg.Lease))
 	}
-	return &Dispatcher{db: db, cfg: cfg, wake: make(chan struct{}, 1), m: newMetrics(db, cfg.Registerer),
+	return &Dispatcher{db: db, cfg: cfg, wake: make(chan struct{}, 1), m: newMetrics(db, cfg.Registerer, cfg.Log),
 		mark: wrongway.Pick(cfg.WrongWay, markFunc(markSent), wrongWays...)}
 }
 

@@ -2,10 +2,12 @@ package outbox
 
 import (
 	"context"
-	"time"
+	"log/slog"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/base/scrape"
 )
 
 type metrics struct {
@@ -19,7 +21,7 @@ type metrics struct {
 	batchSeconds prometheus.Histogram
 }
 
-func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
+func newMetrics(db *sqlx.DB, reg prometheus.Registerer, log *slog.Logger) *metrics {
 	counter := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
@@ -53,15 +55,10 @@ func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 	m.claims.WithLabelValues("empty")
 	if reg != nil {
 		reg.MustRegister(m.publish, m.failed, m.recovered, m.resends, m.claimsLost, m.renewals, m.claims, m.batchSeconds,
-			&tableCollector{db: db})
+			tableCollector(db, log))
 	}
 	return m
 }
-
-// tableCollector reads the outbox table at scrape time: rows by status
-// (excluding 'sent', which only grows) and the age of the oldest pending
-// event, the chapter's first alarm ("is sending stalled?").
-type tableCollector struct{ db *sqlx.DB }
 
 var (
 	rowsDesc = prometheus.NewDesc("outbox_events", "Outbox rows by status (pending, sending, failed).",
@@ -70,20 +67,25 @@ var (
 		"Age of the oldest pending outbox event (0 when none).", nil, nil)
 )
 
-func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- rowsDesc
-	ch <- oldestDesc
-}
-
-func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	// 'sent' only grows: it is not counted at every scrape. A failed read
-	// reports zeros, as an empty table would.
-	counts, _ := countByStatus(ctx, c.db, StatusPending, StatusSending, StatusFailed)
-	for _, s := range []string{StatusPending, StatusSending, StatusFailed} {
-		ch <- prometheus.MustNewConstMetric(rowsDesc, prometheus.GaugeValue, float64(counts[s]), s)
+// tableCollector reads the outbox table at scrape time (scrape.Collector):
+// rows by status (excluding 'sent', which only grows) and the age of the
+// oldest pending event, the chapter's first alarm ("is sending stalled?").
+func tableCollector(db *sqlx.DB, log *slog.Logger) prometheus.Collector {
+	read := func(ctx context.Context) ([]prometheus.Metric, error) {
+		counted := []string{StatusPending, StatusSending, StatusFailed}
+		counts, err := countByStatus(ctx, db, counted...)
+		if err != nil {
+			return nil, err
+		}
+		age, err := oldestPendingAge(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		var ms []prometheus.Metric
+		for _, s := range counted {
+			ms = append(ms, prometheus.MustNewConstMetric(rowsDesc, prometheus.GaugeValue, float64(counts[s]), s))
+		}
+		return append(ms, prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age.Seconds())), nil
 	}
-	age, _ := oldestPendingAge(ctx, c.db)
-	ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age.Seconds())
+	return scrape.Collector(log, "read the outbox table", read, rowsDesc, oldestDesc)
 }

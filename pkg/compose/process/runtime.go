@@ -139,7 +139,7 @@ func Start(ctx context.Context, cfg Config, migrationsDir string, topology func(
 	// Delta events parked past their deadline are alerted on once each.
 	// Concurrent on every instance: the stamp is compare-and-set, so one
 	// instance alerts on each event.
-	r.Metrics.MustRegister(ordering.ParkedCollector(db))
+	r.Metrics.MustRegister(ordering.ParkedCollector(db, log))
 	r.Loop("parked events check", checkParked(db, cfg.ParkDeadline, log))
 	return ctx, r, nil
 }

@@ -49,6 +49,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/aids/failpoint"
 	"github.com/relmsg/ordersaga/pkg/base/retry"
+	"github.com/relmsg/ordersaga/pkg/base/scrape"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/payment"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentdb"
@@ -154,7 +155,7 @@ func New(db *sqlx.DB, pspClient *psp.Client, log *slog.Logger, reg prometheus.Re
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &App{db: db, psp: pspClient, log: log, metrics: newMetrics(db, reg), cfg: cfg.withDefaults()}
+	return &App{db: db, psp: pspClient, log: log, metrics: newMetrics(db, reg, log), cfg: cfg.withDefaults()}
 }
 
 // txRetry is how the payment service's own transactions (the sweep's, an
@@ -206,7 +207,7 @@ const (
 	refundNeedsAttention = "needs_attention"
 )
 
-func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
+func newMetrics(db *sqlx.DB, reg prometheus.Registerer, log *slog.Logger) *metrics {
 	m := &metrics{
 		pspCalls: counterVec("payment_psp_calls_total",
 			"Calls to the PSP by call (charge, status, refund, refund_status) and result (ok, outcome_unknown, not_found, refused, error).",
@@ -238,7 +239,7 @@ func newMetrics(db *sqlx.DB, reg prometheus.Registerer) *metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.pspCalls, m.compensationFailures, m.refunds, m.sweep, &parkedCollector{db: db})
+		reg.MustRegister(m.pspCalls, m.compensationFailures, m.refunds, m.sweep, parkedCollector(db, log))
 	}
 	return m
 }
@@ -266,10 +267,6 @@ func (m *metrics) observe(call string, err error) {
 	m.pspCalls.WithLabelValues(call, result).Inc()
 }
 
-// parkedCollector reads the parked rows at scrape time, so the gauge is
-// right after a restart and whichever instance parked them.
-type parkedCollector struct{ db *sqlx.DB }
-
 var parkedDesc = prometheus.NewDesc("payment_needs_attention",
 	"Rows parked as needs_attention, waiting for an operator, by kind: charge (outcome unknown at the deadline) or refund (compensation failed until its deadline).",
 	[]string{"kind"}, nil)
@@ -280,38 +277,38 @@ var paymentsDesc = prometheus.NewDesc("payment_payments",
 	"Payments by status (pending, succeeded, failed = declined by the PSP, refunded, needs_attention, cancelled_before_charge, withdrawn).",
 	[]string{"status"}, nil)
 
-func (c *parkedCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- parkedDesc
-	ch <- paymentsDesc
-}
-
-func (c *parkedCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	charges, refunds, err := paymentdb.CountParked(ctx, c.db)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(parkedDesc, err)
-		return
+// parkedCollector reads the parked rows and the payments by status at
+// scrape time (scrape.Collector), so the gauges are right after a restart
+// and whichever instance parked the rows.
+func parkedCollector(db *sqlx.DB, log *slog.Logger) prometheus.Collector {
+	read := func(ctx context.Context) ([]prometheus.Metric, error) {
+		charges, refunds, err := paymentdb.CountParked(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		const q = `SELECT status, COUNT(*) AS n FROM payments GROUP BY status`
+		var rows []struct {
+			Status string `db:"status"`
+			N      int64  `db:"n"`
+		}
+		if err := sqlx.SelectContext(ctx, db, &rows, q); err != nil {
+			return nil, err
+		}
+		counts := map[string]int64{}
+		for _, st := range payment.Statuses {
+			counts[string(st)] = 0
+		}
+		for _, r := range rows {
+			counts[r.Status] = r.N
+		}
+		ms := []prometheus.Metric{
+			prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(charges), "charge"),
+			prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(refunds), "refund"),
+		}
+		for st, n := range counts {
+			ms = append(ms, prometheus.MustNewConstMetric(paymentsDesc, prometheus.GaugeValue, float64(n), st))
+		}
+		return ms, nil
 	}
-	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(charges), "charge")
-	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(refunds), "refund")
-	const q = `SELECT status, COUNT(*) AS n FROM payments GROUP BY status`
-	var rows []struct {
-		Status string `db:"status"`
-		N      int64  `db:"n"`
-	}
-	if err := c.db.SelectContext(ctx, &rows, q); err != nil {
-		ch <- prometheus.NewInvalidMetric(paymentsDesc, err)
-		return
-	}
-	counts := map[string]int64{}
-	for _, st := range payment.Statuses {
-		counts[string(st)] = 0
-	}
-	for _, r := range rows {
-		counts[r.Status] = r.N
-	}
-	for st, n := range counts {
-		ch <- prometheus.MustNewConstMetric(paymentsDesc, prometheus.GaugeValue, float64(n), st)
-	}
+	return scrape.Collector(log, "read payment gauges", read, parkedDesc, paymentsDesc)
 }
