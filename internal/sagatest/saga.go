@@ -108,10 +108,15 @@ func start(t testing.TB, spans sdktrace.SpanExporter, opts []Option) *Saga {
 	t.Helper()
 	ns := rabbittest.Namespace(t)
 	s := &Saga{NS: ns}
-	// Delete the namespace's exchanges and queues at the end. Registered
-	// before the services exist: t.Cleanup runs last-in first-out, so the
-	// services stop first and the queues go after.
-	t.Cleanup(func() { rabbittest.DeleteNamespace(t, ns) })
+	// Delete the services' exchanges and queues (retry tiers and dead-letter
+	// queues included) at the end, by name over AMQP: no rabbitmqctl, whose
+	// Erlang VM cost a second of CPU per stack. Registered before the
+	// services exist: t.Cleanup runs last-in first-out, so the services stop
+	// first and the queues go after. TestAStackLeavesNoQueue holds this
+	// complete.
+	for _, topo := range []rabbit.Topology{ordersvc.Topology(ns), inventorysvc.Topology(ns), paymentsvc.Topology(ns)} {
+		rabbittest.Cleanup(t, topo)
+	}
 	s.Order = newService(t, ns, "order", ordersvc.Run, opts)
 	s.Inventory = newService(t, ns, "inventory", inventorysvc.Run, opts)
 	s.Payment = newService(t, ns, "payment", paymentsvc.Run, opts)

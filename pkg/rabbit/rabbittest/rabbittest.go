@@ -111,44 +111,6 @@ func CloseConnections(t testing.TB, substr string) int {
 	return n
 }
 
-// DeleteNamespace deletes every queue whose name starts with the namespace
-// (found with rabbitmqctl), whoever declared them: retry tiers and
-// dead-letter queues included; then the namespace's two exchanges, the only
-// ones pkg/rabbit declares. One rabbitmqctl, not two: each starts an
-// Erlang VM, a second of CPU that every saga of the suite paid twice.
-func DeleteNamespace(t testing.TB, ns rabbit.Namespace) {
-	t.Helper()
-	conn := Dial(t)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Logf("delete namespace %s: %v", ns, err)
-		return
-	}
-	defer ch.Close()
-	out, err := exec.Command("rabbitmqctl", "-q", "list_queues", "name").CombinedOutput()
-	if err != nil {
-		t.Logf("rabbitmqctl list_queues: %v\n%s", err, out)
-	}
-	for _, name := range strings.Split(string(out), "\n") {
-		name = strings.TrimSpace(name)
-		if !strings.HasPrefix(name, string(ns)) {
-			continue
-		}
-		if _, err := ch.QueueDelete(name, false, false, false); err != nil {
-			t.Logf("delete queue %s: %v", name, err)
-			return
-		}
-	}
-	// Deleting an exchange that is not there is no error for RabbitMQ.
-	for _, name := range []string{ns.Exchange(), ns.DeadLetterExchange()} {
-		if err := ch.ExchangeDelete(name, false, false); err != nil {
-			t.Logf("delete exchange %s: %v", name, err)
-			return
-		}
-	}
-}
-
 // Drain reads every message currently in queue (basic.get, acked) and
 // returns them. It waits up to wait for at least want messages.
 func Drain(t testing.TB, queue string, want int, wait time.Duration) []amqp.Delivery {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/compose/process"
 	"github.com/relmsg/ordersaga/pkg/inbox"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventoryapp"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorybindings"
 	"github.com/relmsg/ordersaga/services/inventory/internal/inventorydb"
@@ -47,6 +48,11 @@ func loadSettings(env *process.Env) settings {
 		GapCheckInterval: env.Duration("GAP_CHECK_INTERVAL", 30*time.Second),
 	}
 }
+
+// Topology is every exchange and queue the service declares in namespace
+// ns, demo mode's included: what a test deletes when its stack is done
+// (rabbit.Topology.Delete).
+func Topology(ns rabbit.Namespace) rabbit.Topology { return inventorybindings.DemoTopology(ns) }
 
 // Run runs the inventory service until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/relmsg/ordersaga/pkg/base/endpoints"
 	"github.com/relmsg/ordersaga/pkg/compose/process"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/order/internal/order"
 	"github.com/relmsg/ordersaga/services/order/internal/orderapp"
 	"github.com/relmsg/ordersaga/services/order/internal/orderbindings"
@@ -119,6 +120,10 @@ func checkDeadlineOrder(env *process.Env, d order.Deadlines) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Topology is every exchange and queue the service declares in namespace
+// ns: what a test deletes when its stack is done (rabbit.Topology.Delete).
+func Topology(ns rabbit.Namespace) rabbit.Topology { return orderbindings.Topology(ns) }
 
 // Run runs the order service until ctx ends.
 func Run(ctx context.Context, getenv func(string) string, stdout io.Writer) error {

@@ -13,11 +13,16 @@ import (
 	"github.com/relmsg/ordersaga/pkg/base/endpoints"
 	"github.com/relmsg/ordersaga/pkg/base/tracing"
 	"github.com/relmsg/ordersaga/pkg/compose/process"
+	"github.com/relmsg/ordersaga/pkg/rabbit"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentapp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymentbindings"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/paymenthttp"
 	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
+
+// Topology is every exchange and queue the service declares in namespace
+// ns: what a test deletes when its stack is done (rabbit.Topology.Delete).
+func Topology(ns rabbit.Namespace) rabbit.Topology { return paymentbindings.Topology(ns) }
 
 // Run runs the payment service until ctx ends. The fake PSP is a process
 // of its own (pspsvc, cmd/psp), reached through PSP_URL.
