@@ -114,9 +114,7 @@ func start(t testing.TB, spans sdktrace.SpanExporter, opts []Option) *Saga {
 	// services exist: t.Cleanup runs last-in first-out, so the services stop
 	// first and the queues go after. TestAStackLeavesNoQueue holds this
 	// complete.
-	for _, topo := range []rabbit.Topology{ordersvc.Topology(ns), inventorysvc.Topology(ns), paymentsvc.Topology(ns)} {
-		rabbittest.Cleanup(t, topo)
-	}
+	rabbittest.Cleanup(t, ordersvc.Topology(ns), inventorysvc.Topology(ns), paymentsvc.Topology(ns))
 	s.Order = newService(t, ns, "order", ordersvc.Run, opts)
 	s.Inventory = newService(t, ns, "inventory", inventorysvc.Run, opts)
 	s.Payment = newService(t, ns, "payment", paymentsvc.Run, opts)

@@ -47,13 +47,16 @@ func Topology(t testing.TB, ns rabbit.Namespace, queues ...rabbit.Queue) rabbit.
 	return topo
 }
 
-// Cleanup deletes the topology's queues and exchanges when the test ends.
-func Cleanup(t testing.TB, topo rabbit.Topology) {
+// Cleanup deletes the topologies' queues and exchanges when the test
+// ends, over one connection.
+func Cleanup(t testing.TB, topos ...rabbit.Topology) {
 	t.Cleanup(func() {
 		conn := Dial(t)
 		defer conn.Close()
-		if err := topo.Delete(conn, 12); err != nil {
-			t.Logf("delete test topology: %v", err)
+		for _, topo := range topos {
+			if err := topo.Delete(conn, 12); err != nil {
+				t.Logf("delete test topology: %v", err)
+			}
 		}
 	})
 }
