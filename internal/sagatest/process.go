@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,13 +57,11 @@ func Binary(t testing.TB, name string) string {
 }
 
 func build() (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	abs, err := filepath.Abs(root)
+	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(abs))
+	sum := sha256.Sum256([]byte(root))
 	dir := filepath.Join(os.TempDir(), "ordersaga-sagatest-"+hex.EncodeToString(sum[:6]))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -90,6 +87,25 @@ func build() (string, error) {
 		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return dir, nil
+}
+
+// moduleRoot is the folder of the go.mod above the working directory, which
+// go test sets to the folder of the package under test. Not the source
+// path of this file: scripts/test.sh builds with -trimpath, which leaves
+// only the import path there.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("sagatest: no go.mod above %s", dir)
+		}
+	}
 }
 
 // Process is a service running as a child process.
