@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -24,8 +22,6 @@ func TestServiceUsersCannotReadOtherSchemas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: needs MariaDB/MySQL and RabbitMQ (run without -short)")
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..")
 	cmd := exec.Command("bash", "scripts/up.sh", "setup")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
