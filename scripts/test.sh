@@ -268,10 +268,48 @@ vet_s=$((SECONDS - t))
 # analyzers the go vet above ran on the same packages (and their tests);
 # on a fresh clone that is about 10 s of CPU for nothing new.
 # (GOFLAGS: see go vet above.)
-cmd=(go test -race -count=1 -p 4 -parallel 4 -timeout 20m -vet=off "${flags[@]+"${flags[@]}"}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
-log "GOFLAGS=$GOFLAGS ${cmd[*]}"
+cmd=(go test -race -count=1 -p 4 -parallel 4 -timeout 20m -vet=off "${flags[@]+"${flags[@]}"}")
+
+# The test binaries are kept between runs, in one folder per user of the
+# machine (TEST_BIN_DIR), and go test -o DIR/ links again only those whose
+# code changed: relinking every race-built test binary was most of the
+# build of a run whose packages were cached, and with -trimpath a fresh
+# clone's binaries are those of any other clone of the same code. go test
+# -o writes one binary per last element of the import path, so packages
+# that share it (cmd/chaos and internal/chaos) run in turns, each turn in
+# a folder of its own. Packages without test files are not listed (go vet
+# above has compiled them). Not with -c or -o of the caller's own.
+bin_dir=${TEST_BIN_DIR:-${TMPDIR:-/tmp}/ordersaga-testbin-$(id -u)}
+turns=()
+if [[ " ${flags[*]+"${flags[*]}"} " != *" -c "* && " ${flags[*]+"${flags[*]}"} " != *" -o"* ]] &&
+	listed=$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' "${pkgs[@]}") &&
+	[[ -n $listed ]]; then
+	declare -A turn_of=()
+	while read -r p; do
+		[[ -n $p ]] || continue
+		k=${turn_of[${p##*/}]:-0}
+		turn_of[${p##*/}]=$((k + 1))
+		turns[k]="${turns[k]:-} $p"
+	done <<<"$listed"
+fi
+
 t=$SECONDS rc=0
-"${cmd[@]}" || rc=$?
+if ((${#turns[@]})); then
+	for k in "${!turns[@]}"; do
+		read -r -a these <<<"${turns[k]}"
+		run=("${cmd[@]}" -o "$bin_dir/$k/" "${these[@]}" "${binargs[@]+"${binargs[@]}"}")
+		if ((k == 0)); then
+			log "GOFLAGS=$GOFLAGS ${cmd[*]} -o $bin_dir/$k/ ${pkgs[*]} (${#these[@]} packages with tests)"
+		else
+			log "GOFLAGS=$GOFLAGS ${run[*]}"
+		fi
+		"${run[@]}" || rc=$?
+	done
+else
+	run=("${cmd[@]}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
+	log "GOFLAGS=$GOFLAGS ${run[*]}"
+	"${run[@]}" || rc=$?
+fi
 for peer in "${peers[@]+"${peers[@]}"}"; do
 	log "go -C $peer vet ./... && go -C $peer test -race -count=1 ./..."
 	go -C "$peer" vet ./... || rc=1
