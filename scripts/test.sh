@@ -25,6 +25,9 @@
 #   TEST_MYSQL_DSN          server the tests use (default root@tcp(127.0.0.1:3306)/)
 #   TEST_AMQP_URL           broker the tests use (default amqp://guest:guest@127.0.0.1:5672/)
 #   TEST_DB_STALE_MINUTES   leftover test databases older than this are dropped (30)
+#   TEST_BIN_DIR            where the test binaries are kept between runs
+#                           (${TMPDIR:-/tmp}/ordersaga-testbin-<uid>, about 1.3 GB;
+#                           safe to delete: the next run links them again)
 #
 # Before the tests, databases left behind by killed runs are dropped: only
 # names matching ^t_(order|inventory|payment)_[0-9a-f]{12}$ whose newest table
