@@ -26,7 +26,7 @@
 #   TEST_AMQP_URL           broker the tests use (default amqp://guest:guest@127.0.0.1:5672/)
 #   TEST_DB_STALE_MINUTES   leftover test databases older than this are dropped (30)
 #   TEST_BIN_DIR            where the test binaries are kept between runs
-#                           (${TMPDIR:-/tmp}/ordersaga-testbin-<uid>, about 1.3 GB;
+#                           (${TMPDIR:-/tmp}/ordersaga-testbin-<uid>, one per package;
 #                           safe to delete: the next run links them again)
 #
 # Before the tests, databases left behind by killed runs are dropped: only
