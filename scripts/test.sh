@@ -281,10 +281,16 @@ cmd=(go test -race -count=1 -p 4 -parallel 4 -timeout 20m -vet=off "${flags[@]+"
 # -o writes one binary per last element of the import path, so packages
 # that share it (cmd/chaos and internal/chaos) run in turns, each turn in
 # a folder of its own. Packages without test files are not listed (go vet
-# above has compiled them). Not with -c or -o of the caller's own.
+# above has compiled them). Not with -c or -o of the caller's own, and not
+# while another run holds the folder: its go test could replace a binary
+# between this one's check and its start.
 bin_dir=${TEST_BIN_DIR:-${TMPDIR:-/tmp}/ordersaga-testbin-$(id -u)}
 turns=()
-if [[ " ${flags[*]+"${flags[*]}"} " != *" -c "* && " ${flags[*]+"${flags[*]}"} " != *" -o"* ]] &&
+mkdir -p "$bin_dir"
+exec {bin_lock}>"$bin_dir/.lock"
+if ! flock -n "$bin_lock"; then
+	log "another run uses $bin_dir: this one links its test binaries afresh"
+elif [[ " ${flags[*]+"${flags[*]}"} " != *" -c "* && " ${flags[*]+"${flags[*]}"} " != *" -o"* ]] &&
 	listed=$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' "${pkgs[@]}") &&
 	[[ -n $listed ]]; then
 	declare -A turn_of=()
@@ -302,16 +308,18 @@ if ((${#turns[@]})); then
 		read -r -a these <<<"${turns[k]}"
 		run=("${cmd[@]}" -o "$bin_dir/$k/" "${these[@]}" "${binargs[@]+"${binargs[@]}"}")
 		if ((k == 0)); then
-			log "GOFLAGS=$GOFLAGS ${cmd[*]} -o $bin_dir/$k/ ${pkgs[*]} (${#these[@]} packages with tests)"
+			log "GOFLAGS=$GOFLAGS ${cmd[*]} -o $bin_dir/$k/ ${pkgs[*]} (of them with tests: ${#these[@]})"
 		else
 			log "GOFLAGS=$GOFLAGS ${run[*]}"
 		fi
-		"${run[@]}" || rc=$?
+		# The lock stays with this shell: a process a test leaves behind
+		# must not hold it.
+		"${run[@]}" {bin_lock}>&- || rc=$?
 	done
 else
 	run=("${cmd[@]}" "${pkgs[@]}" "${binargs[@]+"${binargs[@]}"}")
 	log "GOFLAGS=$GOFLAGS ${run[*]}"
-	"${run[@]}" || rc=$?
+	"${run[@]}" {bin_lock}>&- || rc=$?
 fi
 for peer in "${peers[@]+"${peers[@]}"}"; do
 	log "go -C $peer vet ./... && go -C $peer test -race -count=1 ./..."
