@@ -8,25 +8,29 @@ type Metrics struct {
 	payloadMismatch, redriven, parked, unparked, stale                    *prometheus.CounterVec
 }
 
+// ConsumerCounter is a counter of consumer metrics: labelled by consumer
+// name, like every consumer_* series, here and in the batch layer
+// (pkg/inbox/batch), so that one label selects a consumer's whole story.
+func ConsumerCounter(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer"})
+}
+
 // NewMetrics creates the consumer metrics and registers them on reg (nil:
 // not exported).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer"})
-	}
 	m := &Metrics{
-		deliveries:   counter("consumer_deliveries_total", "Messages delivered to the consumer."),
-		redeliveries: counter("consumer_redeliveries_total", "Deliveries flagged redelivered by the broker (a lost ack or a crash)."),
-		processed:    counter("consumer_processed_total", "Events committed (business change + inbox row)."),
-		duplicates:   counter("consumer_duplicates_suppressed_total", "Deliveries of an event the inbox had already seen."),
-		retries:      counter("consumer_retries_total", "Transient failures scheduled for a delayed retry."),
-		deadLetters:  counter("consumer_dead_letters_total", "Messages stored as dead letters."),
-		payloadMismatch: counter("consumer_payload_mismatch_total",
+		deliveries:   ConsumerCounter("consumer_deliveries_total", "Messages delivered to the consumer."),
+		redeliveries: ConsumerCounter("consumer_redeliveries_total", "Deliveries flagged redelivered by the broker (a lost ack or a crash)."),
+		processed:    ConsumerCounter("consumer_processed_total", "Events committed (business change + inbox row)."),
+		duplicates:   ConsumerCounter("consumer_duplicates_suppressed_total", "Deliveries of an event the inbox had already seen."),
+		retries:      ConsumerCounter("consumer_retries_total", "Transient failures scheduled for a delayed retry."),
+		deadLetters:  ConsumerCounter("consumer_dead_letters_total", "Messages stored as dead letters."),
+		payloadMismatch: ConsumerCounter("consumer_payload_mismatch_total",
 			"Deliveries of an event_id this consumer already processed with a different payload (alert: stored as dead letters, never applied)."),
-		redriven: counter("consumer_dead_letters_redriven_total", "Dead letters republished to the consumer's queue by an operator."),
-		parked:   counter("consumer_parked_total", "Delta events parked because an earlier version of their aggregate had not arrived."),
-		unparked: counter("consumer_unparked_total", "Parked delta events applied once their gap filled."),
-		stale: counter("consumer_stale_events_total",
+		redriven: ConsumerCounter("consumer_dead_letters_redriven_total", "Dead letters republished to the consumer's queue by an operator."),
+		parked:   ConsumerCounter("consumer_parked_total", "Delta events parked because an earlier version of their aggregate had not arrived."),
+		unparked: ConsumerCounter("consumer_unparked_total", "Parked delta events applied once their gap filled."),
+		stale: ConsumerCounter("consumer_stale_events_total",
 			"Snapshot or delta events not newer than the version applied: recorded in the inbox and acked, not applied."),
 	}
 	if reg != nil {

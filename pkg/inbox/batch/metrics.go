@@ -1,6 +1,10 @@
 package batch
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/relmsg/ordersaga/pkg/inbox"
+)
 
 // Metrics counts what the batch layer does, labelled by consumer name. The
 // events themselves are counted by the chapter's consumer
@@ -12,9 +16,7 @@ type Metrics struct {
 // NewMetrics creates the batch metrics and registers them on reg (nil: not
 // exported).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	counter := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"consumer"})
-	}
+	counter := inbox.ConsumerCounter
 	m := &Metrics{
 		batches: counter("consumer_batches_total", "Transactions that committed several events together (CONSUMER_BATCH)."),
 		events:  counter("consumer_batched_events_total", "Events committed in those transactions."),
