@@ -77,7 +77,7 @@ func declareTier(b *testing.B, queue string, kind amqp.Table) string {
 		args[k] = v
 	}
 	name := rabbit.RetryQueue(queue, 0) // deleted with the topology
-	benchtest.Channel(b, func(ch *amqp.Channel) error {
+	rabbittest.Channel(b, func(ch *amqp.Channel) error {
 		_, err := ch.QueueDeclare(name, true, false, false, false, args)
 		return err
 	})

@@ -84,39 +84,16 @@ func Prefill(t testing.TB, db *sqlx.DB, first, n int) []string {
 	return ids
 }
 
-// Channel runs fn on a fresh channel of a plain connection to the broker,
-// for what the product's connection does not do (purge, inspect, declare
-// odd queues).
-func Channel(t testing.TB, fn func(ch *amqp.Channel) error) {
-	t.Helper()
-	conn := rabbittest.Dial(t)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
-	if err := fn(ch); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // QueueDepth is the number of ready messages in queue.
 func QueueDepth(t testing.TB, queue string) int {
 	t.Helper()
-	var n int
-	Channel(t, func(ch *amqp.Channel) error {
-		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-		n = q.Messages
-		return err
-	})
-	return n
+	return rabbittest.Inspect(t, queue).Messages
 }
 
 // Purge empties queue, so that the next phase publishes into an empty one.
 func Purge(t testing.TB, queue string) {
 	t.Helper()
-	Channel(t, func(ch *amqp.Channel) error {
+	rabbittest.Channel(t, func(ch *amqp.Channel) error {
 		if _, err := ch.QueuePurge(queue, false); err != nil {
 			return fmt.Errorf("purge %s: %w", queue, err)
 		}

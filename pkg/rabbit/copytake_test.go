@@ -117,15 +117,5 @@ func paused(reg *failpoint.Registry, point string) int {
 // consumers is how many consumers queue has.
 func consumers(t *testing.T, queue string) int {
 	t.Helper()
-	raw := rabbittest.Dial(t)
-	defer raw.Close()
-	ch, err := raw.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q.Consumers
+	return rabbittest.Inspect(t, queue).Consumers
 }

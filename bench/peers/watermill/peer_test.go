@@ -253,12 +253,12 @@ func bindRefusingQueue(t *testing.T, w *world) {
 	t.Helper()
 	full := w.ns.Queue("full")
 	t.Cleanup(func() {
-		benchtest.Channel(t, func(ch *amqp.Channel) error {
+		rabbittest.Channel(t, func(ch *amqp.Channel) error {
 			_, err := ch.QueueDelete(full, false, false, false)
 			return err
 		})
 	})
-	benchtest.Channel(t, func(ch *amqp.Channel) error {
+	rabbittest.Channel(t, func(ch *amqp.Channel) error {
 		args := amqp.Table{"x-max-length": int64(0), "x-overflow": "reject-publish"}
 		if _, err := ch.QueueDeclare(full, false, false, false, false, args); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -72,6 +73,37 @@ func Dial(t testing.TB) *amqp.Connection {
 	return conn
 }
 
+// Channel runs fn on a fresh channel of a plain connection (Dial), for
+// what the product's connection does not do (purge, inspect, declare odd
+// queues), and closes both before it returns. An error from fn fails the
+// test.
+func Channel(t testing.TB, fn func(ch *amqp.Channel) error) {
+	t.Helper()
+	conn := Dial(t)
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	if err := fn(ch); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Inspect is queue as the broker has it now (a passive declare): its
+// ready messages and its consumers. A queue that does not exist fails the
+// test.
+func Inspect(t testing.TB, queue string) amqp.Queue {
+	t.Helper()
+	var q amqp.Queue
+	Channel(t, func(ch *amqp.Channel) (err error) {
+		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err
+	})
+	return q
+}
+
 // Conn starts a recovering rabbit.Conn for topo, waits until it is
 // connected and stops it at cleanup.
 func Conn(t testing.TB, topo rabbit.Topology) *rabbit.Conn {
@@ -118,28 +150,24 @@ func CloseConnections(t testing.TB, substr string) int {
 // returns them. It waits up to wait for at least want messages.
 func Drain(t testing.TB, queue string, want int, wait time.Duration) []amqp.Delivery {
 	t.Helper()
-	conn := Dial(t)
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ch.Close()
 	var got []amqp.Delivery
 	deadline := time.Now().Add(wait)
-	for {
-		d, ok, err := ch.Get(queue, false)
-		if err != nil {
-			t.Fatalf("get from %s: %v", queue, err)
+	Channel(t, func(ch *amqp.Channel) error {
+		for {
+			d, ok, err := ch.Get(queue, false)
+			if err != nil {
+				return fmt.Errorf("get from %s: %w", queue, err)
+			}
+			if ok {
+				_ = d.Ack(false)
+				got = append(got, d)
+				continue
+			}
+			if len(got) >= want || time.Now().After(deadline) {
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if ok {
-			_ = d.Ack(false)
-			got = append(got, d)
-			continue
-		}
-		if len(got) >= want || time.Now().After(deadline) {
-			return got
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	})
+	return got
 }
