@@ -9,6 +9,7 @@ import (
 
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 )
 
 // The PSP's writes are behind their keys: a charge or a refund wants
@@ -18,7 +19,7 @@ func TestGuardKeepsWritesToTheirCallers(t *testing.T) {
 	t.Parallel()
 	db := sqldbtest.New(t, "payment")
 	srv := NewServer(db.DB, slog.New(slog.DiscardHandler))
-	serve := func(a Access) string { return mount(t, Guard(srv.Handler(), a, nil)) }
+	serve := func(a Access) string { return psptest.Serve(t, Guard(srv.Handler(), a, nil)) }
 	keyed := serve(Access{Demo: true, AdminToken: "adm", Token: "psp-key"})
 	closed := serve(Access{Demo: false})
 	charge := `{"idempotency_key":"charge-9","order_ref":"9","customer_id":"c-1","amount_cents":100,"currency":"EUR"}`

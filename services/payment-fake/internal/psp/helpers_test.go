@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/relmsg/ordersaga/internal/testutil"
 	"github.com/relmsg/ordersaga/pkg/base/sqldb/sqldbtest"
+	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp/psptest"
 )
 
 // testPSP is one PSP on its own database, served the way the payment-fake
@@ -27,20 +27,8 @@ func newTestPSP(t *testing.T) *testPSP {
 	t.Helper()
 	db := sqldbtest.New(t, "payment")
 	srv := NewServer(db.DB, slog.New(slog.DiscardHandler))
-	base := mount(t, srv.Handler())
+	base := psptest.Serve(t, srv.Handler())
 	return &testPSP{srv: srv, db: db, base: base, client: NewClient(base, &http.Client{Timeout: 10 * time.Second})}
-}
-
-// mount serves h the way the PSP process serves it, under /psp with the
-// prefix stripped, until the test ends (before its database is dropped),
-// and returns its base URL.
-func mount(t *testing.T, h http.Handler) string {
-	t.Helper()
-	mux := http.NewServeMux()
-	mux.Handle("/psp/", http.StripPrefix("/psp", h))
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
-	return ts.URL + "/psp"
 }
 
 // call sends one raw request and returns the status, headers and body.

@@ -2,7 +2,9 @@
 // switch over its HTTP API, for the tests of the packages around it: every
 // charge of an order, every refund of a charge, the switch. The payment service
 // never does any of this (it knows a charge or a refund by its idempotency
-// key only, psp.Client), so these calls live here, apart from it.
+// key only, psp.Client), so these calls live here, apart from it. It
+// speaks the PSP's wire types (pkg/base/wire) and does not import psp, so
+// psp's own tests use it too.
 package psptest
 
 import (
@@ -18,7 +20,6 @@ import (
 	"time"
 
 	"github.com/relmsg/ordersaga/pkg/base/wire"
-	"github.com/relmsg/ordersaga/services/payment-fake/internal/psp"
 )
 
 // Serve serves h, a PSP's handler (psp.Server.Handler, or something
@@ -41,7 +42,7 @@ type Books struct{ base string }
 func New(baseURL string) Books { return Books{base: baseURL} }
 
 // Charges returns every charge the PSP holds for an order, oldest first.
-func (b Books) Charges(ctx context.Context, orderRef string) ([]psp.Charge, error) {
+func (b Books) Charges(ctx context.Context, orderRef string) ([]wire.Charge, error) {
 	var out wire.ChargeList
 	if err := b.do(ctx, http.MethodGet, "/charges?order_ref="+url.QueryEscape(orderRef), nil, &out); err != nil {
 		return nil, fmt.Errorf("psp charges for order %s: %w", orderRef, err)
@@ -50,7 +51,7 @@ func (b Books) Charges(ctx context.Context, orderRef string) ([]psp.Charge, erro
 }
 
 // Refunds returns every refund of a charge, oldest first.
-func (b Books) Refunds(ctx context.Context, chargeID string) ([]psp.Refund, error) {
+func (b Books) Refunds(ctx context.Context, chargeID string) ([]wire.PSPRefund, error) {
 	var out wire.PSPRefundList
 	if err := b.do(ctx, http.MethodGet, "/refunds?charge_id="+url.QueryEscape(chargeID), nil, &out); err != nil {
 		return nil, fmt.Errorf("psp refunds for charge %s: %w", chargeID, err)
@@ -59,17 +60,17 @@ func (b Books) Refunds(ctx context.Context, chargeID string) ([]psp.Refund, erro
 }
 
 // Switch returns the PSP's fault switch (GET /switches).
-func (b Books) Switch(ctx context.Context) (psp.Switch, error) {
-	var sw psp.Switch
+func (b Books) Switch(ctx context.Context) (wire.Switch, error) {
+	var sw wire.Switch
 	if err := b.do(ctx, http.MethodGet, "/switches", nil, &sw); err != nil {
-		return psp.Switch{}, fmt.Errorf("psp get switch: %w", err)
+		return wire.Switch{}, fmt.Errorf("psp get switch: %w", err)
 	}
 	return sw, nil
 }
 
 // SetSwitch sets the PSP's fault switch (PUT /switches; the PSP takes it
 // in demo mode only).
-func (b Books) SetSwitch(ctx context.Context, sw psp.Switch) error {
+func (b Books) SetSwitch(ctx context.Context, sw wire.Switch) error {
 	if err := b.do(ctx, http.MethodPut, "/switches", sw, nil); err != nil {
 		return fmt.Errorf("psp set switch: %w", err)
 	}
