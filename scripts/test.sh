@@ -10,7 +10,8 @@
 # Usage: scripts/test.sh [go test flags] [packages]
 #
 #   scripts/test.sh                                  go vet -race ./... && go test -race -count=1 -p 4 -parallel 4 -timeout 20m -vet=off ./...
-#                                                    (with GOFLAGS=-trimpath -ldflags=-w, see below)
+#                                                    (with GOFLAGS=-trimpath -ldflags=-w and -o TEST_BIN_DIR/,
+#                                                    see below)
 #   scripts/test.sh -run TestWithTx ./pkg/base/sqldb/  one test in one package
 #   scripts/test.sh -v -short                        unit tests only (no servers needed)
 #
